@@ -1,0 +1,84 @@
+"""Power, agents per megawatt, energy and money per session, fleet size (MODEL.md section 6).
+
+    P_replica   = g * (P_gpu(utilisation) + P_host)          modelled IT power
+    P_facility  = P_replica * PUE
+    provisioned = g * provisioned_kw_per_gpu                 (all-in nameplate, if given)
+                = g * (TDP + P_host) * PUE                   (otherwise)
+    agents/MW   = N* / (P_facility / 1e6)
+    energy/session (IT, J)   = P_replica * R / N*
+    cost/session (USD)       = P_facility * R / N* (in kWh) * price + g * gpu_hour_usd * R / N* / 3600
+
+``R / N*`` is the replica time one session consumes: N* sessions share the
+replica for R seconds each.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from apmw.perf import Replica, gpu_power_w
+from apmw.spec import Spec
+
+J_PER_KWH = 3.6e6
+
+
+@dataclass(frozen=True)
+class Economics:
+    replica_power_w: float
+    facility_power_w: float
+    provisioned_power_w: float
+    agents_per_mw: float
+    agents_per_mw_provisioned: float
+    energy_per_session_j: float
+    facility_energy_per_session_j: float
+    electricity_cost_per_session_usd: float
+    gpu_time_cost_per_session_usd: float
+
+    @property
+    def cost_per_session_usd(self) -> float:
+        return self.electricity_cost_per_session_usd + self.gpu_time_cost_per_session_usd
+
+
+def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: float,
+              engine_utilisation: float) -> Economics:
+    g = replica.gpus
+    p = spec.power
+    gpu_w = gpu_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, engine_utilisation)
+    replica_w = g * (gpu_w + p.host_power_w_per_gpu)
+    facility_w = replica_w * p.pue
+    if p.provisioned_kw_per_gpu is not None:
+        provisioned_w = g * p.provisioned_kw_per_gpu * 1000.0
+    else:
+        provisioned_w = g * (replica.gpu.tdp_w + p.host_power_w_per_gpu) * p.pue
+    per_session_s = task_latency_mean_s / agents if agents > 0 else math.inf
+    it_j = replica_w * per_session_s
+    facility_j = facility_w * per_session_s
+    return Economics(
+        replica_power_w=replica_w,
+        facility_power_w=facility_w,
+        provisioned_power_w=provisioned_w,
+        agents_per_mw=agents / (facility_w / 1e6),
+        agents_per_mw_provisioned=agents / (provisioned_w / 1e6),
+        energy_per_session_j=it_j,
+        facility_energy_per_session_j=facility_j,
+        electricity_cost_per_session_usd=facility_j / J_PER_KWH * spec.cost.electricity_usd_per_kwh,
+        gpu_time_cost_per_session_usd=g * spec.cost.gpu_hour_usd * per_session_s / 3600.0,
+    )
+
+
+@dataclass(frozen=True)
+class FleetSize:
+    agents: int
+    replicas: int
+    gpus: int
+    facility_power_w: float
+    provisioned_power_w: float
+
+
+def fleet_size(target_agents: int, agents_per_replica: int, gpus_per_replica: int, facility_power_w: float,
+               provisioned_power_w: float) -> FleetSize:
+    replicas = math.ceil(target_agents / agents_per_replica)
+    return FleetSize(agents=target_agents, replicas=replicas, gpus=replicas * gpus_per_replica,
+                     facility_power_w=replicas * facility_power_w,
+                     provisioned_power_w=replicas * provisioned_power_w)

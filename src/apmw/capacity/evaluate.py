@@ -1,0 +1,96 @@
+"""Everything the planner reports about a replica at a given number of agents.
+
+The mean task time comes from the closed-loop solve. The SLO is a tail, so the
+task-time distribution comes from the sampled sessions: session ``s`` takes
+
+    R_s = Wq * G_s + (prefill_iters_s + decode_iters_s) * t_iter + tool_s + kv_transfer_s
+
+where ``Wq`` and ``t_iter`` are the solved mean queue wait per call and time per
+iteration at this ``N``, and ``G_s ~ Gamma(calls_s, 1)`` is the sum of the
+session's per-call queue waits taken as exponential. The spread therefore comes
+from the workload itself (steps per task, tokens per call, tool waits) plus
+queueing; iteration-to-iteration jitter of the engine is what ``apmw simulate``
+adds. The mean of ``R_s`` over sessions equals the closed-loop mean by construction.
+
+Resident KV follows from Little's law: each agent holds on average
+``KV-byte-seconds per session / R`` bytes, so the replica holds ``N`` times that
+plus the shared prefix once. The memory check uses a 95th percentile: agents are
+independent, so the total's variance is ``N`` times one agent's time-averaged
+variance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apmw.capacity.closed_loop import EngineCurve, LoopState, solve_at
+from apmw.capacity.sessions import SessionSample
+from apmw.spec import Spec
+from apmw.spec.distribution import Z95
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    agents: int
+    loop: LoopState
+    task_latency_mean_s: float
+    task_latency_p50_s: float
+    task_latency_p95_s: float
+    task_latency_p99_s: float
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    tool_s: float
+    kv_transfer_s: float
+    ttft_p95_s: float
+    tpot_p95_s: float
+    kv_bytes_resident_mean: float
+    kv_bytes_resident_p95: float
+    kv_capacity_bytes: float
+    session_throughput_per_s: float
+    meets_latency: bool
+    fits_memory: bool
+
+    @property
+    def feasible(self) -> bool:
+        return self.meets_latency and self.fits_memory
+
+
+def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float, agents: int) -> Evaluation:
+    think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
+    loop = solve_at(curve, think, agents)
+    wq, t_pf, t_dec = loop.queue_per_call_s, loop.prefill_iteration_s, loop.decode_iteration_s
+    samples = wq * s.queue_gamma + s.prefill_iters * t_pf + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
+    p50, p95, p99 = np.quantile(samples, [0.5, 0.95, 0.99])
+    queue = wq * s.mean_calls
+    prefill = float(s.prefill_iters.mean()) * t_pf
+    decode = float(s.decode_iters.mean()) * t_dec
+    tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
+    mean_r = queue + prefill + decode + tool + transfer
+
+    per_agent_kv = float((s.kv_q.mean() * wq + s.kv_prefill.mean() * t_pf + s.kv_decode.mean() * t_dec
+                          + s.kv_tool.mean()) / mean_r)
+    per_agent_kv2 = float((s.kv2_q.mean() * wq + s.kv2_prefill.mean() * t_pf + s.kv2_decode.mean() * t_dec
+                           + s.kv2_tool.mean()) / mean_r)
+    variance = max(per_agent_kv2 - per_agent_kv**2, 0.0)
+    kv_mean = agents * per_agent_kv + s.shared_prefix_kv_bytes
+    kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
+
+    ttft_p95 = float(np.quantile(wq * s.call_queue_exp + s.call_prefill_iters_sample * t_pf, 0.95))
+    tpot_p95 = loop.iteration_p95_s
+    slo = spec.slo
+    meets = bool(p95 <= slo.task_latency_p95_s
+                 and (slo.ttft_p95_s is None or ttft_p95 <= slo.ttft_p95_s)
+                 and (slo.tpot_p95_s is None or tpot_p95 <= slo.tpot_p95_s))
+    return Evaluation(
+        agents=agents, loop=loop,
+        task_latency_mean_s=mean_r, task_latency_p50_s=float(p50), task_latency_p95_s=float(p95),
+        task_latency_p99_s=float(p99),
+        queue_s=queue, prefill_s=prefill, decode_s=decode, tool_s=tool, kv_transfer_s=transfer,
+        ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
+        kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
+        session_throughput_per_s=agents / mean_r,
+        meets_latency=meets, fits_memory=bool(kv_p95 <= kv_capacity_bytes),
+    )

@@ -1,0 +1,152 @@
+"""`apmw plan`: size a replica by the task-latency SLO, then price it.
+
+``plan(spec)`` samples sessions, builds the replica's step model, searches N*,
+and returns a :class:`Plan` whose :meth:`Plan.to_dict` is the stable JSON of
+``apmw plan --json`` (field names documented in the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apmw.capacity.closed_loop import engine_curve
+from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
+from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.capacity.search import SearchResult, search
+from apmw.capacity.sessions import SessionSample, sample_sessions
+from apmw.errors import ApmwError
+from apmw.perf import Efficiency, DEFAULT_EFFICIENCY, Replica, replica_from_spec
+from apmw.spec import Spec
+
+
+class InfeasibleError(ApmwError):
+    """No number of agents meets the SLO on this replica (CLI exit code 2)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    replica: Replica
+    sample: SessionSample
+    search: SearchResult
+    at: Evaluation          # the evaluation reported (at N*, or at --agents N)
+    economics: Economics
+    fleet: FleetSize | None
+
+    @property
+    def agents_per_replica(self) -> int:
+        return self.at.agents
+
+    @property
+    def tokens_per_s(self) -> dict[str, float]:
+        x = self.at.session_throughput_per_s
+        return {"input": x * float(self.sample.input_tokens.mean()),
+                "output": x * float(self.sample.output_tokens.mean()),
+                "prefill": x * float(self.sample.prefill_tokens.mean())}
+
+    def to_dict(self) -> dict:
+        e, ev, r = self.economics, self.at, self.replica
+        kv_per_token = r.step.kv_bytes_per_token
+        return {
+            "agents_per_replica": ev.agents,
+            "agents_per_replica_max": self.search.agents,
+            "binding_constraint": self.search.binding_constraint,
+            "meets_slo": ev.meets_latency,
+            "fits_kv_memory": ev.fits_memory,
+            "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
+                    "tpot_p95_s": self.spec.slo.tpot_p95_s},
+            "task_latency_s": {"mean": ev.task_latency_mean_s, "p50": ev.task_latency_p50_s,
+                               "p95": ev.task_latency_p95_s, "p99": ev.task_latency_p99_s},
+            "residence_breakdown_s": {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s,
+                                      "tool": ev.tool_s, "kv_transfer": ev.kv_transfer_s},
+            "ttft_p95_s": ev.ttft_p95_s,
+            "tpot_p95_s": ev.tpot_p95_s,
+            "time_per_output_token_s": ev.loop.decode_iteration_s,
+            "calls_per_session": self.sample.mean_calls,
+            "decode_batch_mean": ev.loop.running_batch_mean * self._decode_share,
+            "running_batch_mean": ev.loop.running_batch_mean,
+            "engine_utilisation": ev.loop.engine_utilisation,
+            "kv_tokens_resident_mean": ev.kv_bytes_resident_mean / kv_per_token,
+            "kv_tokens_resident_p95": ev.kv_bytes_resident_p95 / kv_per_token,
+            "kv_tokens_capacity": r.kv_capacity_bytes / kv_per_token,
+            "kv_replication": r.step.kv_replication,
+            "kv_bytes_per_token": kv_per_token,
+            "kv_capacity_bytes": r.kv_capacity_bytes,
+            "weight_bytes": r.memory.weight_bytes,
+            "tokens_per_s": self.tokens_per_s,
+            "sessions_per_s": ev.session_throughput_per_s,
+            "replica": {"gpus": r.gpus, "gpu": r.gpu.name, "model": r.arch.name,
+                        "power_w": e.replica_power_w, "facility_power_w": e.facility_power_w,
+                        "provisioned_power_w": e.provisioned_power_w},
+            "agents_per_mw": e.agents_per_mw,
+            "agents_per_mw_provisioned": e.agents_per_mw_provisioned,
+            "energy_per_session_j": e.energy_per_session_j,
+            "facility_energy_per_session_j": e.facility_energy_per_session_j,
+            "cost_per_session_usd": e.cost_per_session_usd,
+            "cost_breakdown_usd": {"electricity": e.electricity_cost_per_session_usd,
+                                   "gpu_time": e.gpu_time_cost_per_session_usd},
+            "fleet": None if self.fleet is None else {
+                "agents": self.fleet.agents, "replicas": self.fleet.replicas, "gpus": self.fleet.gpus,
+                "facility_power_w": self.fleet.facility_power_w,
+                "provisioned_power_w": self.fleet.provisioned_power_w},
+            "sources": {"gpu": r.gpu.source, "gpu_power": r.gpu.power_source, "model": r.arch.source,
+                        "step_time": r.step.efficiency.source},
+        }
+
+    @property
+    def _decode_share(self) -> float:
+        s = self.sample
+        return s.call_decode_iters / (s.call_prefill_iters + s.call_decode_iters)
+
+
+def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
+    ev = result.first_failure     # the evaluation at N = 1
+    if not ev.fits_memory:
+        return (f"no number of agents fits: one session's KV (p95 {ev.kv_bytes_resident_p95 / 1e9:.1f} GB) exceeds "
+                f"the replica's KV memory ({ev.kv_capacity_bytes / 1e9:.1f} GB). Use more GPUs per replica, a "
+                "lower-byte kv_dtype (fp8), or shorter contexts (summarisation).")
+    parts = {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s, "tool": ev.tool_s,
+             "kv_transfer": ev.kv_transfer_s}
+    top = max(parts, key=parts.get)
+    detail = ", ".join(f"{k} {v:.1f} s" for k, v in parts.items() if v > 0)
+    slo = spec.slo
+    failures = []
+    if ev.task_latency_p95_s > slo.task_latency_p95_s:
+        need = ("shorter tool waits or tasks (a faster replica helps only the model's share)" if top == "tool"
+                else "a faster replica (more GPUs per replica, a faster GPU, lower-byte weights)")
+        failures.append(
+            f"p95 task latency {ev.task_latency_p95_s:.1f} s against task_latency_p95_s {slo.task_latency_p95_s:g} s "
+            f"(mean {ev.task_latency_mean_s:.1f} s: {detail}; {top} dominates). Needed: an SLO of at least "
+            f"{ev.task_latency_p95_s:.0f} s, or {need}")
+    if slo.ttft_p95_s is not None and ev.ttft_p95_s > slo.ttft_p95_s:
+        failures.append(
+            f"TTFT p95 {ev.ttft_p95_s:.3f} s against ttft_p95_s {slo.ttft_p95_s:g} s (prefill of the longest prompts "
+            f"dominates). Needed: ttft_p95_s of at least {ev.ttft_p95_s:.2f} s, prefix caching, a smaller "
+            "max_batched_tokens chunk, or more GPUs per replica")
+    if slo.tpot_p95_s is not None and ev.tpot_p95_s > slo.tpot_p95_s:
+        failures.append(
+            f"time per output token p95 {ev.tpot_p95_s * 1e3:.1f} ms against tpot_p95_s {slo.tpot_p95_s:g} s. "
+            f"Needed: tpot_p95_s of at least {ev.tpot_p95_s:.3f} s, or a faster replica")
+    return "no number of agents meets the SLO; even one agent alone has " + "; and ".join(failures) + "."
+
+
+def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Plan:
+    """Solve the spec. With ``agents``, report the closed loop at exactly that many agents."""
+    replica = replica_from_spec(spec, efficiency)
+    sample = sample_sessions(spec, replica.arch)
+    result = search(spec, replica, sample)
+    if agents is None:
+        if result.agents == 0:
+            raise InfeasibleError(_explain_infeasible(spec, result))
+        at = result.at_optimum
+    else:
+        curve = engine_curve(replica.step, sample, spec.serving.max_batch)
+        at = evaluate(spec, sample, curve, replica.kv_capacity_bytes, agents)
+    econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation)
+    fleet = None
+    if spec.fleet.target_agents is not None:
+        fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus, econ.facility_power_w,
+                           econ.provisioned_power_w)
+    return Plan(spec=spec, replica=replica, sample=sample, search=result, at=at, economics=econ, fleet=fleet)

@@ -1,0 +1,83 @@
+"""Find N*, the most agents one replica sustains, and what stops it going higher.
+
+    N* = max N such that p95 task time (and any per-call SLO) holds and the
+    resident KV (95th percentile) fits in the replica's KV memory.
+
+Both conditions only get harder as N grows (more agents: longer queues, bigger
+batches, more KV), so a galloping search (1, 2, 4, ...) followed by bisection
+finds N* in O(log N*) evaluations.
+
+The binding constraint is the one whose relaxation would raise N*:
+``kv_memory`` if memory runs out before the latency SLO breaks; otherwise
+``batch_limit`` if an unlimited ``max_batch`` would meet the SLO at more
+agents; otherwise ``slo`` (the step time itself, at the batch the SLO allows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from apmw.capacity.closed_loop import engine_curve
+from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.capacity.sessions import SessionSample
+from apmw.perf import Replica
+from apmw.spec import Spec
+
+# Searching beyond this many agents per replica means the workload barely uses the
+# engine (e.g. hour-long tool waits); we report the bound instead of looping on.
+MAX_AGENTS = 1_000_000
+
+
+def largest_passing(ok: Callable[[int], bool], limit: int = MAX_AGENTS) -> int:
+    """Largest n in [0, limit] with ok(n), given ok is true then false as n grows (ok(0) is true)."""
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    agents: int                   # N*
+    binding_constraint: str       # "slo" | "kv_memory" | "batch_limit"
+    at_optimum: Evaluation | None  # the evaluation at N* (None when N* = 0)
+    first_failure: Evaluation     # the evaluation at N* + 1
+    agents_latency_only: int      # N meeting latency, ignoring memory
+    agents_memory_only: int       # N fitting memory, ignoring latency
+
+
+def search(spec: Spec, replica: Replica, sample: SessionSample) -> SearchResult:
+    cap = replica.kv_capacity_bytes
+    curve = engine_curve(replica.step, sample, spec.serving.max_batch)
+    cache: dict[int, Evaluation] = {}
+
+    def at(n: int) -> Evaluation:
+        if n not in cache:
+            cache[n] = evaluate(spec, sample, curve, cap, n)
+        return cache[n]
+
+    n_latency = largest_passing(lambda n: at(n).meets_latency)
+    n_memory = largest_passing(lambda n: at(n).fits_memory)
+    n_star = min(n_latency, n_memory)
+    if n_memory < n_latency:
+        binding = "kv_memory"
+    else:
+        unlimited = engine_curve(replica.step, sample, max(spec.serving.max_batch, min(n_latency * 2 + 2, 65536)))
+        n_unlimited = largest_passing(lambda n: evaluate(spec, sample, unlimited, cap, n).meets_latency,
+                                      limit=n_latency * 2 + 1)
+        binding = "batch_limit" if n_unlimited > n_latency else "slo"
+    return SearchResult(
+        agents=n_star, binding_constraint=binding,
+        at_optimum=at(n_star) if n_star > 0 else None, first_failure=at(n_star + 1),
+        agents_latency_only=n_latency, agents_memory_only=n_memory,
+    )

@@ -1,0 +1,221 @@
+"""Sampled agent sessions: what each call prefills, decodes and keeps in KV.
+
+The closed-loop solve needs means (per-call work, KV-byte-seconds per session)
+and the task-latency tail needs their spread across sessions. Both come from
+one seeded sample of ``SESSION_SAMPLES`` sessions drawn from the workload's
+distributions. Each call is a row of flat numpy arrays (no Python loop per
+call); per-session sums use ``np.add.reduceat``.
+
+What a call costs depends on the tool-wait KV policy (MODEL.md section 5):
+
+========  =====================================  ==================================
+policy    prefill after a tool wait              KV held during the wait
+========  =====================================  ==================================
+retain    the new tokens only                    the whole context
+evict     the whole context again (worst case:   nothing
+          the LRU prefix cache lost it)
+ttl       as retain if the wait <= ttl_s,        the context, for min(wait, ttl_s)
+          else as evict
+offload   the new tokens, after reloading the    nothing in HBM (host memory)
+          context over the host link
+========  =====================================  ==================================
+
+With ``prefix_caching`` the system prompt is cached once for all sessions: it
+is not prefilled by any session and its KV is counted once per replica, not
+per session. Calls inside one step (no tool wait between them) reuse the
+context just written. The simulator (``apmw simulate``) measures what an LRU
+prefix cache actually keeps under ``evict``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apmw.arch import Architecture
+from apmw.errors import ApmwError
+from apmw.spec import Spec
+
+# Sessions drawn per plan: at least SESSION_SAMPLES, and enough to hold about
+# TARGET_CALLS calls (short sessions need more of them for stable per-call means),
+# at most MAX_SESSION_SAMPLES. bench/plan_speed.py prints the spread of p95 and N*
+# across seeds at these sizes (recorded in bench/README.md).
+SESSION_SAMPLES = 1000
+TARGET_CALLS = 60_000
+MAX_SESSION_SAMPLES = 20_000
+# Calls drawn (from the sampled sessions) for per-call TTFT tails.
+TAIL_CALLS = 20000
+
+
+@dataclass(frozen=True)
+class SessionSample:
+    """Per-session sums (arrays of length ``sessions``) and pooled per-call means."""
+
+    sessions: int
+    calls: np.ndarray            # model calls per session
+    prefill_iters: np.ndarray    # iterations spent prefilling, per session
+    decode_iters: np.ndarray     # decode iterations (output tokens after the first), per session
+    tool_s: np.ndarray           # total tool wait per session
+    kv_transfer_s: np.ndarray    # offload reload time per session
+    input_tokens: np.ndarray     # prompt tokens the API sees (cached or not), per session
+    output_tokens: np.ndarray
+    prefill_tokens: np.ndarray   # prompt tokens actually computed
+    # KV-byte-seconds per session = kv_q * Wq + kv_prefill * t_prefill_iter + kv_decode * t_decode_iter
+    # + kv_tool (and the squared-byte analogues kv2_* for the variance)
+    kv_q: np.ndarray
+    kv_prefill: np.ndarray
+    kv_decode: np.ndarray
+    kv_tool: np.ndarray
+    kv2_q: np.ndarray
+    kv2_prefill: np.ndarray
+    kv2_decode: np.ndarray
+    kv2_tool: np.ndarray
+    shared_prefix_kv_bytes: float     # the system prompt's KV, held once per replica with prefix caching
+    # pooled per-call means that shape one engine iteration
+    call_prefill_iters: float
+    call_decode_iters: float
+    call_prefill_tokens: float
+    call_decode_kv_bytes: float       # KV a decoding sequence reads, decode-token weighted
+    call_decode_attn_flops: float     # attention FLOPs per decode token, decode-token weighted
+    call_prefill_kv_bytes: float      # cached context a prefill reads, per prefill iteration
+    call_prefill_attn_flops: float    # attention FLOPs of one call's prefill
+    # unit random draws for the tails: sum of each session's per-call queue waits is
+    # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1)
+    queue_gamma: np.ndarray
+    call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
+    call_queue_exp: np.ndarray
+
+    @property
+    def mean_calls(self) -> float:
+        return float(self.calls.mean())
+
+
+def _rounded(x: np.ndarray, minimum: int) -> np.ndarray:
+    return np.maximum(np.rint(x), minimum).astype(np.int64)
+
+
+def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return np.add.reduceat(values, starts) if len(values) else np.zeros(len(starts))
+
+
+def default_session_count(spec: Spec) -> int:
+    calls = spec.workload.steps_per_task.mean * spec.workload.calls_per_step.mean
+    return int(np.clip(np.ceil(TARGET_CALLS / max(calls, 1.0)), SESSION_SAMPLES, MAX_SESSION_SAMPLES))
+
+
+def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
+                    seed: int | None = None) -> SessionSample:
+    w, sv = spec.workload, spec.serving
+    sessions = default_session_count(spec) if sessions is None else sessions
+    rng = np.random.default_rng(spec.seed if seed is None else seed)
+    kv_dtype = spec.model.kv_dtype
+
+    steps = _rounded(w.steps_per_task.sample(rng, sessions), 1)
+    total_steps = int(steps.sum())
+    calls_in_step = _rounded(w.calls_per_step.sample(rng, total_steps), 1)
+    wait_after_step = w.tool_wait_s.sample(rng, total_steps)
+    n_calls = int(calls_in_step.sum())
+    if n_calls > 5e7:
+        raise ApmwError(f"the workload averages {n_calls / sessions:,.0f} calls per task; apmw samples "
+                        f"{sessions} tasks and that is too many calls to hold -- check steps_per_task/calls_per_step")
+
+    step_of_call = np.repeat(np.arange(total_steps), calls_in_step)
+    session_of_step = np.repeat(np.arange(sessions), steps)
+    session_of_call = session_of_step[step_of_call]
+    step_start = np.concatenate(([0], np.cumsum(calls_in_step)[:-1]))
+    first_in_step = np.zeros(n_calls, dtype=bool)
+    first_in_step[step_start] = True
+    last_in_step = np.zeros(n_calls, dtype=bool)
+    last_in_step[np.cumsum(calls_in_step) - 1] = True
+    calls_per_session = np.bincount(session_of_call, minlength=sessions)
+    session_start = np.concatenate(([0], np.cumsum(calls_per_session)[:-1]))
+    first_in_session = np.zeros(n_calls, dtype=bool)
+    first_in_session[session_start] = True
+
+    new = _rounded(w.new_input_tokens_per_call.sample(rng, n_calls), 0).astype(float)
+    if w.first_call_input_tokens is not None:
+        new[session_start] = _rounded(w.first_call_input_tokens.sample(rng, sessions), 0)
+    out = _rounded(w.output_tokens_per_call.sample(rng, n_calls), 1).astype(float)
+
+    # prompt_i = system + new_1..new_i + out_1..out_{i-1}, cumulated within each session
+    grown = np.cumsum(new + out) - out
+    grown -= np.repeat(grown[session_start] - new[session_start], calls_per_session)
+    prompt = w.system_prompt_tokens + grown
+    history = prompt - new                         # context already written before this call
+
+    # the tool wait that precedes each call (none inside a step or before a task's first call)
+    wait_before = np.zeros(n_calls)
+    after_wait = first_in_step & ~first_in_session
+    wait_before[after_wait] = wait_after_step[step_of_call[after_wait] - 1]
+    wait_after = np.where(last_in_step, wait_after_step[step_of_call], 0.0)
+
+    shared = float(w.system_prompt_tokens) if sv.prefix_caching else 0.0
+    policy = sv.tool_wait_kv_policy
+    if not sv.prefix_caching:
+        kept = np.zeros(n_calls, dtype=bool)       # every call is a fresh request
+    elif policy in ("retain", "offload"):
+        kept = ~first_in_session
+    elif policy == "ttl":
+        kept = ~first_in_session & (wait_before <= sv.ttl_s)
+    else:                                          # evict
+        kept = ~first_in_session & ~after_wait
+    prefill = np.where(kept, new, prompt - shared)
+    prefill = np.maximum(prefill, 1.0)            # at least the token that starts generation
+    prefill_iters = np.ceil(prefill / sv.max_batched_tokens)
+
+    def kv(tokens: np.ndarray) -> np.ndarray:
+        """KV bytes one session holds for a context, the shared prefix counted elsewhere."""
+        return arch.kv_bytes_for_context(tokens, kv_dtype) - (arch.kv_bytes_for_context(shared, kv_dtype)
+                                                              if shared else 0.0)
+
+    kv_hist = kv(history) * kept                  # history held while the call queues
+    kv_prompt = kv(prompt)
+    kv_decode = kv(prompt + out / 2)
+    kv_after = kv(prompt + out)
+    if policy == "retain" and sv.prefix_caching:
+        hold_s = wait_after
+    elif policy == "ttl" and sv.prefix_caching:
+        hold_s = np.minimum(wait_after, sv.ttl_s)
+    else:
+        hold_s = np.zeros(n_calls)
+    offload_s = np.zeros(n_calls)
+    if policy == "offload" and sv.prefix_caching:
+        offload_s = np.where(after_wait, kv(history) / sv.offload_bandwidth_bytes_per_s, 0.0)
+
+    dec_iters = out - 1
+    tail_calls = rng.integers(0, n_calls, size=min(TAIL_CALLS, n_calls))
+    per = lambda v: _sum_by_session(v, session_start)  # noqa: E731 - local shorthand
+    decode_weight = dec_iters.sum() or 1.0
+    return SessionSample(
+        sessions=sessions,
+        calls=calls_per_session.astype(float),
+        prefill_iters=per(prefill_iters),
+        decode_iters=per(dec_iters),
+        tool_s=_sum_by_session(wait_after_step, np.concatenate(([0], np.cumsum(steps)[:-1]))),
+        kv_transfer_s=per(offload_s),
+        input_tokens=per(prompt),
+        output_tokens=per(out),
+        prefill_tokens=per(prefill),
+        kv_q=per(kv_hist),
+        kv_prefill=per(kv_prompt * prefill_iters),
+        kv_decode=per(kv_decode * dec_iters),
+        kv_tool=per(kv_after * hold_s),
+        kv2_q=per(kv_hist**2),
+        kv2_prefill=per(kv_prompt**2 * prefill_iters),
+        kv2_decode=per(kv_decode**2 * dec_iters),
+        kv2_tool=per(kv_after**2 * hold_s),
+        shared_prefix_kv_bytes=float(arch.kv_bytes_for_context(shared, kv_dtype)) if shared else 0.0,
+        call_prefill_iters=float(prefill_iters.mean()),
+        call_decode_iters=float(dec_iters.mean()),
+        call_prefill_tokens=float(prefill.mean()),
+        call_decode_kv_bytes=float((arch.kv_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
+                                   / decode_weight),
+        call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()
+                                     / decode_weight),
+        call_prefill_kv_bytes=float(arch.kv_bytes_for_context(prompt - prefill, kv_dtype).mean()),
+        call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
+        queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
+        call_prefill_iters_sample=prefill_iters[tail_calls],
+        call_queue_exp=rng.exponential(1.0, len(tail_calls)),
+    )

@@ -1,0 +1,162 @@
+"""GPU catalogue: datasheet numbers for the accelerators the planner can place replicas on.
+
+The numbers live in ``data/gpus.csv`` (one row per GPU, each row names its source; see
+``data/SOURCES.md``). This module only parses that file and resolves names, so that a
+spec value can be traced to a citation rather than to code.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from apmw.errors import UnknownNameError
+
+_CSV_PATH = Path(__file__).parent / "data" / "gpus.csv"
+
+# Short names people type -> catalogue name. Keys are normalised with _norm().
+_ALIASES = {
+    "a100": "A100-SXM4-80GB",
+    "a100sxm": "A100-SXM4-80GB",
+    "a100sxm4": "A100-SXM4-80GB",
+    "a10080gb": "A100-SXM4-80GB",
+    "h100": "H100-SXM5-80GB",
+    "h100sxm": "H100-SXM5-80GB",
+    "h100sxm5": "H100-SXM5-80GB",
+    "h10080gb": "H100-SXM5-80GB",
+    "h100pcie": "H100-PCIe-80GB",
+    "h200": "H200-SXM-141GB",
+    "h200sxm": "H200-SXM-141GB",
+    "b200": "B200-SXM-180GB",
+    "b200sxm": "B200-SXM-180GB",
+    "b300": "B300-SXM-288GB",
+    "b300sxm": "B300-SXM-288GB",
+    "gb200": "GB200 (per GPU)",
+    "gb200nvl72": "GB200 (per GPU)",
+    "gb300": "GB300 (per GPU)",
+    "gb300nvl72": "GB300 (per GPU)",
+    "l40s": "L40S",
+    "mi300x": "MI300X",
+    "mi325x": "MI325X",
+}
+
+# Which tensor-core rate a weight dtype can use, best first. int4 weights cannot use FP4
+# tensor cores (Hopper and Blackwell have no INT4 MMA), so int4 runs as W4A8/W4A16: it
+# dequantises to fp8 or bf16 and uses that rate.
+_RATE_CHAIN = {
+    "bf16": ("bf16",),
+    "fp16": ("bf16",),
+    "fp8": ("fp8", "bf16"),
+    "int8": ("int8", "bf16"),
+    "fp4": ("fp4", "fp8", "bf16"),
+    "int4": ("fp8", "bf16"),
+}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator. Rates are dense (no 2:4 sparsity), per GPU.
+
+    ``idle_power_w`` is a GPU holding a loaded model with no work (CUDA context up);
+    ``busy_power_w`` is the draw to provision for when it is serving flat out.
+    """
+
+    name: str
+    vendor: str
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    bf16_flops: float
+    fp8_flops: float | None
+    fp4_flops: float | None
+    int8_ops: float | None
+    tdp_w: float
+    idle_power_w: float
+    busy_power_w: float
+    scaleup_bw_bytes_per_s: float  # per direction per GPU
+    source: str
+    power_source: str
+
+    def flops_for(self, dtype: str) -> float:
+        """Best dense rate usable for weights stored as ``dtype``.
+
+        A GPU without a native rate for the dtype falls back to the next wider format
+        (fp4 -> fp8 -> bf16), because the kernels dequantise to what the tensor cores
+        support. ``int4`` maps to fp8 then bf16 (see ``_RATE_CHAIN``).
+        """
+        chain = _RATE_CHAIN.get(dtype.lower())
+        if chain is None:
+            raise UnknownNameError(
+                f"unknown dtype '{dtype}' for GPU '{self.name}'; use one of: "
+                + ", ".join(_RATE_CHAIN)
+            )
+        rates = {"bf16": self.bf16_flops, "fp8": self.fp8_flops,
+                 "fp4": self.fp4_flops, "int8": self.int8_ops}
+        return next(rates[k] for k in chain if rates[k])
+
+
+def _norm(name: str) -> str:
+    """Case-, space- and punctuation-insensitive key: 'H100 SXM' == 'h100-sxm'."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _opt_float(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+def _row_to_spec(row: dict[str, str]) -> GpuSpec:
+    return GpuSpec(
+        name=row["gpu"],
+        vendor=row["vendor"],
+        hbm_bytes=float(row["hbm_capacity_bytes"]),
+        hbm_bandwidth_bytes_per_s=float(row["hbm_bandwidth_bytes_per_s"]),
+        bf16_flops=float(row["bf16_dense_flops"]),
+        fp8_flops=_opt_float(row["fp8_dense_flops"]),
+        fp4_flops=_opt_float(row["fp4_dense_flops"]),
+        int8_ops=_opt_float(row["int8_dense_ops"]),
+        tdp_w=float(row["tdp_watts"]),
+        idle_power_w=float(row["idle_power_w"]),
+        busy_power_w=float(row["busy_power_w"]),
+        scaleup_bw_bytes_per_s=float(row["scaleup_bw_bytes_per_s_per_direction"]),
+        source=f"{row['source']} ({row['source_ref']})",
+        power_source=row["power_source"],
+    )
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> dict[str, GpuSpec]:
+    with _CSV_PATH.open(newline="") as f:
+        return {row["gpu"]: _row_to_spec(row) for row in csv.DictReader(f)}
+
+
+@lru_cache(maxsize=1)
+def _lookup() -> dict[str, str]:
+    """Normalised key -> catalogue name, for full names and aliases."""
+    table = {_norm(name): name for name in _catalogue()}
+    table.update(_ALIASES)
+    return table
+
+
+def gpu_names() -> list[str]:
+    """Catalogue names, in file order."""
+    return list(_catalogue())
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """Look up a GPU by catalogue name or short alias ("H100", "b200"), ignoring case."""
+    canonical = _lookup().get(_norm(name))
+    if canonical is None:
+        raise UnknownNameError(_unknown_message(name))
+    return _catalogue()[canonical]
+
+
+def _unknown_message(name: str) -> str:
+    keys = _lookup()
+    close = difflib.get_close_matches(_norm(name), keys, n=6, cutoff=0.4)
+    closest = list(dict.fromkeys(keys[k] for k in close))[:3]
+    hint = ", ".join(closest) if closest else "none"
+    return (f"unknown GPU '{name}'; closest: {hint}; known: {', '.join(gpu_names())}. "
+            "Use one of the known names or a short alias such as H100, H200, B200.")

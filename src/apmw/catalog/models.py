@@ -1,0 +1,104 @@
+"""Bundled model configs (HuggingFace ``config.json`` copies) and config-file loading.
+
+Bundled files are named ``<org>--<name>.json``; the model name is ``<org>/<name>``.
+A user can also pass a path to any ``config.json``. Names resolve case-insensitively
+from the full name, the file stem, or the bare name (with or without the ``Meta-``
+prefix and ``-Instruct`` suffix), so "Llama-3.1-70B" finds
+"meta-llama/Meta-Llama-3.1-70B".
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from apmw.errors import ConfigError, UnknownNameError
+
+_MODELS_DIR = Path(__file__).parent / "data" / "models"
+_BUNDLE_SOURCE = ("bundled HF config.json copy from ai-dynamo/aiconfigurator@095f58a5 "
+                  "(Apache-2.0)")
+
+
+@lru_cache(maxsize=1)
+def _bundled_files() -> dict[str, Path]:
+    """Model name ('org/name') -> bundled JSON path."""
+    return {p.stem.replace("--", "/", 1): p for p in sorted(_MODELS_DIR.glob("*.json"))}
+
+
+def _short_forms(full: str) -> set[str]:
+    """Lower-case keys a user may type for one model."""
+    stem = full.replace("/", "--", 1)
+    bare = full.split("/", 1)[-1]
+    forms = {full, stem, bare}
+    for form in list(forms):
+        forms.add(form.removeprefix("Meta-"))
+    for form in list(forms):
+        forms.add(form.removesuffix("-Instruct"))
+    return {f.lower() for f in forms}
+
+
+@lru_cache(maxsize=1)
+def _lookup() -> dict[str, str]:
+    """Lower-case alias -> model name; aliases shared by two models are dropped."""
+    owners: dict[str, set[str]] = {}
+    for full in _bundled_files():
+        for key in _short_forms(full):
+            owners.setdefault(key, set()).add(full)
+    table = {key: next(iter(names)) for key, names in owners.items() if len(names) == 1}
+    table.update({full.lower(): full for full in _bundled_files()})
+    return table
+
+
+def model_names() -> list[str]:
+    """Names of the bundled models, e.g. 'meta-llama/Meta-Llama-3.1-70B'."""
+    return list(_bundled_files())
+
+
+def resolve_model_name(name: str) -> str | None:
+    """Bundled model name for ``name`` (any accepted form), or None."""
+    return _lookup().get(name.strip().lower())
+
+
+def load_config(name_or_path: str) -> tuple[dict, str]:
+    """Return (config dict, source description) for a file path or a bundled name.
+
+    A path to an existing file wins over a bundled name. Unknown names raise
+    UnknownNameError listing the closest bundled names.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return _read_json(path), f"file {path.resolve()}"
+    full = resolve_model_name(name_or_path)
+    if full is None:
+        raise UnknownNameError(_unknown_message(name_or_path))
+    return _read_json(_bundled_files()[full]), f"{_BUNDLE_SOURCE}: {full}"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}. "
+            "Fix the file so it is a valid HuggingFace config.json."
+        ) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason}); "
+                          "pass a HuggingFace config.json file.") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level is a JSON {type(data).__name__}, expected an "
+                          "object; pass a HuggingFace config.json file.")
+    return data
+
+
+def _unknown_message(name: str) -> str:
+    keys = _lookup()
+    close = difflib.get_close_matches(name.strip().lower(), keys, n=8, cutoff=0.4)
+    closest = list(dict.fromkeys(keys[k] for k in close))[:3]
+    hint = ", ".join(closest) if closest else "none"
+    where = f"no file '{name}' exists and it " if name.endswith(".json") else "it "
+    return (f"unknown model '{name}': {where}is not a bundled model; closest: {hint}; "
+            f"known: {', '.join(model_names())}. Pass a bundled name or a path to a "
+            "config.json.")

@@ -1,0 +1,111 @@
+"""The `apmw` command line: one thin function per verb, no logic here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Agents per megawatt: size LLM agent-serving fleets by task-latency SLO.")
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+@app.command()
+def plan(
+    spec: Path = typer.Argument(..., help="YAML spec (see examples/)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in the README)"),
+    agents: Optional[int] = typer.Option(None, "--agents", min=1, help="evaluate exactly N agents instead of N*"),
+) -> None:
+    """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session."""
+    from apmw.capacity import InfeasibleError, plan as solve
+    from apmw.render import plan_table
+    from apmw.spec import load_spec
+
+    try:
+        result = solve(load_spec(spec), agents=agents)
+    except InfeasibleError as exc:
+        _fail(str(exc), exc.exit_code)
+    except (ApmwError, SpecError) as exc:
+        _fail(str(exc))
+    if as_json:
+        _emit_json(result.to_dict())
+    else:
+        plan_table(out, result.to_dict(), str(spec))
+
+
+@app.command()
+def model(
+    config: Optional[str] = typer.Argument(None, help="path to a HF config.json, or a bundled model name"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    list_models: bool = typer.Option(False, "--list", help="list bundled model names"),
+    gpus: bool = typer.Option(False, "--gpus", help="list the GPU catalogue"),
+) -> None:
+    """Architecture figures from a config.json: parameters, weight bytes, KV bytes per token."""
+    from apmw.arch import load_architecture, summary
+    from apmw.catalog.gpus import get_gpu, gpu_names
+    from apmw.catalog.models import model_names
+
+    if list_models:
+        names = model_names()
+        _emit_json({"models": names}) if as_json else out.print("\n".join(names))
+        return
+    if gpus:
+        rows = [get_gpu(n) for n in gpu_names()]
+        if as_json:
+            _emit_json({"gpus": [r.__dict__ for r in rows]})
+            return
+        table = Table(title="GPU catalogue")
+        for col in ("gpu", "HBM GB", "TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "TDP W", "idle W", "busy W"):
+            table.add_column(col, justify="right" if col != "gpu" else "left")
+        for r in rows:
+            table.add_row(r.name, f"{r.hbm_bytes / 1e9:.0f}", f"{r.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
+                          f"{r.bf16_flops / 1e12:.0f}", f"{(r.fp8_flops or 0) / 1e12:.0f}", f"{r.tdp_w:.0f}",
+                          f"{r.idle_power_w:.0f}", f"{r.busy_power_w:.0f}")
+        out.print(table)
+        return
+    if config is None:
+        _fail("give a config.json path or a bundled model name (apmw model --list shows them)")
+    try:
+        info = summary(load_architecture(config))
+    except ApmwError as exc:
+        _fail(str(exc))
+    if as_json:
+        _emit_json(info)
+        return
+    table = Table(title=f"{info['name']}", show_header=False)
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v:,.0f}" if isinstance(v, (int, float)) else f"{k}: {v}" for k, v in value.items())
+        elif isinstance(value, float):
+            value = f"{value:,.0f}"
+        elif isinstance(value, int):
+            value = f"{value:,}"
+        table.add_row(key, str(value))
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

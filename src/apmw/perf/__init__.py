@@ -1,0 +1,10 @@
+"""One engine iteration of a replica: step time, KV memory, power."""
+
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from apmw.perf.memory import MemoryBudget, memory_budget
+from apmw.perf.power import gpu_power_w
+from apmw.perf.replica import Replica, replica_from_spec, resolve_gpu
+from apmw.perf.step import IterationLoad, StepModel
+
+__all__ = ["DEFAULT_EFFICIENCY", "Efficiency", "MemoryBudget", "memory_budget", "gpu_power_w", "IterationLoad",
+           "StepModel", "Replica", "replica_from_spec", "resolve_gpu"]

@@ -1,0 +1,45 @@
+"""Named efficiencies of the roofline step-time model, with where each comes from.
+
+These are the seam for calibration: a calibration file (or a later fitted table)
+replaces an :class:`Efficiency` without touching the step-time formula.
+
+Default values were measured from aiconfigurator's vLLM 0.24.0 GEMM tables
+(``../shared/data/profiles/aiconfigurator/{h100_sxm,h200_sxm}/gemm``); rerun
+``python bench/derive_efficiencies.py`` to reproduce them:
+
+* bandwidth: median achieved HBM bandwidth of weight-streaming GEMMs (m <= 8,
+  n*k >= 4096^2) over the spec-sheet figure -- 0.73 on H200, 0.80 on H100 (bf16);
+  aiconfigurator's own ``mem_bw_empirical_scaling_factor`` is 0.8.
+* flops: median achieved rate of large GEMMs (m, n, k >= 4096) over the dense
+  peak -- bf16 0.77 (H200) / 0.80 (H100); fp8 0.60 / 0.53.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How close a replica gets to its spec sheet, and what it pays per iteration."""
+
+    bandwidth: float = 0.75
+    flops: dict[str, float] = field(default_factory=lambda: {"bf16": 0.78, "fp16": 0.78, "fp8": 0.57, "int8": 0.57,
+                                                             "fp4": 0.57, "int4": 0.57})
+    # Per-iteration fixed cost: kernel launches that CUDA graphs do not hide, the
+    # scheduler's CPU work and sampling. 3 us of memory latency per access
+    # (aiconfigurator mem_empirical_constant_latency) times ~4 kernels per layer
+    # is ~1 ms for an 80-layer model; we take 1 ms for any model. ASSUMPTION until
+    # the calibration issue fits it per engine.
+    fixed_s: float = 1.0e-3
+    # Latency of one small TP all-reduce: vLLM's custom all-reduce under CUDA graphs takes
+    # 4.4-4.8 us for messages up to 2k elements on 2, 4 and 8 H200s (aiconfigurator
+    # comm/vllm/0.24.0/custom_allreduce_perf.parquet, backend vllm_graph).
+    comm_latency_s: float = 4.5e-6
+    source: str = "roofline defaults from aiconfigurator vLLM 0.24.0 GEMM tables (bench/derive_efficiencies.py)"
+
+    def flops_for(self, dtype: str) -> float:
+        return self.flops.get(dtype, self.flops["bf16"])
+
+
+DEFAULT_EFFICIENCY = Efficiency()

@@ -1,0 +1,109 @@
+"""Time of one engine iteration of a continuous-batching replica (roofline).
+
+An iteration runs every running sequence one step: ``decode_seqs`` sequences
+produce one token each and ``prefill_tokens`` new prompt tokens are processed
+(chunked prefill, vLLM V1). Its time is
+
+    t = fixed + comm + max(bytes / (BW * eta_bw), flops / (peak * eta_f))
+
+per GPU of a tensor-parallel replica of ``g`` GPUs, where bytes are the weights
+the iteration touches (MoE: the experts its tokens route to) plus the KV cache
+attention reads, and flops are the matmul FLOPs (2 x active params per token)
+plus attention FLOPs. Everything is vectorised over numpy arrays so that the
+capacity solver can evaluate every batch size at once. See MODEL.md section 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apmw.arch import Architecture
+from apmw.catalog.gpus import GpuSpec
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+
+# Activations cross the TP all-reduce in 16-bit (vLLM keeps activations in the model dtype).
+ACTIVATION_BYTES = 2
+
+
+@dataclass(frozen=True)
+class IterationLoad:
+    """What one iteration processes; fields may be numpy arrays of equal shape."""
+
+    decode_seqs: np.ndarray | float
+    prefill_tokens: np.ndarray | float
+    kv_read_bytes: np.ndarray | float
+    attention_flops: np.ndarray | float
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Per-iteration time and memory of one replica."""
+
+    arch: Architecture
+    gpu: GpuSpec
+    gpus: int
+    weight_dtype: str
+    kv_dtype: str
+    efficiency: Efficiency = DEFAULT_EFFICIENCY
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.arch.weight_bytes(self.weight_dtype)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        return self.arch.kv_bytes_per_token(self.kv_dtype)
+
+    @property
+    def kv_replication(self) -> float:
+        """How many GPUs of the replica hold a copy of each KV byte under tensor parallelism.
+
+        TP shards attention by KV head. MLA has a single latent KV "head", so every
+        rank keeps the whole latent cache (vLLM without data-parallel attention); GQA
+        with fewer KV heads than ranks replicates each head ``g / kv_heads`` times.
+        """
+        if self.arch.attention == "mla":
+            return float(self.gpus)
+        return max(1.0, self.gpus / max(self.arch.num_kv_heads, 1))
+
+    def touched_weight_bytes(self, tokens: np.ndarray | float) -> np.ndarray:
+        """Weight bytes one iteration of ``tokens`` tokens reads from HBM.
+
+        Dense models read every weight once per iteration, however many tokens
+        share it (why batching is a lever). In an MoE layer each token routes to
+        ``k`` of ``E`` experts; with uniform routing the expected number of
+        distinct experts touched by ``T`` tokens is ``E * (1 - (1 - k/E)^T)``.
+        """
+        tokens = np.asarray(tokens, dtype=float)
+        a = self.arch
+        bytes_per_param = self.weight_bytes / a.params
+        if a.num_experts <= 1 or a.experts_per_token >= a.num_experts:
+            return np.full_like(tokens, self.weight_bytes)
+        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+        always_params = a.active_params - a.experts_per_token * expert_params
+        frac = 1.0 - (1.0 - a.experts_per_token / a.num_experts) ** np.maximum(tokens, 1.0)
+        return (always_params + a.num_experts * frac * expert_params) * bytes_per_param
+
+    def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
+        """Two ring all-reduces of the hidden state per layer under tensor parallelism."""
+        tokens = np.asarray(tokens, dtype=float)
+        g = self.gpus
+        if g == 1:
+            return np.zeros_like(tokens)
+        message = tokens * self.arch.hidden_size * ACTIVATION_BYTES
+        ring = 2 * (g - 1) / g * message / self.gpu.scaleup_bw_bytes_per_s
+        per_allreduce = self.efficiency.comm_latency_s + ring
+        return 2 * self.arch.num_layers * per_allreduce
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        """Seconds for one engine iteration carrying ``load``."""
+        eff = self.efficiency
+        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+        kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * self.kv_replication
+        bytes_moved = (self.touched_weight_bytes(tokens) + kv_bytes) / self.gpus
+        flops = (self.arch.flops_per_token() * tokens + np.asarray(load.attention_flops, dtype=float)) / self.gpus
+        memory_s = bytes_moved / (self.gpu.hbm_bandwidth_bytes_per_s * eff.bandwidth)
+        compute_s = flops / (self.gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype))
+        return eff.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s)

@@ -1,0 +1,43 @@
+"""Rich tables for people. Reads only the JSON-ready dicts the verbs produce."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:,.2f} {prefix}{unit}"
+    return f"{value:,.2f} {unit}"
+
+
+def plan_table(console: Console, p: dict, title: str) -> None:
+    lat, br, tok, rep = p["task_latency_s"], p["residence_breakdown_s"], p["tokens_per_s"], p["replica"]
+    t = Table(title=f"apmw plan: {title}", show_header=False, title_justify="left")
+    t.add_column("", style="bold")
+    t.add_column("")
+    t.add_row("replica", f"{rep['model']} on {rep['gpus']} x {rep['gpu']}")
+    t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {p['binding_constraint']})")
+    t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s, "
+              f"p99 {lat['p99']:,.0f} s  (SLO p95 {p['slo']['task_latency_p95_s']:,.0f} s)")
+    t.add_row("residence per task", ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
+    t.add_row("per call", f"TTFT p95 {p['ttft_p95_s'] * 1e3:,.0f} ms, time per output token "
+              f"{p['time_per_output_token_s'] * 1e3:,.1f} ms (p95 {p['tpot_p95_s'] * 1e3:,.1f} ms)")
+    t.add_row("decode batch", f"{p['decode_batch_mean']:,.1f} mean  (engine busy {p['engine_utilisation']:.0%})")
+    t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean, {p['kv_tokens_resident_p95']:,.0f} p95"
+              f" of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token)")
+    t.add_row("tokens/s", f"output {tok['output']:,.0f}, input {tok['input']:,.0f} (prefilled {tok['prefill']:,.0f})")
+    t.add_row("replica power", f"{_si(rep['power_w'], 'W')} IT, {_si(rep['facility_power_w'], 'W')} facility, "
+              f"{_si(rep['provisioned_power_w'], 'W')} provisioned")
+    t.add_row("agents per MW", f"[bold green]{p['agents_per_mw']:,.0f}[/] modelled, "
+              f"{p['agents_per_mw_provisioned']:,.0f} provisioned")
+    t.add_row("per session", f"{p['energy_per_session_j'] / 3.6e6:,.3f} kWh IT energy, "
+              f"${p['cost_per_session_usd']:,.4f} (electricity ${p['cost_breakdown_usd']['electricity']:,.4f}, "
+              f"GPU time ${p['cost_breakdown_usd']['gpu_time']:,.4f})")
+    f = p.get("fleet")
+    if f:
+        t.add_row("fleet", f"{f['agents']:,} agents: {f['replicas']:,} replicas, {f['gpus']:,} GPUs, "
+                  f"{_si(f['facility_power_w'], 'W')} facility ({_si(f['provisioned_power_w'], 'W')} provisioned)")
+    console.print(t)

@@ -1,0 +1,11 @@
+"""Validated input: what the user asks apmw to plan. Imports no other apmw module."""
+
+from apmw.spec.distribution import Constant, Distribution, Empirical, Lognormal, parse_distribution
+from apmw.spec.load import SpecError, load_spec, spec_from_dict
+from apmw.spec.model import Cost, Fleet, GpuOverride, Hardware, Model, Power, Serving, Slo, Spec, Workload
+
+__all__ = [
+    "Constant", "Distribution", "Empirical", "Lognormal", "parse_distribution",
+    "SpecError", "load_spec", "spec_from_dict",
+    "Cost", "Fleet", "GpuOverride", "Hardware", "Model", "Power", "Serving", "Slo", "Spec", "Workload",
+]

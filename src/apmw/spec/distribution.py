@@ -1,0 +1,172 @@
+"""Quantities that vary from call to call or session to session.
+
+A workload field takes either a plain number (a constant) or a distribution:
+
+* ``{mean: 226, p95: 780}`` -- a lognormal with that mean and 95th percentile;
+* ``{p50: 118, p95: 780}`` -- a lognormal with that median and 95th percentile;
+* ``{quantiles: {0.5: 118, 0.9: 400, 0.95: 780, 0.99: 1500}}`` -- an empirical
+  distribution, piecewise linear in the quantile function between the given
+  points (``apmw fit`` writes this form from a trace).
+
+Lognormals are the usual fit for token counts and tool latencies (heavy right
+tail, positive support). Every distribution samples with a caller-supplied
+``numpy.random.Generator`` so that a seed fixes the output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Union
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+# z-score of the 95th percentile of a standard normal (scipy.stats.norm.ppf(0.95)).
+Z95 = 1.6448536269514722
+
+
+class Constant(BaseModel):
+    """A quantity with no variation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    value: float = Field(ge=0)
+
+    @property
+    def mean(self) -> float:
+        return self.value
+
+    def quantile(self, q: float) -> float:
+        return self.value
+
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+        return np.full(size, self.value, dtype=float)
+
+
+class Lognormal(BaseModel):
+    """A lognormal given by its mean (or median) and its 95th percentile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mean_: float | None = Field(default=None, alias="mean", gt=0)
+    p50: float | None = Field(default=None, gt=0)
+    p95: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _one_centre(self) -> "Lognormal":
+        if (self.mean_ is None) == (self.p50 is None):
+            raise ValueError("give exactly one of 'mean' or 'p50' together with 'p95'")
+        centre = self.mean_ if self.mean_ is not None else self.p50
+        if self.p95 < centre:
+            raise ValueError(
+                f"p95 ({self.p95:g}) is below the {'mean' if self.mean_ else 'p50'} ({centre:g}); "
+                "a right-skewed quantity has p95 above its centre -- check the numbers, or use a constant"
+            )
+        if self.mean_ is not None and math.log(self.p95 / self.mean_) > Z95**2 / 2:
+            raise ValueError(
+                f"p95/mean = {self.p95 / self.mean_:.2f} exceeds {math.exp(Z95**2 / 2):.2f}, the largest ratio a "
+                "lognormal reaches; give 'p50' and 'p95' instead, or a 'quantiles' table"
+            )
+        return self
+
+    @property
+    def sigma(self) -> float:
+        if self.p50 is not None:
+            return math.log(self.p95 / self.p50) / Z95
+        # ln(p95/mean) = Z95*s - s^2/2; take the smaller root (the less dispersed fit).
+        r = math.log(self.p95 / self.mean_)
+        return Z95 - math.sqrt(Z95**2 - 2 * r)
+
+    @property
+    def mu(self) -> float:
+        if self.p50 is not None:
+            return math.log(self.p50)
+        return math.log(self.mean_) - self.sigma**2 / 2
+
+    @property
+    def mean(self) -> float:
+        return math.exp(self.mu + self.sigma**2 / 2)
+
+    def quantile(self, q: float) -> float:
+        from scipy.stats import norm
+
+        return math.exp(self.mu + self.sigma * float(norm.ppf(q)))
+
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+        return rng.lognormal(self.mu, self.sigma, size)
+
+
+class Empirical(BaseModel):
+    """An empirical quantile function: ``{quantile: value}`` points, linear between them.
+
+    Below the lowest given quantile the value of that quantile is used, above the
+    highest the value of the highest (no extrapolation into the tail).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    quantiles: dict[float, float]
+
+    @field_validator("quantiles")
+    @classmethod
+    def _ordered(cls, v: dict[float, float]) -> dict[float, float]:
+        if len(v) < 2:
+            raise ValueError("give at least two quantile points, e.g. {0.5: 100, 0.95: 400}")
+        qs = sorted(v)
+        if qs[0] < 0 or qs[-1] > 1:
+            raise ValueError("quantile keys must lie in [0, 1]")
+        vals = [v[q] for q in qs]
+        if any(x < 0 for x in vals):
+            raise ValueError("quantile values must be >= 0")
+        if any(b < a for a, b in zip(vals, vals[1:])):
+            raise ValueError("quantile values must not decrease as the quantile rises")
+        return {q: v[q] for q in qs}
+
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array(list(self.quantiles)), np.array(list(self.quantiles.values()))
+
+    @property
+    def mean(self) -> float:
+        qs, vals = self._points()
+        grid = np.linspace(0, 1, 2001)
+        return float(np.mean(np.interp(grid, qs, vals)))
+
+    def quantile(self, q: float) -> float:
+        qs, vals = self._points()
+        return float(np.interp(q, qs, vals))
+
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+        qs, vals = self._points()
+        return np.interp(rng.random(size), qs, vals)
+
+
+def parse_distribution(v: object) -> Constant | Lognormal | Empirical:
+    """Turn what a user wrote into a distribution, with a message that says how to fix it."""
+    if isinstance(v, (Constant, Lognormal, Empirical)):
+        return v
+    if isinstance(v, bool) or v is None:
+        raise ValueError(f"expected a number or a distribution such as {{mean: 200, p95: 800}}, got {v!r}")
+    if isinstance(v, (int, float)):
+        if v < 0:
+            raise ValueError(f"must be >= 0, got {v:g}")
+        return Constant(value=v)
+    if not isinstance(v, dict):
+        raise ValueError(f"expected a number or a mapping such as {{mean: 200, p95: 800}}, got {type(v).__name__}")
+    kind = Empirical if "quantiles" in v else Lognormal
+    try:
+        return kind.model_validate(v)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"{where + ': ' if where else ''}{msg} (forms: a number, {{mean: .., p95: ..}}, "
+                         "{p50: .., p95: ..}, or {quantiles: {0.5: .., 0.95: ..}})") from None
+
+
+Distribution = Annotated[Union[Constant, Lognormal, Empirical], BeforeValidator(parse_distribution)]
+"""A number, ``{mean|p50, p95}`` or ``{quantiles: {...}}``."""

@@ -1,0 +1,156 @@
+"""The planner's input: one validated document with eight sections.
+
+Every field carries its unit in its name (``_s``, ``_bytes``, ``_w``, ``_usd``).
+Unknown keys are errors (``extra="forbid"``) so that a typo never silently
+falls back to a default. Defaults that are physical constants cite their source.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from apmw.spec.distribution import Constant, Distribution
+
+Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Workload(_Section):
+    """What one agent task (a session) asks of the model.
+
+    A task runs ``steps_per_task`` steps; each step makes ``calls_per_step`` model
+    calls back to back, then waits ``tool_wait_s`` for tools. Call ``i``'s prompt is
+    the system prompt plus every earlier call's new input and output plus its own
+    new input: context grows call by call, as in a real agent loop.
+    """
+
+    name: str = "workload"
+    steps_per_task: Distribution
+    calls_per_step: Distribution = Field(default_factory=lambda: Constant(value=1))
+    system_prompt_tokens: int = Field(ge=0, description="shared prefix, identical for every session")
+    first_call_input_tokens: Distribution | None = Field(
+        default=None,
+        description="new tokens of the first call (task description); defaults to new_input_tokens_per_call",
+    )
+    new_input_tokens_per_call: Distribution
+    output_tokens_per_call: Distribution
+    tool_wait_s: Distribution
+    source: str = Field(default="", description="where these numbers come from")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "Workload":
+        for name in ("steps_per_task", "calls_per_step", "output_tokens_per_call"):
+            if getattr(self, name).mean <= 0:
+                raise ValueError(f"{name} must be > 0: an agent task makes at least one call with some output")
+        return self
+
+
+class Model(_Section):
+    """The served model: a HF ``config.json`` path or a bundled name, and its dtypes."""
+
+    config: str = Field(description="path to a HuggingFace config.json, or a bundled name (apmw model --list)")
+    weight_dtype: Dtype = "bf16"
+    kv_dtype: Dtype = "bf16"
+
+
+class GpuOverride(_Section):
+    """A catalogue GPU with fields overridden, or (without ``name``) a custom GPU."""
+
+    name: str | None = None
+    hbm_bytes: float | None = Field(default=None, gt=0)
+    hbm_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    bf16_flops: float | None = Field(default=None, gt=0)
+    fp8_flops: float | None = Field(default=None, gt=0)
+    fp4_flops: float | None = Field(default=None, gt=0)
+    tdp_w: float | None = Field(default=None, gt=0)
+    idle_power_w: float | None = Field(default=None, ge=0)
+    busy_power_w: float | None = Field(default=None, gt=0)
+    scaleup_bw_bytes_per_s: float | None = Field(default=None, gt=0)
+
+
+class Hardware(_Section):
+    gpu: str | GpuOverride
+    gpus_per_replica: int = Field(default=1, ge=1, le=72, description="tensor-parallel degree of one replica")
+
+
+class Serving(_Section):
+    """The engine's knobs (vLLM names in brackets)."""
+
+    max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
+    max_batched_tokens: int = Field(
+        default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"
+    )
+    kv_memory_fraction: float = Field(
+        default=0.9, gt=0, le=1, description="share of HBM the engine may use [gpu_memory_utilization]"
+    )
+    workspace_bytes_per_gpu: float = Field(
+        default=3758096384,
+        ge=0,
+        description="activations, CUDA graphs, NCCL buffers; 3.5 GiB is aiconfigurator's 'other_mem' "
+        "(systems/h200_sxm.yaml) -- read yours from vLLM's 'Available KV cache memory' log line",
+    )
+    tool_wait_kv_policy: Literal["retain", "evict", "offload", "ttl"] = "retain"
+    ttl_s: float | None = Field(default=None, gt=0)
+    offload_bandwidth_bytes_per_s: float = Field(
+        default=64e9, gt=0, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
+    )
+    prefix_caching: bool = True
+
+    @model_validator(mode="after")
+    def _ttl(self) -> "Serving":
+        if self.tool_wait_kv_policy == "ttl" and self.ttl_s is None:
+            raise ValueError("tool_wait_kv_policy 'ttl' needs ttl_s (seconds to keep a waiting session's KV)")
+        if self.tool_wait_kv_policy != "ttl" and self.ttl_s is not None:
+            raise ValueError(f"ttl_s only applies to tool_wait_kv_policy 'ttl', not '{self.tool_wait_kv_policy}'")
+        return self
+
+
+class Slo(_Section):
+    task_latency_p95_s: float = Field(gt=0, description="95th percentile of task wall-clock time")
+    ttft_p95_s: float | None = Field(default=None, gt=0)
+    tpot_p95_s: float | None = Field(default=None, gt=0)
+
+
+class Power(_Section):
+    pue: float = Field(default=1.3, ge=1.0, description="facility / IT power")
+    host_power_w_per_gpu: float = Field(
+        default=575.0,
+        ge=0,
+        description="CPUs, NICs, switches and fans per GPU: (10.2 kW DGX H100 max - 8 x 700 W GPUs) / 8, "
+        "NVIDIA DGX H100 datasheet",
+    )
+    provisioned_kw_per_gpu: float | None = Field(
+        default=None, gt=0, description="all-in facility kW budgeted per GPU (nameplate incl. host and cooling)"
+    )
+    gpu_idle_power_w: float | None = Field(default=None, ge=0, description="overrides the catalogue")
+    gpu_busy_power_w: float | None = Field(default=None, gt=0, description="overrides the catalogue")
+
+
+class Cost(_Section):
+    """Prices have no defaults: they differ by site and contract, and a silent guess would be a wrong answer."""
+
+    electricity_usd_per_kwh: float = Field(ge=0)
+    gpu_hour_usd: float = Field(ge=0, description="all-in price of one GPU-hour (amortised capex or rental)")
+
+
+class Fleet(_Section):
+    target_agents: int | None = Field(default=None, ge=1)
+
+
+class Spec(_Section):
+    """A whole planning problem."""
+
+    workload: Workload
+    model: Model
+    hardware: Hardware
+    serving: Serving = Field(default_factory=Serving)
+    slo: Slo
+    power: Power = Field(default_factory=Power)
+    cost: Cost
+    fleet: Fleet = Field(default_factory=Fleet)
+    seed: int = Field(default=0, ge=0, description="seed of the session sampler (p95 from sampled sessions)")

@@ -1,0 +1,183 @@
+"""The closed-loop planner: identities, known-by-construction answers, monotonicity."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from apmw.arch import load_architecture
+from apmw.capacity import InfeasibleError, plan
+from apmw.spec import spec_from_dict
+from tests.conftest import small_spec_dict
+
+
+def _plan(data: dict, agents: int | None = None):
+    return plan(spec_from_dict(data), agents=agents)
+
+
+def _deterministic(steps=4, new=1000, out=100, tool=10.0, policy="retain") -> dict:
+    data = small_spec_dict()
+    data["workload"] = {"steps_per_task": steps, "system_prompt_tokens": 0, "new_input_tokens_per_call": new,
+                        "output_tokens_per_call": out, "tool_wait_s": tool}
+    data["serving"]["tool_wait_kv_policy"] = policy
+    data["slo"]["task_latency_p95_s"] = 10_000
+    return data
+
+
+def test_littles_law_for_tokens():
+    p = _plan(small_spec_dict())
+    d = p.to_dict()
+    n, r = d["agents_per_replica"], d["task_latency_s"]["mean"]
+    assert d["tokens_per_s"]["output"] == pytest.approx(n * p.sample.output_tokens.mean() / r, rel=1e-9)
+    assert d["tokens_per_s"]["input"] == pytest.approx(n * p.sample.input_tokens.mean() / r, rel=1e-9)
+    assert d["sessions_per_s"] == pytest.approx(n / r, rel=1e-9)
+
+
+def test_kv_residency_matches_a_hand_computed_session():
+    """Resident KV = N x KV-token-seconds per session / R, computed here from first principles."""
+    steps, new, out, tool = 4, 1000, 100, 10.0
+    p = _plan(_deterministic(steps, new, out, tool), agents=3)
+    d = p.to_dict()
+    r = d["task_latency_s"]["mean"]
+    br = d["residence_breakdown_s"]
+    t_dec = d["time_per_output_token_s"]
+    t_pf = br["prefill"] / steps                     # one prefill iteration per call (1000 < 8192 tokens)
+    wq = br["queue"] / steps
+    token_seconds = 0.0
+    for i in range(1, steps + 1):
+        prompt = new * i + out * (i - 1)
+        history = prompt - new if i > 1 else 0
+        token_seconds += history * wq + prompt * t_pf + (out - 1) * (prompt + out / 2) * t_dec
+        token_seconds += (prompt + out) * tool      # retained through the tool wait
+    assert d["kv_tokens_resident_mean"] == pytest.approx(3 * token_seconds / r, rel=1e-6)
+    # and the residence time is the sum of its parts, one tool wait per step
+    assert r == pytest.approx(sum(br.values()), rel=1e-12)
+    assert br["tool"] == pytest.approx(steps * tool)
+    assert br["decode"] == pytest.approx(steps * (out - 1) * t_dec, rel=1e-9)
+
+
+def test_single_agent_step_time_is_the_weight_streaming_roofline():
+    """Llama-3.1-8B bf16 on one H100 at batch 1: ~16 GB of weights over 3.35 TB/s x 0.75, plus 1 ms."""
+    d = _plan(_deterministic(steps=2, new=100, out=200, tool=1.0), agents=1).to_dict()
+    weights = load_architecture("meta-llama/Meta-Llama-3.1-8B").weight_bytes("bf16")
+    expected = weights / (3.35e12 * 0.75) + 1e-3
+    assert d["time_per_output_token_s"] == pytest.approx(expected, rel=0.05)
+
+
+def test_evict_prefills_more_and_holds_less_kv_than_retain():
+    retain = _plan(_deterministic(policy="retain"), agents=8).to_dict()
+    evict = _plan(_deterministic(policy="evict"), agents=8).to_dict()
+    assert evict["tokens_per_s"]["prefill"] > 2 * retain["tokens_per_s"]["prefill"]
+    assert evict["kv_tokens_resident_mean"] < retain["kv_tokens_resident_mean"] / 3
+
+
+def test_long_tool_waits_with_retain_bind_on_kv_memory():
+    data = _deterministic(steps=10, new=4000, out=50, tool=300.0)
+    d = _plan(data).to_dict()
+    assert d["binding_constraint"] == "kv_memory"
+    # the 95th percentile of resident KV fits at N* and not at N* + 1 ...
+    n = d["agents_per_replica"]
+    assert d["kv_tokens_resident_p95"] <= d["kv_tokens_capacity"]
+    over = _plan(data, agents=n + 1).to_dict()
+    assert over["kv_tokens_resident_p95"] > over["kv_tokens_capacity"] and not over["fits_kv_memory"]
+    # ... and N* sits just under capacity / mean per-agent KV (headroom for the fluctuation only)
+    per_agent = d["kv_tokens_resident_mean"] / n
+    assert 0.7 < n / (d["kv_tokens_capacity"] / per_agent) <= 1.0
+
+
+def test_small_batch_limit_binds():
+    data = _deterministic(steps=10, new=200, out=400, tool=0.5)
+    data["serving"]["max_batch"] = 4
+    data["slo"]["task_latency_p95_s"] = 200
+    d = _plan(data).to_dict()
+    assert d["binding_constraint"] == "batch_limit"
+    assert d["residence_breakdown_s"]["queue"] > 0
+
+
+def test_slo_binds_when_memory_and_batch_are_ample():
+    data = _deterministic(steps=10, new=200, out=400, tool=0.5)
+    data["slo"]["task_latency_p95_s"] = 60
+    d = _plan(data).to_dict()
+    assert d["binding_constraint"] == "slo"
+    assert d["task_latency_s"]["p95"] <= 60
+    over = _plan(data, agents=d["agents_per_replica"] + 1).to_dict()
+    assert not over["meets_slo"]
+
+
+def test_infeasible_slo_says_what_dominates():
+    data = small_spec_dict()
+    data["slo"]["task_latency_p95_s"] = 5
+    with pytest.raises(InfeasibleError, match=r"even one agent alone has p95 task latency .*dominates"):
+        _plan(data)
+
+
+def test_fleet_rounds_replicas_up():
+    data = small_spec_dict()
+    data["fleet"] = {"target_agents": 1001}
+    d = _plan(data).to_dict()
+    n = d["agents_per_replica"]
+    assert d["fleet"]["replicas"] == math.ceil(1001 / n)
+    assert d["fleet"]["gpus"] == d["fleet"]["replicas"] * d["replica"]["gpus"]
+
+
+def test_agents_per_mw_and_cost_are_consistent():
+    d = _plan(small_spec_dict()).to_dict()
+    assert d["agents_per_mw"] == pytest.approx(d["agents_per_replica"] / (d["replica"]["facility_power_w"] / 1e6))
+    gpu_time = d["replica"]["gpus"] * 2.0 * d["task_latency_s"]["mean"] / d["agents_per_replica"] / 3600
+    assert d["cost_breakdown_usd"]["gpu_time"] == pytest.approx(gpu_time)
+
+
+def test_same_seed_same_answer_and_seed_matters_little():
+    a = _plan(small_spec_dict()).to_dict()
+    b = _plan(small_spec_dict()).to_dict()
+    assert a == b
+    other = small_spec_dict() | {"seed": 7}
+    c = _plan(other).to_dict()
+    assert c["task_latency_s"]["p95"] == pytest.approx(a["task_latency_s"]["p95"], rel=0.05)
+
+
+def _n_star(data: dict) -> int:
+    """N*, or 0 where no N meets the SLO."""
+    try:
+        return _plan(data).agents_per_replica
+    except InfeasibleError:
+        return 0
+
+
+_FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_FAST
+@given(hbm_gib=st.floats(min_value=24, max_value=200), extra=st.floats(min_value=1.01, max_value=3))
+def test_more_hbm_never_lowers_n_star(hbm_gib, extra):
+    base = small_spec_dict()
+    base["workload"]["tool_wait_s"] = {"p50": 30, "p95": 90}
+    base["slo"]["task_latency_p95_s"] = 2000
+    lo, hi = copy.deepcopy(base), copy.deepcopy(base)
+    lo["hardware"]["gpu"] = {"name": "H100", "hbm_bytes": hbm_gib * 2**30}
+    hi["hardware"]["gpu"] = {"name": "H100", "hbm_bytes": hbm_gib * extra * 2**30}
+    assert _n_star(hi) >= _n_star(lo)
+
+
+@_FAST
+@given(tool_p50=st.floats(min_value=0.1, max_value=60), slo=st.floats(min_value=300, max_value=3000))
+def test_fp8_kv_never_lowers_n_star(tool_p50, slo):
+    base = small_spec_dict()
+    base["workload"]["tool_wait_s"] = {"p50": tool_p50, "p95": tool_p50 * 3}
+    base["slo"]["task_latency_p95_s"] = slo
+    fp8 = copy.deepcopy(base)
+    fp8["model"]["kv_dtype"] = "fp8"
+    assert _n_star(fp8) >= _n_star(base)
+
+
+@_FAST
+@given(slo=st.floats(min_value=200, max_value=2000), factor=st.floats(min_value=1.0, max_value=4))
+def test_looser_slo_never_lowers_n_star(slo, factor):
+    tight, loose = small_spec_dict(), small_spec_dict()
+    tight["slo"]["task_latency_p95_s"] = slo
+    loose["slo"]["task_latency_p95_s"] = slo * factor
+    assert _n_star(loose) >= _n_star(tight)

@@ -1,0 +1,108 @@
+"""The installed `apmw` command, run as a user runs it: exit codes, JSON, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+
+APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
+
+PLAN_FIELDS = {
+    "agents_per_replica", "binding_constraint", "task_latency_s", "residence_breakdown_s", "decode_batch_mean",
+    "kv_tokens_resident_mean", "kv_tokens_capacity", "kv_bytes_per_token", "tokens_per_s", "replica",
+    "agents_per_mw", "agents_per_mw_provisioned", "energy_per_session_j", "cost_per_session_usd", "fleet",
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([APMW, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_plan_json_on_every_example(example):
+    r = run("plan", str(EXAMPLES / example), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert PLAN_FIELDS <= d.keys()
+    assert d["binding_constraint"] in {"slo", "kv_memory", "batch_limit"}
+    assert set(d["task_latency_s"]) == {"mean", "p50", "p95", "p99"}
+    assert {"queue", "prefill", "decode", "tool"} <= d["residence_breakdown_s"].keys()
+    assert {"input", "output"} <= d["tokens_per_s"].keys()
+    assert {"gpus", "power_w", "provisioned_power_w"} <= d["replica"].keys()
+    assert {"agents", "replicas", "gpus", "facility_power_w"} <= d["fleet"].keys()
+    assert d["task_latency_s"]["p95"] <= d["slo"]["task_latency_p95_s"]
+    assert d["agents_per_replica"] >= 1
+
+
+def test_plan_table_for_people():
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"))
+    assert r.returncode == 0, r.stderr
+    assert "agents per MW" in r.stdout and "binding" in r.stdout
+
+
+def test_plan_at_fixed_agents():
+    d = json.loads(run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--agents", "5").stdout)
+    assert d["agents_per_replica"] == 5 and d["meets_slo"]
+
+
+def test_model_json():
+    r = run("model", "meta-llama/Meta-Llama-3.1-70B", "--json")
+    d = json.loads(r.stdout)
+    assert d["kv_bytes_per_token"]["bf16"] == 327_680
+    assert {"params", "active_params", "weight_bytes"} <= d.keys()
+
+
+def _no_traceback(r: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
+    p = tmp_path / "spec.yaml"
+    text = (EXAMPLES / "coding-agent.yaml").read_text()
+    assert old in text
+    p.write_text(text.replace(old, new))
+    return p
+
+
+def test_unknown_gpu_suggests_names(tmp_path):
+    r = run("plan", str(_spec_with(tmp_path, "gpu: H200", "gpu: H20O")))
+    _no_traceback(r)
+    assert r.returncode == 1 and "unknown GPU" in r.stderr and "H200" in r.stderr
+
+
+def test_unknown_model_suggests_names(tmp_path):
+    r = run("plan", str(_spec_with(tmp_path, "config: deepseek-ai/DeepSeek-V3", "config: deepseek-ai/DeepSeek-V4")))
+    _no_traceback(r)
+    assert r.returncode == 1 and "DeepSeek-V3" in r.stderr
+
+
+def test_yaml_syntax_error_line_and_column(tmp_path):
+    r = run("plan", str(_spec_with(tmp_path, "max_batch: 256", "max_batch: [256")))
+    _no_traceback(r)
+    assert r.returncode == 1 and "YAML syntax error" in r.stderr and "line" in r.stderr
+
+
+def test_missing_file():
+    r = run("plan", "no-such-spec.yaml")
+    _no_traceback(r)
+    assert r.returncode == 1 and "file not found" in r.stderr
+
+
+def test_infeasible_slo_exits_2_with_best_p95(tmp_path):
+    r = run("plan", str(_spec_with(tmp_path, "task_latency_p95_s: 1800", "task_latency_p95_s: 60")))
+    _no_traceback(r)
+    assert r.returncode == 2
+    assert "even one agent alone has p95 task latency" in r.stderr and "dominates" in r.stderr
+
+
+def test_model_that_does_not_fit(tmp_path):
+    r = run("plan", str(_spec_with(tmp_path, "gpus_per_replica: 8", "gpus_per_replica: 2")))
+    _no_traceback(r)
+    assert r.returncode == 1 and "does not fit" in r.stderr and "at least" in r.stderr

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from apmw.spec import Constant, Empirical, Lognormal, SpecError, load_spec, parse_distribution, spec_from_dict
+from tests.conftest import EXAMPLES, small_spec_dict
+
+
+def test_lognormal_from_mean_and_p95_reproduces_both():
+    d = Lognormal.model_validate({"mean": 226, "p95": 780})
+    assert d.mean == pytest.approx(226, rel=1e-9)
+    assert d.quantile(0.95) == pytest.approx(780, rel=1e-9)
+    x = d.sample(np.random.default_rng(1), 400_000)
+    assert x.mean() == pytest.approx(226, rel=0.02)
+    assert np.quantile(x, 0.95) == pytest.approx(780, rel=0.02)
+
+
+def test_lognormal_from_p50_and_p95():
+    d = Lognormal.model_validate({"p50": 0.3, "p95": 1.0})
+    assert d.quantile(0.5) == pytest.approx(0.3)
+    assert d.quantile(0.95) == pytest.approx(1.0)
+    assert d.mean == pytest.approx(0.3 * math.exp(d.sigma**2 / 2))
+
+
+def test_empirical_interpolates_quantiles():
+    d = Empirical.model_validate({"quantiles": {0.0: 0, 0.5: 10, 1.0: 30}})
+    assert d.quantile(0.25) == pytest.approx(5)
+    assert d.quantile(0.75) == pytest.approx(20)
+    assert d.mean == pytest.approx(12.5, rel=1e-3)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (-3, "must be >= 0"),
+    ({"mean": 100, "p95": 50}, "below the mean"),
+    ({"mean": 10, "p95": 100}, "largest ratio"),
+    ({"p95": 100}, "exactly one of"),
+    ({"quantiles": {0.5: 10}}, "at least two"),
+    ({"quantiles": {0.5: 10, 0.9: 5}}, "must not decrease"),
+    (True, "got True"),
+])
+def test_bad_distributions_say_what_is_wrong(bad, words):
+    with pytest.raises(ValueError, match=words):
+        parse_distribution(bad)
+
+
+def test_number_is_a_constant():
+    assert parse_distribution(5) == Constant(value=5)
+
+
+def test_examples_load():
+    for path in EXAMPLES.glob("*.yaml"):
+        spec = load_spec(path)
+        assert spec.slo.task_latency_p95_s > 0
+
+
+def _problems(data: dict) -> str:
+    with pytest.raises(SpecError) as info:
+        spec_from_dict(data, "x.yaml")
+    return str(info.value)
+
+
+def test_missing_section_is_named():
+    data = small_spec_dict()
+    del data["slo"]
+    assert "slo: missing (required)" in _problems(data)
+
+
+def test_unknown_key_is_rejected_with_path():
+    data = small_spec_dict()
+    data["serving"]["max_btach"] = 3
+    assert "serving.max_btach: unknown field" in _problems(data)
+
+
+def test_zero_output_tokens_rejected():
+    data = small_spec_dict()
+    data["workload"]["output_tokens_per_call"] = 0
+    assert "output_tokens_per_call must be > 0" in _problems(data)
+
+
+def test_negative_tokens_rejected_with_field_path():
+    data = small_spec_dict()
+    data["workload"]["new_input_tokens_per_call"] = -5
+    assert "workload.new_input_tokens_per_call: must be >= 0" in _problems(data)
+
+
+def test_ttl_policy_needs_ttl():
+    data = small_spec_dict()
+    data["serving"]["tool_wait_kv_policy"] = "ttl"
+    assert "needs ttl_s" in _problems(data)
+
+
+def test_yaml_errors_give_line_and_column(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("workload:\n  steps_per_task: [1, 2\nmodel: {}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(p)
+    assert "line 3, column 6" in str(info.value) and "YAML syntax error" in str(info.value)
+
+
+def test_validation_errors_carry_the_file_line(tmp_path):
+    p = tmp_path / "s.yaml"
+    text = (EXAMPLES / "coding-agent.yaml").read_text().replace("max_batch: 256", "max_batch: -1")
+    p.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "max_batch: -1" in t)
+    with pytest.raises(SpecError) as info:
+        load_spec(p)
+    assert f"line {line}: serving.max_batch" in str(info.value)
+    assert str(p) in str(info.value)

@@ -1,0 +1,123 @@
+"""GPU and model catalogue: every entry loads, names resolve, mistakes get helpful errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from apmw.catalog import get_gpu, gpu_names, load_config, model_names
+from apmw.catalog.gpus import GpuSpec
+from apmw.errors import ApmwError, ConfigError, UnknownNameError
+
+DATA = Path(__file__).resolve().parents[1] / "src" / "apmw" / "catalog" / "data"
+
+
+# ------------------------------------------------------------------------------ GPUs
+
+def test_every_csv_row_loads():
+    with (DATA / "gpus.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["gpu"] for r in rows] == gpu_names()
+    for name in gpu_names():
+        g = get_gpu(name)
+        assert isinstance(g, GpuSpec) and g.name == name
+        assert g.hbm_bytes > 1e10 and g.hbm_bandwidth_bytes_per_s > 1e11
+        assert g.bf16_flops > 1e14 and g.scaleup_bw_bytes_per_s > 0
+        assert 0 < g.idle_power_w < g.busy_power_w <= g.tdp_w
+        assert g.source and g.power_source
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("H100", "H100-SXM5-80GB"), ("h100", "H100-SXM5-80GB"), ("H100-SXM", "H100-SXM5-80GB"),
+    ("h100_pcie", "H100-PCIe-80GB"), ("H200", "H200-SXM-141GB"), ("B200", "B200-SXM-180GB"),
+    ("B300", "B300-SXM-288GB"), ("A100", "A100-SXM4-80GB"), ("L40S", "L40S"),
+    ("mi300x", "MI300X"), ("MI325X", "MI325X"), ("GB200", "GB200 (per GPU)"),
+    ("gb300", "GB300 (per GPU)"), ("h200-sxm-141gb", "H200-SXM-141GB"),
+])
+def test_aliases(alias, name):
+    assert get_gpu(alias).name == name
+
+
+def test_unknown_gpu_suggests_closest():
+    with pytest.raises(UnknownNameError) as err:
+        get_gpu("H10")
+    msg = str(err.value)
+    assert "unknown GPU 'H10'" in msg and "closest:" in msg and "H100-SXM5-80GB" in msg
+    assert "known:" in msg and isinstance(err.value, ApmwError)
+
+
+def test_flops_for_falls_back_to_wider_formats():
+    h100, a100, b200 = get_gpu("H100"), get_gpu("A100"), get_gpu("B200")
+    assert h100.flops_for("bf16") == h100.bf16_flops
+    assert h100.flops_for("fp8") == h100.fp8_flops
+    assert h100.flops_for("fp4") == h100.fp8_flops       # Hopper has no FP4 tensor cores
+    assert a100.flops_for("fp8") == a100.bf16_flops      # Ampere has no FP8
+    assert b200.flops_for("fp4") == b200.fp4_flops
+    assert b200.flops_for("int4") == b200.fp8_flops      # int4 weights run as W4A8
+    with pytest.raises(UnknownNameError, match="fp6"):
+        h100.flops_for("fp6")
+
+
+def test_power_defaults_follow_documented_rule():
+    for name in gpu_names():
+        g = get_gpu(name)
+        assert g.busy_power_w == g.tdp_w
+        assert g.idle_power_w == pytest.approx(0.15 * g.tdp_w)
+        assert "SOURCES.md#power" in g.power_source
+
+
+# ---------------------------------------------------------------------------- models
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_bundled_model_loads(name):
+    cfg, source = load_config(name)
+    assert isinstance(cfg, dict) and "model_type" in cfg
+    assert "aiconfigurator" in source and name in source
+
+
+def test_model_name_forms():
+    full = "meta-llama/Meta-Llama-3.1-70B"
+    for form in [full, "meta-llama--Meta-Llama-3.1-70B", "Meta-Llama-3.1-70B",
+                 "Llama-3.1-70B", "llama-3.1-70b", "META-LLAMA/META-LLAMA-3.1-70B"]:
+        assert load_config(form)[1].endswith(full), form
+    assert load_config("Kimi-K2")[1].endswith("moonshotai/Kimi-K2-Instruct")
+    assert load_config("gpt-oss-120b")[0]["model_type"] == "gpt_oss"
+
+
+def test_unknown_model_suggests_closest():
+    with pytest.raises(UnknownNameError) as err:
+        load_config("Llama-3.1-7B")
+    msg = str(err.value)
+    assert "closest:" in msg and "meta-llama/Meta-Llama-3.1-70B" in msg
+
+
+def test_config_from_path(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 8}')
+    cfg, source = load_config(str(path))
+    assert cfg["hidden_size"] == 8 and str(path) in source
+
+
+def test_bad_json_names_file_line_and_column(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "hidden_size": 4096,\n  "num_layers": ,\n}\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    msg = str(err.value)
+    assert str(path) in msg and "line 3" in msg and "column 17" in msg
+
+
+def test_json_that_is_not_an_object(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="expected an object"):
+        load_config(str(path))
+
+
+def test_sources_file_names_every_bundled_config():
+    sources = (DATA / "SOURCES.md").read_text()
+    for path in sorted((DATA / "models").glob("*.json")):
+        assert path.name in sources, path.name
+    assert "gpus.csv" in sources and "Apache-2.0" in sources

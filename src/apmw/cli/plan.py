@@ -1,32 +1,16 @@
-"""The `apmw` command line: one thin function per verb, no logic here."""
+"""`apmw plan` and `apmw model`."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Agents per megawatt: size LLM agent-serving fleets by task-latency SLO.")
-out = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _emit_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
 @app.command()
@@ -101,11 +85,3 @@ def model(
             value = f"{value:,}"
         table.add_row(key, str(value))
     out.print(table)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -74,15 +74,17 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int) -> EngineCur
     weight[:, -1] += binom.sf(MAX_PREFILLS_PER_ITERATION, b[:, 0] - 1, q)
     others = np.minimum(others, b - 1)
 
+    verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
+
     def mean_time(prefills: np.ndarray) -> np.ndarray:
         decode = b - prefills
         load = IterationLoad(
-            decode_seqs=decode,
+            decode_seqs=decode * verify,
             prefill_tokens=prefills * chunk,
             kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
-            attention_flops=decode * s.call_decode_attn_flops + prefills * chunk_attn,
+            attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
-        return (step.iteration_time_s(load) * weight).sum(axis=1)
+        return (step.iteration_time_s(load) * weight).sum(axis=1) * (1.0 + s.draft_cost_fraction)
 
     t_prefill = mean_time(others + 1)
     t_decode = mean_time(others)

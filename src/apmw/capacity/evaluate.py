@@ -79,7 +79,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
 
     ttft_p95 = float(np.quantile(wq * s.call_queue_exp + s.call_prefill_iters_sample * t_pf, 0.95))
-    tpot_p95 = loop.iteration_p95_s
+    tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
     slo = spec.slo
     meets = bool(p95 <= slo.task_latency_p95_s
                  and (slo.ttft_p95_s is None or ttft_p95 <= slo.ttft_p95_s)

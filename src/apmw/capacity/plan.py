@@ -63,7 +63,7 @@ class Plan:
                                       "tool": ev.tool_s, "kv_transfer": ev.kv_transfer_s},
             "ttft_p95_s": ev.ttft_p95_s,
             "tpot_p95_s": ev.tpot_p95_s,
-            "time_per_output_token_s": ev.loop.decode_iteration_s,
+            "time_per_output_token_s": ev.loop.decode_iteration_s / self.sample.accepted_tokens_per_iteration,
             "calls_per_session": self.sample.mean_calls,
             "decode_batch_mean": ev.loop.running_batch_mean * self._decode_share,
             "running_batch_mean": ev.loop.running_batch_mean,

@@ -80,6 +80,11 @@ class SessionSample:
     call_decode_attn_flops: float     # attention FLOPs per decode token, decode-token weighted
     call_prefill_kv_bytes: float      # cached context a prefill reads, per prefill iteration
     call_prefill_attn_flops: float    # attention FLOPs of one call's prefill
+    # speculative decoding: tokens each decoding sequence runs through the target per
+    # iteration (k + 1) and the draft's extra time as a share of the iteration
+    decode_tokens_per_iteration: float
+    draft_cost_fraction: float
+    accepted_tokens_per_iteration: float      # output tokens a decoding sequence gains per iteration
     # unit random draws for the tails: sum of each session's per-call queue waits is
     # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1)
     queue_gamma: np.ndarray
@@ -97,6 +102,20 @@ def _rounded(x: np.ndarray, minimum: int) -> np.ndarray:
 
 def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values, starts) if len(values) else np.zeros(len(starts))
+
+
+def _summarised(history: np.ndarray, room: int, summary: int) -> tuple[np.ndarray, np.ndarray]:
+    """History after summarisation, and the number of summaries written before each call.
+
+    Each time the history (beyond the system prompt) reaches ``room`` tokens it is
+    replaced by a ``summary``-token summary, so it cycles through [summary, room)
+    with period ``room - summary``. Resets are taken to happen exactly at the cap
+    (the overshoot of the call that crossed it is ignored).
+    """
+    over = history >= room
+    resets = np.where(over, np.floor((history - summary) / (room - summary)), 0.0)
+    capped = np.where(over, summary + np.mod(history - summary, room - summary), history)
+    return capped, resets
 
 
 def default_session_count(spec: Spec) -> int:
@@ -150,6 +169,15 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
     wait_before[after_wait] = wait_after_step[step_of_call[after_wait] - 1]
     wait_after = np.where(last_in_step, wait_after_step[step_of_call], 0.0)
 
+    # history summarisation: past the cap, an extra call writes a summary and the
+    # context restarts from system prompt + summary (resets counted per call)
+    resets = np.zeros(n_calls)
+    if w.summarize_at_tokens is not None:
+        history, resets = _summarised(history, w.summarize_at_tokens - w.system_prompt_tokens, w.summary_tokens)
+        prompt = w.system_prompt_tokens + history + new
+    new_resets = np.diff(resets, prepend=0.0)
+    new_resets[session_start] = 0.0
+
     shared = float(w.system_prompt_tokens) if sv.prefix_caching else 0.0
     policy = sv.tool_wait_kv_policy
     if not sv.prefix_caching:
@@ -160,7 +188,8 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         kept = ~first_in_session & (wait_before <= sv.ttl_s)
     else:                                          # evict
         kept = ~first_in_session & ~after_wait
-    prefill = np.where(kept, new, prompt - shared)
+    # a call after a summary re-prefills the summary text in its new position
+    prefill = np.where(kept, new + new_resets * w.summary_tokens, prompt - shared)
     prefill = np.maximum(prefill, 1.0)            # at least the token that starts generation
     prefill_iters = np.ceil(prefill / sv.max_batched_tokens)
 
@@ -169,10 +198,6 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         return arch.kv_bytes_for_context(tokens, kv_dtype) - (arch.kv_bytes_for_context(shared, kv_dtype)
                                                               if shared else 0.0)
 
-    kv_hist = kv(history) * kept                  # history held while the call queues
-    kv_prompt = kv(prompt)
-    kv_decode = kv(prompt + out / 2)
-    kv_after = kv(prompt + out)
     if policy == "retain" and sv.prefix_caching:
         hold_s = wait_after
     elif policy == "ttl" and sv.prefix_caching:
@@ -183,9 +208,38 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
     if policy == "offload" and sv.prefix_caching:
         offload_s = np.where(after_wait, kv(history) / sv.offload_bandwidth_bytes_per_s, 0.0)
 
-    dec_iters = out - 1
-    tail_calls = rng.integers(0, n_calls, size=min(TAIL_CALLS, n_calls))
-    per = lambda v: _sum_by_session(v, session_start)  # noqa: E731 - local shorthand
+    session_of_row = session_of_call
+    if w.summarize_at_tokens is not None:
+        # one summary call per reset: it reads the full context (retained, so only an
+        # instruction token is prefilled) and writes summary_tokens
+        summaries = resets[np.cumsum(calls_per_session) - 1].astype(np.int64)
+        extra = int(summaries.sum())
+        at = float(w.summarize_at_tokens - w.system_prompt_tokens)
+        session_of_row = np.concatenate((session_of_call, np.repeat(np.arange(sessions), summaries)))
+        history = np.concatenate((history, np.full(extra, at)))
+        prompt = np.concatenate((prompt, np.full(extra, w.system_prompt_tokens + at)))
+        out = np.concatenate((out, np.full(extra, float(w.summary_tokens))))
+        prefill = np.concatenate((prefill, np.ones(extra)))
+        prefill_iters = np.concatenate((prefill_iters, np.ones(extra)))
+        kept = np.concatenate((kept, np.ones(extra, dtype=bool)))
+        hold_s = np.concatenate((hold_s, np.zeros(extra)))
+        offload_s = np.concatenate((offload_s, np.zeros(extra)))
+        calls_per_session = calls_per_session + summaries
+
+    kv_hist = kv(history) * kept                  # history held while the call queues
+    kv_prompt = kv(prompt)
+    kv_decode = kv(prompt + out / 2)
+    kv_after = kv(prompt + out)
+
+    spec_decode = sv.speculative
+    tokens_per_iter = spec_decode.tokens_per_iteration if spec_decode else 1.0
+    dec_iters = (out - 1) / tokens_per_iter
+    n_rows = len(out)
+    tail_calls = rng.integers(0, n_rows, size=min(TAIL_CALLS, n_rows))
+
+    def per(values: np.ndarray) -> np.ndarray:
+        return np.bincount(session_of_row, weights=values, minlength=sessions)
+
     decode_weight = dec_iters.sum() or 1.0
     return SessionSample(
         sessions=sessions,
@@ -215,6 +269,9 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
                                      / decode_weight),
         call_prefill_kv_bytes=float(arch.kv_bytes_for_context(prompt - prefill, kv_dtype).mean()),
         call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
+        decode_tokens_per_iteration=float(spec_decode.draft_tokens + 1) if spec_decode else 1.0,
+        draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
+        accepted_tokens_per_iteration=tokens_per_iter,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
         call_prefill_iters_sample=prefill_iters[tail_calls],
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),

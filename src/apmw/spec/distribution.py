@@ -49,6 +49,10 @@ class Constant(BaseModel):
     def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return np.full(size, self.value, dtype=float)
 
+    def scaled(self, factor: float) -> "Constant":
+        """The same quantity multiplied by ``factor`` (used by elasticities and levers)."""
+        return Constant(value=self.value * factor)
+
 
 class Lognormal(BaseModel):
     """A lognormal given by its mean (or median) and its 95th percentile."""
@@ -101,6 +105,10 @@ class Lognormal(BaseModel):
     def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return rng.lognormal(self.mu, self.sigma, size)
 
+    def scaled(self, factor: float) -> "Lognormal":
+        centre = {"mean": self.mean_ * factor} if self.mean_ is not None else {"p50": self.p50 * factor}
+        return Lognormal.model_validate({**centre, "p95": self.p95 * factor})
+
 
 class Empirical(BaseModel):
     """An empirical quantile function: ``{quantile: value}`` points, linear between them.
@@ -143,6 +151,9 @@ class Empirical(BaseModel):
     def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         qs, vals = self._points()
         return np.interp(rng.random(size), qs, vals)
+
+    def scaled(self, factor: float) -> "Empirical":
+        return Empirical(quantiles={q: v * factor for q, v in self.quantiles.items()})
 
 
 def parse_distribution(v: object) -> Constant | Lognormal | Empirical:

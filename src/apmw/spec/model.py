@@ -40,6 +40,12 @@ class Workload(_Section):
     new_input_tokens_per_call: Distribution
     output_tokens_per_call: Distribution
     tool_wait_s: Distribution
+    summarize_at_tokens: int | None = Field(
+        default=None, gt=0,
+        description="history summarisation: when a session's context would pass this many tokens, one extra call "
+        "writes a summary and the context restarts from system prompt + summary",
+    )
+    summary_tokens: int = Field(default=1000, gt=0, description="length of each summary (output of the extra call)")
     source: str = Field(default="", description="where these numbers come from")
 
     @model_validator(mode="after")
@@ -47,6 +53,12 @@ class Workload(_Section):
         for name in ("steps_per_task", "calls_per_step", "output_tokens_per_call"):
             if getattr(self, name).mean <= 0:
                 raise ValueError(f"{name} must be > 0: an agent task makes at least one call with some output")
+        if self.summarize_at_tokens is not None:
+            room = self.summarize_at_tokens - self.system_prompt_tokens
+            if room < 2 * self.summary_tokens:
+                raise ValueError(
+                    f"summarize_at_tokens ({self.summarize_at_tokens}) leaves {room} tokens after the system prompt; "
+                    f"it must leave at least twice summary_tokens ({2 * self.summary_tokens})")
         return self
 
 
@@ -78,6 +90,25 @@ class Hardware(_Section):
     gpus_per_replica: int = Field(default=1, ge=1, le=72, description="tensor-parallel degree of one replica")
 
 
+class Speculative(_Section):
+    """Speculative decoding: a draft proposes ``draft_tokens``, the target verifies them in one iteration.
+
+    Each proposed token is accepted with probability ``acceptance_rate`` (independently,
+    Leviathan et al. 2023), so one iteration yields ``(1 - a^(k+1)) / (1 - a)`` tokens
+    per sequence while processing ``k + 1`` tokens per sequence; the draft adds
+    ``draft_cost_fraction`` of an iteration's time.
+    """
+
+    draft_tokens: int = Field(ge=1, le=16)
+    acceptance_rate: float = Field(ge=0, lt=1)
+    draft_cost_fraction: float = Field(default=0.1, ge=0, description="draft time per iteration / target time")
+
+    @property
+    def tokens_per_iteration(self) -> float:
+        a, k = self.acceptance_rate, self.draft_tokens
+        return (1 - a ** (k + 1)) / (1 - a)
+
+
 class Serving(_Section):
     """The engine's knobs (vLLM names in brackets)."""
 
@@ -100,6 +131,7 @@ class Serving(_Section):
         default=64e9, gt=0, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
     )
     prefix_caching: bool = True
+    speculative: Speculative | None = None
 
     @model_validator(mode="after")
     def _ttl(self) -> "Serving":

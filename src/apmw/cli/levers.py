@@ -1,0 +1,68 @@
+"""`apmw levers`: which changes move agents per MW for this workload, and by how much."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, fail, out
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+
+@app.command()
+def levers(
+    spec: Path = typer.Argument(..., help="YAML spec"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (levers, top_two, elasticities)"),
+    no_elasticities: bool = typer.Option(False, "--no-elasticities", help="skip the elasticity sweep"),
+) -> None:
+    """Rank modelled actions (KV residency, decode batching, other) by their gain in agents per MW."""
+    from apmw.capacity import InfeasibleError, plan
+    from apmw.levers import LEVERS, ELASTICITY_INPUTS, elasticities, evaluate_levers, top_two
+    from apmw.spec import load_spec
+
+    try:
+        s = load_spec(spec)
+        base = plan(s)
+        total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS))
+        with Progress(console=out if not as_json else None, transient=True, disable=as_json) as bar:
+            task = bar.add_task("re-planning", total=total)
+            step = lambda name: bar.update(task, advance=1, description=name)  # noqa: E731
+            results = evaluate_levers(s, base, progress=step)
+            elastic = {} if no_elasticities else elasticities(s, progress=step)
+    except InfeasibleError as exc:
+        fail(f"the spec itself is infeasible, so no lever can be ranked against it: {exc}", exc.exit_code)
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    best = top_two(results)
+    if as_json:
+        emit_json({"agents_per_mw": base.to_dict()["agents_per_mw"],
+                   "binding_constraint": base.search.binding_constraint,
+                   "levers": [r.to_dict() for r in results],
+                   "top_two": [r.lever for r in best],
+                   "elasticities": elastic})
+        return
+    t = Table(title=f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
+                    f"binding: {base.search.binding_constraint})", title_justify="left")
+    for col in ("lever", "group", "relaxes", "agents/MW after", "gain", "N* after", "binding after"):
+        t.add_column(col, justify="right" if col in ("agents/MW after", "gain", "N* after") else "left")
+    for r in results:
+        style = "green" if r in best else ("red" if r.gain < 1 else "")
+        t.add_row(r.lever, r.group, r.relaxes, f"{r.agents_per_mw_after:,.0f}", f"{r.gain:.2f}x",
+                  f"{r.agents_per_replica_after:,}", r.binding_after or "infeasible", style=style)
+    out.print(t)
+    if best:
+        out.print("top two: " + "; ".join(f"[bold]{r.lever}[/] ({r.gain:.2f}x, relaxes {r.relaxes})" for r in best))
+    lowered = [r.lever for r in results if r.gain < 1]
+    if lowered:
+        out.print(f"[red]lower agents/MW here:[/] {', '.join(lowered)}")
+    if elastic:
+        e = Table(title="elasticity of agents/MW (d ln agents/MW / d ln x, +-10%)", title_justify="left")
+        e.add_column("input")
+        e.add_column("elasticity", justify="right")
+        for name, v in sorted(elastic.items(), key=lambda kv: -abs(kv[1] or 0)):
+            e.add_row(name, "n/a" if v is None else f"{v:+.2f}")
+        out.print(e)

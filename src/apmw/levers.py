@@ -1,0 +1,270 @@
+"""What to change first: concrete actions and elasticities of agents per MW.
+
+Every lever is a small function from the user's spec to a changed spec (or
+``None`` where it does not apply, e.g. FP8 KV when the KV is already FP8). Each
+changed spec is re-planned with the same seed, so the gain is the planner's own
+answer for *this* workload, not a rule of thumb. Levers are grouped as the
+source text groups them (MODEL.md section 8):
+
+* ``kv_residency`` -- shrink the live KV-token integral: lower-byte KV, prefix
+  caching, history summarisation, what happens to KV during tool waits;
+* ``decode_batching`` -- more useful work per iteration: a larger batch limit,
+  speculative decoding;
+* ``other`` -- more or fewer GPUs per replica.
+
+``relaxes`` names the constraint a lever acts on by its mechanism (``kv_memory``,
+``slo`` or ``batch_limit``); the result also reports the binding constraint
+before and after, so a lever that relaxes a constraint that does not bind shows
+a gain near 1. Levers that lower agents per MW are kept and flagged: adding
+work (summary calls, recompute after eviction) or tail latency can backfire.
+
+Elasticities are ``d ln(agents/MW) / d ln(x)`` by a central difference of
+``+-ELASTICITY_STEP`` in ``x``. N* is an integer, so for small N* they are coarse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from apmw.capacity import InfeasibleError, Plan, plan
+from apmw.errors import ApmwError
+from apmw.perf import resolve_gpu
+from apmw.spec import GpuOverride, Spec, Speculative
+
+GROUPS = ("kv_residency", "decode_batching", "other")
+# Relative step of the elasticity finite differences.
+ELASTICITY_STEP = 0.10
+# Speculative-decoding assumption for the lever: 4 draft tokens, 70% acceptance and a draft
+# costing 10% of an iteration -- the range EAGLE-style drafts report on chat data
+# (Li et al., "EAGLE", ICML 2024: acceptance 0.6-0.8). Users with measured figures set
+# serving.speculative in their spec instead.
+SPECULATIVE_ASSUMED = Speculative(draft_tokens=4, acceptance_rate=0.7, draft_cost_fraction=0.1)
+# Summary length for the summarisation lever (a one-page summary of the history).
+SUMMARY_TOKENS = 1000
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    group: str
+    relaxes: str
+    description: str
+    change: Callable[[Spec, Plan], Spec | None]
+
+
+@dataclass(frozen=True)
+class LeverResult:
+    lever: str
+    group: str
+    relaxes: str
+    description: str
+    agents_per_mw_before: float
+    agents_per_mw_after: float
+    agents_per_replica_before: int
+    agents_per_replica_after: int
+    binding_before: str
+    binding_after: str | None
+    cost_per_session_usd_before: float
+    cost_per_session_usd_after: float | None
+
+    @property
+    def gain(self) -> float:
+        return self.agents_per_mw_after / self.agents_per_mw_before
+
+    def to_dict(self) -> dict:
+        return {
+            "lever": self.lever, "group": self.group, "relaxes": self.relaxes, "description": self.description,
+            "agents_per_mw_before": self.agents_per_mw_before, "agents_per_mw_after": self.agents_per_mw_after,
+            "gain": self.gain,
+            "agents_per_replica_before": self.agents_per_replica_before,
+            "agents_per_replica_after": self.agents_per_replica_after,
+            "binding_before": self.binding_before, "binding_after": self.binding_after,
+            "cost_per_session_usd_before": self.cost_per_session_usd_before,
+            "cost_per_session_usd_after": self.cost_per_session_usd_after,
+            "lowers_agents_per_mw": self.gain < 1.0,
+        }
+
+
+def _with(spec: Spec, section: str, **changes) -> Spec:
+    part = getattr(spec, section).model_copy(update=changes)
+    return spec.model_copy(update={section: part})
+
+
+def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan], Spec | None]:
+    def change(spec: Spec, _: Plan) -> Spec | None:
+        return _with(spec, "model", kv_dtype=target) if spec.model.kv_dtype in lower_than else None
+    return change
+
+
+def _prefix_caching(spec: Spec, _: Plan) -> Spec | None:
+    return None if spec.serving.prefix_caching else _with(spec, "serving", prefix_caching=True)
+
+
+def _policy(policy: str) -> Callable[[Spec, Plan], Spec | None]:
+    def change(spec: Spec, _: Plan) -> Spec | None:
+        if spec.serving.tool_wait_kv_policy == policy or not spec.serving.prefix_caching:
+            return None
+        ttl = spec.workload.tool_wait_s.quantile(0.9) if policy == "ttl" else None
+        if policy == "ttl" and ttl <= 0:
+            return None
+        return _with(spec, "serving", tool_wait_kv_policy=policy, ttl_s=ttl)
+    return change
+
+
+def _summarise(spec: Spec, p: Plan) -> Spec | None:
+    """Cap the history at half the mean peak context a session reaches (if that leaves room)."""
+    s = p.sample
+    mean_input_per_call = float(s.input_tokens.sum() / s.calls.sum())
+    system = spec.workload.system_prompt_tokens
+    peak_history = 2 * (mean_input_per_call - system)      # history grows ~linearly from 0 to its peak
+    cap = int(system + peak_history / 2)
+    if spec.workload.summarize_at_tokens is not None or cap - spec.workload.system_prompt_tokens < 4 * SUMMARY_TOKENS:
+        return None
+    return _with(spec, "workload", summarize_at_tokens=cap, summary_tokens=SUMMARY_TOKENS)
+
+
+def _bigger_batch(spec: Spec, _: Plan) -> Spec | None:
+    return _with(spec, "serving", max_batch=spec.serving.max_batch * 2)
+
+
+def _speculative(spec: Spec, _: Plan) -> Spec | None:
+    return None if spec.serving.speculative else _with(spec, "serving", speculative=SPECULATIVE_ASSUMED)
+
+
+def _gpus(factor: float) -> Callable[[Spec, Plan], Spec | None]:
+    def change(spec: Spec, _: Plan) -> Spec | None:
+        g = spec.hardware.gpus_per_replica * factor
+        # 8 GPUs is the NVLink domain of an HGX node: tensor parallelism does not span nodes
+        if g < 1 or g != int(g) or g > 8:
+            return None
+        return _with(spec, "hardware", gpus_per_replica=int(g))
+    return change
+
+
+LEVERS: tuple[Lever, ...] = (
+    Lever("kv_fp8", "kv_residency", "kv_memory", "store the KV cache in FP8", _kv_dtype("fp8", ("bf16", "fp16"))),
+    Lever("kv_fp4", "kv_residency", "kv_memory", "store the KV cache in 4-bit (NVFP4-style, with scales)",
+          _kv_dtype("fp4", ("bf16", "fp16", "fp8", "int8"))),
+    Lever("prefix_caching", "kv_residency", "slo", "turn on prefix caching (shared system prompt, reused history)",
+          _prefix_caching),
+    Lever("summarise_history", "kv_residency", "kv_memory",
+          f"summarise the history into {SUMMARY_TOKENS} tokens when it reaches half the mean peak context",
+          _summarise),
+    Lever("policy_retain", "kv_residency", "slo", "keep each session's KV in HBM through tool waits", _policy("retain")),
+    Lever("policy_evict", "kv_residency", "kv_memory", "free KV at each tool wait and recompute it after",
+          _policy("evict")),
+    Lever("policy_offload", "kv_residency", "kv_memory", "move KV to host memory during tool waits",
+          _policy("offload")),
+    Lever("policy_ttl", "kv_residency", "kv_memory", "keep KV through a tool wait up to its p90, then free it",
+          _policy("ttl")),
+    Lever("batch_limit_x2", "decode_batching", "batch_limit", "double max_batch", _bigger_batch),
+    Lever("speculative_decoding", "decode_batching", "slo",
+          "speculative decoding, 4 draft tokens at 70% acceptance, draft 10% of an iteration (assumed)",
+          _speculative),
+    Lever("gpus_x2", "other", "slo", "twice the GPUs per replica (tensor parallel)", _gpus(2)),
+    Lever("gpus_half", "other", "slo", "half the GPUs per replica", _gpus(0.5)),
+)
+
+
+def _replan(spec: Spec) -> Plan | None:
+    try:
+        return plan(spec)
+    except InfeasibleError:
+        return None
+
+
+def evaluate_levers(spec: Spec, base: Plan | None = None,
+                    progress: Callable[[str], None] | None = None) -> list[LeverResult]:
+    """Every applicable lever on ``spec``, best gain first."""
+    base = base or plan(spec)
+    before = base.to_dict()
+    results = []
+    for lever in LEVERS:
+        changed = lever.change(spec, base)
+        if progress:
+            progress(lever.name)
+        if changed is None:
+            continue
+        try:
+            after = _replan(changed)
+        except ApmwError:          # e.g. the model no longer fits on fewer GPUs
+            continue
+        a = after.to_dict() if after else None
+        results.append(LeverResult(
+            lever=lever.name, group=lever.group, relaxes=lever.relaxes, description=lever.description,
+            agents_per_mw_before=before["agents_per_mw"], agents_per_mw_after=a["agents_per_mw"] if a else 0.0,
+            agents_per_replica_before=before["agents_per_replica"],
+            agents_per_replica_after=a["agents_per_replica"] if a else 0,
+            binding_before=before["binding_constraint"], binding_after=a["binding_constraint"] if a else None,
+            cost_per_session_usd_before=before["cost_per_session_usd"],
+            cost_per_session_usd_after=a["cost_per_session_usd"] if a else None,
+        ))
+    return sorted(results, key=lambda r: -r.gain)
+
+
+# --- elasticities -------------------------------------------------------------------------------
+
+def _scale_workload(field: str) -> Callable[[Spec, float], Spec]:
+    def change(spec: Spec, f: float) -> Spec:
+        value = getattr(spec.workload, field)
+        scaled = round(value * f) if isinstance(value, int) else value.scaled(f)
+        return _with(spec, "workload", **{field: scaled})
+    return change
+
+
+def _scale_gpu(field: str) -> Callable[[Spec, float], Spec]:
+    def change(spec: Spec, f: float) -> Spec:
+        gpu = resolve_gpu(spec.hardware.gpu)
+        base = spec.hardware.gpu if isinstance(spec.hardware.gpu, GpuOverride) else GpuOverride(name=gpu.name)
+        return _with(spec, "hardware", gpu=base.model_copy(update={field: getattr(gpu, field) * f}))
+    return change
+
+
+def _scale(section: str, field: str, integer: bool = False, upper: float | None = None):
+    def change(spec: Spec, f: float) -> Spec:
+        v = getattr(getattr(spec, section), field) * f
+        v = max(1, round(v)) if integer else v
+        return _with(spec, section, **{field: min(v, upper) if upper else v})
+    return change
+
+
+ELASTICITY_INPUTS: dict[str, Callable[[Spec, float], Spec]] = {
+    "workload.steps_per_task": _scale_workload("steps_per_task"),
+    "workload.new_input_tokens_per_call": _scale_workload("new_input_tokens_per_call"),
+    "workload.output_tokens_per_call": _scale_workload("output_tokens_per_call"),
+    "workload.tool_wait_s": _scale_workload("tool_wait_s"),
+    "workload.system_prompt_tokens": _scale_workload("system_prompt_tokens"),
+    "hardware.gpu.hbm_bytes": _scale_gpu("hbm_bytes"),
+    "hardware.gpu.hbm_bandwidth_bytes_per_s": _scale_gpu("hbm_bandwidth_bytes_per_s"),
+    "hardware.gpu.bf16_flops": _scale_gpu("bf16_flops"),
+    "serving.max_batch": _scale("serving", "max_batch", integer=True),
+    "slo.task_latency_p95_s": _scale("slo", "task_latency_p95_s"),
+    "power.pue": _scale("power", "pue"),
+    "power.host_power_w_per_gpu": _scale("power", "host_power_w_per_gpu"),
+}
+
+
+def elasticities(spec: Spec, progress: Callable[[str], None] | None = None) -> dict[str, float | None]:
+    """d ln(agents/MW) / d ln(x) for each continuous input (None where a side is infeasible)."""
+    out: dict[str, float | None] = {}
+    for name, change in ELASTICITY_INPUTS.items():
+        if progress:
+            progress(name)
+        sides = []
+        for f in (1 - ELASTICITY_STEP, 1 + ELASTICITY_STEP):
+            try:
+                p = _replan(change(spec, f))
+            except (ApmwError, ValueError):
+                p = None
+            sides.append(p.to_dict()["agents_per_mw"] if p and p.agents_per_replica > 0 else None)
+        lo, hi = sides
+        out[name] = (math.log(hi / lo) / math.log((1 + ELASTICITY_STEP) / (1 - ELASTICITY_STEP))
+                     if lo and hi else None)
+    return out
+
+
+def top_two(results: list[LeverResult]) -> list[LeverResult]:
+    """The two levers with the largest gain above 1."""
+    return [r for r in results if r.gain > 1.0][:2]

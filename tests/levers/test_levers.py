@@ -1,0 +1,81 @@
+"""Levers on workloads where the right answer is known by construction."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from apmw.levers import elasticities, evaluate_levers, top_two
+from apmw.spec import spec_from_dict
+from tests.conftest import small_spec_dict
+from tests.e2e.test_cli import APMW
+
+
+def long_context_long_waits() -> dict:
+    """Big contexts held through minute-long tool waits: KV residency must dominate."""
+    d = small_spec_dict()
+    d["workload"].update(steps_per_task=20, new_input_tokens_per_call={"mean": 2000, "p95": 5000},
+                         output_tokens_per_call={"mean": 100, "p95": 300}, tool_wait_s={"p50": 60, "p95": 180})
+    d["serving"].update(tool_wait_kv_policy="retain", max_batch=256)
+    d["slo"]["task_latency_p95_s"] = 3600
+    return d
+
+
+def short_context_output_heavy() -> dict:
+    """Tiny prompts, long outputs, short tool waits and a low batch limit: batching must dominate."""
+    d = small_spec_dict()
+    d["workload"].update(steps_per_task=5, system_prompt_tokens=200,
+                         new_input_tokens_per_call={"mean": 100, "p95": 200},
+                         output_tokens_per_call={"mean": 800, "p95": 1500}, tool_wait_s={"p50": 0.5, "p95": 1.5})
+    d["serving"].update(max_batch=16)
+    d["slo"]["task_latency_p95_s"] = 600
+    return d
+
+
+def test_kv_residency_leads_for_long_context_with_long_waits():
+    results = evaluate_levers(spec_from_dict(long_context_long_waits()))
+    best = top_two(results)
+    assert best and best[0].group == "kv_residency"
+    assert best[0].binding_before == "kv_memory"
+    assert best[0].gain > 1.3
+
+
+def test_batching_leads_for_short_context_output_heavy():
+    results = evaluate_levers(spec_from_dict(short_context_output_heavy()))
+    best = top_two(results)
+    assert [r.group for r in best] == ["decode_batching", "decode_batching"]
+    assert best[0].binding_before == "batch_limit"
+    assert next(r for r in results if r.lever == "batch_limit_x2").gain > 1.3
+
+
+def test_gain_is_after_over_before_and_backfires_are_flagged():
+    results = evaluate_levers(spec_from_dict(long_context_long_waits()))
+    for r in results:
+        d = r.to_dict()
+        assert d["gain"] == pytest.approx(d["agents_per_mw_after"] / d["agents_per_mw_before"])
+        assert d["lowers_agents_per_mw"] == (d["gain"] < 1)
+    # halving KV bytes relieves the binding KV memory
+    assert next(r for r in results if r.lever == "kv_fp8").gain > 1
+
+
+def test_pue_elasticity_is_minus_one():
+    """N* does not depend on PUE and facility power is proportional to it: elasticity exactly -1."""
+    e = elasticities(spec_from_dict(small_spec_dict()))
+    assert e["power.pue"] == pytest.approx(-1.0, abs=1e-9)
+    assert e["slo.task_latency_p95_s"] >= 0
+
+
+def test_cli_json(tmp_path):
+    import yaml
+
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(long_context_long_waits()))
+    r = subprocess.run([APMW, "levers", str(p), "--json", "--no-elasticities"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["top_two"] and {"lever", "group", "agents_per_mw_before", "agents_per_mw_after", "gain",
+                             "relaxes"} <= d["levers"][0].keys()
+    assert {x["group"] for x in d["levers"]} <= {"kv_residency", "decode_batching", "other"}

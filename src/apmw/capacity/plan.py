@@ -150,3 +150,9 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT
         fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus, econ.facility_power_w,
                            econ.provisioned_power_w)
     return Plan(spec=spec, replica=replica, sample=sample, search=result, at=at, economics=econ, fleet=fleet)
+
+
+def sweep(result: Plan, agents: list[int]) -> list[Evaluation]:
+    """The closed loop of ``result``'s replica and sessions at each agent count (for curves)."""
+    curve = engine_curve(result.replica.step, result.sample, result.spec.serving.max_batch)
+    return [evaluate(result.spec, result.sample, curve, result.replica.kv_capacity_bytes, n) for n in agents]

@@ -1,0 +1,47 @@
+"""`apmw contrast`: workloads side by side -- why tokens/s did not predict agents/MW."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, fail, out
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+
+@app.command()
+def contrast(
+    specs: list[Path] = typer.Argument(..., help="two or more YAML specs"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Agents/MW = output tokens/s per MW x task seconds per output token, for each workload."""
+    from apmw.capacity import InfeasibleError, plan
+    from apmw.contrast import contrast as build
+    from apmw.spec import load_spec
+
+    if len(specs) < 2:
+        fail("give at least two specs to contrast")
+    try:
+        plans = {str(p): plan(load_spec(p)) for p in specs}
+    except InfeasibleError as exc:
+        fail(str(exc), exc.exit_code)
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    result = build(plans)
+    if as_json:
+        emit_json(result)
+        return
+    t = Table(title="agents/MW = (output tokens/s per MW) x (task seconds per output token)", title_justify="left")
+    for col in ("workload", "agents/MW", "out tok/s per MW", "s per out token", "calls/task", "prompt tok/call",
+                "KV tok/agent", "tool share", "binding"):
+        t.add_column(col, justify="left" if col in ("workload", "binding") else "right")
+    for row, ratio in zip(result["workloads"], result["ratios_to_first"]):
+        t.add_row(Path(row["name"]).stem, f"{row['agents_per_mw']:,.0f} ({ratio['agents_per_mw']:.2f}x)",
+                  f"{row['output_tokens_per_s_per_mw']:,.0f} ({ratio['output_tokens_per_s_per_mw']:.2f}x)",
+                  f"{row['residence_s_per_output_token']:.3f} ({ratio['residence_s_per_output_token']:.2f}x)",
+                  f"{row['calls_per_task']:.1f}", f"{row['mean_prompt_tokens']:,.0f}",
+                  f"{row['kv_tokens_per_agent']:,.0f}", f"{row['tool_share']:.0%}", row["binding_constraint"])
+    out.print(t)

@@ -1,0 +1,95 @@
+"""Charts for the HTML report, drawn with matplotlib and returned as inline SVG strings.
+
+Inline SVG needs no JavaScript and no network at view time. Every function takes
+plain numbers (the JSON-ready results of the verbs) and returns one ``<svg>``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: render to files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+                     "axes.spines.right": False, "figure.dpi": 100})
+BLUE, ORANGE, GREY, RED, GREEN = "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#2ca02c"
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})  # no date: reproducible files
+    plt.close(fig)
+    text = buf.getvalue()
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)   # RDF block: noise in the HTML
+    return text[text.index("<svg"):]
+
+
+def latency_curve(agents: list[int], mean_s: list[float], p95_s: list[float], slo_s: float, n_star: int,
+                  simulated: list[tuple[int, float]] | None = None) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    ax.plot(agents, mean_s, color=BLUE, label="mean (analytic)")
+    ax.plot(agents, p95_s, color=ORANGE, label="p95 (analytic)")
+    if simulated:
+        ax.scatter([a for a, _ in simulated], [p for _, p in simulated], color=RED, zorder=3, label="p95 (simulated)")
+    ax.axhline(slo_s, color=GREY, linestyle="--", label=f"SLO p95 {slo_s:,.0f} s")
+    ax.axvline(n_star, color=GREEN, linestyle=":", label=f"N* = {n_star}")
+    ax.set_xlabel("concurrent agents per replica")
+    ax.set_ylabel("task latency (s)")
+    ax.legend(frameon=False)
+    return _svg(fig)
+
+
+def kv_curve(agents: list[int], kv_mean: list[float], kv_p95: list[float], capacity: float, n_star: int) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    ax.plot(agents, [k / 1e6 for k in kv_mean], color=BLUE, label="resident KV, mean")
+    ax.plot(agents, [k / 1e6 for k in kv_p95], color=ORANGE, label="resident KV, p95")
+    ax.axhline(capacity / 1e6, color=GREY, linestyle="--", label="KV capacity")
+    ax.axvline(n_star, color=GREEN, linestyle=":", label=f"N* = {n_star}")
+    ax.set_xlabel("concurrent agents per replica")
+    ax.set_ylabel("KV tokens (millions)")
+    ax.legend(frameon=False)
+    return _svg(fig)
+
+
+def breakdown(parts: dict[str, float], unit: str, title: str) -> str:
+    items = [(k, v) for k, v in parts.items() if v > 0]
+    fig, ax = plt.subplots(figsize=(6.4, 1.0 + 0.3 * len(items)))
+    colors = [BLUE, ORANGE, GREEN, RED, GREY, "#9467bd"]
+    left = 0.0
+    for i, (k, v) in enumerate(items):
+        ax.barh([0], [v], left=left, color=colors[i % len(colors)], label=f"{k}: {v:,.4g} {unit}")
+        left += v
+    ax.set_yticks([])
+    ax.set_xlabel(unit)
+    ax.set_title(title, loc="left")
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.5), ncol=min(len(items), 3))
+    return _svg(fig)
+
+
+def tornado(levers: list[dict]) -> str:
+    rows = sorted(levers, key=lambda r: r["gain"])
+    fig, ax = plt.subplots(figsize=(6.4, 0.8 + 0.32 * max(len(rows), 1)))
+    ax.barh([r["lever"] for r in rows], [r["gain"] - 1 for r in rows],
+            color=[GREEN if r["gain"] >= 1 else RED for r in rows])
+    ax.axvline(0, color=GREY)
+    ax.set_xlabel("change in agents per MW (gain - 1)")
+    return _svg(fig)
+
+
+def agents_vs_tokens(points: list[dict], highlight: str) -> str:
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    for p in points:
+        ours = p["name"] == highlight
+        ax.scatter(p["output_tokens_per_s_per_mw"], p["agents_per_mw"], s=70 if ours else 40,
+                   color=ORANGE if ours else BLUE, zorder=3)
+        ax.annotate(p["name"], (p["output_tokens_per_s_per_mw"], p["agents_per_mw"]), textcoords="offset points",
+                    xytext=(5, 4))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("output tokens/s per MW at N*")
+    ax.set_ylabel("agents per MW")
+    return _svg(fig)

@@ -1,0 +1,66 @@
+"""The HTML report, opened in real headless Chromium (Debian's `chromium`, installed by .ci/run)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from tests.e2e.test_cli import APMW
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHARTS = 7
+
+
+@pytest.fixture(scope="module")
+def report_path(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    r = subprocess.run([APMW, "report", str(EXAMPLES / "coding-agent.yaml"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_report_is_one_self_contained_file(report_path):
+    text = report_path.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    for fetch in ('src="http', "src='http", 'href="http', "href='http", "url(http", "@import", "<script"):
+        assert fetch not in text, f"the report would fetch something at view time: {fetch}"
+    assert text.count("<svg") == CHARTS
+    for section in ("Task latency against concurrency", "KV cache occupancy", "What to change first",
+                    "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions"):
+        assert section in text
+
+
+def test_report_renders_in_chromium_without_errors(report_path):
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: apt-get install chromium (.ci/run does this)"
+    problems, requests = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(report_path.as_uri())
+        charts = page.eval_on_selector_all(
+            "figure.chart svg",
+            "els => els.map(e => {const b = e.getBoundingClientRect();"
+            " return [b.width, b.height, e.querySelectorAll('path,rect,line,text,use').length]})")
+        shot = Path(os.environ.get("APMW_REPORT_SCREENSHOT", report_path.with_suffix(".png")))
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert not problems, problems
+    assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
+    assert len(charts) == CHARTS
+    for width, height, marks in charts:
+        assert width > 200 and height > 100 and marks > 10
+    assert shot.stat().st_size > 50_000

@@ -1,0 +1,103 @@
+"""`apmw fit`: a workload section measured from a real trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, err, fail, out
+from apmw.errors import ApmwError
+
+QUANTITIES = (
+    ("calls_per_session", "calls per session", ",.1f"),
+    ("input_tokens_per_call", "prompt tokens per call", ",.0f"),
+    ("new_input_tokens_per_call", "new input tokens per call", ",.0f"),
+    ("first_call_input_tokens", "first call's new input tokens", ",.0f"),
+    ("output_tokens_per_call", "output tokens per call", ",.0f"),
+    ("peak_context_tokens", "peak context per session", ",.0f"),
+    ("tool_wait_s", "tool wait (s)", ",.3f"),
+    ("llm_latency_s", "LLM call latency (s)", ",.2f"),
+    ("session_duration_s", "session duration (s)", ",.0f"),
+)
+
+
+@app.command()
+def fit(
+    trace: Path = typer.Argument(..., help="trace file (format recognised from its name and first line)"),
+    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="otel, mini-swe-agent, mooncake, "
+                                      "aiperf-mooncake, aiperf-multi-turn, agentperf, azure, csv, jsonl"),
+    mapping: Optional[str] = typer.Option(None, "--map", help="for csv/jsonl: field=column,... e.g. "
+                                          "input_tokens=prompt,output_tokens=completion,session=conv,start_ms=t"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the workload section to this YAML"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object (docs/fit.md)"),
+    strict: bool = typer.Option(False, "--strict", help="stop at the first malformed line"),
+    form: str = typer.Option("auto", "--form", help="auto | lognormal | empirical"),
+    name: Optional[str] = typer.Option(None, "--name", help="workload name (default: the file's stem)"),
+    export: Optional[str] = typer.Option(None, "--export", help="also write a replayable trace: 'aiperf'"),
+    export_path: Optional[Path] = typer.Option(None, "--export-path", help="where (default TRACE-stem.aiperf.jsonl)"),
+    export_from: str = typer.Option("measured", "--export-from", help="measured (the trace's calls) | fitted "
+                                    "(sessions sampled from the fit)"),
+    export_sessions: Optional[int] = typer.Option(None, "--export-sessions", min=1,
+                                                  help="sessions to sample with --export-from fitted "
+                                                  "(default: as many as the trace has)"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of --export-from fitted"),
+) -> None:
+    """Measure sessions, calls and tokens in a trace and fit the spec's workload section."""
+    from apmw.traces import export as exporter
+    from apmw.traces import fit_trace
+
+    if export not in (None, "aiperf"):
+        fail(f"--export {export!r}: the only export format is 'aiperf' (AIPerf mooncake_trace JSONL)")
+    if export_from not in ("measured", "fitted"):
+        fail(f"--export-from {export_from!r}: use 'measured' or 'fitted'")
+    try:
+        result = fit_trace(trace, fmt, mapping=mapping, strict=strict, form=form, name=name)
+    except ApmwError as exc:
+        fail(str(exc))
+    s = result.summary
+    if output is not None:
+        output.write_text(result.workload_yaml(), encoding="utf-8")
+    exported = None
+    if export:
+        target = export_path or trace.with_name(trace.name.split(".")[0] + ".aiperf.jsonl")
+        if export_from == "measured":
+            n = exporter.write_measured(result.columns, s["system_prompt_tokens"], result.shape.tool_wait_s, target)
+        else:
+            n = exporter.write_fitted(result.workload, target, export_sessions or s["sessions"], seed)
+        exported = {"format": "aiperf-mooncake", "path": str(target), "lines": n, "from": export_from}
+    if as_json:
+        emit_json({**s, "workload": result.workload_section, "export": exported})
+        return
+    _print_summary(s)
+    if output is None:
+        out.print(result.workload_yaml(), highlight=False, markup=False)
+    else:
+        err.print(f"wrote {output}")
+    if exported:
+        err.print(f"wrote {exported['lines']:,} AIPerf mooncake_trace lines to {exported['path']}")
+
+
+def _print_summary(s: dict) -> None:
+    table = Table(title=f"{s['path']} ({s['format']}): {s['sessions']:,} sessions, {s['calls']:,} calls")
+    for col in ("quantity", "count", "mean", "p50", "p95", "p99"):
+        table.add_column(col, justify="left" if col == "quantity" else "right")
+    for key, label, spec in QUANTITIES:
+        d = s[key]
+        if not d["count"]:
+            continue
+        table.add_row(label, f"{d['count']:,}", *(format(d[q], spec) for q in ("mean", "p50", "p95", "p99")))
+    out.print(table)
+    share = s["cached_prompt_share"]
+    out.print(f"system prompt (shared prefix): {s['system_prompt_tokens']:,} tokens;  "
+              f"cached prompt share: {'n/a' if share is None else f'{share:.1%}'}"
+              f"{'' if share is None else ' (' + s['cached_prompt_share_source'] + ')'};  "
+              f"reusable prefix share: {s['reusable_prefix_share']:.1%}", highlight=False)
+    if s["skipped_lines"]:
+        err.print(f"[yellow]skipped {s['skipped_lines']:,} malformed line(s)[/] (--strict stops at the first):")
+        for reason, d in s["skipped"].items():
+            err.print(f"  {d['count']:,} x {reason} (e.g. {', '.join(d['examples'])})", highlight=False, markup=False)
+    for note in s["notes"]:
+        err.print(f"note: {note}", highlight=False, markup=False)

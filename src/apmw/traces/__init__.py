@@ -1,0 +1,155 @@
+"""Read agent traces and fit the spec's ``workload`` section from them (`apmw fit`).
+
+Public API::
+
+    result = fit_trace("calls.csv")               # format recognised from the file
+    result.summary["calls_per_session"]["mean"]  # what the trace shows (see docs/fit.md)
+    result.workload                              # a validated apmw.spec.Workload
+    result.workload_yaml()                       # the ``workload:`` section as YAML
+    workload_from_trace("trace.jsonl")           # just the Workload
+
+Readers stream (one line at a time); memory grows with the number of calls
+(nine numbers each), never with line length or file size. ``traces`` produces
+and consumes ``spec`` types only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from apmw.spec import Workload
+from apmw.traces import formats
+from apmw.traces.fit import FORMS, Columns, Shape, cache_shares, collect, shape, stats, validate, workload_dict
+from apmw.traces.records import LineErrors, TraceError
+
+__all__ = ["FitResult", "TraceError", "fit_trace", "workload_from_trace", "FORMATS", "FORMS"]
+
+FORMATS = formats.NAMES
+
+
+@dataclass
+class FitResult:
+    """What a trace showed (``summary``, JSON-ready) and the workload fitted to it."""
+
+    summary: dict
+    workload: Workload
+    workload_section: dict
+    columns: Columns
+    shape: Shape
+
+    def workload_yaml(self) -> str:
+        """The ``workload:`` section, ready to paste into (or merge with) a full spec."""
+        s = self.summary
+        head = (f"# fitted by `apmw fit` from {s['path']} ({s['format']}): {s['sessions']:,} sessions, "
+                f"{s['calls']:,} calls, {s['skipped_lines']:,} lines skipped\n")
+        notes = "".join(f"# note: {n}\n" for n in s["notes"])
+        return head + notes + yaml.safe_dump({"workload": self.workload_section}, sort_keys=False, width=120)
+
+
+def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dict | None = None,
+              strict: bool = False, form: str = "auto", name: str | None = None) -> FitResult:
+    """Read ``path`` (format given or recognised), summarise it and fit a Workload.
+
+    ``mapping``: the column mapping of the generic ``csv``/``jsonl`` formats
+    (``"input_tokens=col,output_tokens=col,..."``). ``strict``: stop at the first
+    malformed line instead of skipping it. ``form``: ``auto`` (lognormal
+    {mean, p95} where it also matches the measured p99, else quantiles),
+    ``lognormal`` or ``empirical``.
+    """
+    if form not in FORMS:
+        raise TraceError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
+    p = Path(path)
+    fmt = formats.canonical(format) if format else formats.detect(p)
+    if not p.is_file():
+        raise TraceError(f"{path}: no such file")
+    errors = LineErrors(str(path), strict=strict)
+    opened = formats.open_reader(p, fmt, errors, mapping)
+    cols = collect(opened.stream)
+    if not len(cols):
+        why = (f"; skipped {errors.skipped} line(s): "
+               + "; ".join(f"{r} ({d['count']}, e.g. {', '.join(d['examples'])})" for r, d in errors.as_dict().items())
+               if errors.skipped else "")
+        raise TraceError(f"{path}: no model calls found as format '{fmt}' ({errors.lines_read} line(s) read){why}. "
+                         f"Accepted formats: {formats.accepted()}")
+    has_sessions = next(f for f in formats.FORMATS if f.name == fmt).has_sessions
+    if fmt in ("csv", "jsonl") and (mapping is None or "session" not in str(mapping)):
+        has_sessions = False
+    if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
+        has_sessions = False
+    sh = shape(cols, has_sessions)
+    section = workload_dict(cols, sh, form, name or p.stem, f"apmw fit {p.name} ({fmt})")
+    workload = validate(section, str(path))
+    summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions)
+    return FitResult(summary, workload, section, cols, sh)
+
+
+def workload_from_trace(path: str | Path, format: str | None = None, **kwargs) -> Workload:
+    """Just the fitted Workload (for ``apmw plan --workload-from TRACE``)."""
+    return fit_trace(path, format, **kwargs).workload
+
+
+def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened: formats.Opened,
+             has_sessions: bool) -> dict:
+    cached, _, reusable = cache_shares(c, s)
+    source = None
+    if cached is not None:
+        source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
+    notes = _notes(fmt, c, s, opened, has_sessions, cached)
+    four = ("mean", "p50", "p95", "p99")
+    return {
+        "path": str(p),
+        "format": fmt,
+        "lines_read": errors.lines_read,
+        "skipped_lines": errors.skipped,
+        "skipped": errors.as_dict(),
+        "has_sessions": has_sessions,
+        "sessions": int(len(s.calls_per_session)),
+        "calls": int(len(c)),
+        "calls_per_session": stats(s.calls_per_session),
+        "input_tokens_per_call": stats(c.input_tokens),
+        "output_tokens_per_call": stats(c.output_tokens),
+        "new_input_tokens_per_call": stats(s.new_input),
+        "first_call_input_tokens": stats(s.first_new_input),
+        "system_prompt_tokens": int(s.system_prompt_tokens),
+        "peak_context_tokens": stats(s.peak_context),
+        "tool_wait_s": stats(s.tool_wait_s),
+        "llm_latency_s": stats(s.llm_latency_s),
+        "session_duration_s": stats(s.session_duration_s),
+        "context_shrank_calls": s.shrank,
+        "negative_tool_waits": s.negative_waits,
+        "cached_prompt_share": cached,
+        "cached_prompt_share_source": source,
+        "reusable_prefix_share": reusable,
+        "notes": notes,
+        "quantities": list(four),
+    }
+
+
+def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions: bool, cached) -> list[str]:
+    notes = []
+    state = opened.state
+    if not has_sessions:
+        notes.append("the trace has no sessions: every call is its own one-call task, so steps_per_task is 1 "
+                     "and the fit describes call sizes, not agent sessions")
+    if fmt == "mooncake" and state is not None and state.inferred_sessions:
+        notes.append("sessions inferred from hash_ids (a request continues the latest one whose blocks it "
+                     "extends); the gaps between calls are arrival-to-arrival and include each call's own latency")
+    if getattr(state, "estimated_lines", 0):
+        notes.append(f"{state.estimated_lines} record(s) had text but no token counts: estimated at 4 characters "
+                     "per token")
+    if not np.isfinite(s.tool_wait_s).any():
+        notes.append("no tool timing in the trace: tool_wait_s is 0")
+    if s.shrank:
+        notes.append(f"{s.shrank} call(s) had a shorter prompt than the history before them (context trimmed); "
+                     "their new input is counted as 0")
+    if s.negative_waits:
+        notes.append(f"{s.negative_waits} negative tool time(s) in the trace (clock skew) counted as 0")
+    if cached is None:
+        notes.append("the trace reports no cache counts: see reusable_prefix_share for what a prefix cache could serve")
+    if has_sessions and len(s.calls_per_session) < 2:
+        notes.append("one session only: system_prompt_tokens is 0 (a shared prefix needs two sessions to show)")
+    return notes

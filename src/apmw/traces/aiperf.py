@@ -1,0 +1,59 @@
+"""NVIDIA AIPerf ``multi_turn`` custom-dataset JSONL: one conversation per line.
+
+``{"session_id": "...", "turns": [{"input_length"|"text"|"texts"|"messages": ..,
+"output_length": .., "delay": ms}, ...]}``. A turn carries only its *new* input
+(AIPerf appends the history itself), so a call's prompt is the sum of earlier
+turns' inputs and outputs plus its own. Text without counts is estimated (see
+:mod:`apmw.traces.tokens`); a turn without ``output_length`` is skipped (the
+output size is what the fit needs and the format does not record it otherwise).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from apmw.traces.jsonl import convert_each
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.tokens import estimate_text_tokens
+
+NAME = "aiperf-multi-turn"
+DESCRIPTION = "AIPerf multi_turn JSONL (session_id, turns[] with input_length or text, output_length, delay)"
+
+
+def matches_record(obj: dict) -> bool:
+    return isinstance(obj.get("turns"), list)
+
+
+class Reader:
+    def __init__(self) -> None:
+        self.estimated_lines = 0
+
+    def _convert(self, line: int, obj: dict):
+        turns = obj["turns"]
+        if not isinstance(turns, list) or not turns:
+            raise ValueError("'turns' must be a non-empty list")
+        session = obj.get("session_id", line)
+        context = 0.0
+        calls = []
+        for k, turn in enumerate(turns):
+            if not isinstance(turn, dict):
+                raise ValueError(f"turns[{k}] is not an object")
+            new = number(turn.get("input_length"))
+            if new != new:
+                text = turn.get("messages", turn.get("texts", turn.get("text")))
+                if text is not None:
+                    new = estimate_text_tokens(text)
+                    self.estimated_lines += 1
+            out = number(turn.get("output_length"))
+            bad = require_counts(new, out)
+            if bad:
+                raise ValueError(f"turns[{k}]: {bad}")
+            context += new
+            delay_ms = number(turn.get("delay"))
+            calls.append(Call(session, float(k), context, out, NAN, NAN, NAN, NAN,
+                              delay_ms / 1e3 if k else NAN))
+            context += out
+        return calls
+
+    def read(self, path: str | Path, errors: LineErrors) -> CallStream:
+        return convert_each(path, errors, self._convert)

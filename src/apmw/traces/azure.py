@@ -1,0 +1,56 @@
+"""Azure LLM inference trace 2023 (Splitwise): ``TIMESTAMP,ContextTokens,GeneratedTokens``.
+
+Prompt and output lengths only. The trace has **no session ids**, so every
+request is a one-call session: the fit gives per-call sizes, not session shape
+(the summary says so). Source: Azure/AzurePublicDataset, CC-BY-4.0.
+"""
+
+from __future__ import annotations
+
+import csv
+from datetime import datetime
+from pathlib import Path
+
+from apmw.traces.records import Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.textio import open_text
+
+NAME = "azure"
+DESCRIPTION = "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens; no sessions)"
+REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+HAS_SESSIONS = False
+
+
+def matches_header(columns: list[str]) -> bool:
+    return set(REQUIRED) <= set(columns)
+
+
+def _seconds(stamp: str) -> float:
+    """'2023-11-16 18:17:03.9799600' -> POSIX seconds (7 fractional digits: trim to 6 for datetime)."""
+    head, _, frac = stamp.partition(".")
+    return datetime.fromisoformat(head).timestamp() + (float("0." + frac) if frac else 0.0)
+
+
+def read(path: str | Path, errors: LineErrors) -> CallStream:
+    with open_text(path) as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header is None:
+            return
+        col = {name: i for i, name in enumerate(header)}
+        i_t, i_in, i_out = col["TIMESTAMP"], col["ContextTokens"], col["GeneratedTokens"]
+        for line, row in enumerate(rows, start=2):
+            errors.lines_read += 1
+            if len(row) != len(header):
+                if row:
+                    errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
+                continue
+            try:
+                inp, out, t = number(row[i_in]), number(row[i_out]), _seconds(row[i_t])
+            except ValueError as exc:
+                errors.skip(line, f"bad value: {exc}")
+                continue
+            bad = require_counts(inp, out)
+            if bad:
+                errors.skip(line, bad)
+                continue
+            yield Call(None, t, inp, out, start_s=t)

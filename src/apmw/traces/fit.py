@@ -1,0 +1,228 @@
+"""From a stream of calls to a summary and a validated ``workload`` section.
+
+Definitions (MODEL.md section 2; the spec's Workload grows context call by call):
+
+* a **session** is one agent task; each call is one step (``calls_per_step: 1``):
+  traces do not mark several model calls between two tool runs;
+* **new input** of call i > 0 = prompt_i - prompt_{i-1} - output_{i-1} (what the
+  tools and the user added); negative values (the agent trimmed its context) are
+  counted and clipped to 0;
+* **system prompt** = the smallest first-call prompt over sessions (the template
+  every task starts with cannot be longer); the **first call's new input** is the
+  rest of each first prompt;
+* **tool wait** after a call = its recorded tool time, else the caller's recorded
+  delay before the next call, else next start - this end;
+* **cached prompt share** = cached / prompt tokens over calls that report a cache
+  count (provider usage, or ``hash_ids`` prefix hits); **reusable prefix share** =
+  the share of prompt tokens that the session had already sent (history and
+  system prompt), what a prefix cache that never evicts could serve.
+
+Percentiles are numpy's default (linear interpolation between order statistics).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+from pydantic import ValidationError
+
+from apmw.spec import Workload
+from apmw.spec.distribution import Z95, Lognormal
+from apmw.traces.records import Call, TraceError
+
+# Quantile points of the empirical form: dense in the tail, where task latency is decided.
+QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0)
+# 'auto' keeps the lognormal {mean, p95} only if its p99 is within this factor of the measured p99.
+TAIL_TOLERANCE = 1.5
+FORMS = ("auto", "lognormal", "empirical")
+
+
+@dataclass
+class Columns:
+    """All calls as flat arrays, sorted by (session, order)."""
+
+    session: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    tool_wait_after_s: np.ndarray
+    gap_before_s: np.ndarray
+    session_keys: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.session)
+
+
+def collect(stream: Iterable[Call]) -> Columns:
+    """Append each call to typed arrays (8 doubles and one int per call), then sort once."""
+    keys: dict[object, int] = {}
+    sess = array("q")
+    cols = [array("d") for _ in range(8)]
+    a_sess = sess.append
+    a_order, a_in, a_out, a_cached, a_start, a_end, a_tool, a_gap = (c.append for c in cols)
+    for c in stream:
+        key = c.session
+        if key is None:  # no session in the format: a one-call session of its own
+            key = ("call", len(sess))
+        k = keys.get(key)
+        if k is None:
+            k = keys[key] = len(keys)
+        a_sess(k)
+        a_order(c.order)
+        a_in(c.input_tokens)
+        a_out(c.output_tokens)
+        a_cached(c.cached_tokens)
+        a_start(c.start_s)
+        a_end(c.end_s)
+        a_tool(c.tool_wait_after_s)
+        a_gap(c.gap_before_s)
+    session = np.frombuffer(sess, dtype=np.int64) if len(sess) else np.zeros(0, dtype=np.int64)
+    arrays = [np.frombuffer(c, dtype=np.float64) if len(c) else np.zeros(0) for c in cols]
+    idx = np.lexsort((arrays[0], session))
+    return Columns(session[idx], *(a[idx] for a in arrays[1:]), session_keys=list(keys))
+
+
+def stats(x: np.ndarray) -> dict:
+    """count, mean, p50, p95, p99, max of the finite values (None when there are none)."""
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    p50, p95, p99 = np.percentile(x, [50, 95, 99])
+    return {"count": int(len(x)), "mean": float(x.mean()), "p50": float(p50), "p95": float(p95),
+            "p99": float(p99), "max": float(x.max())}
+
+
+def _round(x: float, seconds: bool) -> float:
+    """Tokens and counts to 0.1, seconds to 4 significant digits: readable, and far below the spread."""
+    if seconds:
+        return float(f"{x:.4g}")
+    return round(float(x), 1)
+
+
+def fit_distribution(values: np.ndarray, form: str = "auto", seconds: bool = False) -> object:
+    """A value the spec accepts: a number, {mean, p95}, {p50, p95} or {quantiles: {...}}."""
+    x = values[np.isfinite(values)]
+    if not len(x):
+        return 0
+    lo, hi = float(x.min()), float(x.max())
+    if hi - lo <= 1e-12 * max(abs(hi), 1.0):
+        return _round(hi, seconds)
+    mean = float(x.mean())
+    p50, p95, p99 = (float(v) for v in np.percentile(x, [50, 95, 99]))
+    empirical = {"quantiles": _monotone({q: _round(v, seconds) for q, v in zip(QUANTILES, np.quantile(x, QUANTILES))})}
+    by_mean_ok = mean > 0 and p95 >= mean and math.log(p95 / mean) <= Z95**2 / 2
+    if form == "empirical":
+        return empirical
+    if form == "lognormal":
+        if by_mean_ok:
+            return {"mean": _round(mean, seconds), "p95": _round(p95, seconds)}
+        if p50 > 0 and p95 >= p50:
+            return {"p50": _round(p50, seconds), "p95": _round(p95, seconds)}
+        return empirical
+    if by_mean_ok:
+        ln = Lognormal.model_validate({"mean": mean, "p95": p95})
+        if p99 > 0 and 1 / TAIL_TOLERANCE <= ln.quantile(0.99) / p99 <= TAIL_TOLERANCE:
+            return {"mean": _round(mean, seconds), "p95": _round(p95, seconds)}
+    return empirical
+
+
+def _monotone(points: dict[float, float]) -> dict[float, float]:
+    out, last = {}, -math.inf
+    for q, v in points.items():
+        last = max(last, v)
+        out[q] = last
+    return out
+
+
+@dataclass
+class Shape:
+    """Per-call and per-session quantities derived from sorted columns."""
+
+    first: np.ndarray              # bool per call: first of its session
+    calls_per_session: np.ndarray
+    new_input: np.ndarray          # per call i > 0 in its session (clipped at 0)
+    shrank: int                    # calls whose prompt was smaller than the history before them
+    system_prompt_tokens: int
+    first_new_input: np.ndarray    # per session
+    tool_wait_s: np.ndarray
+    llm_latency_s: np.ndarray
+    peak_context: np.ndarray       # per session
+    session_duration_s: np.ndarray
+    negative_waits: int = 0        # tool times below 0 in the trace (clock skew), counted as 0
+
+
+def shape(c: Columns, has_sessions: bool) -> Shape:
+    n = len(c)
+    first = np.ones(n, dtype=bool)
+    first[1:] = c.session[1:] != c.session[:-1]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = first[1:]
+    starts = np.flatnonzero(first)
+    counts = np.diff(np.append(starts, n))
+    prompt, out = c.input_tokens, c.output_tokens
+    raw_new = prompt[1:] - prompt[:-1] - out[:-1]
+    raw_new = raw_new[~first[1:]]
+    shrank = int((raw_new < 0).sum())
+    first_prompt = prompt[first]
+    system = int(first_prompt.min()) if has_sessions and len(starts) >= 2 else 0
+    # tool wait after call i: recorded, else the next call's recorded delay, else the wall-clock gap
+    wait = c.tool_wait_after_s.copy()
+    nxt_gap = np.full(n, np.nan)
+    nxt_gap[:-1] = np.where(last[:-1], np.nan, c.gap_before_s[1:])
+    wall = np.full(n, np.nan)
+    wall[:-1] = np.where(last[:-1], np.nan, c.start_s[1:] - c.end_s[:-1])
+    wall[wall < 0] = np.nan
+    wait = np.where(np.isfinite(wait), wait, np.where(np.isfinite(nxt_gap), nxt_gap, wall))
+    with np.errstate(invalid="ignore"):
+        negative_waits = int((wait < 0).sum())   # clock skew between the agent's and the tools' stamps
+    wait = np.where(wait < 0, 0.0, wait)
+    latency = c.end_s - c.start_s
+    latency[latency < 0] = np.nan
+    with np.errstate(invalid="ignore"):
+        duration = np.fmax.reduceat(c.end_s, starts) - np.fmin.reduceat(c.start_s, starts) if n else np.zeros(0)
+    return Shape(first, counts.astype(float), np.maximum(raw_new, 0.0), shrank, system,
+                 first_prompt - system, wait, latency, np.maximum.reduceat(prompt + out, starts) if n else prompt,
+                 duration, negative_waits)
+
+
+def cache_shares(c: Columns, s: Shape) -> tuple[float | None, str | None, float]:
+    """(cached share, where it came from, reusable prefix share)."""
+    known = np.isfinite(c.cached_tokens)
+    cached = None
+    if known.any() and c.input_tokens[known].sum() > 0:
+        cached = float(c.cached_tokens[known].sum() / c.input_tokens[known].sum())
+    total = c.input_tokens.sum()
+    fresh = s.new_input.sum() + s.first_new_input.sum()
+    reusable = float(max(total - fresh, 0.0) / total) if total > 0 else 0.0
+    return cached, None, reusable
+
+
+def workload_dict(c: Columns, s: Shape, form: str, name: str, source: str) -> dict:
+    new = s.new_input if len(s.new_input) else s.first_new_input
+    return {
+        "name": name,
+        "source": source,
+        "steps_per_task": fit_distribution(s.calls_per_session, form),
+        "calls_per_step": 1,
+        "system_prompt_tokens": int(s.system_prompt_tokens),
+        "first_call_input_tokens": fit_distribution(s.first_new_input, form),
+        "new_input_tokens_per_call": fit_distribution(new, form),
+        "output_tokens_per_call": fit_distribution(c.output_tokens, form),
+        "tool_wait_s": fit_distribution(s.tool_wait_s, form, seconds=True),
+    }
+
+
+def validate(d: dict, where: str) -> Workload:
+    try:
+        return Workload.model_validate(d)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field_ = ".".join(str(p) for p in first["loc"])
+        raise TraceError(f"{where}: the fitted workload is not valid ({field_}: "
+                         f"{first['msg'].removeprefix('Value error, ')}); the trace may hold no usable calls") from None

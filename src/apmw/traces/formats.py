@@ -1,0 +1,120 @@
+"""The formats `apmw fit` reads, and how a file's format is recognised.
+
+Recognition looks at the extension and the first non-blank line (a CSV header
+or a JSON object's keys), never at the whole file. ``--format`` overrides it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from apmw.traces import agentperf, aiperf, azure, generic, mini_swe, mooncake, otel
+from apmw.traces.records import CallStream, LineErrors, TraceError
+from apmw.traces.textio import JSONDecodeError, base_name, loads, open_binary
+
+# First-line bytes read for recognition; longer lines (OTLP batches) are parsed from a prefix only as JSON-ish keys.
+SNIFF_BYTES = 1 << 22
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    has_sessions: bool = True
+
+
+FORMATS = [
+    Format(otel.NAME, otel.DESCRIPTION),
+    Format(mini_swe.NAME, mini_swe.DESCRIPTION),
+    Format(mooncake.NAME, mooncake.DESCRIPTION),
+    Format(aiperf.NAME, aiperf.DESCRIPTION),
+    Format(agentperf.NAME, agentperf.DESCRIPTION),
+    Format(azure.NAME, azure.DESCRIPTION, has_sessions=False),
+    Format(generic.NAME_CSV, generic.DESCRIPTION),
+    Format(generic.NAME_JSONL, generic.DESCRIPTION),
+]
+ALIASES = {alias: m.NAME for m in (otel, mooncake) for alias in m.ALIASES}
+NAMES = [f.name for f in FORMATS]
+
+
+def accepted() -> str:
+    """The list of formats, for error messages."""
+    return "; ".join(f"{f.name}: {f.description}" for f in FORMATS)
+
+
+def canonical(name: str) -> str:
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in NAMES:
+        raise TraceError(f"unknown --format {name!r}; accepted: {', '.join(NAMES + sorted(ALIASES))}")
+    return key
+
+
+def _first_line(path: Path) -> bytes:
+    with open_binary(path) as f:
+        for raw in f:
+            if raw.strip():
+                return raw[:SNIFF_BYTES]
+    return b""
+
+
+def detect(path: str | Path) -> str:
+    """The format of ``path`` from its name and first line, or a TraceError that lists the accepted ones."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{path}: no such file")
+    first = _first_line(p)
+    if not first:
+        raise TraceError(f"{path}: the file is empty; accepted formats: {accepted()}")
+    name = base_name(p)
+    if not name.endswith(".csv"):
+        try:
+            obj = loads(first)
+        except JSONDecodeError:
+            obj = None
+            if first.lstrip().startswith(b"{") and b'"resourceSpans"' in first:
+                return otel.NAME  # one pretty-printed OTLP document
+        if isinstance(obj, dict):
+            for module in (otel, agentperf, aiperf, mooncake):
+                if module.matches_record(obj):
+                    return module.NAME
+            raise TraceError(f"{path}:1: a JSON object with keys {', '.join(list(obj)[:12])} is not a format "
+                             f"apmw recognises; give --format jsonl --map field=key,... or use one of: {accepted()}")
+    header = next(csv.reader(io.StringIO(first.decode("utf-8-sig", errors="replace"))), [])
+    for module in (mini_swe, azure):
+        if module.matches_header(header):
+            return module.NAME
+    raise TraceError(f"{path}: format not recognised (first line: {first[:120].decode(errors='replace')!r}); "
+                     f"give --format, e.g. --format csv --map input_tokens=...,output_tokens=...; "
+                     f"accepted formats: {accepted()}")
+
+
+@dataclass
+class Opened:
+    """A reader ready to stream, plus what it learns while reading (for the summary's notes)."""
+
+    format: str
+    stream: CallStream
+    state: object = None
+
+
+def open_reader(path: str | Path, fmt: str, errors: LineErrors, mapping: str | dict | None = None) -> Opened:
+    if fmt == otel.NAME:
+        r = otel.Reader()
+        return Opened(fmt, r.read(path, errors), r)
+    if fmt == mooncake.NAME:
+        r = mooncake.Reader()
+        return Opened(fmt, r.read(path, errors), r)
+    if fmt == aiperf.NAME:
+        r = aiperf.Reader()
+        return Opened(fmt, r.read(path, errors), r)
+    simple: dict[str, Callable] = {mini_swe.NAME: mini_swe.read, azure.NAME: azure.read, agentperf.NAME: agentperf.read}
+    if fmt in simple:
+        return Opened(fmt, simple[fmt](path, errors))
+    m = generic.parse_mapping(mapping)
+    read = generic.read_csv if fmt == generic.NAME_CSV else generic.read_jsonl
+    return Opened(fmt, read(path, errors, m))

@@ -1,0 +1,107 @@
+"""Any per-call CSV or JSONL, given a column mapping on the command line.
+
+``--map input_tokens=prompt_tokens,output_tokens=completion_tokens,session=conv``
+maps apmw's fields to the file's columns (JSONL: dotted paths into nested
+objects, e.g. ``usage.prompt_tokens``). Fields: ``session``, ``order``,
+``input_tokens`` and ``output_tokens`` (required), ``cached_tokens``, and times
+with their unit as suffix: ``start_s|start_ms|start_ns``, ``end_*``,
+``tool_wait_s|tool_wait_ms`` (non-LLM time after the call), ``gap_before_s|gap_before_ms``.
+Without ``session`` every row is its own session; without ``order`` rows keep
+file order within a session.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from apmw.traces.jsonl import records
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, number, require_counts
+from apmw.traces.textio import open_text
+
+NAME_CSV = "csv"
+NAME_JSONL = "jsonl"
+DESCRIPTION = "generic CSV or JSONL with --map field=column,... (input_tokens and output_tokens required)"
+
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+TIMED = ("start", "end", "tool_wait", "gap_before")
+PLAIN = ("session", "order", "input_tokens", "output_tokens", "cached_tokens")
+
+
+def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
+    """'field=column,...' -> {field: (column, scale to seconds or 1)}, with a message that lists the fields."""
+    if not text:
+        raise TraceError("the generic csv/jsonl formats need --map, e.g. "
+                         "--map input_tokens=prompt_tokens,output_tokens=completion_tokens,session=conversation_id")
+    pairs = text.items() if isinstance(text, dict) else (p.split("=", 1) for p in text.split(",") if p.strip())
+    mapping: dict[str, tuple[str, float]] = {}
+    for pair in pairs:
+        if len(pair) != 2 or not pair[0].strip() or not pair[1].strip():
+            raise TraceError(f"--map entry {'='.join(pair)!r} is not field=column")
+        field, column = pair[0].strip(), pair[1].strip()
+        base, _, unit = field.rpartition("_")
+        if field in PLAIN:
+            mapping[field] = (column, 1.0)
+        elif base in TIMED and unit in UNITS:
+            mapping[base] = (column, UNITS[unit])
+        else:
+            raise TraceError(f"--map: unknown field {field!r}; use {', '.join(PLAIN)}, or a time field "
+                             f"{'/'.join(TIMED)} with a unit suffix _s, _ms, _us or _ns (e.g. start_ms)")
+    for need in ("input_tokens", "output_tokens"):
+        if need not in mapping:
+            raise TraceError(f"--map must name the {need} column (e.g. {need}=...)")
+    return mapping
+
+
+def _build(get, mapping: dict, line: int) -> Call:
+    def val(field: str) -> float:
+        if field not in mapping:
+            return NAN
+        column, scale = mapping[field]
+        return number(get(column)) * scale
+
+    inp, out = val("input_tokens"), val("output_tokens")
+    bad = require_counts(inp, out)
+    if bad:
+        raise ValueError(bad)
+    session = get(mapping["session"][0]) if "session" in mapping else None
+    order = val("order")
+    return Call(session if session not in (None, "") else line, order if order == order else float(line),
+                inp, out, val("cached_tokens"), val("start"), val("end"), val("tool_wait"), val("gap_before"))
+
+
+def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
+    with open_text(path) as f:
+        rows = csv.reader(f)
+        header = next(rows, None) or []
+        col = {name: i for i, name in enumerate(header)}
+        missing = sorted({c for c, _ in mapping.values()} - col.keys())
+        if missing:
+            raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
+                             f"({', '.join(header[:20])})")
+        for line, row in enumerate(rows, start=2):
+            errors.lines_read += 1
+            if len(row) != len(header):
+                if row:
+                    errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
+                continue
+            try:
+                yield _build(lambda c: row[col[c]], mapping, line)
+            except ValueError as exc:
+                errors.skip(line, str(exc))
+
+
+def _dig(obj: dict, dotted: str) -> object:
+    for part in dotted.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def read_jsonl(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
+    for line, obj in records(path, errors):
+        try:
+            yield _build(lambda c: _dig(obj, c), mapping, line)
+        except (ValueError, TypeError) as exc:
+            errors.skip(line, str(exc))

@@ -1,0 +1,107 @@
+"""Mooncake JSONL, and NVIDIA AIPerf's ``mooncake_trace`` (a superset of it).
+
+One request per line. Mooncake FAST'25 fields: ``timestamp`` (arrival, ms),
+``input_length``, ``output_length``, ``hash_ids`` (one id per 512-token block of
+the prompt). AIPerf adds ``session_id``, ``delay`` (ms to wait before sending
+this turn, after the previous one finished), and ``messages`` or ``text_input``
+in place of ``input_length`` (token counts then estimated, see
+:mod:`apmw.traces.tokens`).
+
+Sessions: from ``session_id`` when present; otherwise inferred from
+``hash_ids`` (a request continues the session of the latest earlier request
+whose blocks it extends, :meth:`PrefixCache.parent_session`) -- a heuristic,
+since Mooncake traces carry no session ids; without ``hash_ids`` every request
+is its own session. The cached share is what an infinite prefix cache over
+``hash_ids`` would serve.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.textio import JSONDecodeError, loads, open_binary
+from apmw.traces.tokens import estimate_text_tokens
+
+NAME = "mooncake"
+ALIASES = ("aiperf-mooncake",)
+DESCRIPTION = ("Mooncake / AIPerf mooncake_trace JSONL (timestamp, input_length or messages, output_length, "
+               "hash_ids, session_id, delay)")
+
+
+def matches_record(obj: dict) -> bool:
+    return "output_length" in obj and ("input_length" in obj or "messages" in obj or "text_input" in obj
+                                       or "hash_ids" in obj) and "turns" not in obj
+
+
+class Reader:
+    """Streams calls; remembers what it had to infer or estimate (for the summary's notes)."""
+
+    def __init__(self, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
+        self.cache = PrefixCache(block_tokens)
+        self.estimated_lines = 0
+        self.inferred_sessions = False
+        self.saw_session_ids = False
+
+    def read(self, path: str | Path, errors: LineErrors) -> CallStream:
+        cache = self.cache
+        last_arrival: dict[object, float] = {}
+        with open_binary(path) as f:
+            for line, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                errors.lines_read += 1
+                try:
+                    obj = loads(raw)
+                except JSONDecodeError as exc:
+                    errors.skip(line, f"not valid JSON ({exc})")
+                    continue
+                if not isinstance(obj, dict):
+                    errors.skip(line, "not a JSON object")
+                    continue
+                try:
+                    call = self._call(obj, line, cache, last_arrival)
+                except (ValueError, TypeError) as exc:
+                    errors.skip(line, f"bad value: {exc}")
+                    continue
+                bad = require_counts(call.input_tokens, call.output_tokens)
+                if bad:
+                    errors.skip(line, bad + " (need input_length or messages, and output_length)")
+                    continue
+                yield call
+
+    def _call(self, obj: dict, line: int, cache: PrefixCache, last_arrival: dict) -> Call:
+        inp = number(obj.get("input_length"))
+        if inp != inp:  # nan: estimate from text
+            text = obj.get("messages", obj.get("text_input"))
+            if text is not None:
+                inp = estimate_text_tokens(text)
+                self.estimated_lines += 1
+        out = number(obj.get("output_length"))
+        t_ms = number(obj.get("timestamp"))
+        delay_ms = number(obj.get("delay"))
+        hash_ids = obj.get("hash_ids")
+        cached = NAN
+        session = obj.get("session_id")
+        if session is not None:
+            self.saw_session_ids = True
+        if hash_ids:
+            if not isinstance(hash_ids, list):
+                raise ValueError("hash_ids must be a list of block ids")
+            if session is None and inp == inp:
+                session = cache.parent_session(hash_ids, inp, line)
+                self.inferred_sessions = True
+            cached = cache.hit_tokens(hash_ids, inp)
+        elif hash_ids is not None:
+            cached = 0.0
+        if session is None:
+            session = line
+        start_s = t_ms / 1e3
+        gap = delay_ms / 1e3
+        if gap != gap and start_s == start_s and session in last_arrival:
+            # arrival-to-arrival gap; it includes the previous call's own latency (no response times)
+            gap = start_s - last_arrival[session]
+        if start_s == start_s:
+            last_arrival[session] = start_s
+        return Call(session, start_s if start_s == start_s else float(line), inp, out, cached, start_s, NAN, NAN, gap)

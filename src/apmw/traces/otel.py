@@ -1,0 +1,148 @@
+"""OpenTelemetry spans as OTLP JSON: the SDK's file exporter or the Collector's ``file`` exporter.
+
+Each line is one ``ExportTraceServiceRequest``
+(``resourceSpans[].scopeSpans[].spans[]``); a file holding a single such
+document spread over several lines is read whole. A span is a model call when
+it carries token usage and is not an agent/chain/tool span. Attribute names
+understood, newest first (OpenTelemetry GenAI semantic conventions, and
+OpenInference as written by Arize Phoenix instrumentations):
+
+==============  ==============================================================
+input tokens    ``gen_ai.usage.input_tokens``, ``gen_ai.usage.prompt_tokens``
+                (older GenAI name), ``llm.token_count.prompt`` (OpenInference)
+output tokens   ``gen_ai.usage.output_tokens``, ``gen_ai.usage.completion_tokens``,
+                ``llm.token_count.completion``
+cached tokens   ``gen_ai.usage.cache_read.input_tokens``,
+                ``llm.token_count.prompt_details.cache_read``
+session         ``gen_ai.conversation.id``, ``session.id``; else the trace id
+kind            ``gen_ai.operation.name`` (``chat``, ``text_completion``,
+                ``generate_content`` are calls; ``invoke_agent``, ``create_agent``
+                and ``execute_tool`` are not), ``openinference.span.kind``
+                (``LLM`` is a call)
+==============  ==============================================================
+
+Spans of one session may arrive in any order and across lines: calls are
+ordered by start time. The tool wait is the gap between one call's end and the
+next call's start (tool spans and agent overhead both fall in it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, require_counts
+from apmw.traces.textio import JSONDecodeError, loads, open_binary
+
+NAME = "otel"
+ALIASES = ("otlp", "openinference")
+DESCRIPTION = ("OpenTelemetry OTLP JSON spans (GenAI conventions, older gen_ai.usage.prompt_tokens names, "
+               "OpenInference llm.token_count.*)")
+
+INPUT_KEYS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
+OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
+CACHED_KEYS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
+SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
+NOT_CALLS = {"invoke_agent", "create_agent", "execute_tool", "embeddings"}
+OPENINFERENCE_NOT_CALLS = {"AGENT", "CHAIN", "TOOL", "RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EVALUATOR"}
+
+
+def matches_record(obj: dict) -> bool:
+    return "resourceSpans" in obj
+
+
+def _value(v: dict) -> object:
+    """An OTLP AnyValue: intValue is a JSON string in OTLP/JSON (64-bit ints), the rest are plain."""
+    for key in ("intValue", "doubleValue", "stringValue", "boolValue"):
+        if key in v:
+            return int(v[key]) if key == "intValue" else v[key]
+    return None
+
+
+def _first(attrs: dict, keys: tuple[str, ...]) -> object:
+    for k in keys:
+        if k in attrs:
+            return attrs[k]
+    return None
+
+
+def _as_float(x: object) -> float:
+    if x is None:
+        return NAN
+    return float(x)
+
+
+class Reader:
+    def __init__(self) -> None:
+        self.spans = 0
+        self.tool_spans = 0
+        self.names_seen: set[str] = set()
+
+    def read(self, path: str | Path, errors: LineErrors) -> CallStream:
+        for line, doc in self._documents(path, errors):
+            try:
+                spans = [span for rs in doc["resourceSpans"] for ss in rs.get("scopeSpans", ())
+                         for span in ss.get("spans", ())]
+            except (KeyError, TypeError, AttributeError) as exc:
+                errors.skip(line, f"not an OTLP ExportTraceServiceRequest ({type(exc).__name__}: {exc})")
+                continue
+            for span in spans:
+                try:
+                    call = self._call(span)
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    name = span.get("name") if isinstance(span, dict) else None
+                    errors.skip(line, f"span {name!r}: {type(exc).__name__}: {exc}")
+                    continue
+                if call is not None:
+                    yield call
+
+    def _documents(self, path: str | Path, errors: LineErrors):
+        with open_binary(path) as f:
+            first = None
+            for line, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                errors.lines_read += 1
+                try:
+                    obj = loads(raw)
+                except JSONDecodeError as exc:
+                    if first is None and line == 1 and raw.lstrip().startswith(b"{"):
+                        yield from self._whole_document(path, errors)
+                        return
+                    errors.skip(line, f"not valid JSON ({exc})")
+                    continue
+                first = first or obj
+                if not isinstance(obj, dict) or "resourceSpans" not in obj:
+                    errors.skip(line, "not an OTLP JSON object (no 'resourceSpans')")
+                    continue
+                yield line, obj
+
+    def _whole_document(self, path: str | Path, errors: LineErrors):
+        with open_binary(path) as f:
+            try:
+                obj = loads(f.read())
+            except JSONDecodeError as exc:
+                raise TraceError(f"{path}: neither JSON lines nor one JSON document ({exc})") from None
+        if not isinstance(obj, dict) or "resourceSpans" not in obj:
+            raise TraceError(f"{path}: not an OTLP JSON document (no 'resourceSpans')")
+        yield 1, obj
+
+    def _call(self, span: dict) -> Call | None:
+        self.spans += 1
+        attrs = {a["key"]: _value(a.get("value", {})) for a in span.get("attributes", ())}
+        op = attrs.get("gen_ai.operation.name")
+        kind = attrs.get("openinference.span.kind")
+        if op == "execute_tool" or kind == "TOOL":
+            self.tool_spans += 1
+            return None
+        if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
+            return None
+        inp, out = _as_float(_first(attrs, INPUT_KEYS)), _as_float(_first(attrs, OUTPUT_KEYS))
+        if inp != inp and out != out:
+            return None  # not a model call (no usage): HTTP, DB, framework spans
+        if require_counts(inp, out):
+            raise ValueError("token usage without both input and output counts")
+        session = _first(attrs, SESSION_KEYS) or span["traceId"]
+        start = int(span["startTimeUnixNano"]) / 1e9
+        end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
+        self.names_seen.update(k for k in INPUT_KEYS if k in attrs)
+        return Call(session, start, inp, out, _as_float(_first(attrs, CACHED_KEYS)), start, end)

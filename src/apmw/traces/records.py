@@ -1,0 +1,104 @@
+"""What every reader produces, and how bad lines are counted or stopped on.
+
+A reader turns one file format into a stream of :data:`Call` tuples, one per
+model call. Plain tuples (not objects) keep the per-line cost low: the readers
+aim at >= 200k lines/s (bench/fit_speed.py). ``nan`` marks a field the format
+does not carry; the fitter uses what is there and says what was missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterator, NamedTuple
+
+from apmw.errors import ApmwError
+
+NAN = math.nan
+
+# How many example locations to keep per skip reason (the count is always exact).
+EXAMPLES_PER_REASON = 3
+
+
+class TraceError(ApmwError):
+    """A trace that cannot be read: unknown format, empty file, or (with --strict) a bad line."""
+
+
+class Call(NamedTuple):
+    """One model call as a trace records it.
+
+    ``session``: the session (agent task) key, or None when the format has none
+    (each call is then its own one-call session). ``order``: sorts calls within a
+    session (a call index or a start time). ``input_tokens`` is the whole prompt
+    the model saw (cached or not). ``tool_wait_after_s`` is the non-LLM time after
+    this call; ``gap_before_s`` the time the caller waited before sending it
+    (AIPerf's ``delay``); ``start_s``/``end_s`` wall-clock times, used for the gap
+    between calls when neither wait is recorded.
+    """
+
+    session: object
+    order: float
+    input_tokens: float
+    output_tokens: float
+    cached_tokens: float = NAN
+    start_s: float = NAN
+    end_s: float = NAN
+    tool_wait_after_s: float = NAN
+    gap_before_s: float = NAN
+
+
+@dataclass
+class LineErrors:
+    """Counts malformed lines by reason; with ``strict`` the first one raises.
+
+    Reported as ``file:line: reason`` so a user can open the line and fix it.
+    """
+
+    path: str
+    strict: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    lines_read: int = 0
+
+    def skip(self, line: int, reason: str) -> None:
+        where = f"{self.path}:{line}"
+        if self.strict:
+            raise TraceError(f"{where}: {reason} (--strict stops at the first bad line; "
+                             "drop --strict to skip such lines and count them)")
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        kept = self.examples.setdefault(reason, [])
+        if len(kept) < EXAMPLES_PER_REASON:
+            kept.append(where)
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.counts.values())
+
+    def as_dict(self) -> dict:
+        return {reason: {"count": n, "examples": self.examples[reason]} for reason, n in self.counts.items()}
+
+
+CallStream = Iterator[Call]
+
+
+def number(value: object) -> float:
+    """A token count or time from JSON/CSV; raises ValueError with the bad value."""
+    if value is None or value == "":
+        return NAN
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    x = float(value)
+    if math.isnan(x) or math.isinf(x):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return x
+
+
+def require_counts(inp: float, out: float) -> str | None:
+    """Why a call's token counts are unusable, or None when they are fine."""
+    if math.isnan(inp):
+        return "no input token count"
+    if math.isnan(out):
+        return "no output token count"
+    if inp < 0 or out < 0:
+        return "negative token count"
+    return None

@@ -1,0 +1,103 @@
+"""Bad input: file and line for malformed lines, skip-and-count by default, --strict stops, no tracebacks."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from apmw.errors import ApmwError
+from apmw.traces import TraceError, fit_trace
+from tests.traces.conftest import FIXTURES
+
+GOOD = '{"timestamp": 0, "input_length": 1000, "output_length": 100, "hash_ids": [0, 1]}\n'
+
+
+def _mooncake_with_bad_lines(tmp_path):
+    p = tmp_path / "trace.jsonl"
+    p.write_text(GOOD + '{"timestamp": 5, "input_length": 12\n'          # line 2: truncated JSON
+                 + GOOD + '{"timestamp": 9, "output_length": 7}\n'      # line 4: no input
+                 + '[1, 2]\n' + GOOD)                                   # line 5: not an object
+    return p
+
+
+def test_default_skips_and_counts_with_file_and_line(tmp_path):
+    p = _mooncake_with_bad_lines(tmp_path)
+    s = fit_trace(p, "mooncake").summary
+    assert s["calls"] == 3 and s["skipped_lines"] == 3
+    where = {ex for d in s["skipped"].values() for ex in d["examples"]}
+    assert where == {f"{p}:2", f"{p}:4", f"{p}:5"}
+    assert any("not valid JSON" in reason for reason in s["skipped"])
+
+
+def test_strict_stops_at_the_first_bad_line(tmp_path):
+    p = _mooncake_with_bad_lines(tmp_path)
+    with pytest.raises(TraceError, match=rf"{p}:2: not valid JSON"):
+        fit_trace(p, "mooncake", strict=True)
+
+
+def test_csv_row_with_wrong_width(tmp_path):
+    p = tmp_path / "calls.csv"
+    text = (FIXTURES / "mini_swe_calls_3sessions.csv").read_text().splitlines()
+    text[5] = text[5] + ",extra"                      # file line 6: one column too many
+    cells = text[9].split(",")
+    cells[7] = "abc"                                    # file line 10: prompt_tokens not a number
+    text[9] = ",".join(cells)
+    p.write_text("\n".join(text) + "\n")
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 2 and s["calls"] == 250
+    assert s["skipped"]["expected 14 columns, found 15"]["examples"] == [f"{p}:6"]
+    assert [d["examples"] for r, d in s["skipped"].items() if r.startswith("not a number")] == [[f"{p}:10"]]
+
+
+def test_empty_file_lists_the_formats(tmp_path):
+    p = tmp_path / "empty.jsonl"
+    p.write_text("\n\n")
+    with pytest.raises(TraceError, match="empty.*accepted formats: otel") as e:
+        fit_trace(p)
+    assert isinstance(e.value, ApmwError)
+
+
+def test_unrecognised_json_lists_the_formats(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"foo": 1, "bar": 2}\n')
+    with pytest.raises(TraceError, match="keys foo, bar.*--format jsonl --map"):
+        fit_trace(p)
+
+
+def test_unrecognised_csv(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(TraceError, match="not recognised.*mini-swe-agent"):
+        fit_trace(p)
+
+
+def test_all_lines_bad_says_why(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"output_length": 5, "input_length": "many"}\n')
+    with pytest.raises(TraceError, match=r"no model calls found.*bad value.*bad.jsonl:1"):
+        fit_trace(p, "mooncake")
+
+
+def test_generic_mapping_errors(tmp_path):
+    src = FIXTURES / "mini_swe_calls_3sessions.csv"
+    with pytest.raises(TraceError, match="need --map"):
+        fit_trace(src, "csv")
+    with pytest.raises(TraceError, match="unknown field 'start'.*unit suffix"):
+        fit_trace(src, "csv", mapping="input_tokens=prompt_tokens,output_tokens=completion_tokens,start=t")
+    with pytest.raises(TraceError, match="column.*nope.*not in the header"):
+        fit_trace(src, "csv", mapping="input_tokens=nope,output_tokens=completion_tokens")
+
+
+def test_unknown_format_name():
+    with pytest.raises(TraceError, match="unknown --format 'parquet'"):
+        fit_trace(FIXTURES / "otel_genai.jsonl", "parquet")
+
+
+def test_gzip_is_read(tmp_path):
+    import gzip
+
+    p = tmp_path / "calls.csv.gz"
+    with open(FIXTURES / "mini_swe_calls_3sessions.csv", "rb") as f, gzip.open(p, "wb") as g:
+        shutil.copyfileobj(f, g)
+    assert fit_trace(p).summary["calls"] == 252

@@ -1,0 +1,94 @@
+"""`apmw fit` as a user runs it: JSON fields, YAML that `apmw plan` accepts, export, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import EXAMPLES
+from tests.traces.conftest import FIXTURES
+
+APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
+JSON_FIELDS = {"sessions", "calls", "calls_per_session", "input_tokens_per_call", "output_tokens_per_call",
+               "tool_wait_s", "cached_prompt_share", "skipped_lines", "skipped", "notes", "format",
+               "system_prompt_tokens", "new_input_tokens_per_call", "reusable_prefix_share", "workload"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([APMW, "fit", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_json_summary_fields():
+    r = run(str(FIXTURES / "otel_genai.jsonl"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert JSON_FIELDS <= d.keys()
+    for key in ("calls_per_session", "input_tokens_per_call", "output_tokens_per_call", "tool_wait_s"):
+        assert {"mean", "p50", "p95", "p99"} <= d[key].keys()
+    assert (d["sessions"], d["calls"], d["skipped_lines"]) == (3, 9, 0)
+
+
+def test_yaml_output_plans(tmp_path):
+    out = tmp_path / "workload.yaml"
+    r = run(str(FIXTURES / "mini_swe_calls_3sessions.csv"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "calls per session" in r.stdout and "cached prompt share" in r.stdout
+    spec = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    spec["workload"] = yaml.safe_load(out.read_text())["workload"]
+    full = tmp_path / "spec.yaml"
+    full.write_text(yaml.safe_dump(spec))
+    p = subprocess.run([APMW, "plan", str(full), "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["agents_per_replica"] >= 1
+
+
+def test_skips_are_reported_and_strict_fails(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
+    r = run(str(p), "--format", "mooncake")
+    assert r.returncode == 0 and "skipped 1 malformed line" in r.stderr and f"{p}:2" in r.stderr
+    r = run(str(p), "--format", "mooncake", "--strict")
+    assert r.returncode == 1 and f"{p}:2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unrecognised_file_errors_cleanly(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_text("hello\n")
+    r = run(str(p))
+    assert r.returncode == 1 and "error:" in r.stderr and "accepted formats" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_export_aiperf_round_trip(tmp_path):
+    target = tmp_path / "replay.jsonl"
+    r = run(str(FIXTURES / "mini_swe_calls_3sessions.csv"), "--export", "aiperf", "--export-path", str(target),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    orig = json.loads(r.stdout)
+    assert orig["export"]["lines"] == 252
+    back = json.loads(run(str(target), "--format", "aiperf-mooncake", "--json").stdout)
+    assert (back["sessions"], back["calls"]) == (3, 252)
+    for key in ("input_tokens_per_call", "output_tokens_per_call", "new_input_tokens_per_call"):
+        assert back[key]["mean"] == orig[key]["mean"]
+    # tool waits between calls survive as AIPerf 'delay' (ms, 3 decimals); the last call's wait has no next turn
+    assert abs(back["tool_wait_s"]["p50"] - orig["tool_wait_s"]["p50"]) < 0.01
+    # the hash_ids we wrote make the history reusable: block-granular, so a little below the structural share
+    assert 0.9 < back["cached_prompt_share"] <= orig["reusable_prefix_share"]
+
+
+def test_export_fitted_is_seeded(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    src = str(FIXTURES / "otel_genai.jsonl")
+    for path in (a, b):
+        r = run(src, "--export", "aiperf", "--export-from", "fitted", "--export-sessions", "50", "--seed", "3",
+                "--export-path", str(path), "--json")
+        assert r.returncode == 0, r.stderr
+    assert a.read_bytes() == b.read_bytes()
+    back = json.loads(run(str(a), "--json").stdout)
+    assert back["sessions"] == 50
+    assert back["system_prompt_tokens"] >= 1024   # the shared system-prompt blocks: 1200 // 512 full blocks

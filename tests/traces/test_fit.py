@@ -1,0 +1,76 @@
+"""The fitter: distributions the spec accepts, the mini-swe-agent README figures, and `apmw plan` on the fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apmw.capacity import plan
+from apmw.spec import parse_distribution, spec_from_dict
+from apmw.traces import fit_trace, workload_from_trace
+from apmw.traces.fit import FORMS, fit_distribution
+from tests.conftest import EXAMPLES
+from tests.traces.conftest import FIXTURES, SHARED
+
+MINI_SWE = SHARED / "mini_swe_agent_deepseek" / "calls.csv"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200),
+       st.sampled_from(FORMS))
+def test_every_fit_is_a_distribution_the_spec_accepts(values, form):
+    parse_distribution(fit_distribution(np.array(values), form))
+
+
+def test_lognormal_fit_keeps_mean_and_p95():
+    rng = np.random.default_rng(7)
+    x = rng.lognormal(5.0, 0.6, 20000)
+    d = fit_distribution(x, "auto")
+    assert set(d) == {"mean", "p95"}
+    assert d["mean"] == pytest.approx(x.mean(), abs=0.1)
+
+
+def test_heavy_tail_falls_back_to_quantiles():
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.lognormal(-1.4, 0.4, 9800), rng.uniform(20, 60, 200)])  # 2% minute-long outliers
+    d = fit_distribution(x, "auto", seconds=True)
+    assert "quantiles" in d
+    assert d["quantiles"][0.99] == pytest.approx(np.quantile(x, 0.99), rel=1e-3)
+
+
+def test_fitted_section_validates_inside_a_full_spec_and_plans(example_dict):
+    r = fit_trace(FIXTURES / "mini_swe_calls_3sessions.csv")
+    spec = example_dict("coding-agent")
+    spec["workload"] = yaml.safe_load(r.workload_yaml())["workload"]
+    result = plan(spec_from_dict(spec))
+    assert result.agents_per_replica >= 1
+
+
+def test_workload_from_trace_is_the_fit():
+    w = workload_from_trace(FIXTURES / "otel_genai.jsonl")
+    assert w.system_prompt_tokens == 1200
+    assert w.steps_per_task.mean == pytest.approx(3.0)
+
+
+@pytest.mark.skipif(not MINI_SWE.exists(), reason="needs ../shared/data (the full mini-swe-agent trace)")
+def test_mini_swe_agent_readme_figures():
+    r = fit_trace(MINI_SWE)
+    s = r.summary
+    # ../shared/data/README.md: 192 sessions, 15,415 calls, mean 80.3 calls per session, prompt p50 19,214,
+    # output mean 221, 98.1 % of prompt tokens from the provider's prefix cache
+    assert (s["sessions"], s["calls"]) == (192, 15415)
+    assert round(s["calls_per_session"]["mean"], 1) == 80.3
+    assert s["input_tokens_per_call"]["p50"] == 19214
+    assert round(s["output_tokens_per_call"]["mean"]) == 221
+    assert round(s["cached_prompt_share"] * 100, 1) == 98.1
+    # and the lead's hand fit in examples/coding-agent.yaml
+    hand = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())["workload"]
+    w = r.workload_section
+    assert w["system_prompt_tokens"] == hand["system_prompt_tokens"] == 1390
+    assert w["new_input_tokens_per_call"] == {"mean": 226.0, "p95": pytest.approx(780, abs=1)}
+    assert w["steps_per_task"] == {"mean": 80.3, "p95": pytest.approx(134, abs=1)}
+    for q, v in hand["tool_wait_s"]["quantiles"].items():
+        assert w["tool_wait_s"]["quantiles"][q] == pytest.approx(v, abs=0.002)

@@ -1,0 +1,135 @@
+"""Each reader on a real (or real-SDK-generated) fixture, against figures checked by hand.
+
+The hand checks are in the comments: sums over the fixture rows or the generator's table
+(scripts/make_otel_fixtures.py SESSIONS), not outputs of apmw.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from apmw.traces import fit_trace
+from apmw.traces.formats import detect
+from tests.traces.conftest import FIXTURES
+
+
+@pytest.mark.parametrize("name, fmt", [
+    ("mini_swe_calls_3sessions.csv", "mini-swe-agent"),
+    ("azure_code_head100.csv", "azure"),
+    ("mooncake_conversation_head200.jsonl", "mooncake"),
+    ("aiperf_mooncake_sessions.jsonl", "mooncake"),
+    ("aiperf_multi_turn.jsonl", "aiperf-multi-turn"),
+    ("agentperf_two_tasks.jsonl", "agentperf"),
+    ("otel_genai.jsonl", "otel"),
+    ("otel_legacy.jsonl", "otel"),
+    ("openinference.jsonl", "otel"),
+])
+def test_format_is_recognised(name, fmt):
+    assert detect(FIXTURES / name) == fmt
+
+
+def test_mini_swe_subset_hand_checked():
+    s = fit_trace(FIXTURES / "mini_swe_calls_3sessions.csv").summary
+    # 104 + 74 + 74 rows in three (run, instance_id) sessions
+    assert (s["sessions"], s["calls"]) == (3, 252)
+    assert s["calls_per_session"]["mean"] == pytest.approx(84.0)
+    # sum(cached_prompt_tokens) / sum(prompt_tokens) over the 252 rows
+    assert s["cached_prompt_share"] == pytest.approx(0.96871, abs=1e-5)
+    assert s["output_tokens_per_call"]["mean"] == pytest.approx(155.0198, abs=1e-3)
+    # first prompts 2036, 1893, 2182 -> shared prefix at most 1893; first new inputs 143, 0, 289
+    assert s["system_prompt_tokens"] == 1893
+    assert s["first_call_input_tokens"]["mean"] == pytest.approx((143 + 0 + 289) / 3)
+    # prompt_i - prompt_{i-1} - completion_{i-1} summed over the 249 follow-up calls = 46,706
+    assert s["new_input_tokens_per_call"]["count"] == 249
+    assert s["new_input_tokens_per_call"]["mean"] == pytest.approx(46706 / 249)
+    assert s["skipped_lines"] == 0 and s["has_sessions"]
+
+
+OTEL_PROMPTS = [1200, 1500, 1900, 2100, 1200, 1400, 1300, 1800, 2000]
+OTEL_OUTPUTS = [80, 120, 60, 200, 50, 90, 300, 100, 150]
+OTEL_CACHED = [0, 1200, 1500, 1900, 1024, 1200, 1024, 1300, 1800]
+OTEL_GAPS = [1.5, 0.5, 4.0, 2.0, 3.0, 0.5]   # tool time between consecutive calls of a session
+
+
+@pytest.mark.parametrize("name, has_cache", [("otel_genai.jsonl", True), ("otel_legacy.jsonl", False),
+                                             ("openinference.jsonl", True)])
+def test_otel_fixtures_from_the_real_sdk(name, has_cache):
+    s = fit_trace(FIXTURES / name).summary
+    assert s["format"] == "otel"
+    # invoke_agent / AGENT spans carry totals and execute_tool / TOOL spans no usage: neither is a call
+    assert (s["sessions"], s["calls"]) == (3, 9)
+    assert s["calls_per_session"]["count"] == 3 and s["calls_per_session"]["mean"] == pytest.approx(3.0)
+    assert s["input_tokens_per_call"]["mean"] == pytest.approx(sum(OTEL_PROMPTS) / 9)
+    assert s["output_tokens_per_call"]["mean"] == pytest.approx(sum(OTEL_OUTPUTS) / 9)
+    assert s["tool_wait_s"]["mean"] == pytest.approx(sum(OTEL_GAPS) / len(OTEL_GAPS))
+    assert s["llm_latency_s"]["max"] == pytest.approx(6.0)
+    assert s["system_prompt_tokens"] == 1200
+    if has_cache:
+        assert s["cached_prompt_share"] == pytest.approx(sum(OTEL_CACHED) / sum(OTEL_PROMPTS))
+    else:
+        assert s["cached_prompt_share"] is None
+
+
+def test_mooncake_prefix_reuse_and_inferred_sessions():
+    s = fit_trace(FIXTURES / "mooncake_conversation_head200.jsonl").summary
+    assert s["calls"] == 200
+    assert s["cached_prompt_share_source"].startswith("hash_ids")
+    assert 0 < s["cached_prompt_share"] < 1
+    assert any("inferred from hash_ids" in n for n in s["notes"])
+    assert s["sessions"] < 200   # some requests continue earlier ones
+
+
+def test_aiperf_mooncake_sessions_delay_and_messages():
+    s = fit_trace(FIXTURES / "aiperf_mooncake_sessions.jsonl").summary
+    assert (s["sessions"], s["calls"]) == (2, 4)
+    assert s["tool_wait_s"]["mean"] == pytest.approx(2.5)   # delays 2000 and 3000 ms
+    # blocks [0,1,2] (none seen), [0,1,2,3] (3 seen: 1536 tokens), [0,4,5] (block 0 seen: 512);
+    # the 'messages' line has no hash_ids, so no cache count: 2048 / (1200 + 1800 + 1300)
+    assert s["cached_prompt_share"] == pytest.approx(2048 / 4300)
+    assert any("estimated at 4 characters" in n for n in s["notes"])
+
+
+def test_aiperf_multi_turn_accumulates_history():
+    s = fit_trace(FIXTURES / "aiperf_multi_turn.jsonl").summary
+    assert (s["sessions"], s["calls"]) == (2, 5)
+    # chat-1 prompts 500, 700, 800; chat-2 500, 590 + 46 chars / 4
+    assert s["input_tokens_per_call"]["mean"] == pytest.approx((500 + 700 + 800 + 500 + 601.5) / 5)
+    assert s["tool_wait_s"]["mean"] == pytest.approx((2 + 5 + 1) / 3)
+
+
+def test_agentperf_real_replay_traces():
+    s = fit_trace(FIXTURES / "agentperf_two_tasks.jsonl").summary
+    assert (s["sessions"], s["calls"]) == (2, 10)
+    # recorded_prompt_tokens of the two first turns: 6888 (k8s) and 6345 (skill search)
+    assert s["system_prompt_tokens"] == 6345
+    assert s["tool_wait_s"]["count"] == 10    # simulated_tool_delay_ms_after on every turn
+
+
+def test_azure_has_no_sessions_and_says_so():
+    s = fit_trace(FIXTURES / "azure_code_head100.csv").summary
+    assert (s["sessions"], s["calls"]) == (100, 100)
+    assert not s["has_sessions"]
+    assert any("no sessions" in n for n in s["notes"])
+    r = fit_trace(FIXTURES / "azure_code_head100.csv")
+    assert r.workload.steps_per_task.mean == 1
+
+
+def test_generic_csv_with_mapping():
+    r = fit_trace(FIXTURES / "mini_swe_calls_3sessions.csv", "csv",
+                  mapping="session=instance_id,order=call_index,input_tokens=prompt_tokens,"
+                          "output_tokens=completion_tokens,cached_tokens=cached_prompt_tokens,tool_wait_s=tool_phase_s")
+    ref = fit_trace(FIXTURES / "mini_swe_calls_3sessions.csv")
+    for key in ("sessions", "calls", "cached_prompt_share", "system_prompt_tokens"):
+        assert r.summary[key] == ref.summary[key]
+    assert r.summary["tool_wait_s"] == ref.summary["tool_wait_s"]
+
+
+def test_generic_jsonl_with_dotted_paths(tmp_path):
+    p = tmp_path / "calls.jsonl"
+    p.write_text('{"conv": "a", "usage": {"in": 100, "out": 10}, "t_ms": 0}\n'
+                 '{"conv": "a", "usage": {"in": 150, "out": 20}, "t_ms": 5000}\n'
+                 '{"conv": "b", "usage": {"in": 100, "out": 30}, "t_ms": 0}\n')
+    s = fit_trace(p, "jsonl", mapping="session=conv,input_tokens=usage.in,output_tokens=usage.out,"
+                                      "start_ms=t_ms").summary
+    assert (s["sessions"], s["calls"]) == (2, 3)
+    assert s["new_input_tokens_per_call"]["mean"] == 40   # 150 - 100 - 10

@@ -1,0 +1,171 @@
+"""`apmw bench`: closed-loop agent load test against an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, err, fail, out
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return str(v)
+
+
+def _level_table(summary: dict, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("agents", "tasks", "failed", "task p50 s", "task p95 s", "task p99 s", "TTFT p95 ms",
+                "TPOT p95 ms", "sessions/s", "out tok/s", "in flight", "errors", "meets SLO"):
+        t.add_column(col, justify="right")
+    for lv in summary["levels"]:
+        lat = lv["task_latency_s"]
+        ms = (lambda x: None if x is None else x * 1e3)
+        t.add_row(str(lv["agents"]), str(lv["completed_tasks"]), str(lv["failed_tasks"]), _fmt(lat["p50"]),
+                  _fmt(lat["p95"]), _fmt(lat["p99"]), _fmt(ms(lv["ttft_p95_s"])), _fmt(ms(lv["tpot_p95_s"])),
+                  _fmt(lv["sessions_per_s"]), _fmt(lv["tokens_per_s"]["output"]), _fmt(lv["in_flight"]["mean"]),
+                  str(lv["errors"]), _fmt(lv["meets_slo"]))
+    return t
+
+
+def _compare_tables(cmp: dict) -> list[Table]:
+    tables = []
+    for lv in cmp["levels"]:
+        t = Table(title=f"predicted (apmw plan) vs measured at {lv['agents']} agents", title_justify="left")
+        for col in ("", "predicted", "measured", "measured/predicted"):
+            t.add_column(col, justify="left" if not col else "right")
+        for r in lv["rows"]:
+            t.add_row(r["field"], _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["measured_over_predicted"]))
+        tables.append(t)
+    return tables
+
+
+@app.command()
+def bench(
+    spec: Optional[Path] = typer.Argument(None, help="YAML spec whose workload (and SLO) the agents run"),
+    endpoint: str = typer.Option("http://127.0.0.1:8000", "--endpoint", help="server base URL (with or without /v1)"),
+    model: Optional[str] = typer.Option(None, "--model", help="model name the server serves (required)"),
+    agents: int = typer.Option(4, "--agents", min=1, help="concurrent closed-loop agents"),
+    agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep", help="a:b[:step] ramp; reports measured N*"),
+    duration_s: float = typer.Option(60.0, "--duration-s", min=0.1, help="measured seconds per level"),
+    warmup_s: float = typer.Option(10.0, "--warmup-s", min=0.0, help="seconds before measuring (tasks begun then "
+                                   "are left out)"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of task shapes, prompt text and start offsets"),
+    results: Path = typer.Option(Path("bench-results.jsonl"), "--out", help="JSONL results file (appended, flushed)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the run recorded in --out (its settings are used)"),
+    api: str = typer.Option("completions", "--api", help="completions (exact prompt lengths) or chat"),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="environment variable holding the API "
+                                    "key (the key itself is never written anywhere)"),
+    timeout_s: float = typer.Option(60.0, "--timeout-s", min=0.1, help="per-call timeout (a 'timeout' fault)"),
+    drain_s: float = typer.Option(30.0, "--drain-s", min=0.0, help="time running tasks get to finish at the end"),
+    slo_p95_s: Optional[float] = typer.Option(None, "--slo-p95-s", help="task-latency p95 SLO (default: the spec's)"),
+    compare_plan: Optional[Path] = typer.Option(None, "--compare-plan", help="spec to predict with (apmw plan) and "
+                                                "print next to the measurement"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration file (apmw bench "
+                                               "--calibrate) whose fitted efficiencies --compare-plan uses"),
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="measure TTFT vs prompt length and TPOT vs "
+                                             "concurrency instead, and write this calibration file"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/bench.md)"),
+    live: bool = typer.Option(True, "--live/--no-live", help="rich live display (only on a terminal)"),
+) -> None:
+    """Run N closed-loop agents shaped like the spec's workload against a real server and measure them."""
+    from apmw.loadgen import BenchError, RunConfig, config_from_file, parse_sweep, run_bench, slo_dict, workload_dict
+    from apmw.spec import load_spec
+
+    api_key = os.environ.get(api_key_env) or None
+    try:
+        if calibrate is not None:
+            _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json)
+            return
+        if resume:
+            base = config_from_file(results)
+            levels = [base.agents] if agents_sweep is None else parse_sweep(agents_sweep)
+        else:
+            source = spec or compare_plan
+            if source is None:
+                fail("give a spec (its workload drives the agents): apmw bench SPEC --endpoint URL --model NAME")
+            if model is None:
+                fail("--model is required: the name the server serves (GET /v1/models lists it)")
+            if api not in ("completions", "chat"):
+                fail(f"--api {api!r}: choose completions or chat")
+            s = load_spec(source)
+            levels = parse_sweep(agents_sweep) if agents_sweep else [agents]
+            base = RunConfig(endpoint=endpoint, model=model, agents=levels[0], duration_s=duration_s,
+                             warmup_s=warmup_s, seed=seed, workload=workload_dict(s), slo=slo_dict(s, slo_p95_s),
+                             api=api, timeout_s=timeout_s, drain_s=drain_s)
+        outcome = asyncio.run(_run(base, levels, results, api_key, resume, live and not as_json))
+        comparison = None
+        if compare_plan is not None:
+            comparison = _compare(load_spec(compare_plan), outcome.summary, calibration)
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    doc = {**outcome.summary, "end_reason": outcome.reason, "results_file": str(outcome.path),
+           "compare_plan": comparison}
+    if as_json:
+        emit_json(doc)
+        return
+    out.print(_level_table(outcome.summary, f"apmw bench: {outcome.path} ({outcome.reason})"))
+    if outcome.summary["measured_agents_star"] is not None and len(outcome.summary["levels"]) > 1:
+        out.print(f"measured N* (largest N meeting the SLO): {outcome.summary['measured_agents_star']}")
+    if comparison:
+        for t in _compare_tables(comparison):
+            out.print(t)
+        star = comparison["agents_star"]
+        out.print(f"N*: predicted {star['predicted']}, measured {_fmt(star['measured'])}")
+
+
+async def _run(base, levels, results, api_key, resume, live):
+    from rich.live import Live
+
+    from apmw.loadgen import run_bench
+    from apmw.loadgen.live import live_table
+
+    if not (live and sys.stdout.isatty()):
+        return await run_bench(base, levels, results, api_key=api_key, resume=resume)
+    with Live(console=err, refresh_per_second=2, transient=False) as view:
+        return await run_bench(base, levels, results, api_key=api_key, resume=resume,
+                               on_tick=lambda s: view.update(live_table(s)))
+
+
+def _compare(spec, summary, calibration):
+    from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
+    from apmw.loadgen.compare import compare
+    from apmw.perf import DEFAULT_EFFICIENCY
+
+    eff = DEFAULT_EFFICIENCY if calibration is None else efficiency_from_calibration(read_calibration(calibration),
+                                                                                     spec)
+    return compare(spec, summary, eff)
+
+
+def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json):
+    from apmw.loadgen.calibrate import measure_calibration
+
+    if model is None:
+        fail("--model is required: the name the server serves (GET /v1/models lists it)")
+    cal = asyncio.run(measure_calibration(endpoint, model, path, api_key=api_key, timeout_s=timeout_s, seed=seed))
+    if as_json:
+        emit_json(cal)
+        return
+    t = Table(title=f"calibration written to {path}", title_justify="left")
+    for col in ("prompt tokens", "TTFT p50 ms"):
+        t.add_column(col, justify="right")
+    for r in cal["ttft_vs_prompt_tokens"]:
+        t.add_row(str(r["prompt_tokens"]), _fmt(r["ttft_s_p50"] * 1e3))
+    out.print(t)
+    t = Table(title="decode", title_justify="left")
+    for col in ("concurrency", "TPOT p50 ms", "output tok/s"):
+        t.add_column(col, justify="right")
+    for r in cal["tpot_vs_concurrency"]:
+        t.add_row(str(r["concurrency"]), _fmt(r["tpot_s_p50"] * 1e3), _fmt(r["output_tokens_per_s"]))
+    out.print(t)

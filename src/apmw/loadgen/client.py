@@ -1,0 +1,221 @@
+"""One streamed call to an OpenAI-compatible endpoint, timed token by token, faults classified.
+
+Timing: ``ttft_s`` is the wall time from sending the request to the first streamed chunk that
+carries text; ``tpot_s`` is (last text chunk - first text chunk) / (output tokens - 1), the usual
+definition (vLLM benchmark_serving, GenAI-Perf). Output and prompt token counts come from the
+server's ``usage`` (``stream_options.include_usage``); where a server sends none the counted
+text chunks stand in and ``usage_reported`` is false.
+
+Faults never raise out of :meth:`Client.call`: they come back as a :class:`CallResult` whose
+``fault`` names the kind, so the run keeps going and the summary counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import httpx
+
+from apmw.errors import ApmwError
+
+FAULT_KINDS = ("rate_limit", "server_error", "client_error", "timeout", "connect_error", "dropped_connection",
+               "bad_response")
+
+
+class BenchError(ApmwError):
+    """A bench that cannot start or continue (bad endpoint, bad results file, bad flags)."""
+
+
+@dataclass
+class CallResult:
+    ok: bool
+    fault: str | None = None          # one of FAULT_KINDS when not ok
+    detail: str = ""
+    status: int | None = None
+    start_s: float = 0.0              # time.monotonic() offsets from the run start, filled by the caller
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    latency_s: float = 0.0
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    usage_reported: bool = False
+    server_prefill_s: float | None = None    # llama.cpp's own "timings" (prompt_ms), where the server sends them
+    server_tpot_s: float | None = None       # llama.cpp "timings.predicted_per_token_ms"
+    text: str = field(default="", repr=False)
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d.pop("text")
+        return d
+
+
+def normalise_endpoint(endpoint: str) -> str:
+    """``http://host:port`` from ``http://host:port``, ``.../v1`` or ``.../v1/``."""
+    e = endpoint.rstrip("/")
+    if not e.startswith(("http://", "https://")):
+        raise BenchError(f"--endpoint {endpoint!r}: give a URL such as http://127.0.0.1:8000 (with http:// or https://)")
+    return e[:-3] if e.endswith("/v1") else e
+
+
+class Client:
+    """An httpx client bound to one endpoint, model and API flavour (completions or chat)."""
+
+    def __init__(self, endpoint: str, model: str, api: str = "completions", api_key: str | None = None,
+                 timeout_s: float = 60.0, ignore_eos: bool = True, max_connections: int = 64):
+        self.base = normalise_endpoint(endpoint)
+        self.model, self.api, self.ignore_eos = model, api, ignore_eos
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.AsyncClient(
+            base_url=self.base, headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def token_counts(self, words: list[str]) -> dict[str, int] | None:
+        """Tokens that ``" word"`` adds mid-text, per word, via ``/tokenize``; None without that endpoint.
+
+        Measured as tokens(" w w") - tokens(" w"): SentencePiece tokenizers prefix a space to the
+        whole text, which would count an extra token for a word at the very start.
+        """
+        counts = {}
+        for w in words:
+            one = await self._tokenize(" " + w)
+            if one is None:
+                return None
+            counts[w] = await self._tokenize(f" {w} {w}") - one
+        return counts
+
+    async def _tokenize(self, text: str) -> int | None:
+        try:
+            r = await self.http.post("/tokenize", json={"content": text, "prompt": text, "model": self.model,
+                                                        "add_special": False, "add_special_tokens": False})
+        except httpx.HTTPError as exc:
+            raise BenchError(f"cannot reach {self.base}/tokenize: {exc!r} -- is the server up?") from None
+        if r.status_code != 200:
+            return None
+        try:
+            body = r.json()
+        except ValueError:
+            return None
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if tokens is None:
+            return None
+        return int(body.get("count", len(tokens)))
+
+    def _body(self, prompt: str | list[dict], max_tokens: int) -> tuple[str, dict]:
+        body = {"model": self.model, "max_tokens": max_tokens, "stream": True,
+                "stream_options": {"include_usage": True}}
+        if self.ignore_eos:
+            # vLLM, SGLang and llama.cpp honour ignore_eos (and vLLM min_tokens): output is max_tokens long
+            body.update(ignore_eos=True, min_tokens=max_tokens)
+        if self.api == "chat":
+            return "/v1/chat/completions", {**body, "messages": prompt}
+        return "/v1/completions", {**body, "prompt": prompt}
+
+    async def call(self, prompt: str | list[dict], max_tokens: int, session_id: str) -> CallResult:
+        """Send one streamed request; never raises for a server or network fault."""
+        path, body = self._body(prompt, max_tokens)
+        t0 = time.monotonic()
+        res = CallResult(ok=False)
+        try:
+            async with self.http.stream("POST", path, json=body, headers={"X-Session-Affinity": session_id}) as r:
+                res.status = r.status_code
+                if r.status_code != 200:
+                    await r.aread()
+                    return _http_fault(res, r, t0)
+                await _read_stream(r, res, t0)
+        except httpx.TimeoutException as exc:
+            _fault(res, "timeout", repr(exc), t0)
+        except httpx.ConnectError as exc:
+            _fault(res, "connect_error", repr(exc), t0)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError) as exc:
+            _fault(res, "dropped_connection", repr(exc), t0)
+        return res
+
+
+def _fault(res: CallResult, kind: str, detail: str, t0: float) -> CallResult:
+    res.ok, res.fault, res.detail = False, kind, detail[:300]
+    res.latency_s = time.monotonic() - t0
+    return res
+
+
+def _http_fault(res: CallResult, r: httpx.Response, t0: float) -> CallResult:
+    code = r.status_code
+    kind = "rate_limit" if code == 429 else "server_error" if code >= 500 else "client_error"
+    return _fault(res, kind, f"HTTP {code}: {r.text[:200]}", t0)
+
+
+async def _read_stream(r: httpx.Response, res: CallResult, t0: float) -> None:
+    first = last = None
+    chunks, parts, done = 0, [], False
+    async for line in r.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            msg = json.loads(data)
+        except json.JSONDecodeError:
+            _fault(res, "bad_response", f"unparseable stream line: {data[:120]}", t0)
+            return
+        if "error" in msg:
+            _fault(res, "server_error", f"error in stream: {str(msg['error'])[:200]}", t0)
+            return
+        for choice in msg.get("choices") or []:
+            piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            if piece:
+                now = time.monotonic()
+                first = first if first is not None else now
+                last = now
+                chunks += 1
+                parts.append(piece)
+        usage = msg.get("usage")
+        if usage:
+            res.usage_reported = True
+            res.prompt_tokens = usage.get("prompt_tokens")
+            res.output_tokens = usage.get("completion_tokens")
+            res.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        timings = msg.get("timings")
+        if isinstance(timings, dict):
+            if timings.get("prompt_ms") is not None:
+                res.server_prefill_s = timings["prompt_ms"] / 1e3
+            if timings.get("predicted_per_token_ms") is not None:
+                res.server_tpot_s = timings["predicted_per_token_ms"] / 1e3
+    if not done:
+        _fault(res, "dropped_connection", "stream ended before [DONE]", t0)
+        return
+    res.latency_s = time.monotonic() - t0
+    res.text = "".join(parts)
+    if first is None:
+        _fault(res, "bad_response", "the stream carried no text", t0)
+        return
+    if res.output_tokens is None:
+        res.output_tokens = chunks
+    res.ok = True
+    res.ttft_s = first - t0
+    n = res.output_tokens or chunks
+    res.tpot_s = (last - first) / (n - 1) if n > 1 else None
+
+
+async def wait_ready(endpoint: str, timeout_s: float = 30.0) -> None:
+    """Poll ``/v1/models`` until the server answers (used by tests and calibration)."""
+    base = normalise_endpoint(endpoint)
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(base_url=base, timeout=2.0) as http:
+        while True:
+            try:
+                if (await http.get("/v1/models")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"{base} did not answer /v1/models within {timeout_s:g} s")
+            await asyncio.sleep(0.1)

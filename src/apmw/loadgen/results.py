@@ -1,0 +1,231 @@
+"""The results file (JSON lines, one record per line, flushed as written) and its summary.
+
+Record types, in the order a run writes them:
+
+* ``run``  -- one per segment (a run, each ``--agents-sweep`` level, each ``--resume``): the
+  configuration (``config``: endpoint, model, api, agents, durations, seed, workload, slo),
+  ``segment`` number and wall-clock ``started_at``. Never holds the API key.
+* ``call`` -- one per finished call, ok or faulted: ``ttft_s``, ``tpot_s``, ``latency_s``,
+  ``prompt_tokens``/``output_tokens`` (from the server's usage), the targets
+  (``target_prompt_tokens``, ``target_output_tokens``), ``fault`` kind, ``start_s`` (seconds
+  from the segment's start), ``warmup`` (its task began during warm-up).
+* ``task`` -- one per finished task: ``status`` (``completed``, ``failed``: a call faulted,
+  ``cancelled``: the run stopped first), ``latency_s``, ``start_s``, ``end_s``, ``warmup``.
+* ``end``  -- the segment ended: ``reason`` (``duration`` or ``interrupted``) and ``elapsed_s``.
+
+A killed run loses nothing already written; :func:`summarise` works on a file without ``end``
+records (the window then ends at the last event).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from apmw.loadgen.client import FAULT_KINDS, BenchError
+
+
+class ResultsWriter:
+    """Appends one JSON object per line and flushes it to the OS at once."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._f: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record, allow_nan=False) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every record of a results file; a torn last line (the run was killed mid-write) is skipped."""
+    if not path.is_file():
+        raise BenchError(f"{path}: results file not found")
+    records = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise BenchError(f"{path}:{n}: not a JSON object -- is this an apmw bench results file?") from None
+        if not isinstance(rec, dict) or "type" not in rec:
+            raise BenchError(f"{path}:{n}: a record without 'type' -- is this an apmw bench results file?")
+        records.append(rec)
+    if not records or records[0]["type"] != "run":
+        raise BenchError(f"{path}: does not start with a 'run' record -- not an apmw bench results file")
+    return records
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    a = np.asarray(values, dtype=float)
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)),
+            "p99": float(np.percentile(a, 99))}
+
+
+@dataclass
+class _Window:
+    """One segment's measurement window [warmup_s, end_s] in its own clock."""
+    warmup_s: float
+    end_s: float
+
+    @property
+    def length_s(self) -> float:
+        return max(self.end_s - self.warmup_s, 0.0)
+
+
+@dataclass
+class Level:
+    """All records of the segments run at one number of agents."""
+    agents: int
+    slo: dict
+    windows: dict[int, _Window] = field(default_factory=dict)
+    calls: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)
+
+
+def _levels(records: list[dict]) -> dict[int, Level]:
+    levels: dict[int, Level] = {}
+    seg_agents: dict[int, int] = {}
+    last_event: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    for rec in records:
+        seg = rec.get("segment", 0)
+        if rec["type"] == "run":
+            cfg = rec["config"]
+            seg_agents[seg] = cfg["agents"]
+            lvl = levels.setdefault(cfg["agents"], Level(agents=cfg["agents"], slo=cfg.get("slo", {})))
+            lvl.windows[seg] = _Window(warmup_s=cfg["warmup_s"], end_s=cfg["warmup_s"] + cfg["duration_s"])
+        elif rec["type"] in ("call", "task"):
+            lvl = levels[seg_agents[seg]]
+            (lvl.calls if rec["type"] == "call" else lvl.tasks).append(rec)
+            last_event[seg] = max(last_event.get(seg, 0.0), rec.get("end_s", rec.get("start_s", 0.0) +
+                                                                     rec.get("latency_s", 0.0)))
+        elif rec["type"] == "end":
+            ends[seg] = rec["measure_end_s"]
+    for lvl in levels.values():
+        for seg, win in lvl.windows.items():
+            # the window closes at the planned duration, or earlier if the segment stopped early
+            win.end_s = min(win.end_s, ends.get(seg, last_event.get(seg, win.warmup_s)))
+    return levels
+
+
+def summarise_level(lvl: Level) -> dict:
+    """The summary of one level; field names follow ``apmw plan --json`` where they mean the same."""
+    measured_s = sum(w.length_s for w in lvl.windows.values())
+    tasks = [t for t in lvl.tasks if not t["warmup"]]
+    done = [t for t in tasks if t["status"] == "completed"]
+    calls = [c for c in lvl.calls if not c["warmup"]]
+    ok = [c for c in calls if c["ok"]]
+
+    def in_window(rec: dict, key: str) -> bool:
+        w = lvl.windows[rec["segment"]]
+        return w.warmup_s <= rec[key] <= w.end_s
+
+    finished_in_window = [t for t in done if in_window(t, "end_s")]
+    calls_in_window = [c for c in ok if in_window(c, "start_s")]
+    faults = Counter(c["fault"] for c in lvl.calls if not c["ok"])
+    ttft = _stats([c["ttft_s"] for c in ok])
+    tpot = _stats([c["tpot_s"] for c in ok if c["tpot_s"] is not None])
+    latency = _stats([t["latency_s"] for t in done])
+    rate = (lambda n: n / measured_s if measured_s > 0 else None)
+    slo = lvl.slo or {}
+    meets = _meets(slo, latency, ttft, tpot, len(done))
+    return {
+        "agents": lvl.agents,
+        "measured_s": measured_s,
+        "completed_tasks": len(done),
+        "failed_tasks": sum(t["status"] == "failed" for t in tasks),
+        "cancelled_tasks": sum(t["status"] == "cancelled" for t in tasks),
+        "meets_slo": meets,
+        "slo": slo,
+        "task_latency_s": latency,
+        "ttft_s": ttft,
+        "ttft_p95_s": ttft["p95"],
+        "tpot_s": tpot,
+        "tpot_p95_s": tpot["p95"],
+        "time_per_output_token_s": tpot["mean"],
+        "calls": len(ok),
+        "calls_per_session": (sum(t["calls"] for t in done) / len(done)) if done else None,
+        "calls_per_s": rate(len(calls_in_window)),
+        "sessions_per_s": rate(len(finished_in_window)),
+        "tokens_per_s": {"input": rate(sum(c["prompt_tokens"] or 0 for c in calls_in_window)),
+                         "output": rate(sum(c["output_tokens"] or 0 for c in calls_in_window)),
+                         "cached": rate(sum(c["cached_tokens"] or 0 for c in calls_in_window))},
+        "prompt_tokens_mean": _mean([c["prompt_tokens"] for c in ok if c["prompt_tokens"] is not None]),
+        "target_prompt_tokens_mean": _mean([c["target_prompt_tokens"] for c in ok]),
+        "output_tokens_mean": _mean([c["output_tokens"] for c in ok if c["output_tokens"] is not None]),
+        "target_output_tokens_mean": _mean([c["target_output_tokens"] for c in ok]),
+        "in_flight": _concurrency(lvl, _request_span),
+        "decode_batch_mean": _concurrency(lvl, _decode_span)["mean"],
+        "decode_batch_max": _concurrency(lvl, _decode_span)["max"],
+        "errors": sum(faults.values()),
+        "faults": {k: faults.get(k, 0) for k in FAULT_KINDS},
+    }
+
+
+def _mean(v: list[float]) -> float | None:
+    return float(np.mean(v)) if v else None
+
+
+def _meets(slo: dict, latency: dict, ttft: dict, tpot: dict, completed: int) -> bool | None:
+    """None when there is no SLO or no completed task to judge by."""
+    if not slo.get("task_latency_p95_s") or completed == 0:
+        return None if not slo.get("task_latency_p95_s") else False
+    ok = latency["p95"] <= slo["task_latency_p95_s"]
+    if slo.get("ttft_p95_s") and ttft["p95"] is not None:
+        ok = ok and ttft["p95"] <= slo["ttft_p95_s"]
+    if slo.get("tpot_p95_s") and tpot["p95"] is not None:
+        ok = ok and tpot["p95"] <= slo["tpot_p95_s"]
+    return bool(ok)
+
+
+def _concurrency(lvl: Level, spans_of) -> dict:
+    """Time-average and maximum number of open spans (one per call) over the measurement windows."""
+    covered, peak = 0.0, 0
+    for seg, w in lvl.windows.items():
+        spans = [s for c in lvl.calls if c["segment"] == seg for s in [spans_of(c)] if s is not None]
+        if not spans or w.length_s <= 0:
+            continue
+        covered += sum(max(0.0, min(b, w.end_s) - max(a, w.warmup_s)) for a, b in spans)
+        level = 0
+        for _, d in sorted([(a, 1) for a, b in spans] + [(b, -1) for a, b in spans]):
+            level += d
+            peak = max(peak, level)
+    total = sum(w.length_s for w in lvl.windows.values())
+    return {"mean": covered / total if total > 0 else None, "max": peak}
+
+
+def _request_span(c: dict):
+    return c["start_s"], c["start_s"] + c["latency_s"]
+
+
+def _decode_span(c: dict):
+    """From the first streamed token to the last: the call is in the server's running batch."""
+    if not c["ok"] or c["ttft_s"] is None:
+        return None
+    return c["start_s"] + c["ttft_s"], c["start_s"] + c["latency_s"]
+
+
+def summarise(records: list[dict]) -> dict:
+    """Summary of a whole results file: one entry per level, and the measured N* for a sweep."""
+    levels = [summarise_level(lvl) for lvl in sorted(_levels(records).values(), key=lambda l: l.agents)]
+    passing = [lv["agents"] for lv in levels if lv["meets_slo"]]
+    first_fail = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
+    n_star = max((n for n in passing if first_fail is None or n < first_fail), default=0) if levels else None
+    return {"levels": levels, "measured_agents_star": n_star if any(lv["meets_slo"] is not None for lv in levels)
+            else None}

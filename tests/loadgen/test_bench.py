@@ -1,0 +1,230 @@
+"""`apmw bench` against a real llama.cpp server (conftest.py) serving a tiny random-weight model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, summarise, workload_dict
+from apmw.spec import spec_from_dict
+from tests.loadgen.conftest import SLOTS, tiny_spec_dict
+
+APMW = [sys.executable, "-c", "from apmw.cli import main; main()"]   # the CLI, run in a child process
+
+
+def _config(server, spec, agents=4, duration_s=3.0, warmup_s=0.5, seed=7, **kw) -> RunConfig:
+    return RunConfig(endpoint=server.url, model="tiny", agents=agents, duration_s=duration_s, warmup_s=warmup_s,
+                     seed=seed, workload=workload_dict(spec), slo=slo_dict(spec), drain_s=10.0, stagger_s=0.3, **kw)
+
+
+def _by_type(records, kind):
+    return [r for r in records if r["type"] == kind]
+
+
+@pytest.fixture(scope="module")
+def closed_loop(llama_server, tmp_path_factory):
+    """One 4-agent closed-loop run, shared by the checks below; the API key must never reach disk."""
+    spec = spec_from_dict(tiny_spec_dict(llama_server.config_path))
+    out = tmp_path_factory.mktemp("bench") / "results.jsonl"
+    outcome = asyncio.run(run_bench(_config(llama_server, spec), [4], out, api_key="sk-apmw-test-secret-42"))
+    return outcome, read_records(out), out
+
+
+def test_streams_real_tokens_of_the_requested_lengths(closed_loop):
+    _, records, _ = closed_loop
+    calls = _by_type(records, "call")
+    assert len(calls) >= 8
+    ok = [c for c in calls if c["ok"]]
+    assert len(ok) == len(calls), [c["detail"] for c in calls if not c["ok"]]
+    for c in ok:
+        assert c["usage_reported"]
+        # ignore_eos: the server generated exactly max_tokens; the prompt hit its target (+1 for BOS)
+        assert c["output_tokens"] == c["target_output_tokens"]
+        assert c["prompt_tokens"] == c["target_prompt_tokens"] + 1
+        assert 0 < c["ttft_s"] <= c["latency_s"]
+        if c["output_tokens"] > 1:
+            assert c["tpot_s"] > 0
+            # the client's per-token time agrees with the server's own decode timing
+            assert c["tpot_s"] == pytest.approx(c["server_tpot_s"], rel=0.5, abs=2e-3)
+    # later calls of a session reuse the server's cached prefix (system prompt and history)
+    assert sum(c["cached_tokens"] or 0 for c in ok) > 0
+
+
+def test_sessions_grow_and_wait_for_tools(closed_loop):
+    _, records, _ = closed_loop
+    calls = _by_type(records, "call")
+    tasks = [t for t in _by_type(records, "task") if t["status"] == "completed"]
+    assert tasks
+    for t in tasks:
+        mine = sorted((c for c in calls if c["session_id"] == t["session_id"]), key=lambda c: c["start_s"])
+        assert len(mine) == t["calls"] == 2                     # steps_per_task 2, one call each
+        assert mine[1]["prompt_tokens"] > mine[0]["prompt_tokens"] + mine[0]["output_tokens"]
+        assert t["latency_s"] >= t["tool_s"] + sum(c["latency_s"] for c in mine) - 1e-6
+        assert len({c["session_id"] for c in mine}) == 1
+
+
+def test_concurrent_agents_are_batched(closed_loop):
+    """Several calls stream tokens at the same time: the server batches them, not one by one."""
+    outcome, records, _ = closed_loop
+    level = outcome.summary["levels"][0]
+    assert level["decode_batch_max"] >= 2
+    assert level["decode_batch_mean"] > 1.0
+    assert level["in_flight"]["max"] <= SLOTS + 4
+    ok = [c for c in _by_type(records, "call") if c["ok"]]
+    spans = [(c["start_s"] + c["ttft_s"], c["start_s"] + c["latency_s"]) for c in ok]
+    overlapping = sum(1 for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1])
+    assert overlapping >= 3
+
+
+def test_summary_fields_and_latency_figures(closed_loop):
+    outcome, records, _ = closed_loop
+    assert outcome.reason == "duration"
+    lv = outcome.summary["levels"][0]
+    assert lv["agents"] == 4 and lv["completed_tasks"] > 0 and lv["errors"] == 0
+    lat = lv["task_latency_s"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert lv["ttft_s"]["p95"] == lv["ttft_p95_s"] > 0
+    assert lv["tpot_p95_s"] > 0 and lv["sessions_per_s"] > 0 and lv["tokens_per_s"]["output"] > 0
+    assert lv["calls_per_session"] == pytest.approx(2.0)
+    assert set(lv["faults"]) >= {"rate_limit", "server_error", "timeout", "connect_error", "dropped_connection"}
+    # only tasks begun after warm-up count
+    measured = [t for t in _by_type(records, "task") if t["status"] == "completed" and not t["warmup"]]
+    assert lv["completed_tasks"] == len(measured)
+
+
+def test_results_file_is_jsonl_and_holds_no_key(closed_loop):
+    _, records, path = closed_loop
+    text = path.read_text()
+    assert "sk-apmw-test-secret-42" not in text
+    assert all(json.loads(line) for line in text.splitlines())
+    assert records[0]["type"] == "run" and records[-1]["type"] == "end"
+    assert records[0]["config"]["agents"] == 4 and records[0]["token_count_method"] == "tokenizer-endpoint"
+
+
+def test_server_stopped_mid_run_keeps_results_and_counts_faults(own_server, tiny_model, tmp_path):
+    spec = spec_from_dict(tiny_spec_dict(tiny_model[1], tool_wait_s=0.05))
+    out = tmp_path / "faults.jsonl"
+    cfg = _config(own_server, spec, agents=3, duration_s=4.0, warmup_s=0.0, fault_backoff_s=0.2, timeout_s=5.0)
+
+    async def run_and_kill():
+        job = asyncio.create_task(run_bench(cfg, [3], out))
+        await asyncio.sleep(2.0)
+        own_server.kill()
+        return await job
+
+    outcome = asyncio.run(run_and_kill())
+    assert outcome.reason == "duration"
+    records = read_records(out)
+    calls = _by_type(records, "call")
+    ok, bad = [c for c in calls if c["ok"]], [c for c in calls if not c["ok"]]
+    assert ok and bad
+    assert {c["fault"] for c in bad} <= {"connect_error", "dropped_connection"}
+    lv = outcome.summary["levels"][0]
+    assert lv["errors"] == len(bad) == sum(lv["faults"].values())
+    assert lv["faults"]["connect_error"] > 0
+    assert lv["failed_tasks"] > 0 and lv["completed_tasks"] > 0
+    assert records[-1]["type"] == "end"
+
+
+def test_ctrl_c_stops_cleanly_and_resume_continues(llama_server, tmp_path):
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec_dict(llama_server.config_path)))
+    out = tmp_path / "run.jsonl"
+    cmd = [*APMW, "bench", str(spec_path), "--endpoint", llama_server.url, "--model",
+           "tiny", "--agents", "2", "--duration-s", "4", "--warmup-s", "0", "--out", str(out), "--json"]
+    env = {**os.environ, "APMW_TEST_KEY": "unused"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or '"type": "task"' not in out.read_text()):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 0, stderr
+    doc = json.loads(stdout)
+    assert doc["end_reason"] == "interrupted"
+    records = read_records(out)
+    assert records[-1] == {**records[-1], "type": "end", "reason": "interrupted"}
+    done_before = len(_by_type(records, "call"))
+    assert done_before > 0
+
+    resumed = subprocess.run([*APMW, "bench", "--resume", "--out", str(out), "--json"],
+                             capture_output=True, text=True, timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    records = read_records(out)
+    assert sorted({r["segment"] for r in records}) == [0, 1]
+    assert len(_by_type(records, "call")) > done_before
+    doc = json.loads(resumed.stdout)
+    assert doc["end_reason"] == "duration"
+    assert doc["levels"][0]["measured_s"] == pytest.approx(4.0, abs=0.5)
+
+
+def test_sweep_finds_a_measured_knee_and_compares_with_plan(llama_server, tmp_path):
+    """Ramp 1, 4, 7 agents with an SLO the test server meets at 1 agent and not under heavy load."""
+    spec_dict = tiny_spec_dict(llama_server.config_path, tool_wait_s=0.05,
+                               output_tokens_per_call={"mean": 48, "p95": 64})
+    one = _sweep_run(llama_server, spec_dict, [1], tmp_path / "one.jsonl")
+    p95_one = one.summary["levels"][0]["task_latency_s"]["p95"]
+    spec_dict["slo"]["task_latency_p95_s"] = 1.8 * p95_one   # feasible at 1 agent; 7 agents on 4 slots queue
+    outcome = _sweep_run(llama_server, spec_dict, [1, 4, 7], tmp_path / "sweep.jsonl")
+    levels = outcome.summary["levels"]
+    assert levels[0]["meets_slo"] is True
+    assert outcome.summary["measured_agents_star"] >= 1
+    p95 = [lv["task_latency_s"]["p95"] for lv in levels]
+    assert p95[-1] > p95[0]
+    from apmw.loadgen.compare import compare
+
+    cmp = compare(spec_from_dict(spec_dict), outcome.summary)
+    assert cmp["agents_star"]["measured"] == outcome.summary["measured_agents_star"]
+    assert isinstance(cmp["agents_star"]["predicted"], int)
+    rows = {r["field"]: r for r in cmp["levels"][0]["rows"]}
+    assert rows["task latency p95 s"]["measured"] == p95[0]
+    assert rows["task latency p95 s"]["predicted"] > 0
+
+
+def _sweep_run(server, spec_dict, levels, out):
+    spec = spec_from_dict(spec_dict)
+    return asyncio.run(run_bench(_config(server, spec, agents=levels[0], duration_s=2.5, warmup_s=0.5), levels, out))
+
+
+def test_calibration_file(llama_server, tmp_path):
+    from apmw.loadgen.calibrate import efficiency_from_calibration, measure_calibration, read_calibration
+
+    path = tmp_path / "cal.json"
+    cal = asyncio.run(measure_calibration(llama_server.url, "tiny", path, prompt_tokens=(32, 256, 1024),
+                                          concurrency=(1, 4), repeats=2, decode_tokens=32))
+    assert read_calibration(path) == cal
+    ttft = [r["ttft_s_p50"] for r in cal["ttft_vs_prompt_tokens"]]
+    assert ttft[-1] > ttft[0] > 0                                   # longer prompts take longer to prefill
+    assert [r["prompt_tokens"] for r in cal["ttft_vs_prompt_tokens"]] == [32, 256, 1024]
+    assert all(r["tpot_s_p50"] > 0 for r in cal["tpot_vs_concurrency"])
+    assert cal["linear_fit"]["prefill_s_per_token"] > 0
+    eff = efficiency_from_calibration(cal, spec_from_dict(tiny_spec_dict(llama_server.config_path)))
+    assert eff.fixed_s > 0 and eff.bandwidth > 0 and "fitted to calibration" in eff.source
+
+
+def test_sweep_syntax_errors_say_how_to_fix():
+    assert parse_sweep("1:7:3") == [1, 4, 7]
+    assert parse_sweep("2:4") == [2, 3, 4]
+    for bad in ("7:1", "0:4", "a:b", "1:4:0", "5"):
+        with pytest.raises(BenchError, match="start:stop"):
+            parse_sweep(bad)
+
+
+def test_existing_results_need_resume(llama_server, tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text('{"type": "run"}\n')
+    spec = spec_from_dict(tiny_spec_dict(llama_server.config_path))
+    with pytest.raises(BenchError, match="--resume"):
+        asyncio.run(run_bench(_config(llama_server, spec), [1], out))
+    out.write_text("not json\n{}\n")
+    with pytest.raises(BenchError, match="not a JSON object"):
+        read_records(out)

@@ -1,0 +1,108 @@
+"""`apmw simulate`: the iteration-level simulator of one replica driven by closed-loop agents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, err, fail, out
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+
+def parse_sweep(text: str) -> list[int]:
+    """``a:b:step`` -> [a, a+step, ..., <= b]; a clear error otherwise."""
+    parts = text.split(":")
+    try:
+        a, b, step = (int(p) for p in parts) if len(parts) == 3 else (None, None, None)
+    except ValueError:
+        a = None
+    if a is None or a < 1 or b < a or step < 1:
+        raise ApmwError(f"--agents-sweep {text!r}: give a:b:step with integers 1 <= a <= b and step >= 1, "
+                        "e.g. 10:100:10")
+    return list(range(a, b + 1, step))
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def _table(d: dict, title: str) -> Table:
+    t = Table(title=title, show_header=False)
+    lat = d["task_latency_s"]
+    rows = [
+        ("agents", f"{d['agents']}"), ("simulated s (window)", f"{d['simulated_s']:,.0f} ({d['window_s']:,.0f})"),
+        ("completed tasks", f"{d['completed_tasks']} ({d['tasks_running']} still running)"),
+        ("task latency s mean / p50 / p95 / p99", " / ".join(_fmt(lat[k]) for k in ("mean", "p50", "p95", "p99"))),
+        ("TTFT s p50 / p95 / p99", " / ".join(_fmt(d["ttft_s"][k]) for k in ("p50", "p95", "p99"))),
+        ("TPOT s p50 / p95 / p99", " / ".join(_fmt(d["tpot_s"][k]) for k in ("p50", "p95", "p99"))),
+        ("decode batch mean", _fmt(d["decode_batch_mean"])),
+        ("KV tokens resident mean / capacity", f"{d['kv_tokens_resident_mean']:,.0f} / {d['kv_tokens_capacity']:,.0f}"),
+        ("preemptions", f"{d['preemptions']}"), ("prefix hit rate", _fmt(d["prefix_hit_rate"])),
+        ("engine utilisation", _fmt(d["engine_utilisation"])),
+        ("replica power W / energy per task J", f"{d['replica_power_w']:,.0f} / {_fmt(d['energy_per_task_j'])}"),
+        ("meets SLO (p95 <= %g s)" % d["slo_task_latency_p95_s"], str(d["meets_slo"])),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+@app.command()
+def simulate(
+    spec: Path = typer.Argument(..., help="YAML spec (see examples/)"),
+    agents: Optional[int] = typer.Option(None, "--agents", min=1, help="closed-loop agents on the replica"),
+    duration_s: float = typer.Option(3600.0, "--duration-s", help="simulated seconds (measurement window ends here)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="random seed (default: the spec's seed)"),
+    warmup_s: Optional[float] = typer.Option(None, "--warmup-s", help="discarded start (default 20% of the run)"),
+    agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep", help="a:b:step: simulate each N, find N*"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
+    timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
+    reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),
+) -> None:
+    """Simulate one replica iteration by iteration under closed-loop agents: latency tails, KV, preemption."""
+    from apmw.sim import simulate as run, sweep
+    from apmw.spec import load_spec
+
+    if (agents is None) == (agents_sweep is None):
+        fail("give exactly one of --agents N or --agents-sweep a:b:step")
+    try:
+        s = load_spec(spec)
+        kw = dict(warmup_s=warmup_s, fast=not reference)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), console=err, transient=True) as bar:
+            task = bar.add_task("simulating", total=duration_s)
+
+            def tick(now: float, end: float, n: int | None = None) -> None:
+                bar.update(task, completed=min(now, end), description=f"simulating N={n or agents}")
+
+            if agents_sweep is None:
+                result = run(s, agents, duration_s, seed, progress=tick, **kw)
+            else:
+                result = sweep(s, parse_sweep(agents_sweep), duration_s, seed,
+                               progress=lambda n, now, end: tick(now, end, n), **kw)
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    if agents_sweep is None:
+        d = result.to_dict(timeseries=timeseries)
+        emit_json(d) if as_json else out.print(_table(d, f"apmw simulate {spec}"))
+        return
+    d = result.to_dict()
+    if as_json:
+        emit_json(d)
+        return
+    t = Table(title=f"latency vs concurrency: {spec} (SLO p95 {d['slo_task_latency_p95_s']:g} s)")
+    for col in ("agents", "mean s", "p95 s", "p99 s", "decode batch", "KV tokens", "preemptions", "meets SLO"):
+        t.add_column(col, justify="right")
+    for p in d["curve"]:
+        lat = p["task_latency_s"]
+        mark = " <- knee" if p["agents"] == d["knee_agents"] else ""
+        t.add_row(f"{p['agents']}{mark}", _fmt(lat["mean"]), _fmt(lat["p95"]), _fmt(lat["p99"]),
+                  _fmt(p["decode_batch_mean"]), f"{p['kv_tokens_resident_mean']:,.0f}", f"{p['preemptions']}",
+                  str(p["meets_slo"]))
+    out.print(t)
+    out.print(f"simulated N* (largest N meeting the SLO): {d['agents_per_replica']}; knee: {d['knee_agents']}")

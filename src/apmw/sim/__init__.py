@@ -1,0 +1,13 @@
+"""Iteration-level simulator of one agent-serving replica (``apmw simulate``).
+
+A continuous-batching engine (vLLM V1 behaviour: token budget with chunked
+prefill, ``max_batch``, block-granular KV, admission only when blocks are free,
+preemption by recompute, LRU prefix cache) driven by closed-loop agents, with the
+iteration time of the shared step-time model. See docs/simulate.md.
+"""
+
+from apmw.sim.engine import BLOCK_TOKENS, Engine, Seq
+from apmw.sim.result import SimResult
+from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep
+
+__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep"]

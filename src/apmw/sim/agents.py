@@ -1,0 +1,199 @@
+"""What feeds the engine: closed-loop agents (the product's question) or open-loop requests (the benchmark).
+
+Closed loop (MODEL.md section 4): each of ``N`` agents runs task after task. A task
+is drawn from the spec's workload with the run's seeded ``numpy.random.Generator``
+exactly as :mod:`apmw.capacity.sessions` draws it (same distributions, same
+rounding): ``steps`` steps of ``calls`` calls, new input and output tokens per
+call, a tool wait after each step (also after the last, so a task's time is the
+same quantity ``apmw plan`` reports). Call ``i``'s prompt is the context so far
+plus its new tokens. The tool-wait KV policy decides what a finished call's
+context does while the agent waits (the table in ``capacity/sessions.py``):
+
+* ``retain`` pins it (blocks held, whole history reused);
+* ``ttl`` pins it, and frees it to the prefix cache ``ttl_s`` after the wait began;
+* ``evict`` frees it to the LRU prefix cache at once: the next call hits what survived
+  (``apmw plan`` assumes it never survives);
+* ``offload`` frees it to the prefix cache and keeps a host copy; the next call is
+  ready only after the history's KV bytes crossed the host link
+  (``offload_bandwidth_bytes_per_s``, no contention), then reuses all of it.
+
+Calls inside one step follow each other with no wait: the context is pinned. Without
+``prefix_caching`` nothing is reused: every call prefills its whole prompt.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from apmw.sim.engine import Engine, Seq
+from apmw.spec import Spec
+
+
+def _rint(x: np.ndarray, minimum: int) -> list[int]:
+    return np.maximum(np.rint(x), minimum).astype(np.int64).tolist()
+
+
+class ClosedLoopAgents:
+    """N agents, each a task at a time; records task, TTFT and TPOT figures in the window."""
+
+    def __init__(self, spec: Spec, agents: int, rng: np.random.Generator, warmup_s: float, duration_s: float,
+                 drain_limit_s: float):
+        self.w, self.sv = spec.workload, spec.serving
+        self.n = agents
+        self.rng = rng
+        self.warmup_s, self.duration_s = warmup_s, duration_s
+        self.drain_limit_s = drain_limit_s
+        self.stop_time_s = duration_s
+        self.engine: Engine | None = None
+        self.calls: list[tuple[list[int], list[int], list[float]]] = [([], [], [])] * agents
+        self.call_idx = [0] * agents
+        self.context = [0] * agents
+        self.task_start = [0.0] * agents
+        self.task_ctx = [0] * agents
+        self.tracked = [False] * agents
+        self._ctx = 0
+        self.task_latency_s: list[float] = []
+        self.ttft_s: list[float] = []
+        self.tpot_s: list[float] = []
+        self.tasks_started = 0
+        self.tasks_ended = 0
+        self.tasks_rejected = 0
+        self.open_tracked = 0
+        self.calls_done = 0
+        self.output_tokens_done = 0
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        self.shared_kv_bytes = float(engine.arch.kv_bytes_for_context(self.w.system_prompt_tokens, engine.kv_dtype))
+        # agents start spread over the warm-up so that they are not in phase
+        starts = self.rng.uniform(0.0, self.warmup_s, self.n) if self.warmup_s > 0 else np.zeros(self.n)
+        for a, t in enumerate(starts.tolist()):
+            self._start_task(a, t)
+
+    def _sample_task(self) -> tuple[list[int], list[int], list[float]]:
+        w, rng = self.w, self.rng
+        steps = _rint(w.steps_per_task.sample(rng, 1), 1)[0]
+        per_step = _rint(w.calls_per_step.sample(rng, steps), 1)
+        waits = w.tool_wait_s.sample(rng, steps)
+        n = int(sum(per_step))
+        new = _rint(w.new_input_tokens_per_call.sample(rng, n), 0)
+        if w.first_call_input_tokens is not None:
+            new[0] = _rint(w.first_call_input_tokens.sample(rng, 1), 0)[0]
+        out = _rint(w.output_tokens_per_call.sample(rng, n), 1)
+        wait_after = np.zeros(n)
+        wait_after[np.cumsum(per_step) - 1] = waits
+        return new, out, wait_after.tolist()
+
+    def _start_task(self, a: int, t: float) -> None:
+        self.calls[a] = self._sample_task()
+        self.call_idx[a] = 0
+        self.context[a] = self.w.system_prompt_tokens
+        self.task_start[a] = t
+        self._ctx += 1
+        self.task_ctx[a] = self._ctx
+        self.tasks_started += 1
+        tracked = self.warmup_s <= t < self.duration_s
+        self.tracked[a] = tracked
+        self.open_tracked += tracked
+        self._issue(a, t, 0)
+
+    def _issue(self, a: int, t: float, host_tokens: int) -> None:
+        new, out, _ = self.calls[a]
+        i = self.call_idx[a]
+        prompt = max(self.context[a] + new[i], 1)
+        self.engine.submit(Seq(a, self.task_ctx[a], prompt, out[i], t, host_tokens), t)
+
+    # ---- engine callbacks ------------------------------------------------------------------------------
+    def on_arrival(self, seq: Seq) -> None:
+        self.engine.unpin_into(seq.agent, seq)
+
+    def on_done(self, seq: Seq, now: float) -> None:
+        a = seq.agent
+        eng = self.engine
+        self.calls_done += 1
+        self.output_tokens_done += seq.out
+        if self.warmup_s <= seq.ready_s < self.duration_s:
+            self.ttft_s.append(seq.first_s - seq.ready_s)
+            if seq.out > 1:
+                self.tpot_s.append((now - seq.first_s) / (seq.out - 1))
+        new, _, wait_after = self.calls[a]
+        i = self.call_idx[a]
+        wait = wait_after[i]
+        self.context[a] = seq.total
+        self.call_idx[a] = i + 1
+        if i + 1 == len(new):                    # the task's last call: its context is dead
+            eng.release(seq)
+            self._end_task(a, now + wait)
+            return
+        policy = self.sv.tool_wait_kv_policy
+        host = 0
+        if self.sv.prefix_caching and (wait == 0 or policy == "retain"):
+            eng.pin(a, seq, None)
+        elif self.sv.prefix_caching and policy == "ttl":
+            eng.pin(a, seq, now + self.sv.ttl_s)
+        else:
+            if self.sv.prefix_caching and policy == "offload":
+                host = seq.kv_len
+                own_bytes = float(eng.arch.kv_bytes_for_context(seq.kv_len, eng.kv_dtype)) - self.shared_kv_bytes
+                wait += own_bytes / self.sv.offload_bandwidth_bytes_per_s
+            eng.release(seq)
+        self._issue(a, now + wait, host)
+
+    def on_rejected(self, seq: Seq, now: float) -> None:
+        self.tasks_rejected += 1
+        self._end_task(seq.agent, now, record=False)
+
+    def _end_task(self, a: int, end_s: float, record: bool = True) -> None:
+        self.tasks_ended += 1
+        if self.tracked[a]:
+            self.open_tracked -= 1
+            if record:
+                self.task_latency_s.append(end_s - self.task_start[a])
+        self._start_task(a, end_s)
+
+    def finished(self, now: float) -> bool:
+        """Stop after the window once every task that started in it has ended (or the drain limit)."""
+        if now < self.duration_s:
+            return False
+        self.stop_time_s = self.duration_s + self.drain_limit_s
+        return self.open_tracked == 0 or now >= self.stop_time_s
+
+
+class OpenLoopRequests:
+    """Independent single-call requests arriving as a Poisson process (the benchmark setting)."""
+
+    def __init__(self, prompt_tokens: np.ndarray, output_tokens: np.ndarray, rate_per_s: float,
+                 rng: np.random.Generator):
+        self.prompt = np.maximum(np.asarray(prompt_tokens, dtype=np.int64), 1).tolist()
+        self.out = np.maximum(np.asarray(output_tokens, dtype=np.int64), 1).tolist()
+        self.arrival_s = np.cumsum(rng.exponential(1.0 / rate_per_s, len(self.prompt))).tolist()
+        self.stop_time_s = float("inf")
+        self.latency_s: list[float] = []
+        self.ttft_s: list[float] = []
+        self.tpot_s: list[float] = []
+        self.pending = len(self.prompt)
+        self.engine: Engine | None = None
+        self.output_tokens_done = 0
+
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        for i, (p, o, t) in enumerate(zip(self.prompt, self.out, self.arrival_s)):
+            engine.submit(Seq(-1, -(i + 1), p, o, t), t)
+
+    def on_arrival(self, seq: Seq) -> None:
+        pass
+
+    def on_done(self, seq: Seq, now: float) -> None:
+        self.engine.release(seq)
+        self.pending -= 1
+        self.output_tokens_done += seq.out
+        self.latency_s.append(now - seq.ready_s)
+        self.ttft_s.append(seq.first_s - seq.ready_s)
+        if seq.out > 1:
+            self.tpot_s.append((now - seq.first_s) / (seq.out - 1))
+
+    def on_rejected(self, seq: Seq, now: float) -> None:
+        self.pending -= 1
+
+    def finished(self, now: float) -> bool:
+        return self.pending == 0

@@ -1,0 +1,90 @@
+"""What a simulation reports, and its stable JSON (``apmw simulate --json``; docs/simulate.md lists the fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def percentiles(values: list[float] | np.ndarray) -> dict[str, float | None]:
+    """mean/p50/p95/p99 of a sample (None when it is empty)."""
+    if len(values) == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    v = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.quantile(v, [0.5, 0.95, 0.99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """One simulated run of one replica."""
+
+    mode: str                       # "closed_loop" or "open_loop"
+    agents: int
+    seed: int
+    policy: str
+    duration_s: float               # the requested run (closed loop: the measurement window ends here)
+    warmup_s: float
+    simulated_s: float              # simulated time actually covered (including the drain)
+    window_s: float                 # length of the measurement window of the time averages
+    task_latency: dict
+    ttft: dict
+    tpot: dict
+    completed_tasks: int
+    tasks_running: int              # tracked tasks still open when the drain limit was reached
+    tasks_started: int
+    tasks_ended: int
+    tasks_rejected: int
+    decode_batch_mean: float
+    running_batch_mean: float
+    kv_tokens_resident_mean: float
+    kv_tokens_capacity: float
+    kv_blocks_capacity: int
+    kv_blocks_used_max: int
+    engine_utilisation: float
+    preemptions: int
+    prefix_hit_rate: float | None
+    prefill_tokens: int
+    decode_tokens: int
+    generated_tokens: int
+    output_tokens_completed: int
+    output_tokens_in_flight: int
+    spills: int
+    rejected_calls: int
+    iterations: int
+    replica_power_w: float
+    energy_j: float                 # IT energy of the replica over the window
+    energy_per_task_j: float | None
+    sessions_per_s: float | None
+    slo_p95_s: float | None
+    meets_slo: bool | None
+    timeseries: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def to_dict(self, timeseries: bool = False) -> dict:
+        d = {
+            "mode": self.mode, "agents": self.agents, "seed": self.seed, "tool_wait_kv_policy": self.policy,
+            "duration_s": self.duration_s, "warmup_s": self.warmup_s, "simulated_s": self.simulated_s,
+            "window_s": self.window_s,
+            "task_latency_s": self.task_latency, "ttft_s": self.ttft, "tpot_s": self.tpot,
+            "completed_tasks": self.completed_tasks, "tasks_running": self.tasks_running,
+            "tasks_rejected": self.tasks_rejected,
+            "decode_batch_mean": self.decode_batch_mean, "running_batch_mean": self.running_batch_mean,
+            "kv_tokens_resident_mean": self.kv_tokens_resident_mean, "kv_tokens_capacity": self.kv_tokens_capacity,
+            "kv_blocks_capacity": self.kv_blocks_capacity, "kv_blocks_used_max": self.kv_blocks_used_max,
+            "engine_utilisation": self.engine_utilisation,
+            "preemptions": self.preemptions, "prefix_hit_rate": self.prefix_hit_rate,
+            "prefill_tokens": self.prefill_tokens, "decode_tokens": self.decode_tokens,
+            "generated_tokens": self.generated_tokens, "output_tokens_completed": self.output_tokens_completed,
+            "output_tokens_in_flight": self.output_tokens_in_flight,
+            "retain_spills": self.spills, "rejected_calls": self.rejected_calls,
+            "iterations": self.iterations,
+            "replica_power_w": self.replica_power_w, "energy_j": self.energy_j,
+            "energy_per_task_j": self.energy_per_task_j, "sessions_per_s": self.sessions_per_s,
+            "slo_task_latency_p95_s": self.slo_p95_s, "meets_slo": self.meets_slo,
+            "wall_s": self.wall_s,
+        }
+        if timeseries:
+            d["timeseries"] = self.timeseries
+        return d

@@ -18,7 +18,7 @@ from tests.traces.conftest import FIXTURES, SHARED
 MINI_SWE = SHARED / "mini_swe_agent_deepseek" / "calls.csv"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200),
        st.sampled_from(FORMS))
 def test_every_fit_is_a_distribution_the_spec_accepts(values, form):
@@ -74,3 +74,26 @@ def test_mini_swe_agent_readme_figures():
     assert w["steps_per_task"] == {"mean": 80.3, "p95": pytest.approx(134, abs=1)}
     for q, v in hand["tool_wait_s"]["quantiles"].items():
         assert w["tool_wait_s"]["quantiles"][q] == pytest.approx(v, abs=0.002)
+
+
+@pytest.mark.skipif(not (SHARED / "mooncake").exists(), reason="needs ../shared/data (the Mooncake traces)")
+def test_mooncake_readme_figures():
+    # ../shared/data/README.md: infinite-cache prefix hit ratio 0.374 (conversation) and 0.651 (synthetic);
+    # conversation sessions inferred from hash_ids: 8,056, mean 1.5 calls, p95 3, max 43
+    conv = fit_trace(SHARED / "mooncake" / "conversation_trace.jsonl").summary
+    assert round(conv["cached_prompt_share"], 3) == 0.374
+    assert conv["sessions"] == 8056
+    assert round(conv["calls_per_session"]["mean"], 1) == 1.5
+    assert (conv["calls_per_session"]["p95"], conv["calls_per_session"]["max"]) == (3, 43)
+    syn = fit_trace(SHARED / "mooncake" / "synthetic_trace.jsonl").summary
+    assert round(syn["cached_prompt_share"], 3) == 0.651
+
+
+@pytest.mark.skipif(not (SHARED / "azure_llm_2023").exists(), reason="needs ../shared/data (the Azure traces)")
+def test_azure_readme_figures():
+    # ../shared/data/README.md: conv 19,366 requests, input mean 1,155 p50 1,020 p95 4,083; output mean 211
+    s = fit_trace(SHARED / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv").summary
+    assert s["calls"] == 19366 and s["sessions"] == 19366
+    assert round(s["input_tokens_per_call"]["mean"]) == 1155
+    assert (s["input_tokens_per_call"]["p50"], s["input_tokens_per_call"]["p95"]) == (1020, 4083)
+    assert round(s["output_tokens_per_call"]["mean"]) == 211

@@ -11,7 +11,7 @@ import csv
 from datetime import datetime
 from pathlib import Path
 
-from apmw.traces.records import Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.records import Call, CallStream, LineErrors, cell, require_counts
 from apmw.traces.textio import open_text
 
 NAME = "azure"
@@ -45,7 +45,7 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
                     errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
                 continue
             try:
-                inp, out, t = number(row[i_in]), number(row[i_out]), _seconds(row[i_t])
+                inp, out, t = cell(row[i_in]), cell(row[i_out]), _seconds(row[i_t])
             except ValueError as exc:
                 errors.skip(line, f"bad value: {exc}")
                 continue

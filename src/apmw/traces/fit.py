@@ -66,22 +66,22 @@ def collect(stream: Iterable[Call]) -> Columns:
     cols = [array("d") for _ in range(8)]
     a_sess = sess.append
     a_order, a_in, a_out, a_cached, a_start, a_end, a_tool, a_gap = (c.append for c in cols)
-    for c in stream:
-        key = c.session
+    get = keys.get
+    for key, order, inp, out, cached, start, end, tool, gap in stream:  # Call fields, unpacked (fast)
         if key is None:  # no session in the format: a one-call session of its own
             key = ("call", len(sess))
-        k = keys.get(key)
+        k = get(key)
         if k is None:
             k = keys[key] = len(keys)
         a_sess(k)
-        a_order(c.order)
-        a_in(c.input_tokens)
-        a_out(c.output_tokens)
-        a_cached(c.cached_tokens)
-        a_start(c.start_s)
-        a_end(c.end_s)
-        a_tool(c.tool_wait_after_s)
-        a_gap(c.gap_before_s)
+        a_order(order)
+        a_in(inp)
+        a_out(out)
+        a_cached(cached)
+        a_start(start)
+        a_end(end)
+        a_tool(tool)
+        a_gap(gap)
     session = np.frombuffer(sess, dtype=np.int64) if len(sess) else np.zeros(0, dtype=np.int64)
     arrays = [np.frombuffer(c, dtype=np.float64) if len(c) else np.zeros(0) for c in cols]
     idx = np.lexsort((arrays[0], session))
@@ -113,22 +113,23 @@ def fit_distribution(values: np.ndarray, form: str = "auto", seconds: bool = Fal
     lo, hi = float(x.min()), float(x.max())
     if hi - lo <= 1e-12 * max(abs(hi), 1.0):
         return _round(hi, seconds)
-    mean = float(x.mean())
-    p50, p95, p99 = (float(v) for v in np.percentile(x, [50, 95, 99]))
+    # round first, so that the checks below hold for the numbers actually written
+    mean = _round(float(x.mean()), seconds)
+    p50, p95, p99 = (_round(float(v), seconds) for v in np.percentile(x, [50, 95, 99]))
     empirical = {"quantiles": _monotone({q: _round(v, seconds) for q, v in zip(QUANTILES, np.quantile(x, QUANTILES))})}
     by_mean_ok = mean > 0 and p95 >= mean and math.log(p95 / mean) <= Z95**2 / 2
     if form == "empirical":
         return empirical
     if form == "lognormal":
         if by_mean_ok:
-            return {"mean": _round(mean, seconds), "p95": _round(p95, seconds)}
+            return {"mean": mean, "p95": p95}
         if p50 > 0 and p95 >= p50:
-            return {"p50": _round(p50, seconds), "p95": _round(p95, seconds)}
+            return {"p50": p50, "p95": p95}
         return empirical
     if by_mean_ok:
         ln = Lognormal.model_validate({"mean": mean, "p95": p95})
         if p99 > 0 and 1 / TAIL_TOLERANCE <= ln.quantile(0.99) / p99 <= TAIL_TOLERANCE:
-            return {"mean": _round(mean, seconds), "p95": _round(p95, seconds)}
+            return {"mean": mean, "p95": p95}
     return empirical
 
 

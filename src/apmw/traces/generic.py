@@ -16,7 +16,7 @@ import csv
 from pathlib import Path
 
 from apmw.traces.jsonl import records
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, number, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts
 from apmw.traces.textio import open_text
 
 NAME_CSV = "csv"
@@ -79,16 +79,29 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
         if missing:
             raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
                              f"({', '.join(header[:20])})")
+        width = len(header)
+        # column index per Call field (`width` = an always-empty cell appended to each row) and its scale
+        idx = {f: col[c] for f, (c, _) in mapping.items()}
+        scale = {f: k for f, (_, k) in mapping.items()}
+        i_sess = idx.get("session", width)
+        numeric = [(idx.get(f, width), scale.get(f, 1.0)) for f in
+                   ("order", "input_tokens", "output_tokens", "cached_tokens", "start", "end", "tool_wait", "gap_before")]
         for line, row in enumerate(rows, start=2):
             errors.lines_read += 1
-            if len(row) != len(header):
+            if len(row) != width:
                 if row:
-                    errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
+                    errors.skip(line, f"expected {width} columns, found {len(row)}")
                 continue
+            row.append("")
             try:
-                yield _build(lambda c: row[col[c]], mapping, line)
+                order, inp, out, *rest = [cell(row[i]) * k for i, k in numeric]
             except ValueError as exc:
                 errors.skip(line, str(exc))
+                continue
+            if not (inp >= 0 and out >= 0):
+                errors.skip(line, require_counts(inp, out) or "bad token count")
+                continue
+            yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)
 
 
 def _dig(obj: dict, dotted: str) -> object:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from apmw.traces.records import NAN, Call, TraceError, CallStream, LineErrors, number, require_counts
+from apmw.traces.records import NAN, Call, TraceError, CallStream, LineErrors, cell, require_counts
 from apmw.traces.textio import open_text
 
 NAME = "mini-swe-agent"
@@ -36,9 +36,10 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
         col = {name: i for i, name in enumerate(header)}
         i_run, i_inst, i_idx = col["run"], col["instance_id"], col["call_index"]
         i_in, i_out = col["prompt_tokens"], col["completion_tokens"]
-        i_cached, i_tool = col.get("cached_prompt_tokens"), col.get("tool_phase_s")
-        i_req, i_resp = col.get("t_request_s"), col.get("t_response_s")
         width = len(header)
+        optional = [col.get(c) for c in ("cached_prompt_tokens", "t_request_s", "t_response_s", "tool_phase_s")]
+        i_cached, i_req, i_resp, i_tool = (i if i is not None else width for i in optional)
+        empty = ""
         for line, row in enumerate(rows, start=2):
             errors.lines_read += 1
             if len(row) != width:
@@ -46,20 +47,15 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
                     continue
                 errors.skip(line, f"expected {width} columns, found {len(row)}")
                 continue
+            row.append(empty)  # index `width` reads as a missing optional column
             try:
-                inp, out = number(row[i_in]), number(row[i_out])
-                call = Call(
-                    (row[i_run], row[i_inst]), number(row[i_idx]), inp, out,
-                    number(row[i_cached]) if i_cached is not None else NAN,
-                    number(row[i_req]) if i_req is not None else NAN,
-                    number(row[i_resp]) if i_resp is not None else NAN,
-                    number(row[i_tool]) if i_tool is not None else NAN,
-                )
+                inp, out = cell(row[i_in]), cell(row[i_out])
+                if not (inp >= 0 and out >= 0):  # also catches an empty (nan) cell
+                    errors.skip(line, require_counts(inp, out) or "bad token count")
+                    continue
+                # a Call as a plain tuple (same field order): the hot path of the reader
+                yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cell(row[i_cached]),
+                       cell(row[i_req]), cell(row[i_resp]), cell(row[i_tool]), NAN)
             except ValueError as exc:
                 errors.skip(line, f"not a number: {exc}")
                 continue
-            bad = require_counts(inp, out)
-            if bad:
-                errors.skip(line, bad)
-                continue
-            yield call

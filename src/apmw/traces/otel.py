@@ -58,10 +58,12 @@ def _value(v: dict) -> object:
     return None
 
 
-def _first(attrs: dict, keys: tuple[str, ...]) -> object:
+def _decoded(attrs: dict, keys: tuple[str, ...]) -> object:
+    """The value of the first of ``keys`` present, decoded from its AnyValue."""
     for k in keys:
-        if k in attrs:
-            return attrs[k]
+        v = attrs.get(k)
+        if v is not None:
+            return _value(v)
     return None
 
 
@@ -75,7 +77,6 @@ class Reader:
     def __init__(self) -> None:
         self.spans = 0
         self.tool_spans = 0
-        self.names_seen: set[str] = set()
 
     def read(self, path: str | Path, errors: LineErrors) -> CallStream:
         for line, doc in self._documents(path, errors):
@@ -128,21 +129,21 @@ class Reader:
 
     def _call(self, span: dict) -> Call | None:
         self.spans += 1
-        attrs = {a["key"]: _value(a.get("value", {})) for a in span.get("attributes", ())}
-        op = attrs.get("gen_ai.operation.name")
-        kind = attrs.get("openinference.span.kind")
+        # key -> raw OTLP AnyValue; only the few attributes used below are decoded
+        attrs = {a["key"]: a.get("value") for a in span.get("attributes", ())}
+        op = _decoded(attrs, ("gen_ai.operation.name",))
+        kind = _decoded(attrs, ("openinference.span.kind",))
         if op == "execute_tool" or kind == "TOOL":
             self.tool_spans += 1
             return None
         if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
             return None
-        inp, out = _as_float(_first(attrs, INPUT_KEYS)), _as_float(_first(attrs, OUTPUT_KEYS))
+        inp, out = _as_float(_decoded(attrs, INPUT_KEYS)), _as_float(_decoded(attrs, OUTPUT_KEYS))
         if inp != inp and out != out:
             return None  # not a model call (no usage): HTTP, DB, framework spans
         if require_counts(inp, out):
             raise ValueError("token usage without both input and output counts")
-        session = _first(attrs, SESSION_KEYS) or span["traceId"]
+        session = _decoded(attrs, SESSION_KEYS) or span["traceId"]
         start = int(span["startTimeUnixNano"]) / 1e9
         end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
-        self.names_seen.update(k for k in INPUT_KEYS if k in attrs)
-        return Call(session, start, inp, out, _as_float(_first(attrs, CACHED_KEYS)), start, end)
+        return Call(session, start, inp, out, _as_float(_decoded(attrs, CACHED_KEYS)), start, end)

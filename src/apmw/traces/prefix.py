@@ -8,6 +8,8 @@ blocks (one Python int each), not with the file.
 
 from __future__ import annotations
 
+from itertools import islice, takewhile
+
 # Mooncake FAST'25 traces hash 512-token blocks (kvcache-ai/Mooncake
 # FAST25-release/traces README; len(hash_ids) == ceil(input_length/512) holds
 # for every row of the bundled traces, ../shared/data/README.md).
@@ -27,12 +29,7 @@ class PrefixCache:
     def hit_tokens(self, hash_ids: list, input_tokens: float) -> float:
         """Tokens of this request's leading blocks already seen; records its blocks as seen."""
         seen = self.seen
-        n = 0
-        for h in hash_ids:
-            if h in seen:
-                n += 1
-            else:
-                break
+        n = len(list(takewhile(seen.__contains__, hash_ids)))  # leading run, tested in C
         seen.update(hash_ids)
         return min(n * self.block_tokens, input_tokens)
 
@@ -55,3 +52,27 @@ class PrefixCache:
         if full >= 2:
             self.ends[hash_ids[full - 1]] = (session, first, full)
         return session
+
+    def observe(self, hash_ids: list, input_tokens: float, new_key: object) -> tuple[object, float]:
+        """:meth:`parent_session` and :meth:`hit_tokens` in one pass (the Mooncake fast path).
+
+        The parent's full blocks are this request's leading blocks and were all seen,
+        so only the blocks after them are tested and added to the set.
+        """
+        block = self.block_tokens
+        full = min(int(input_tokens // block), len(hash_ids))
+        session, known = new_key, 0
+        first = hash_ids[0] if hash_ids else None
+        ends = self.ends
+        for k in range(full - 1, 0, -1):
+            end = ends.get(hash_ids[k])
+            if end is not None and end[1] == first and end[2] == k + 1:
+                session, known = end[0], k + 1
+                break
+        if full >= 2:
+            ends[hash_ids[full - 1]] = (session, first, full)
+        seen = self.seen
+        n = known + len(list(takewhile(seen.__contains__, islice(hash_ids, known, None))))
+        seen.update(islice(hash_ids, n, None))
+        return session, min(n * block, input_tokens)
+

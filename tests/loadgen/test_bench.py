@@ -164,7 +164,7 @@ def test_ctrl_c_stops_cleanly_and_resume_continues(llama_server, tmp_path):
     assert len(_by_type(records, "call")) > done_before
     doc = json.loads(resumed.stdout)
     assert doc["end_reason"] == "duration"
-    assert doc["levels"][0]["measured_s"] == pytest.approx(4.0, abs=0.5)
+    assert doc["levels"][0]["window_s"] == pytest.approx(4.0, abs=0.5)
 
 
 def test_sweep_finds_a_measured_knee_and_compares_with_plan(llama_server, tmp_path):
@@ -177,13 +177,13 @@ def test_sweep_finds_a_measured_knee_and_compares_with_plan(llama_server, tmp_pa
     outcome = _sweep_run(llama_server, spec_dict, [1, 4, 7], tmp_path / "sweep.jsonl")
     levels = outcome.summary["levels"]
     assert levels[0]["meets_slo"] is True
-    assert outcome.summary["measured_agents_star"] >= 1
+    assert outcome.summary["agents_per_replica"] >= 1
     p95 = [lv["task_latency_s"]["p95"] for lv in levels]
     assert p95[-1] > p95[0]
     from apmw.loadgen.compare import compare
 
     cmp = compare(spec_from_dict(spec_dict), outcome.summary)
-    assert cmp["agents_star"]["measured"] == outcome.summary["measured_agents_star"]
+    assert cmp["agents_star"]["measured"] == outcome.summary["agents_per_replica"]
     assert isinstance(cmp["agents_star"]["predicted"], int)
     rows = {r["field"]: r for r in cmp["levels"][0]["rows"]}
     assert rows["task latency p95 s"]["measured"] == p95[0]
@@ -228,3 +228,29 @@ def test_existing_results_need_resume(llama_server, tmp_path):
     out.write_text("not json\n{}\n")
     with pytest.raises(BenchError, match="not a JSON object"):
         read_records(out)
+
+
+def test_trace_replay_sends_the_recorded_sessions(llama_server, tmp_path):
+    """An AIPerf multi-turn trace (input_length of later turns = new tokens, delay in ms)."""
+    trace = tmp_path / "sessions.jsonl"
+    trace.write_text(
+        '{"session_id": "a", "turns": [{"input_length": 100, "output_length": 10},'
+        ' {"input_length": 20, "output_length": 8, "delay": 100}]}\n'
+        '{"session_id": "b", "turns": [{"input_length": 120, "output_length": 12},'
+        ' {"input_length": 30, "output_length": 5, "delay": 50}]}\n')
+    cfg = RunConfig(endpoint=llama_server.url, model="tiny", agents=2, duration_s=1.5, warmup_s=0.0, seed=3,
+                    workload=None, slo={"task_latency_p95_s": 10.0}, drain_s=10.0, stagger_s=0.1,
+                    trace={"path": str(trace), "format": None})
+    out = tmp_path / "replay.jsonl"
+    outcome = asyncio.run(run_bench(cfg, [2], out))
+    records = read_records(out)
+    assert records[0]["config"]["trace"]["sessions"] == 2
+    calls = [c for c in _by_type(records, "call") if c["ok"]]
+    expected = {"a": [(100, 10), (130, 8)], "b": [(120, 12), (162, 5)]}   # whole prompts, as apmw fit reads them
+    for key, shape in expected.items():
+        tasks = [t for t in _by_type(records, "task") if t.get("trace_session") == key and t["status"] == "completed"]
+        assert tasks, key
+        mine = sorted((c for c in calls if c["session_id"] == tasks[0]["session_id"]), key=lambda c: c["start_s"])
+        assert [(c["target_prompt_tokens"], c["output_tokens"]) for c in mine] == shape
+        assert [c["prompt_tokens"] for c in mine] == [p + 1 for p, _ in shape]
+    assert outcome.summary["levels"][0]["completed_tasks"] >= 2

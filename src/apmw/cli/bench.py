@@ -64,6 +64,10 @@ def bench(
     seed: int = typer.Option(0, "--seed", min=0, help="seed of task shapes, prompt text and start offsets"),
     results: Path = typer.Option(Path("bench-results.jsonl"), "--out", help="JSONL results file (appended, flushed)"),
     resume: bool = typer.Option(False, "--resume", help="continue the run recorded in --out (its settings are used)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="replay this recorded trace (any format apmw fit "
+                                         "reads) instead of sampling the spec's workload"),
+    trace_format: Optional[str] = typer.Option(None, "--trace-format", help="the trace's format (default: "
+                                               "recognised from the file, as apmw fit does)"),
     api: str = typer.Option("completions", "--api", help="completions (exact prompt lengths) or chat"),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="environment variable holding the API "
                                     "key (the key itself is never written anywhere)"),
@@ -90,20 +94,23 @@ def bench(
             return
         if resume:
             base = config_from_file(results)
-            levels = [base.agents] if agents_sweep is None else parse_sweep(agents_sweep)
+            levels = (base.levels or [base.agents]) if agents_sweep is None else parse_sweep(agents_sweep)
         else:
             source = spec or compare_plan
-            if source is None:
-                fail("give a spec (its workload drives the agents): apmw bench SPEC --endpoint URL --model NAME")
+            if source is None and trace is None:
+                fail("give a spec (its workload drives the agents) or --trace: apmw bench SPEC --endpoint URL "
+                     "--model NAME")
             if model is None:
                 fail("--model is required: the name the server serves (GET /v1/models lists it)")
             if api not in ("completions", "chat"):
                 fail(f"--api {api!r}: choose completions or chat")
-            s = load_spec(source)
+            s = load_spec(source) if source is not None else None
             levels = parse_sweep(agents_sweep) if agents_sweep else [agents]
+            slo = slo_dict(s, slo_p95_s) if s else {"task_latency_p95_s": slo_p95_s}
             base = RunConfig(endpoint=endpoint, model=model, agents=levels[0], duration_s=duration_s,
-                             warmup_s=warmup_s, seed=seed, workload=workload_dict(s), slo=slo_dict(s, slo_p95_s),
-                             api=api, timeout_s=timeout_s, drain_s=drain_s)
+                             warmup_s=warmup_s, seed=seed, workload=None if trace or s is None else workload_dict(s),
+                             slo=slo, api=api, timeout_s=timeout_s, drain_s=drain_s,
+                             trace=None if trace is None else {"path": str(trace), "format": trace_format})
         outcome = asyncio.run(_run(base, levels, results, api_key, resume, live and not as_json))
         comparison = None
         if compare_plan is not None:
@@ -116,8 +123,8 @@ def bench(
         emit_json(doc)
         return
     out.print(_level_table(outcome.summary, f"apmw bench: {outcome.path} ({outcome.reason})"))
-    if outcome.summary["measured_agents_star"] is not None and len(outcome.summary["levels"]) > 1:
-        out.print(f"measured N* (largest N meeting the SLO): {outcome.summary['measured_agents_star']}")
+    if outcome.summary["agents_per_replica"] is not None and len(outcome.summary["levels"]) > 1:
+        out.print(f"measured N* (largest N meeting the SLO): {outcome.summary['agents_per_replica']}")
     if comparison:
         for t in _compare_tables(comparison):
             out.print(t)

@@ -107,18 +107,25 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
     except (NotImplementedError, RuntimeError):     # not the main thread (tests) or no signals here
         pass
     try:
+        replay = None
+        if base.trace is not None:
+            from apmw.loadgen.replay import load_trace
+
+            tasks, system, info = load_trace(base.trace["path"], base.trace.get("format"))
+            base.trace = {**base.trace, **info}
+            replay = (tasks, system)
         text = await make_text(client)
+        base.levels = list(levels)
         for n in levels:
             remaining = base.duration_s - done.get(n, 0.0)
-            if remaining <= 0.5:
-                continue
-            cfg = RunConfig(**{**base.record(), "agents": n, "duration_s": remaining})
-            run = Run(cfg, client, text, writer, segment)
-            current[:] = [run]
-            if await run.run(on_tick) == "interrupted":
-                reason = "interrupted"
-                break
-            segment += 1
+            if remaining > 0.5:
+                cfg = RunConfig(**{**base.record(), "agents": n, "duration_s": remaining})
+                run = Run(cfg, client, text, writer, segment, replay)
+                current[:] = [run]
+                if await run.run(on_tick) == "interrupted":
+                    reason = "interrupted"
+                    break
+                segment += 1
             if len(levels) > 1:
                 level = [lv for lv in summarise(read_records(out))["levels"] if lv["agents"] == n][0]
                 if level["meets_slo"] is False:
@@ -135,9 +142,9 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
 
 
 def config_from_file(out: Path) -> RunConfig:
-    """The configuration of the run that wrote ``out`` (for --resume)."""
-    first = read_records(out)[0]["config"]
-    return RunConfig(**first)
+    """The configuration of the run that wrote ``out`` (for --resume): first segment's, all levels."""
+    first = dict(read_records(out)[0]["config"])
+    return RunConfig(**{**first, "agents": (first.get("levels") or [first["agents"]])[0]})
 
 
 __all__ = ["BenchOutcome", "config_from_file", "parse_sweep", "run_bench", "slo_dict", "summarise_level",

@@ -52,5 +52,5 @@ def compare(spec: Spec, summary: dict, efficiency: Efficiency = DEFAULT_EFFICIEN
     except InfeasibleError:
         predicted_star = 0
     return {"levels": levels, "agents_star": {"predicted": predicted_star,
-                                              "measured": summary.get("measured_agents_star")},
+                                              "measured": summary.get("agents_per_replica")},
             "efficiency_source": efficiency.source}

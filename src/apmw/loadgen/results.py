@@ -147,12 +147,13 @@ def summarise_level(lvl: Level) -> dict:
     meets = _meets(slo, latency, ttft, tpot, len(done))
     return {
         "agents": lvl.agents,
-        "measured_s": measured_s,
+        "window_s": measured_s,
         "completed_tasks": len(done),
         "failed_tasks": sum(t["status"] == "failed" for t in tasks),
         "cancelled_tasks": sum(t["status"] == "cancelled" for t in tasks),
         "meets_slo": meets,
         "slo": slo,
+        "slo_task_latency_p95_s": slo.get("task_latency_p95_s"),
         "task_latency_s": latency,
         "ttft_s": ttft,
         "ttft_p95_s": ttft["p95"],
@@ -227,5 +228,5 @@ def summarise(records: list[dict]) -> dict:
     passing = [lv["agents"] for lv in levels if lv["meets_slo"]]
     first_fail = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
     n_star = max((n for n in passing if first_fail is None or n < first_fail), default=0) if levels else None
-    return {"levels": levels, "measured_agents_star": n_star if any(lv["meets_slo"] is not None for lv in levels)
+    return {"levels": levels, "agents_per_replica": n_star if any(lv["meets_slo"] is not None for lv in levels)
             else None}

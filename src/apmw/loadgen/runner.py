@@ -39,7 +39,7 @@ class RunConfig:
     duration_s: float
     warmup_s: float
     seed: int
-    workload: dict                 # the spec's workload section as written (numbers or distributions)
+    workload: dict | None          # the spec's workload section as written (None when replaying a trace)
     slo: dict
     api: str = "completions"
     timeout_s: float = 60.0
@@ -47,6 +47,8 @@ class RunConfig:
     fault_backoff_s: float = 1.0
     stagger_s: float = 1.0
     run_id: str = ""
+    trace: dict | None = None      # {"path", "format"} of a trace to replay instead of the workload
+    levels: list[int] | None = None   # every level of the run (a sweep), so --resume can finish it
 
     def record(self) -> dict:
         return dict(self.__dict__)
@@ -73,16 +75,19 @@ class LiveStats:
 class Run:
     """One segment: ``config.agents`` agents for warm-up plus duration, writing to ``writer``."""
 
-    def __init__(self, config: RunConfig, client: Client, text: TextMaker, writer: ResultsWriter, segment: int):
+    def __init__(self, config: RunConfig, client: Client, text: TextMaker, writer: ResultsWriter, segment: int,
+                 replay: tuple[list[TaskShape], int] | None = None):
         self.cfg, self.client, self.text, self.writer, self.segment = config, client, text, writer, segment
-        self.workload = Workload.model_validate(config.workload)
+        self.workload = Workload.model_validate(config.workload) if config.workload is not None else None
+        self.replay = replay
+        self.system_tokens = replay[1] if replay else self.workload.system_prompt_tokens
         self.stats = LiveStats(agents=config.agents)
         self.t0 = 0.0
         self._no_new_tasks = asyncio.Event()
         self._interrupted = False
         rng = np.random.default_rng([config.seed, 0])
         # the system prompt is the same text for every agent and task: servers can cache it once
-        self.system_text = text.text(self.workload.system_prompt_tokens, rng).lstrip()
+        self.system_text = text.text(self.system_tokens, rng).lstrip()
         self._tasks: list[asyncio.Task] = []
 
     def now(self) -> float:
@@ -136,11 +141,18 @@ class Run:
         await asyncio.sleep(rng.uniform(0, self.cfg.stagger_s))
         n = 0
         while not self._no_new_tasks.is_set():
-            task = sample_task(self.workload, rng)
+            task = self._next_task(index, n, rng)
             ok = await self._task(index, n, task, rng)
             n += 1
             if not ok and not self._no_new_tasks.is_set():
                 await asyncio.sleep(self.cfg.fault_backoff_s)
+
+    def _next_task(self, agent: int, number: int, rng: np.random.Generator) -> TaskShape:
+        """A sampled task, or (replaying a trace) recorded session agent + number * N, wrapping around."""
+        if self.replay is None:
+            return sample_task(self.workload, rng)
+        sessions = self.replay[0]
+        return sessions[(agent + number * self.cfg.agents) % len(sessions)]
 
     def _prompt(self, history: list[tuple[str, str]], new_text: str) -> str | list[dict]:
         if self.client.api == "chat":
@@ -155,14 +167,18 @@ class Run:
         start = self.now()
         base = {"segment": self.segment, "agents": self.cfg.agents, "agent": agent, "task": number,
                 "session_id": session, "warmup": start < self.cfg.warmup_s}
+        if task.key is not None:
+            base["trace_session"] = task.key
         history: list[tuple[str, str]] = []
-        context_tokens = self.workload.system_prompt_tokens
+        context_tokens = self.system_tokens
         calls = 0
         tool_s = 0.0
         status, fault = "completed", None
         try:
             for k, step in enumerate(task.steps):
                 for i, shape in enumerate(step.calls):
+                    if shape.reset:              # a trimmed context (trace replay): start afresh
+                        history, context_tokens = [], self.system_tokens
                     new_text = self.text.text(shape.new_tokens, rng)
                     res = await self._call(self._prompt(history, new_text), shape.output_tokens, session)
                     calls += 1

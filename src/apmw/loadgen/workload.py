@@ -20,6 +20,7 @@ from apmw.spec import Workload
 class CallShape:
     new_tokens: int        # tokens this call adds to the history (task text, tool output, user turn)
     output_tokens: int     # max_tokens sent (with ignore_eos the server generates exactly this many)
+    reset: bool = False    # trace replay: the context was trimmed; the prompt is new_tokens of fresh text
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class StepShape:
 @dataclass(frozen=True)
 class TaskShape:
     steps: tuple[StepShape, ...]
+    key: str | None = None     # the recorded session's key, when replaying a trace
 
     @property
     def calls(self) -> int:

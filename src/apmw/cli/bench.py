@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.table import Table
 
 from apmw.cli.common import app, emit_json, err, fail, out
@@ -20,22 +21,22 @@ def _fmt(v) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:,.4g}"
+        return f"{v:.3g}"
     return str(v)
 
 
 def _level_table(summary: dict, title: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("agents", "tasks", "failed", "task p50 s", "task p95 s", "task p99 s", "TTFT p95 ms",
-                "TPOT p95 ms", "sessions/s", "out tok/s", "in flight", "errors", "meets SLO"):
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("N", "tasks", "failed", "p50 s", "p95 s", "p99 s", "TTFT95 ms", "TPOT95 ms", "tasks/s", "batch",
+                "errors", "SLO"):
         t.add_column(col, justify="right")
+    ms = (lambda x: None if x is None else x * 1e3)
     for lv in summary["levels"]:
         lat = lv["task_latency_s"]
-        ms = (lambda x: None if x is None else x * 1e3)
+        verdict = {True: "[green]met[/]", False: "[red]missed[/]", None: "-"}[lv["meets_slo"]]
         t.add_row(str(lv["agents"]), str(lv["completed_tasks"]), str(lv["failed_tasks"]), _fmt(lat["p50"]),
                   _fmt(lat["p95"]), _fmt(lat["p99"]), _fmt(ms(lv["ttft_p95_s"])), _fmt(ms(lv["tpot_p95_s"])),
-                  _fmt(lv["sessions_per_s"]), _fmt(lv["tokens_per_s"]["output"]), _fmt(lv["in_flight"]["mean"]),
-                  str(lv["errors"]), _fmt(lv["meets_slo"]))
+                  _fmt(lv["sessions_per_s"]), _fmt(lv["decode_batch_mean"]), str(lv["errors"]), verdict)
     return t
 
 
@@ -129,7 +130,10 @@ def bench(
         for t in _compare_tables(comparison):
             out.print(t)
         star = comparison["agents_star"]
-        out.print(f"N*: predicted {star['predicted']}, measured {_fmt(star['measured'])}")
+        if len(outcome.summary["levels"]) > 1:
+            out.print(f"N*: predicted {star['predicted']}, measured {_fmt(star['measured'])}")
+        else:
+            out.print(f"N*: predicted {star['predicted']} (one level measured; --agents-sweep measures N*)")
 
 
 async def _run(base, levels, results, api_key, resume, live):

@@ -74,6 +74,20 @@ def _done_by_level(records: list[dict]) -> dict[int, float]:
     return {lvl.agents: sum(w.length_s for w in lvl.windows.values()) for lvl in _levels(records).values()}
 
 
+def _missed(records: list[dict], agents: int) -> bool:
+    return any(lv["agents"] == agents and lv["meets_slo"] is False for lv in summarise(records)["levels"])
+
+
+def _pending(levels: list[int], done: dict[int, float], duration_s: float, records: list[dict]) -> bool:
+    """Whether a resumed run still has a level to measure (a sweep ends at its first missed level)."""
+    for n in levels:
+        if duration_s - done.get(n, 0.0) > 0.5:
+            return True
+        if len(levels) > 1 and _missed(records, n):
+            return False
+    return False
+
+
 async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str | None = None,
                     resume: bool = False, on_tick: Callable[[LiveStats], None] | None = None) -> BenchOutcome:
     """Run ``levels`` (numbers of agents) against ``base.endpoint``, appending to ``out``.
@@ -88,10 +102,13 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
         done = _done_by_level(records)
     elif out.exists() and out.stat().st_size > 0:
         raise BenchError(f"{out} already holds results: pass --resume to continue that run, or choose another --out")
+    if resume and not _pending(levels, done, base.duration_s, records):
+        missed = len(levels) > 1 and any(_missed(records, n) for n in levels)
+        return BenchOutcome(summary=summarise(records), reason="slo-missed" if missed else "duration", path=out)
     base.run_id = base.run_id or uuid.uuid4().hex[:8]
     client = Client(base.endpoint, base.model, api=base.api, api_key=api_key, timeout_s=base.timeout_s,
                     max_connections=max(levels) + 4)
-    writer = ResultsWriter(out)
+    writer: ResultsWriter | None = None
     reason = "duration"
     loop = asyncio.get_running_loop()
     current: list[Run] = []
@@ -115,6 +132,7 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
             base.trace = {**base.trace, **info}
             replay = (tasks, system)
         text = await make_text(client)
+        writer = ResultsWriter(out)           # opened only once the server has answered
         base.levels = list(levels)
         for n in levels:
             remaining = base.duration_s - done.get(n, 0.0)
@@ -126,17 +144,16 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
                     reason = "interrupted"
                     break
                 segment += 1
-            if len(levels) > 1:
-                level = [lv for lv in summarise(read_records(out))["levels"] if lv["agents"] == n][0]
-                if level["meets_slo"] is False:
-                    reason = "slo-missed"
-                    break
+            if len(levels) > 1 and _missed(read_records(out), n):
+                reason = "slo-missed"
+                break
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
-        writer.close()
+        if writer is not None:
+            writer.close()
         await client.close()
     return BenchOutcome(summary=summarise(read_records(out)), reason=reason, path=out)
 

@@ -53,6 +53,8 @@ class ClosedLoopAgents:
         self.tracked = [False] * agents
         self._ctx = 0
         self.task_latency_s: list[float] = []
+        self.task_tool_s: list[float] = []       # each recorded task's own tool waits (exogenous; a control variate)
+        self.task_output_tokens: list[int] = []  # ... and output tokens
         self.ttft_s: list[float] = []
         self.tpot_s: list[float] = []
         self.tasks_started = 0
@@ -149,6 +151,8 @@ class ClosedLoopAgents:
             self.open_tracked -= 1
             if record:
                 self.task_latency_s.append(end_s - self.task_start[a])
+                self.task_tool_s.append(float(sum(self.calls[a][2])))
+                self.task_output_tokens.append(sum(self.calls[a][1]))
         self._start_task(a, end_s)
 
     def finished(self, now: float) -> bool:

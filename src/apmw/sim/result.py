@@ -29,6 +29,8 @@ class SimResult:
     simulated_s: float              # simulated time actually covered (including the drain)
     window_s: float                 # length of the measurement window of the time averages
     task_latency: dict
+    task_tool_s_mean: float | None  # mean tool wait of the recorded tasks (sampled, not simulated)
+    task_output_tokens_mean: float | None
     ttft: dict
     tpot: dict
     completed_tasks: int
@@ -67,7 +69,9 @@ class SimResult:
             "mode": self.mode, "agents": self.agents, "seed": self.seed, "tool_wait_kv_policy": self.policy,
             "duration_s": self.duration_s, "warmup_s": self.warmup_s, "simulated_s": self.simulated_s,
             "window_s": self.window_s,
-            "task_latency_s": self.task_latency, "ttft_s": self.ttft, "tpot_s": self.tpot,
+            "task_latency_s": self.task_latency,
+            "task_tool_s_mean": self.task_tool_s_mean, "task_output_tokens_mean": self.task_output_tokens_mean,
+            "ttft_s": self.ttft, "tpot_s": self.tpot,
             "completed_tasks": self.completed_tasks, "tasks_running": self.tasks_running,
             "tasks_rejected": self.tasks_rejected,
             "decode_batch_mean": self.decode_batch_mean, "running_batch_mean": self.running_batch_mean,

@@ -29,7 +29,8 @@ def _power(spec: Spec, replica: Replica, utilisation: float) -> float:
 
 def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, seed: int, duration_s: float,
             warmup_s: float, window_s: float, latency: list[float], ttft: list[float], tpot: list[float],
-            tasks: dict, wall_s: float) -> SimResult:
+            tasks: dict, wall_s: float, tool_s: list[float] | None = None,
+            out_tokens: list[int] | None = None) -> SimResult:
     st = eng.stats
     win = max(window_s, 1e-12)
     util = min(st.busy_s / win, 1.0)
@@ -43,7 +44,8 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
     return SimResult(
         mode=mode, agents=agents, seed=seed, policy=spec.serving.tool_wait_kv_policy,
         duration_s=duration_s, warmup_s=warmup_s, simulated_s=eng.now, window_s=window_s,
-        task_latency=lat, ttft=percentiles(ttft), tpot=percentiles(tpot),
+        task_latency=lat, task_tool_s_mean=float(np.mean(tool_s)) if tool_s else None,
+        task_output_tokens_mean=float(np.mean(out_tokens)) if out_tokens else None, ttft=percentiles(ttft), tpot=percentiles(tpot),
         completed_tasks=len(latency), **tasks,
         decode_batch_mean=st.decode_batch_s / win, running_batch_mean=st.running_batch_s / win,
         kv_tokens_resident_mean=st.kv_tokens_s / win,
@@ -105,7 +107,8 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
              "tasks_ended": driver.tasks_ended, "tasks_rejected": driver.tasks_rejected,
              "output_tokens_completed": driver.output_tokens_done, "output_tokens_in_flight": _in_flight(eng)}
     return _result(spec, replica, eng, "closed_loop", agents, seed, duration_s, warmup_s, duration_s - warmup_s,
-                   driver.task_latency_s, driver.ttft_s, driver.tpot_s, tasks, wall)
+                   driver.task_latency_s, driver.ttft_s, driver.tpot_s, tasks, wall, driver.task_tool_s,
+                   driver.task_output_tokens)
 
 
 def simulate_open_loop(spec: Spec, prompt_tokens: np.ndarray, output_tokens: np.ndarray, rate_per_s: float,

@@ -1,0 +1,58 @@
+"""`apmw simulate` as a user runs it: JSON fields, the sweep, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.sim.helpers import BASE
+
+APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
+FIELDS = {"task_latency_s", "decode_batch_mean", "kv_tokens_resident_mean", "preemptions", "prefix_hit_rate",
+          "completed_tasks", "simulated_s", "ttft_s", "tpot_s", "energy_j", "energy_per_task_j", "replica_power_w"}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([APMW, "simulate", *args], capture_output=True, text=True, timeout=120)
+
+
+def _spec(tmp_path: Path) -> str:
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    return str(path)
+
+
+def test_json_fields_and_seed(tmp_path):
+    spec = _spec(tmp_path)
+    r = run(spec, "--agents", "6", "--duration-s", "150", "--seed", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert FIELDS <= d.keys()
+    for key in ("task_latency_s", "ttft_s", "tpot_s"):
+        assert set(d[key]) == {"mean", "p50", "p95", "p99"}
+    assert d["completed_tasks"] > 0 and d["simulated_s"] >= 150
+    again = json.loads(run(spec, "--agents", "6", "--duration-s", "150", "--seed", "3", "--json").stdout)
+    assert again["task_latency_s"] == d["task_latency_s"]
+
+
+def test_sweep_reports_agents_per_replica_and_curve(tmp_path):
+    r = run(_spec(tmp_path), "--agents-sweep", "2:10:4", "--duration-s", "120", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [p["agents"] for p in d["curve"]] == [2, 6, 10]
+    assert d["agents_per_replica"] in (0, 2, 6, 10)
+    assert all(p["meets_slo"] == (p["task_latency_s"]["p95"] <= d["slo_task_latency_p95_s"]) for p in d["curve"])
+    table = run(_spec(tmp_path), "--agents-sweep", "2:6:4", "--duration-s", "100")
+    assert table.returncode == 0 and "simulated N*" in table.stdout
+
+
+def test_user_errors_are_one_line_not_tracebacks(tmp_path):
+    for args in (["--agents-sweep", "10:2:1"], ["--agents", "3", "--warmup-s", "500", "--duration-s", "100"], []):
+        r = run(_spec(tmp_path), *args)
+        assert r.returncode != 0
+        assert "Traceback" not in r.stderr and "error" in r.stderr.lower()

@@ -1,0 +1,55 @@
+"""Simulated and analytic (apmw plan) agree where KV memory does not bind; where it binds, the simulator
+is slower, because the analytic model does not queue calls for memory.
+
+Mean task latency has a lot of workload noise (tool waits and task lengths are heavy-tailed and a test
+can only afford a few hundred tasks). Both models take those from the same spec, and neither models
+them, so the comparison replaces the simulated tasks' sample mean of tool time and output tokens by the
+plan's (a control variate: R_adj = R_sim - (tool_sim - tool_plan) - tpot_sim * (out_sim - out_plan)).
+docs/simulate.md lists both the raw and adjusted ratios from longer runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from apmw.capacity import plan
+from apmw.sim import simulate
+from apmw.spec import load_spec
+from tests.sim.helpers import kv_fraction_for, spec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# (example, N below the analytic N*, simulated seconds)
+CASES = [("support-chat", 40, 15000), ("deep-research", 12, 20000), ("coding-agent", 20, 4000)]
+
+
+def adjusted_mean(sim: dict, analytic: dict) -> float:
+    out_plan = analytic["tokens_per_s"]["output"] / analytic["sessions_per_s"]
+    return (sim["task_latency_s"]["mean"] - (sim["task_tool_s_mean"] - analytic["residence_breakdown_s"]["tool"])
+            - sim["tpot_s"]["mean"] * (sim["task_output_tokens_mean"] - out_plan))
+
+
+@pytest.mark.parametrize("name,agents,duration_s", CASES)
+def test_mean_task_latency_agrees_within_5_percent_where_memory_does_not_bind(name, agents, duration_s):
+    s = load_spec(EXAMPLES / f"{name}.yaml")
+    analytic = plan(s, agents=agents).to_dict()
+    assert analytic["fits_kv_memory"]
+    sim = simulate(s, agents, duration_s=duration_s, seed=1).to_dict()
+    assert sim["completed_tasks"] > 150
+    assert sim["kv_tokens_resident_mean"] < 0.8 * sim["kv_tokens_capacity"]
+    assert adjusted_mean(sim, analytic) == pytest.approx(analytic["task_latency_s"]["mean"], rel=0.05)
+    # the engine's time per output token agrees too
+    assert sim["tpot_s"]["mean"] == pytest.approx(analytic["time_per_output_token_s"], rel=0.05)
+
+
+def test_where_memory_binds_the_simulator_is_slower_than_the_plan():
+    """The analytic plan flags the memory (fits_kv_memory false) but prices latency as if every call ran at
+    once; the engine queues and preempts, so simulated latency is higher."""
+    s = spec(kv_memory_fraction=kv_fraction_for(6000))
+    analytic = plan(s, agents=12).to_dict()
+    sim = simulate(s, 12, duration_s=300, seed=1).to_dict()
+    assert not analytic["fits_kv_memory"]
+    assert sim["preemptions"] > 0
+    assert sim["task_latency_s"]["mean"] > 1.2 * analytic["task_latency_s"]["mean"]

@@ -240,7 +240,7 @@ def test_trace_replay_sends_the_recorded_sessions(llama_server, tmp_path):
         ' {"input_length": 30, "output_length": 5, "delay": 50}]}\n')
     cfg = RunConfig(endpoint=llama_server.url, model="tiny", agents=2, duration_s=1.5, warmup_s=0.0, seed=3,
                     workload=None, slo={"task_latency_p95_s": 10.0}, drain_s=10.0, stagger_s=0.1,
-                    trace={"path": str(trace), "format": None})
+                    trace={"path": str(trace), "format": None}, history="synthetic")
     out = tmp_path / "replay.jsonl"
     outcome = asyncio.run(run_bench(cfg, [2], out))
     records = read_records(out)

@@ -69,6 +69,8 @@ def bench(
                                          "reads) instead of sampling the spec's workload"),
     trace_format: Optional[str] = typer.Option(None, "--trace-format", help="the trace's format (default: "
                                                "recognised from the file, as apmw fit does)"),
+    history: str = typer.Option("echo", "--history", help="echo (send the model's output back, as agents do) or "
+                                "synthetic (same-length text; exact prompt lengths whatever the model writes)"),
     api: str = typer.Option("completions", "--api", help="completions (exact prompt lengths) or chat"),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="environment variable holding the API "
                                     "key (the key itself is never written anywhere)"),
@@ -105,12 +107,14 @@ def bench(
                 fail("--model is required: the name the server serves (GET /v1/models lists it)")
             if api not in ("completions", "chat"):
                 fail(f"--api {api!r}: choose completions or chat")
+            if history not in ("echo", "synthetic"):
+                fail(f"--history {history!r}: choose echo or synthetic")
             s = load_spec(source) if source is not None else None
             levels = parse_sweep(agents_sweep) if agents_sweep else [agents]
             slo = slo_dict(s, slo_p95_s) if s else {"task_latency_p95_s": slo_p95_s}
             base = RunConfig(endpoint=endpoint, model=model, agents=levels[0], duration_s=duration_s,
                              warmup_s=warmup_s, seed=seed, workload=None if trace or s is None else workload_dict(s),
-                             slo=slo, api=api, timeout_s=timeout_s, drain_s=drain_s,
+                             slo=slo, api=api, timeout_s=timeout_s, drain_s=drain_s, history=history,
                              trace=None if trace is None else {"path": str(trace), "format": trace_format})
         outcome = asyncio.run(_run(base, levels, results, api_key, resume, live and not as_json))
         comparison = None

@@ -49,6 +49,8 @@ class RunConfig:
     run_id: str = ""
     trace: dict | None = None      # {"path", "format"} of a trace to replay instead of the workload
     levels: list[int] | None = None   # every level of the run (a sweep), so --resume can finish it
+    history: str = "echo"          # "echo": the model's output goes back into the history, as an agent's does;
+                                   # "synthetic": text of the same token count instead (exact prompt lengths)
 
     def record(self) -> dict:
         return dict(self.__dict__)
@@ -188,10 +190,9 @@ class Run:
                     if not res.ok:
                         status, fault = "failed", res.fault
                         return False
-                    # the history carries text of the generated length (the tiny test model's output is
-                    # noise whose re-tokenised length differs; equal-length text keeps prompts on target)
                     out_tokens = res.output_tokens or shape.output_tokens
-                    history.append((new_text, self.text.text(out_tokens, rng)))
+                    reply = res.text if self.cfg.history == "echo" else self.text.text(out_tokens, rng)
+                    history.append((new_text, reply))
                     context_tokens += shape.new_tokens + out_tokens
                 self.stats.in_tool += 1
                 try:

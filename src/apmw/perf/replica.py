@@ -9,6 +9,7 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import ApmwError
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from apmw.perf.memory import MemoryBudget, memory_budget
+from apmw.perf.calibrated import DEFAULT_ENGINE, CalibratedStepModel, calibration_gap
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Spec
 
@@ -68,12 +69,30 @@ class Replica:
         return self.step.gpus
 
 
-def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Replica:
+def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
+                     efficiency: Efficiency = DEFAULT_EFFICIENCY, engine: str = DEFAULT_ENGINE,
+                     calibrated: bool = True) -> StepModel:
+    """The calibrated step model where measured tables cover the replica, else the roofline.
+
+    Read ``.source`` on the result (``calibrated`` or ``roofline``) to know which.
+    """
+    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype) is None:
+        return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                   efficiency=efficiency, engine=engine)
+    return StepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                     efficiency=efficiency)
+
+
+def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, calibrated: bool = True) -> Replica:
+    """A replica for the spec; its step model is ``calibrated`` where measured tables cover it.
+
+    Pass ``calibrated=False`` to force the roofline (e.g. to compare the two paths).
+    """
     arch = load_architecture(spec.model.config)
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
-    step = StepModel(arch=arch, gpu=gpu, gpus=g, weight_dtype=spec.model.weight_dtype,
-                     kv_dtype=spec.model.kv_dtype, efficiency=efficiency)
+    step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
+                            calibrated=calibrated)
     mem = memory_budget(gpu.hbm_bytes, g, spec.serving.kv_memory_fraction, step.weight_bytes,
                         spec.serving.workspace_bytes_per_gpu)
     if not mem.fits:

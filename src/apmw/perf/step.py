@@ -49,6 +49,15 @@ class StepModel:
     efficiency: Efficiency = DEFAULT_EFFICIENCY
 
     @property
+    def source(self) -> str:
+        """Which estimation path produced the step times: ``roofline`` or ``calibrated``."""
+        return "roofline"
+
+    @property
+    def source_detail(self) -> str:
+        return f"roofline: {self.efficiency.source}"
+
+    @property
     def weight_bytes(self) -> float:
         return self.arch.weight_bytes(self.weight_dtype)
 

@@ -1,0 +1,158 @@
+"""Build the compact calibration tables shipped in ``apmw/catalog/data/calibration/``.
+
+Reads aiconfigurator's measured vLLM 0.24.0 kernel tables for H100-SXM and H200-SXM
+(``../shared/data/profiles/aiconfigurator/<gpu>/...``, Apache-2.0, commit 095f58a5) and
+writes one ``<gpu>.npz`` per GPU holding, in seconds:
+
+* ``gemm_<dtype>[m, n, k]``: GEMM latency (bf16, per-tensor fp8) on the table's own
+  (n, k) grid and a subset of its m grid (the multiples of 16 plus 1..16; the odd
+  ``m = 16j + 1`` rows measure tile padding, which a per-iteration mean blurs anyway).
+  Missing cells are filled by linear interpolation along m; then a running maximum
+  along m makes the table monotone (more tokens never faster) -- the script prints how
+  many cells that touched and by how much;
+* ``dec_<kvdtype>_<h>_<kvh>_<hd>[batch, step]``: decode (generation) attention per layer,
+  full attention (window 0), median over the kernel sources measured, for every head
+  configuration with head_dim 64 or 128 (the dense GQA models); monotone in both axes;
+* ``ctx_<kvdtype>_<h>_<kvh>_<hd>[isl]``: prefill (context) attention per layer at batch 1;
+* ``ar_<g>[size]``: vLLM custom all-reduce under CUDA graphs (backend ``vllm_graph``),
+  message size in elements of bf16.
+
+Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles]``
+(needs the ``dev`` extra: pandas + pyarrow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "apmw" / "catalog" / "data" / "calibration"
+GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB"}
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+HEAD_DIMS = (64, 128)
+MS = 1e-3
+SOURCE = ("ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
+          "aic-core/src/aiconfigurator_core/systems/data/<gpu>/ (vLLM 0.24.0), Apache-2.0")
+
+
+def _fill_and_monotone(a: np.ndarray, axis: int) -> tuple[np.ndarray, int, float]:
+    """Fill NaNs along ``axis`` by linear interpolation (edge: nearest), then running max."""
+    a = np.moveaxis(a.copy(), axis, -1)
+    idx = np.arange(a.shape[-1])
+    flat = a.reshape(-1, a.shape[-1])
+    for row in flat:
+        ok = ~np.isnan(row)
+        if ok.sum() == 0:
+            continue
+        row[~ok] = np.interp(idx[~ok], idx[ok], row[ok])
+    mono = np.maximum.accumulate(flat, axis=-1)
+    changed = int((mono > flat).sum())
+    worst = float(np.nanmax(mono / flat - 1.0)) if changed else 0.0
+    return np.moveaxis(mono.reshape(a.shape), -1, axis), changed, worst
+
+
+def gemm_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
+    g = pd.read_parquet(path)
+    m_all = np.sort(g.m.unique())
+    ms = np.array([m for m in m_all if m <= 16 or m % 16 == 0])
+    ns, ks = np.sort(g.n.unique()), np.sort(g.k.unique())
+    out = {"gemm_m": ms.astype(float), "gemm_n": ns.astype(float), "gemm_k": ks.astype(float)}
+    for src, name in GEMM_DTYPES.items():
+        d = g[(g.gemm_dtype == src) & g.m.isin(ms)].groupby(["m", "n", "k"]).latency.median()
+        cube = d.reindex(pd.MultiIndex.from_product([ms, ns, ks])).to_numpy().reshape(len(ms), len(ns), len(ks))
+        missing = int(np.isnan(cube).sum())
+        cube, changed, worst = _fill_and_monotone(cube, axis=0)
+        out[f"gemm_{name}"] = (cube * MS).astype(np.float32)
+        report[f"gemm_{name}"] = {"cells": int(cube.size), "missing_filled": missing,
+                                  "raised_by_monotone": changed, "max_raise": round(worst, 3)}
+    return out
+
+
+def attention_tables(gen_path: Path, ctx_path: Path, report: dict) -> dict[str, np.ndarray]:
+    gen = pd.read_parquet(gen_path)
+    gen = gen[(gen.window_size == 0) & gen.head_dim.isin(HEAD_DIMS)]
+    bs, steps = np.sort(gen.batch_size.unique()), np.sort(gen.step.unique())
+    out = {"dec_batch": bs.astype(float), "dec_step": steps.astype(float)}
+    raised = 0
+    for (h, kvh, hd, kvd), grp in gen.groupby(["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]):
+        if kvd not in KV_DTYPES:
+            continue
+        t = grp.groupby(["batch_size", "step"]).latency.median().unstack().reindex(index=bs, columns=steps).to_numpy()
+        if np.isnan(t).all(axis=1).any():
+            t = _fill_rows(t)
+        t, c1, _ = _fill_and_monotone(t, axis=1)
+        t, c2, _ = _fill_and_monotone(t, axis=0)
+        raised += c1 + c2
+        out[f"dec_{KV_DTYPES[kvd]}_{h}_{kvh}_{hd}"] = (t * MS).astype(np.float32)
+    ctx = pd.read_parquet(ctx_path)
+    ctx = ctx[(ctx.window_size == 0) & ctx.head_dim.isin(HEAD_DIMS) & (ctx.batch_size == 1)]
+    isl = np.sort(ctx.isl.unique())
+    out["ctx_isl"] = isl.astype(float)
+    for (h, kvh, hd, kvd), grp in ctx.groupby(["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]):
+        if kvd not in KV_DTYPES:
+            continue
+        t = grp.groupby("isl").latency.median().reindex(isl).to_numpy()[None, :]
+        t, _, _ = _fill_and_monotone(t, axis=1)
+        out[f"ctx_{KV_DTYPES[kvd]}_{h}_{kvh}_{hd}"] = (t[0] * MS).astype(np.float32)
+    report["attention"] = {"decode_configs": sum(k.startswith("dec_") for k in out) - 2,
+                           "prefill_configs": sum(k.startswith("ctx_") for k in out) - 1,
+                           "decode_cells_raised_by_monotone": raised}
+    return out
+
+
+def _fill_rows(t: np.ndarray) -> np.ndarray:
+    """A batch size with no measurement at all copies the row below it scaled by the batch ratio."""
+    for i in range(t.shape[0]):
+        if np.isnan(t[i]).all() and i > 0:
+            t[i] = t[i - 1] * 2
+    return t
+
+
+def allreduce_tables(path: Path) -> dict[str, np.ndarray]:
+    ar = pd.read_parquet(path)
+    ar = ar[ar.backend == "vllm_graph"]
+    sizes = np.sort(ar.message_size.unique())
+    out = {"ar_size": sizes.astype(float)}
+    for g, grp in ar.groupby("num_gpus"):
+        t = grp.groupby("message_size").latency.median().reindex(sizes).to_numpy()[None, :]
+        t, _, _ = _fill_and_monotone(t, axis=1)
+        out[f"ar_{g}"] = (t[0] * MS).astype(np.float32)
+    return out
+
+
+def build(profiles: Path) -> dict:
+    OUT.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    for gpu, catalogue_name in GPUS.items():
+        base = profiles / "aiconfigurator" / gpu
+        report: dict = {}
+        tables = {}
+        tables |= gemm_tables(base / "gemm/vllm/0.24.0/gemm_perf.parquet", report)
+        tables |= attention_tables(base / "attention/vllm/0.24.0/generation_attention_perf.parquet",
+                                   base / "attention/vllm/0.24.0/context_attention_perf.parquet", report)
+        tables |= allreduce_tables(base / "comm/vllm/0.24.0/custom_allreduce_perf.parquet")
+        meta = {"gpu": catalogue_name, "source": SOURCE.replace("<gpu>", gpu), "engine": "vllm 0.24.0",
+                "built_by": "scripts/build_calibration.py", "report": report}
+        tables["meta"] = np.array(json.dumps(meta))
+        np.savez_compressed(OUT / f"{gpu}.npz", **tables)
+        summary[gpu] = report
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
+    args = ap.parse_args()
+    print(json.dumps(build(args.profiles), indent=1))
+    for f in sorted(OUT.glob("*.npz")):
+        print(f"{f.relative_to(ROOT)}: {f.stat().st_size / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()

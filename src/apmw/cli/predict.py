@@ -1,0 +1,50 @@
+"""`apmw predict`: one fixed-concurrency serving benchmark point."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, fail, out
+from apmw.errors import ApmwError
+
+
+@app.command()
+def predict(
+    model: str = typer.Option(..., "--model", help="bundled model name or path to a HF config.json"),
+    gpu: str = typer.Option(..., "--gpu", help="catalogue GPU (apmw model --gpus lists them)"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica"),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ..."),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp4 on Blackwell)"),
+    isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
+    osl: int = typer.Option(..., "--osl", help="output tokens per request"),
+    concurrency: int = typer.Option(..., "--concurrency", help="clients, each with one request in flight"),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
+    roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields: see docs/accuracy.md)"),
+) -> None:
+    """Predict mean TTFT, TPOT and throughput of a fixed-concurrency benchmark (InferenceMAX style)."""
+    from apmw.predict import DEFAULT_TOKEN_BUDGET, predict as run
+
+    try:
+        p = run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, concurrency, engine=engine,
+                token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline)
+    except ApmwError as exc:
+        fail(str(exc))
+    if as_json:
+        emit_json(p.to_dict())
+        return
+    table = Table(title=f"{model} on {tp} x {gpu}, {isl}/{osl} tokens, concurrency {concurrency} ({engine})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
+    table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
+    table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
+    table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
+    table.add_row("source", p.source)
+    out.print(table)
+    out.print(f"[dim]{p.source_detail}[/]")

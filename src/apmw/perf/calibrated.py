@@ -1,0 +1,212 @@
+"""Step time composed from measured kernel times (the ``calibrated`` source).
+
+For a dense GQA model on a GPU with measured tables (H100-SXM, H200-SXM; see
+:mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank is
+
+    t = overhead(engine)                                  fitted, see ENGINE_OVERHEAD_S
+      + layers * [GEMM(QKV) + GEMM(O) + GEMM(gate_up) + GEMM(down)](m = padded tokens)
+      + GEMM(lm_head)(m = sequences sampled)
+      + layers * decode_attention(batch, mean context)    measured, FlashAttention 3
+      + prefill attention FLOPs / measured prefill-attention rate
+      + layers * elementwise bytes / (HBM bandwidth * eta_bw)   norms, adds, SiLU, RoPE
+      + 2 * layers * all_reduce(tokens * hidden)          measured vLLM custom all-reduce
+
+Each GEMM and attention time is interpolated in the measured tables at the model's
+own shapes per rank (heads / TP, intermediate / TP, ...), not scaled from a generic
+efficiency. Decode batches are padded to vLLM's CUDA-graph capture sizes (1, 2, 4,
+then multiples of 8 up to 512: ``vllm/config/compilation.py`` default
+``cudagraph_capture_sizes``) because the padded rows are computed too.
+
+The model is built once per replica: per-model curves over the tables' token grid
+are precomputed, so an iteration costs a few ``np.interp`` calls and stays vectorised
+over the capacity layer's (batch x prefills) arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apmw.arch import Architecture
+from apmw.catalog.gpus import GpuSpec, get_gpu
+from apmw.errors import UnknownNameError
+from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, StepModel
+from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
+
+_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+_KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+_TP_SIZES = (1, 2, 4, 8)
+
+# Per-iteration fixed cost by engine (scheduler, sampling, launch gaps that CUDA graphs do
+# not hide). ASSUMPTION: 1 ms, as the roofline's Efficiency.fixed_s. We tried to fit it
+# (`python bench/accuracy.py --fit`): on the MLPerf training rows it runs to the edge of
+# any grid with opposite-signed TPOT errors on the held-out rows, i.e. these rows do not
+# identify it (their TPOT error is dominated by the load near the Server knee), so no
+# fitted value is claimed. docs/accuracy.md has the numbers.
+ENGINE_OVERHEAD_S = {"vllm": 1.0e-3, "sglang": 1.0e-3, "trtllm": 1.0e-3}
+DEFAULT_ENGINE = "vllm"
+
+# vLLM's default CUDA-graph capture sizes: 1, 2, 4 and multiples of 8 up to 512.
+_GRAPH_MAX = 512
+
+
+def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str) -> str | None:
+    """Why the measured tables cannot model this replica, or None when they can."""
+    tables = load_tables(gpu.name)
+    if tables is None:
+        return f"no measured kernel tables for {gpu.name}"
+    try:
+        if get_gpu(gpu.name) != gpu:
+            return f"{gpu.name} has overridden fields; the measured tables are for the stock part"
+    except UnknownNameError:
+        return f"no measured kernel tables for {gpu.name}"
+    if arch.num_experts > 1:
+        return "MoE layers are not composed from tables yet"
+    if arch.attention != "gqa" or arch.sliding_window_layers or arch.linear_attention_layers:
+        return f"attention kind '{arch.attention}' (or sliding/linear layers) is not in the tables"
+    if gpus not in _TP_SIZES:
+        return f"tensor parallelism {gpus} has no measured all-reduce (have {_TP_SIZES})"
+    if weight_dtype.lower() not in _GEMM_DTYPE:
+        return f"weight dtype {weight_dtype} has no measured GEMM table (have bf16, fp8)"
+    if kv_dtype.lower() not in _KV_DTYPE:
+        return f"KV dtype {kv_dtype} has no measured attention table (have bf16, fp8)"
+    key = _attn_key(arch, gpus, kv_dtype)
+    if not (tables.has("dec_" + key) and tables.has("ctx_" + key)):
+        return f"attention shape {key} (kv_dtype_heads_kvheads_headdim per rank) was not measured"
+    return None
+
+
+def _attn_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:
+    heads = arch.num_heads // gpus
+    kv_heads = max(arch.num_kv_heads // gpus, 1)
+    return f"{_KV_DTYPE.get(kv_dtype.lower(), kv_dtype)}_{heads}_{kv_heads}_{arch.head_dim}"
+
+
+def intermediate_size(arch: Architecture) -> float:
+    """Dense MLP width recovered from the parameter count (gated MLP: 3 matrices).
+
+    matmul params = lm_head + layers * (attention + 3 * hidden * inter) + norms.
+    """
+    h, L = arch.hidden_size, arch.num_layers
+    lm_head = arch.vocab_size * h
+    attn = h * arch.num_heads * arch.head_dim * 2 + h * arch.num_kv_heads * arch.head_dim * 2
+    norms = L * 2 * h + h
+    linear = arch.active_params - arch.embedding_params - norms - lm_head
+    return round((linear / L - attn) / (3 * h))
+
+
+@dataclass(frozen=True)
+class _Curves:
+    m: np.ndarray                 # token grid of the GEMM tables
+    layers_gemm_s: np.ndarray     # all layers' GEMMs at each m
+    lm_head_s: np.ndarray
+    dec_batch: np.ndarray
+    dec_step: np.ndarray
+    dec_s: np.ndarray             # all full-attention layers, (batch x context)
+    ctx_isl: np.ndarray
+    ctx_s_per_flop: np.ndarray    # seconds per replica attention FLOP at each prefill length
+    ar_size: np.ndarray
+    ar_s: np.ndarray              # all layers' all-reduces at each message size (elements)
+    elementwise_s_per_token: float
+    source: str
+
+
+def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
+            bandwidth_eff: float) -> _Curves:
+    t = load_tables(gpu.name)
+    dt = _GEMM_DTYPE[weight_dtype.lower()]
+    h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
+    heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
+    inter = intermediate_size(arch) / g
+    shapes = [((heads + 2 * kv_heads) * hd, h), (h, heads * hd), (2 * inter, h), (h, inter)]
+    layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes)
+    lm_head = gemm_latency_s(t, dt, arch.vocab_size / g, h)
+    key = _attn_key(arch, g, kv_dtype)
+    isl = t["ctx_isl"]
+    # FLOPs of one causal batch-1 prefill of `isl` tokens on one rank, one layer.
+    flops_rank_layer = 4 * heads * hd * isl * (isl + 1) / 2
+    # seconds per replica-wide attention FLOP: the replica's FLOPs are spread over g ranks.
+    ctx_s_per_flop = t["ctx_" + key] / (flops_rank_layer * g)
+    # Elementwise traffic per token per layer on one rank (16-bit activations): two
+    # residual-add + RMSNorm passes over the hidden state (read x, read residual, write
+    # both), SiLU-and-mul over the gate/up output (read 2*inter, write inter), RoPE on q, k.
+    elem_bytes = ACTIVATION_BYTES * (2 * 4 * h + 3 * inter + 2 * (heads + kv_heads) * hd)
+    elem_s = L * elem_bytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
+    ar_size = t["ar_size"]
+    ar_s = 2 * L * t[f"ar_{g}"] if g > 1 else np.zeros_like(ar_size)
+    return _Curves(m=t["gemm_m"], layers_gemm_s=L * layer, lm_head_s=lm_head,
+                   dec_batch=t["dec_batch"], dec_step=t["dec_step"],
+                   dec_s=arch.full_attention_layers * t["dec_" + key], ctx_isl=isl,
+                   ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
+                   elementwise_s_per_token=elem_s, source=t.source)
+
+
+def graph_padded(decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+    """Rows the GEMMs compute: decode-only batches round up to a CUDA-graph size."""
+    pure = (prefill <= 0) & (decode <= _GRAPH_MAX)
+    padded = np.where(decode <= 2, np.ceil(decode), np.where(decode <= 4, 4.0, np.ceil(decode / 8) * 8))
+    return np.where(pure, padded, decode + prefill)
+
+
+@dataclass(frozen=True)
+class CalibratedStepModel(StepModel):
+    """A :class:`StepModel` whose iteration time comes from measured kernel tables."""
+
+    engine: str = DEFAULT_ENGINE
+    curves: _Curves | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gap = calibration_gap(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype)
+        if gap is not None:
+            raise UnknownNameError(f"no calibrated step model: {gap}; use the roofline StepModel")
+        if self.engine not in ENGINE_OVERHEAD_S:
+            raise UnknownNameError(f"unknown engine '{self.engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
+        object.__setattr__(self, "curves", _curves(self.arch, self.gpu, self.gpus, self.weight_dtype,
+                                                   self.kv_dtype, self.efficiency.bandwidth))
+
+    @property
+    def source(self) -> str:
+        return "calibrated"
+
+    @property
+    def source_detail(self) -> str:
+        return (f"calibrated: {self.curves.source}; overhead {ENGINE_OVERHEAD_S[self.engine] * 1e3:.1f} ms "
+                f"({self.engine}, assumed)")
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        c = self.curves
+        decode = np.asarray(load.decode_seqs, dtype=float)
+        prefill = np.asarray(load.prefill_tokens, dtype=float)
+        decode, prefill = np.broadcast_arrays(decode, prefill)
+        tokens = decode + prefill
+        gemm = interp_extrapolate(graph_padded(decode, prefill), c.m, c.layers_gemm_s)
+        sampled = np.maximum(decode + (prefill > 0), 1.0)
+        lm = interp_extrapolate(sampled, c.m, c.lm_head_s)
+        attn = self._attention_s(load, decode, prefill)
+        comm = np.interp(np.maximum(tokens, 1.0) * self.arch.hidden_size, c.ar_size, c.ar_s) if self.gpus > 1 else 0.0
+        if self.gpus > 1:
+            big = tokens * self.arch.hidden_size > c.ar_size[-1]
+            comm = np.where(big, c.ar_s[-1] * tokens * self.arch.hidden_size / c.ar_size[-1], comm)
+        return (ENGINE_OVERHEAD_S[self.engine] + gemm + lm + attn + comm
+                + c.elementwise_s_per_token * tokens)
+
+    def _attention_s(self, load: IterationLoad, decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+        """Decode attention from the measured (batch x context) table; prefill from the measured rate.
+
+        The load gives totals only, so the decode context is the mean KV tokens per
+        decoding sequence, and the prefill share of ``attention_flops`` is what is left
+        after the decode sequences' own attention FLOPs.
+        """
+        c = self.curves
+        kv_tokens = np.asarray(load.kv_read_bytes, dtype=float) / self.kv_bytes_per_token
+        ctx = np.where(decode > 0, kv_tokens / np.maximum(decode, 1.0), 0.0)
+        dec = np.where(decode > 0, bilinear_log2(c.dec_s, c.dec_batch, c.dec_step, np.maximum(decode, 1.0),
+                                                 np.maximum(ctx, 1.0)), 0.0)
+        flops = np.asarray(load.attention_flops, dtype=float)
+        pre_flops = np.maximum(flops - decode * np.asarray(self.arch.attention_flops_per_token(ctx)), 0.0)
+        # Equivalent from-scratch prefill length with the same FLOPs, where the measured rate applies.
+        per_rank_layer = pre_flops / (self.gpus * max(self.arch.full_attention_layers, 1))
+        isl_eq = np.sqrt(2 * per_rank_layer / (4 * (self.arch.num_heads // self.gpus) * self.arch.head_dim))
+        rate = np.interp(np.maximum(isl_eq, prefill), c.ctx_isl, c.ctx_s_per_flop)
+        return dec + np.where(prefill > 0, pre_flops * rate, 0.0)

@@ -1,0 +1,112 @@
+"""Measured kernel tables shipped with apmw, and exact interpolation in them.
+
+The tables are built by ``scripts/build_calibration.py`` from aiconfigurator's vLLM
+0.24.0 kernel database for H100-SXM and H200-SXM (``catalog/data/calibration/*.npz``;
+sources and the build report are stored in each file's ``meta``). Interpolation is
+piecewise linear on each table axis, so it returns the stored value at every measured
+grid point and is monotone wherever the table is (the builder makes every table
+monotone in tokens, batch and context).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+_DIR = Path(__file__).resolve().parent.parent / "catalog" / "data" / "calibration"
+
+# Catalogue GPU name -> table file. Only GPUs with measured tables are here.
+CALIBRATED_GPUS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm"}
+
+
+@dataclass(frozen=True)
+class KernelTables:
+    """One GPU's measured tables (seconds), as loaded from its ``.npz``."""
+
+    gpu: str
+    source: str
+    arrays: dict[str, np.ndarray]
+
+    def has(self, key: str) -> bool:
+        return key in self.arrays
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+
+@lru_cache(maxsize=None)
+def load_tables(gpu_name: str) -> KernelTables | None:
+    """The tables for a catalogue GPU, or None when it has none (roofline only)."""
+    stem = CALIBRATED_GPUS.get(gpu_name)
+    if stem is None:
+        return None
+    with np.load(_DIR / f"{stem}.npz") as z:
+        arrays = {k: z[k].astype(float) if k != "meta" else z[k] for k in z.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    return KernelTables(gpu=gpu_name, source=meta["source"], arrays=arrays)
+
+
+def interp_extrapolate(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Piecewise-linear in ``x``; beyond the last point, proportional to ``x`` (work scales).
+
+    Below the first point the first value holds (a kernel never gets faster than
+    its smallest measured launch).
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.interp(x, xs, ys)
+    beyond = x > xs[-1]
+    if np.any(beyond):
+        y = np.where(beyond, ys[-1] * x / xs[-1], y)
+    return y
+
+
+def gemm_latency_s(tables: KernelTables, dtype: str, n: float, k: float) -> np.ndarray:
+    """Latency over the table's m grid of one GEMM of shape (n, k), bilinear in (n, k).
+
+    Bilinear interpolation reproduces latencies of the form a + b*n + c*k + d*n*k
+    exactly, which is what a GEMM costs away from tile edges (work ~ m*n*k, bytes
+    ~ n*k + m*(n+k)). Beyond the table's largest n or k the cost scales in proportion.
+    """
+    cube = tables[f"gemm_{dtype}"]
+    ns, ks = tables["gemm_n"], tables["gemm_k"]
+    col = _interp_axis(cube, ns, n, axis=1)        # (M, K)
+    return _interp_axis(col, ks, k, axis=1)        # (M,)
+
+
+def _interp_axis(a: np.ndarray, grid: np.ndarray, x: float, axis: int) -> np.ndarray:
+    """Linear interpolation of an array along one axis at scalar ``x``; proportional beyond the end."""
+    a = np.moveaxis(a, axis, 0)
+    if x >= grid[-1]:
+        return a[-1] * (x / grid[-1])
+    if x <= grid[0]:
+        return a[0]
+    i = int(np.searchsorted(grid, x)) - 1
+    w = (x - grid[i]) / (grid[i + 1] - grid[i])
+    return a[i] * (1 - w) + a[i + 1] * w
+
+
+def bilinear_log2(table: np.ndarray, xs: np.ndarray, ys: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Vectorised bilinear interpolation on a grid whose axes are spaced in log2.
+
+    Used for decode attention (batch x context): within a cell it is linear in
+    log2 of each axis, so it is exact at grid points and monotone where the table is.
+    Beyond the last batch or context it scales in proportion (more sequences or more
+    context means proportionally more KV to read).
+    """
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    fx = np.interp(np.log2(x), np.log2(xs), np.arange(len(xs), dtype=float))
+    fy = np.interp(np.log2(y), np.log2(ys), np.arange(len(ys), dtype=float))
+    i = np.minimum(fx.astype(int), len(xs) - 2)
+    j = np.minimum(fy.astype(int), len(ys) - 2)
+    wx, wy = fx - i, fy - j
+    flat = table.ravel()
+    base = i * table.shape[1] + j
+    lo = flat[base] + (flat[base + table.shape[1]] - flat[base]) * wx
+    hi = flat[base + 1] + (flat[base + table.shape[1] + 1] - flat[base + 1]) * wx
+    v = lo + (hi - lo) * wy
+    return v * (np.maximum(x / xs[-1], 1.0) * np.maximum(y / ys[-1], 1.0))

@@ -1,0 +1,212 @@
+"""Fixed-concurrency serving benchmark prediction (InferenceMAX, vLLM benchmark_serving).
+
+``C`` clients each send a request of ``isl`` prompt tokens, wait for all ``osl``
+output tokens, then send the next (MLPerf Offline / Server and vLLM's
+``--max-concurrency`` runs have this shape). The engine runs continuous batching with
+chunked prefill (a token budget per iteration, decode tokens counted first, as vLLM V1,
+SGLang and TensorRT-LLM do), a batch limit and a KV-memory limit. We predict the steady
+state with one step-time model (the same one ``apmw plan`` uses), as a fluid balance
+over one request cycle:
+
+* running requests ``R = min(C, max_batch, KV fits)``; the other ``C - R`` queue, and
+  each queued request waits ``(C/R - 1)`` request lifetimes (closed loop, FIFO);
+* in steady state requests arrive spread out (lengths and finishing times differ), so a
+  new prompt is prefilled in ``n = ceil(isl / (budget - decoders))`` mixed iterations
+  with the other requests decoding; over one cycle the engine runs ``R*isl / chunk``
+  mixed iterations and the rest are pure decode, so the time per output token is the
+  cycle-weighted mean of the two;
+* TTFT = half an iteration of arrival wait + the ``n`` mixed iterations (+ queue wait);
+* the first wave arrives all at once and queues for the token budget: its mean TTFT is
+  ``(ceil(R*isl/budget) + 1)/2`` full-budget prefill iterations. It weighs
+  ``1/requests_per_client`` of the mean (InferenceMAX sends ``10 x concurrency``
+  prompts: its benchmark scripts' ``--num-prompts $((CONC * 10))``).
+
+Every iteration time comes from :class:`apmw.perf.StepModel` (``calibrated`` from
+measured kernel tables where they cover the replica, ``roofline`` otherwise), with KV
+read at the mean context of a decoding request (``isl + osl/2``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from apmw.arch import load_architecture
+from apmw.errors import ApmwError
+from apmw.perf import IterationLoad, StepModel, build_step_model, memory_budget, resolve_gpu
+from apmw.perf.calibrated import ENGINE_OVERHEAD_S
+
+# Engine defaults that shape a fixed-concurrency run (each cited):
+# token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
+# >=70 GiB GPUs (vllm/engine/arg_utils.py, EngineArgs._set_default_args); TensorRT-LLM
+# max_num_tokens=8192 (trtllm-serve default); SGLang chunked_prefill_size=8192 on
+# H100/H200-class GPUs (sglang/srt/server_args.py).
+DEFAULT_TOKEN_BUDGET = 8192
+# Running-sequence limit: vLLM V1 max_num_seqs=1024 on >=70 GiB GPUs (same function),
+# SGLang and TensorRT-LLM size theirs from memory (TRT-LLM max_batch_size default 2048).
+DEFAULT_MAX_BATCH = {"vllm": 1024, "sglang": 2048, "trtllm": 2048}
+# Share of HBM the engine may use (vLLM gpu_memory_utilization default 0.9) and per-GPU
+# workspace (aiconfigurator systems/h200_sxm.yaml other_mem 3.5 GiB), as in the Serving spec.
+KV_MEMORY_FRACTION = 0.9
+WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
+
+
+class PredictError(ApmwError):
+    """A benchmark setting that cannot be predicted (does not fit, bad numbers)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One predicted benchmark point; times in seconds, rates per second."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_latency_s: float
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s_per_gpu: float
+    running_requests: int
+    queued_requests: int
+    decode_iteration_s: float
+    mixed_iteration_s: float
+    source: str
+    source_detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
+            concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
+            max_batch: int | None = None, calibrated: bool = True) -> Prediction:
+    """Predict a fixed-concurrency benchmark point (see the module docstring)."""
+    _check(tp, isl, osl, concurrency, engine, token_budget)
+    arch = load_architecture(model)
+    spec_gpu = resolve_gpu(gpu)
+    step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
+    return predict_with(step, isl, osl, concurrency, token_budget,
+                        DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch)
+
+
+def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
+    for name, v in (("--tp", tp), ("--isl", isl), ("--osl", osl), ("--concurrency", concurrency),
+                    ("token budget", token_budget)):
+        if v < 1:
+            raise PredictError(f"{name} must be at least 1 (got {v})")
+    if engine not in ENGINE_OVERHEAD_S:
+        raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
+
+
+def kv_fit_requests(step: StepModel, isl: int, osl: int) -> int:
+    """How many requests at full length (isl + osl) the replica's KV pool holds."""
+    mem = memory_budget(step.gpu.hbm_bytes, step.gpus, KV_MEMORY_FRACTION, step.weight_bytes,
+                        step.gpus * 0 + WORKSPACE_BYTES_PER_GPU)
+    if not mem.fits:
+        raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit on "
+                           f"{step.gpus} x {step.gpu.name}; use a larger --tp or a smaller --weight-dtype")
+    per_request = step.kv_bytes_per_token * (isl + osl) * step.kv_replication
+    return max(int(mem.kv_capacity_bytes // per_request), 0)
+
+
+def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
+                 max_batch: int, requests_per_client: int = 10) -> Prediction:
+    """The steady state of a fixed-concurrency run on one replica's step model (module docstring)."""
+    fit = kv_fit_requests(step, isl, osl)
+    if fit < 1:
+        raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
+                           f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
+    running = min(concurrency, max_batch, fit)
+    decoders = running - 1
+    capacity = max(token_budget - decoders, 1)          # prompt tokens one iteration can take
+    own_mixed = math.ceil(isl / capacity)
+    decode_iters = max(osl - 1, 0)
+    # Not prefill-bound: each prompt rides (in chunks) with the decoders. Prefill-bound
+    # (more prompt tokens per cycle than the cycle's iterations can carry one prompt at a
+    # time): every iteration is packed to the budget and prompts queue for it.
+    chunk = min(isl, capacity)
+    if running * isl / chunk > own_mixed + decode_iters:
+        chunk = capacity
+    mixed_per_cycle = running * isl / chunk
+    cycle_iters = max(own_mixed + decode_iters, mixed_per_cycle)
+    burst_chunk = min(token_budget, running * isl)
+    t_decode, t_mixed, t_burst = _iteration_times(step, running, decoders, chunk, burst_chunk, isl, osl)
+    share_mixed = min(mixed_per_cycle / cycle_iters, 1.0)
+    t_bar = share_mixed * t_mixed + (1 - share_mixed) * t_decode
+    tpot = t_bar if osl > 1 else 0.0
+    # a request waits half an iteration, then for its prompt's turn at the budget (the
+    # cycle's iterations not spent decoding it), then its own prefill iterations
+    prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
+    steady_ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
+    # first wave: all running requests arrive at once and queue for the token budget
+    burst_iters = math.ceil(running * isl / token_budget)
+    burst_ttft = (burst_iters + 1) / 2 * t_burst
+    ttft_running = steady_ttft + (burst_ttft - steady_ttft) / max(requests_per_client, 1)
+    ttft_running = max(ttft_running, steady_ttft)
+    e2e_running = ttft_running + (osl - 1) * tpot
+    queue_s = (concurrency / running - 1) * e2e_running
+    throughput = running * osl / e2e_running
+    return Prediction(
+        ttft_s=ttft_running + queue_s, tpot_s=tpot, e2e_latency_s=e2e_running + queue_s,
+        output_tokens_per_s_per_gpu=throughput / step.gpus,
+        total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
+        running_requests=running, queued_requests=concurrency - running,
+        decode_iteration_s=t_decode, mixed_iteration_s=t_mixed,
+        source=step.source, source_detail=step.source_detail,
+    )
+
+
+def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
+                     isl: int, osl: int) -> tuple[float, float, float]:
+    """Decode-only, steady mixed (one prompt chunk) and first-wave (full budget) iteration times.
+
+    Decoding requests read KV at their mean context ``isl + osl/2``; a prompt chunk
+    attends its own prefix (mean ``isl/2``).
+    """
+    a = step.arch
+    ctx = isl + osl / 2
+    dec = np.array([running, decoders, 0], dtype=float)
+    pre = np.array([0.0, chunk, burst_chunk])
+    attn_dec = float(a.attention_flops_per_token(ctx))
+    attn_pre = float(a.attention_flops_per_token(isl / 2))
+    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
+                         attention_flops=dec * attn_dec + pre * attn_pre)
+    t = step.iteration_time_s(load)
+    return float(t[0]), float(t[1]), float(t[2])
+
+
+def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
+                      max_batch: int) -> Prediction:
+    """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
+
+    The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
+    find it by bisection on the fixed-concurrency model (no first-wave burst: arrivals
+    are spread). Queueing from Poisson bunching is not modelled, so TTFT is the
+    spread-arrival TTFT. Raises :class:`PredictError` when the rate exceeds capacity.
+    """
+    if arrival_rate_per_s <= 0:
+        raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
+    cap = min(max_batch, kv_fit_requests(step, isl, osl))
+    if cap < 1:
+        raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
+
+    def excess(n: int) -> tuple[float, Prediction]:
+        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9)
+        return arrival_rate_per_s * p.e2e_latency_s - n, p
+
+    lo, hi = 1, cap
+    e_hi, p_hi = excess(hi)
+    if e_hi > 0:
+        raise PredictError(f"{arrival_rate_per_s:.2f} requests/s exceeds the replica's capacity "
+                           f"({hi / p_hi.e2e_latency_s:.2f}/s at {hi} running requests)")
+    e_lo, p_lo = excess(lo)
+    if e_lo <= 0:
+        return p_lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        e_mid, p_mid = excess(mid)
+        if e_mid > 0:
+            lo, e_lo, p_lo = mid, e_mid, p_mid
+        else:
+            hi, e_hi, p_hi = mid, e_mid, p_mid
+    return p_hi

@@ -1,0 +1,63 @@
+"""`apmw predict`: fixed-concurrency benchmark prediction, its CLI and its speed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+import apmw.cli
+from apmw.cli import app
+from apmw.predict import PredictError, predict
+
+LLAMA8 = "meta-llama/Meta-Llama-3.1-8B"
+apmw.cli._register_verbs()   # every verb, as the `apmw` entry point does
+
+
+def test_more_concurrency_means_slower_tokens_and_more_throughput():
+    ps = [predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, c) for c in (1, 4, 16, 64, 256)]
+    tpot = [p.tpot_s for p in ps]
+    tput = [p.output_tokens_per_s_per_gpu for p in ps]
+    assert tpot == sorted(tpot) and tput == sorted(tput)
+
+
+def test_longer_prompts_raise_ttft():
+    a, b = (predict(LLAMA8, "H100", 1, "fp8", "fp8", isl, 256, 8).ttft_s for isl in (512, 8192))
+    assert b > 3 * a
+
+
+def test_concurrency_beyond_the_batch_limit_queues():
+    p = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1000, 100, 64, max_batch=16)
+    assert p.running_requests == 16 and p.queued_requests == 48
+    assert p.ttft_s > 2 * (p.e2e_latency_s - p.ttft_s)      # waits ~3 lifetimes of others
+
+
+def test_one_prediction_is_fast():
+    predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)       # load tables, config
+    t = time.perf_counter()
+    for _ in range(20):
+        predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)
+    assert (time.perf_counter() - t) / 20 < 0.020
+
+
+def test_model_that_does_not_fit_is_a_clear_error():
+    with pytest.raises(PredictError, match="does not fit"):
+        predict("meta-llama/Meta-Llama-3.1-70B", "H100", 1, "bf16", "bf16", 1024, 1024, 4)
+
+
+def test_cli_json_fields():
+    r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H100", "--tp", "1", "--weight-dtype", "fp8",
+                                 "--kv-dtype", "fp8", "--isl", "1000", "--osl", "200", "--concurrency", "8",
+                                 "--engine", "trtllm", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert {"ttft_s", "tpot_s", "output_tokens_per_s_per_gpu", "source"} <= d.keys()
+    assert d["source"] == "calibrated" and 0 < d["tpot_s"] < d["ttft_s"] * 10
+
+
+def test_cli_bad_input_is_an_error_not_a_traceback():
+    r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H100", "--isl", "0", "--osl", "10",
+                                 "--concurrency", "1", "--engine", "tgi"])
+    assert r.exit_code == 1 and "Traceback" not in r.output

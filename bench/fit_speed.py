@@ -1,6 +1,6 @@
 """How fast does `apmw fit` read a trace, and how much memory does it hold?
 
-Run: .venv/bin/python bench/fit_speed.py [--lines 1000000] [--seed 0]
+Run: .venv/bin/python bench/fit_speed.py [--lines 1000000] [--seed 0] [--no-orjson]
 
 Writes synthetic traces of ``--lines`` calls (seeded) to a temporary folder, one
 per format family -- mini-swe-agent CSV, generic CSV with --map, Mooncake JSONL
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -110,6 +111,8 @@ def write_traces(folder: Path, n: int, seed: int) -> dict[str, tuple[Path, list[
 
 def child(path: str, args: list[str]) -> None:
     """Fit one file in this process and print seconds, calls and peak RSS as JSON."""
+    if "--no-orjson" in args:
+        sys.modules["orjson"] = None  # type: ignore[assignment]  # makes `import orjson` fail: stdlib json
     from apmw.traces import fit_trace
 
     fmt = args[args.index("--format") + 1] if "--format" in args else None
@@ -126,6 +129,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--no-orjson", action="store_true", help="also time the JSONL formats with the stdlib parser")
     a, rest = ap.parse_known_args()
     if a.child:
         child(a.child, rest)
@@ -139,7 +143,8 @@ def main() -> None:
                            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"],
                           capture_output=True, text=True, check=True)
     print(f"{a.lines:,} calls per trace, seed {a.seed}, JSON parser {json_lib}; "
-          f"interpreter + imports alone: {int(base.stdout) / 2**20:.0f} MiB peak RSS")
+          f"interpreter + imports alone: {int(base.stdout) / 2**20:.0f} MiB peak RSS; "
+          f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'format':<34}{'lines':>11}{'MB':>8}{'seconds':>9}{'lines/s':>11}{'calls/s':>11}{'peak MiB':>10}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, (path, args) in write_traces(Path(tmp), a.lines, a.seed).items():
@@ -148,9 +153,17 @@ def main() -> None:
             if r.returncode:
                 print(f"{label}: failed\n{r.stderr}")
                 continue
-            d = json.loads(r.stdout)
-            print(f"{label:<34}{d['lines']:>11,}{path.stat().st_size / 1e6:>8.0f}{d['s']:>9.2f}"
-                  f"{d['lines'] / d['s']:>11,.0f}{d['calls'] / d['s']:>11,.0f}{d['rss_bytes'] / 2**20:>10.0f}")
+            _row(label, path, json.loads(r.stdout))
+            if a.no_orjson and path.suffix == ".jsonl":
+                r = subprocess.run([sys.executable, __file__, f"--child={path}", *args, "--no-orjson"],
+                                   capture_output=True, text=True, check=True)
+                _row(label.split(" (")[0] + " [stdlib json]", path, json.loads(r.stdout))
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def _row(label: str, path: Path, d: dict) -> None:
+    print(f"{label:<34}{d['lines']:>11,}{path.stat().st_size / 1e6:>8.0f}{d['s']:>9.2f}"
+          f"{d['lines'] / d['s']:>11,.0f}{d['calls'] / d['s']:>11,.0f}{d['rss_bytes'] / 2**20:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -133,3 +133,23 @@ def test_generic_jsonl_with_dotted_paths(tmp_path):
                                       "start_ms=t_ms").summary
     assert (s["sessions"], s["calls"]) == (2, 3)
     assert s["new_input_tokens_per_call"]["mean"] == 40   # 150 - 100 - 10
+
+
+def test_otlp_pretty_printed_document_and_bad_span(tmp_path):
+    import json
+
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    doc = json.loads(lines[0])                         # the first exported batch: sess-a's first chat span
+    p = tmp_path / "one.json"
+    p.write_text(json.dumps(doc, indent=2))
+    s = fit_trace(p).summary
+    assert (s["format"], s["calls"], s["input_tokens_per_call"]["mean"]) == ("otel", 1, 1200)
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"] = [a for a in span["attributes"] if a["key"] != "gen_ai.usage.output_tokens"]
+    q = tmp_path / "bad.jsonl"
+    chat = next(ln for ln in lines[1:] if '"chat deepseek-chat"' in ln)
+    q.write_text(json.dumps(doc) + "\n" + chat + "\n")
+    s = fit_trace(q).summary
+    assert s["calls"] == 1 and s["skipped_lines"] == 1
+    assert list(s["skipped"]) == ["span 'chat deepseek-chat': ValueError: token usage without both input and "
+                                  "output counts"]

@@ -99,7 +99,6 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached)
-    four = ("mean", "p50", "p95", "p99")
     return {
         "path": str(p),
         "format": fmt,
@@ -125,7 +124,6 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
         "cached_prompt_share_source": source,
         "reusable_prefix_share": reusable,
         "notes": notes,
-        "quantities": list(four),
     }
 
 

@@ -62,6 +62,11 @@ def _first_line(path: Path) -> bytes:
     return b""
 
 
+def _head(path: Path, size: int = 1 << 16) -> bytes:
+    with open_binary(path) as f:
+        return f.read(size)
+
+
 def detect(path: str | Path) -> str:
     """The format of ``path`` from its name and first line, or a TraceError that lists the accepted ones."""
     p = Path(path)
@@ -76,7 +81,7 @@ def detect(path: str | Path) -> str:
             obj = loads(first)
         except JSONDecodeError:
             obj = None
-            if first.lstrip().startswith(b"{") and b'"resourceSpans"' in first:
+            if first.lstrip().startswith(b"{") and b'"resourceSpans"' in _head(p):
                 return otel.NAME  # one pretty-printed OTLP document
         if isinstance(obj, dict):
             for module in (otel, agentperf, aiperf, mooncake):

@@ -37,7 +37,7 @@ def test_yaml_output_plans(tmp_path):
     out = tmp_path / "workload.yaml"
     r = run(str(FIXTURES / "mini_swe_calls_3sessions.csv"), "-o", str(out))
     assert r.returncode == 0, r.stderr
-    assert "calls per session" in r.stdout and "cached prompt share" in r.stdout
+    assert "calls per session" in r.stderr and "cached prompt share" in r.stderr
     spec = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
     spec["workload"] = yaml.safe_load(out.read_text())["workload"]
     full = tmp_path / "spec.yaml"
@@ -92,3 +92,11 @@ def test_export_fitted_is_seeded(tmp_path):
     back = json.loads(run(str(a), "--json").stdout)
     assert back["sessions"] == 50
     assert back["system_prompt_tokens"] >= 1024   # the shared system-prompt blocks: 1200 // 512 full blocks
+
+
+def test_stdout_is_the_yaml_section_alone():
+    r = run(str(FIXTURES / "otel_genai.jsonl"))
+    assert r.returncode == 0, r.stderr
+    section = yaml.safe_load(r.stdout)["workload"]
+    assert section["system_prompt_tokens"] == 1200 and section["calls_per_step"] == 1
+    assert "calls per session" in r.stderr

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, out
+from apmw.cli.common import app, emit_json, err, fail
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -37,7 +38,7 @@ def fit(
     form: str = typer.Option("auto", "--form", help="auto | lognormal | empirical"),
     name: Optional[str] = typer.Option(None, "--name", help="workload name (default: the file's stem)"),
     export: Optional[str] = typer.Option(None, "--export", help="also write a replayable trace: 'aiperf'"),
-    export_path: Optional[Path] = typer.Option(None, "--export-path", help="where (default TRACE-stem.aiperf.jsonl)"),
+    export_path: Optional[Path] = typer.Option(None, "--export-path", help="where (default: STEM.aiperf.jsonl in the current folder)"),
     export_from: str = typer.Option("measured", "--export-from", help="measured (the trace's calls) | fitted "
                                     "(sessions sampled from the fit)"),
     export_sessions: Optional[int] = typer.Option(None, "--export-sessions", min=1,
@@ -62,7 +63,9 @@ def fit(
         output.write_text(result.workload_yaml(), encoding="utf-8")
     exported = None
     if export:
-        target = export_path or trace.with_name(trace.name.split(".")[0] + ".aiperf.jsonl")
+        target = export_path or Path(trace.name.split(".")[0] + ".aiperf.jsonl")
+        if target.resolve() == trace.resolve():
+            fail(f"--export-path {target} is the trace itself; give another path")
         if export_from == "measured":
             n = exporter.write_measured(result.columns, s["system_prompt_tokens"], result.shape.tool_wait_s, target)
         else:
@@ -71,9 +74,9 @@ def fit(
     if as_json:
         emit_json({**s, "workload": result.workload_section, "export": exported})
         return
-    _print_summary(s)
+    _print_summary(s)   # on stderr: stdout carries only the YAML, so `apmw fit T > workload.yaml` works
     if output is None:
-        out.print(result.workload_yaml(), highlight=False, markup=False)
+        sys.stdout.write(result.workload_yaml())
     else:
         err.print(f"wrote {output}")
     if exported:
@@ -89,9 +92,9 @@ def _print_summary(s: dict) -> None:
         if not d["count"]:
             continue
         table.add_row(label, f"{d['count']:,}", *(format(d[q], spec) for q in ("mean", "p50", "p95", "p99")))
-    out.print(table)
+    err.print(table)
     share = s["cached_prompt_share"]
-    out.print(f"system prompt (shared prefix): {s['system_prompt_tokens']:,} tokens;  "
+    err.print(f"system prompt (shared prefix): {s['system_prompt_tokens']:,} tokens;  "
               f"cached prompt share: {'n/a' if share is None else f'{share:.1%}'}"
               f"{'' if share is None else ' (' + s['cached_prompt_share_source'] + ')'};  "
               f"reusable prefix share: {s['reusable_prefix_share']:.1%}", highlight=False)

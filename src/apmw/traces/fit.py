@@ -82,10 +82,16 @@ def collect(stream: Iterable[Call]) -> Columns:
         a_end(end)
         a_tool(tool)
         a_gap(gap)
-    session = np.frombuffer(sess, dtype=np.int64) if len(sess) else np.zeros(0, dtype=np.int64)
-    arrays = [np.frombuffer(c, dtype=np.float64) if len(c) else np.zeros(0) for c in cols]
-    idx = np.lexsort((arrays[0], session))
-    return Columns(session[idx], *(a[idx] for a in arrays[1:]), session_keys=list(keys))
+    del a_sess, a_order, a_in, a_out, a_cached, a_start, a_end, a_tool, a_gap  # they hold the buffers
+    session = np.array(sess, dtype=np.int64)
+    del sess
+    idx = np.lexsort((np.frombuffer(cols[0], dtype=np.float64) if len(cols[0]) else np.zeros(0), session))
+    cols[0] = None
+    ordered = []
+    for i in range(1, len(cols)):  # sort one column at a time and free its buffer: peak ~ one copy + one column
+        ordered.append(np.frombuffer(cols[i], dtype=np.float64)[idx] if len(idx) else np.zeros(0))
+        cols[i] = None
+    return Columns(session[idx], *ordered, session_keys=list(keys))
 
 
 def stats(x: np.ndarray) -> dict:

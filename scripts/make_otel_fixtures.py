@@ -18,6 +18,8 @@ Three agent runs with fixed token counts and times (so tests can check exact fig
   ``gen_ai.conversation.id``;
 * ``otel_legacy.jsonl`` -- the older names ``gen_ai.usage.prompt_tokens`` /
   ``gen_ai.usage.completion_tokens``, no conversation id (grouped by trace);
+* ``otel_conversation_on_agent.jsonl`` -- each session split over two traces, with
+  ``gen_ai.conversation.id`` only on the ``invoke_agent`` root spans;
 * ``openinference.jsonl`` -- OpenInference attributes ``llm.token_count.prompt``,
   ``llm.token_count.completion``, ``llm.token_count.prompt_details.cache_read``,
   ``session.id``, ``openinference.span.kind``.
@@ -80,6 +82,36 @@ def _write(path: Path, service: str, llm_attrs, tool_attrs, agent_attrs) -> None
     provider.shutdown()
 
 
+def _write_turns(path: Path) -> None:
+    """Each session as two traces (two user turns), the conversation id only on their invoke_agent roots.
+
+    Many instrumentations put ``gen_ai.conversation.id`` on the agent span alone; a reader must
+    carry it to the chat spans of the same trace, and join the traces of one conversation.
+    """
+    from opentelemetry import trace
+
+    path.unlink(missing_ok=True)
+    provider, tracer = _tracer(path, "agent-turns")
+    for s, (session, calls) in enumerate(SESSIONS.items()):
+        t = s * SESSION_GAP_S
+        half = (len(calls) + 1) // 2
+        for turn in (calls[:half], calls[half:]):
+            begin = t
+            root = tracer.start_span("invoke_agent coder", start_time=_ns(t),
+                                     attributes={"gen_ai.operation.name": "invoke_agent",
+                                                 "gen_ai.conversation.id": session})
+            ctx = trace.set_span_in_context(root)
+            for prompt, out, cached, llm_s, tool_s in turn:
+                span = tracer.start_span("chat deepseek-chat", context=ctx, start_time=_ns(t),
+                                         attributes={"gen_ai.operation.name": "chat",
+                                                     "gen_ai.usage.input_tokens": prompt,
+                                                     "gen_ai.usage.output_tokens": out})
+                span.end(end_time=_ns(t + llm_s))
+                t += llm_s + tool_s
+            root.end(end_time=_ns(max(t, begin)))
+    provider.shutdown()
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     _write(
@@ -112,7 +144,8 @@ def main() -> None:
         lambda sess: {"openinference.span.kind": "TOOL", "session.id": sess, "tool.name": "bash"},
         lambda sess: {"openinference.span.kind": "AGENT", "session.id": sess},
     )
-    for name in ("otel_genai.jsonl", "otel_legacy.jsonl", "openinference.jsonl"):
+    _write_turns(OUT / "otel_conversation_on_agent.jsonl")
+    for name in ("otel_genai.jsonl", "otel_legacy.jsonl", "openinference.jsonl", "otel_conversation_on_agent.jsonl"):
         print(OUT / name, (OUT / name).stat().st_size, "bytes")
 
 

@@ -23,6 +23,7 @@ from tests.traces.conftest import FIXTURES
     ("otel_genai.jsonl", "otel"),
     ("otel_legacy.jsonl", "otel"),
     ("openinference.jsonl", "otel"),
+    ("otel_conversation_on_agent.jsonl", "otel"),
 ])
 def test_format_is_recognised(name, fmt):
     assert detect(FIXTURES / name) == fmt
@@ -153,3 +154,13 @@ def test_otlp_pretty_printed_document_and_bad_span(tmp_path):
     assert s["calls"] == 1 and s["skipped_lines"] == 1
     assert list(s["skipped"]) == ["span 'chat deepseek-chat': ValueError: token usage without both input and "
                                   "output counts"]
+
+
+def test_otel_conversation_id_on_agent_spans_only():
+    # scripts/make_otel_fixtures.py _write_turns: each of the 3 sessions is two traces whose chat spans
+    # carry no conversation id; their invoke_agent roots do
+    s = fit_trace(FIXTURES / "otel_conversation_on_agent.jsonl").summary
+    assert (s["sessions"], s["calls"]) == (3, 9)
+    assert s["input_tokens_per_call"]["mean"] == pytest.approx(sum(OTEL_PROMPTS) / 9)
+    assert s["system_prompt_tokens"] == 1200
+    assert s["new_input_tokens_per_call"]["count"] == 6

@@ -69,6 +69,9 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
     errors = LineErrors(str(path), strict=strict)
     opened = formats.open_reader(p, fmt, errors, mapping)
     cols = collect(opened.stream)
+    alias = getattr(opened.state, "session_alias", None)
+    if alias is not None:
+        cols = cols.relabel(alias)
     if not len(cols):
         why = (f"; skipped {errors.skipped} line(s): "
                + "; ".join(f"{r} ({d['count']}, e.g. {', '.join(d['examples'])})" for r, d in errors.as_dict().items())

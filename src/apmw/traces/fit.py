@@ -58,6 +58,17 @@ class Columns:
     def __len__(self) -> int:
         return len(self.session)
 
+    def relabel(self, alias) -> "Columns":
+        """Merge sessions whose keys ``alias`` maps to one key; calls re-sorted by start time."""
+        labels = [alias(k) for k in self.session_keys]
+        ids: dict[object, int] = {}
+        new_id = np.array([ids.setdefault(label, len(ids)) for label in labels], dtype=np.int64)
+        session = new_id[self.session] if len(self.session) else self.session
+        idx = np.lexsort((self.start_s, session))
+        return Columns(session[idx], *(getattr(self, f)[idx] for f in (
+            "input_tokens", "output_tokens", "cached_tokens", "start_s", "end_s", "tool_wait_after_s",
+            "gap_before_s")), session_keys=list(ids))
+
 
 def collect(stream: Iterable[Call]) -> Columns:
     """Append each call to typed arrays (8 doubles and one int per call), then sort once."""

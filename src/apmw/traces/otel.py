@@ -14,7 +14,9 @@ output tokens   ``gen_ai.usage.output_tokens``, ``gen_ai.usage.completion_tokens
                 ``llm.token_count.completion``
 cached tokens   ``gen_ai.usage.cache_read.input_tokens``,
                 ``llm.token_count.prompt_details.cache_read``
-session         ``gen_ai.conversation.id``, ``session.id``; else the trace id
+session         ``gen_ai.conversation.id``, ``session.id`` on the span, or on any
+                other span of its trace (agent spans often carry it alone);
+                else the trace id
 kind            ``gen_ai.operation.name`` (``chat``, ``text_completion``,
                 ``generate_content`` are calls; ``invoke_agent``, ``create_agent``
                 and ``execute_tool`` are not), ``openinference.span.kind``
@@ -77,6 +79,14 @@ class Reader:
     def __init__(self) -> None:
         self.spans = 0
         self.tool_spans = 0
+        # trace id -> conversation id, from any span of the trace that carries one (often only the agent span)
+        self.trace_conversation: dict[str, object] = {}
+
+    def session_alias(self, key: object) -> object:
+        """After reading: a call keyed by its trace joins the conversation some span of that trace named."""
+        if isinstance(key, tuple) and key[:1] == ("trace",):
+            return self.trace_conversation.get(key[1], key)
+        return key
 
     def read(self, path: str | Path, errors: LineErrors) -> CallStream:
         for line, doc in self._documents(path, errors):
@@ -131,6 +141,9 @@ class Reader:
         self.spans += 1
         # key -> raw OTLP AnyValue; only the few attributes used below are decoded
         attrs = {a["key"]: a.get("value") for a in span.get("attributes", ())}
+        conversation = _decoded(attrs, SESSION_KEYS)
+        if conversation:
+            self.trace_conversation[span.get("traceId")] = conversation
         op = _decoded(attrs, ("gen_ai.operation.name",))
         kind = _decoded(attrs, ("openinference.span.kind",))
         if op == "execute_tool" or kind == "TOOL":
@@ -143,7 +156,7 @@ class Reader:
             return None  # not a model call (no usage): HTTP, DB, framework spans
         if require_counts(inp, out):
             raise ValueError("token usage without both input and output counts")
-        session = _decoded(attrs, SESSION_KEYS) or span["traceId"]
+        session = conversation or ("trace", span["traceId"])
         start = int(span["startTimeUnixNano"]) / 1e9
         end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
         return Call(session, start, inp, out, _as_float(_decoded(attrs, CACHED_KEYS)), start, end)

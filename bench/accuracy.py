@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
-from apmw.perf import build_step_model, resolve_gpu  # noqa: E402
+from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
-from apmw.predict import (DEFAULT_TOKEN_BUDGET, predict_open_loop, predict_with,  # noqa: E402
-                          kv_fit_requests)
+from apmw.predict import (DEFAULT_TOKEN_BUDGET, REQUEST_OVERHEAD_S, kv_fit_requests,  # noqa: E402
+                          predict_open_loop, predict_with, replica_power_w)
 
 LLAMA2_70B = str(ROOT / "tests" / "fixtures" / "accuracy" / "meta-llama--Llama-2-70b-chat-hf.json")
 # Mean input lengths: llama2-70b's (OpenOrca) is FITTED on the v4.1 Offline rows
@@ -91,14 +91,14 @@ class Row:
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
     frames = [pd.read_csv(data / "mlperf_inference" / f"mlperf_inference_llm_closed_{r}.csv") for r in ("v4.1", "v5.1")]
     d = pd.concat(frames)
-    d = d[d.accelerator.str.contains("H100-SXM|H200-SXM") & (d.result_valid == "VALID")]
+    d = d[d.accelerator.str.contains("H100-SXM|H200-SXM|B200-SXM") & (d.result_valid == "VALID")]
     d["base"] = d.benchmark.str.replace(r"-99(\.9)?$", "", regex=True)
     d = d[d.base.isin(MLPERF_MODELS)]
     d = d.drop_duplicates(subset=["round", "submitter", "system", "base", "scenario", "samples_per_s"])
     rows = []
     for r in d.itertuples():
         model, isl = MLPERF_MODELS[r.base]
-        gpu = "H200" if "H200" in r.accelerator else "H100"
+        gpu = "H200" if "H200" in r.accelerator else "B200" if "B200" in r.accelerator else "H100"
         tp = 0              # chosen per row in predict_row (see choose_tp)
         gpus = int(r.accelerators_per_node * r.number_of_nodes)
         osl = r.tokens_per_s / r.samples_per_s
@@ -126,7 +126,7 @@ def imax_rows(data: Path) -> list[Row]:
     rows = []
     for r in g.itertuples():
         model, wdt, kvd, engine = IMAX_MODELS[r.model]
-        rows.append(Row(source="InferenceMAX", split="held-out", model=model, gpu=r.hw.upper(), engine=engine,
+        rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model, gpu=r.hw.upper(), engine=engine,
                         tp=int(r.tp), scenario="fixed-concurrency", isl=int(r.isl), osl=int(r.osl),
                         rate_per_replica=None, concurrency=int(r.conc),
                         measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
@@ -184,6 +184,12 @@ def predict_row(row: Row) -> None:
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
             if row.scenario != "Offline":
                 row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s}
+            if "node_power_w" in row.measured:
+                step = _step(row, row.tp, "fp8", "fp8")
+                gpu = resolve_gpu(row.gpu)
+                rough = build_step_model(step.arch, gpu, row.tp, "fp8", "fp8", calibrated=False)
+                replica_w = replica_power_w(rough, p, row.isl, row.osl, gpu.idle_power_w, gpu.busy_power_w)
+                row.predicted["node_power_w"] = float(node_power_w(row.gpus, replica_w / row.tp))
         except ApmwError as exc:
             row.predicted, row.note = None, f"not modelled: {exc}"
         return
@@ -206,7 +212,7 @@ def predict_row(row: Row) -> None:
         else:
             from apmw.predict import DEFAULT_MAX_BATCH
             p = predict_with(step, row.isl, row.osl, row.concurrency, DEFAULT_TOKEN_BUDGET,
-                             DEFAULT_MAX_BATCH[row.engine])
+                             DEFAULT_MAX_BATCH[row.engine], request_overhead_s=REQUEST_OVERHEAD_S[row.engine])
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
     except ApmwError as exc:
@@ -233,11 +239,12 @@ def summary(rows: list[Row], metric: str) -> str:
     return f"{statistics.median(a):.1f} / {statistics.mean(a):.1f} / {statistics.median(e):+.1f} (n={len(e)})"
 
 
-METRICS = ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu")
+METRICS = ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu", "node_power_w")
 
 
 def table(rows: list[Row], by) -> list[str]:
-    lines = ["| group | path | TPOT med/mean abs % (median signed) | TTFT | output tok/s/GPU |", "|---|---|---|---|---|"]
+    lines = ["| group | path | TPOT med/mean abs % (median signed) | TTFT | output tok/s/GPU | node power |",
+             "|---|---|---|---|---|---|"]
     groups: dict = {}
     for r in rows:
         if r.predicted:
@@ -268,6 +275,26 @@ def fit_isl(rows: list[Row], model: str) -> int:
     return best[1]
 
 
+def fit_request_overhead(rows: list[Row]) -> float:
+    """Grid-search the online server's per-request TTFT overhead on the InferenceMAX h100 rows."""
+    train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train"]
+    best = (math.inf, None)
+    for ms in np.arange(0.0, 100.1, 2.5):
+        for e in ("vllm", "sglang"):
+            REQUEST_OVERHEAD_S[e] = ms * 1e-3
+        for r in train:
+            predict_row(r)
+        e = errors(train, "ttft_s")
+        score = statistics.median(abs(x) for x in e)
+        if score < best[0]:
+            best = (score, ms * 1e-3)
+    for e in ("vllm", "sglang"):
+        REQUEST_OVERHEAD_S[e] = best[1]
+    print(f"fitted request overhead (vllm, sglang): {best[1] * 1e3:.1f} ms "
+          f"(train median |TTFT err| {best[0]:.1f}%, {len(train)} rows)")
+    return best[1]
+
+
 def fit_overhead(rows: list[Row], engine: str) -> float:
     """Grid-search the engine's per-iteration overhead (0-5 ms) on the training rows.
 
@@ -293,7 +320,7 @@ def fit_overhead(rows: list[Row], engine: str) -> float:
 def report(rows: list[Row], isl_scale: float) -> str:
     mod = [r for r in rows if r.predicted]
     skipped = [r for r in rows if not r.predicted]
-    dense = [r for r in mod if r.source.startswith("MLPerf")]
+    dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
     lines = [f"Rows modelled: {len(mod)} of {len(rows)} (input-length scale {isl_scale}).", "",
              "Cells: median |error| % / mean |error| % / median signed error % (n rows). "
              "Signed error = predicted / measured - 1.", "",
@@ -337,6 +364,8 @@ def main() -> None:
             if r.model == LLAMA2_70B:
                 r.isl = round(isl * args.isl_scale)
         fit_overhead(rows, "trtllm")
+        cal.ENGINE_OVERHEAD_S["trtllm"] = 1e-3      # not identified (see its docstring): keep the default
+        fit_request_overhead(rows)
     t = time.perf_counter()
     for r in rows:
         predict_row(r)

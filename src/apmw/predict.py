@@ -53,6 +53,14 @@ KV_MEMORY_FRACTION = 0.9
 WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 
 
+# Client-observed time to first token outside the engine's iterations: HTTP, tokenisation,
+# request scheduling, streaming the first chunk back. FITTED on the InferenceMAX h100
+# rows (gpt-oss-120b, vLLM; `python bench/accuracy.py --fit`), held out on h200 and
+# DeepSeek-R1/SGLang; docs/accuracy.md. The MLPerf TensorRT-LLM harness calls the engine
+# in-process (no HTTP), so it gets none.
+REQUEST_OVERHEAD_S = {"vllm": 0.040, "sglang": 0.040, "trtllm": 0.0}
+
+
 class PredictError(ApmwError):
     """A benchmark setting that cannot be predicted (does not fit, bad numbers)."""
 
@@ -70,6 +78,7 @@ class Prediction:
     queued_requests: int
     decode_iteration_s: float
     mixed_iteration_s: float
+    mixed_iteration_share: float      # share of iterations that carry prompt tokens
     source: str
     source_detail: str
 
@@ -86,7 +95,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     spec_gpu = resolve_gpu(gpu)
     step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
     return predict_with(step, isl, osl, concurrency, token_budget,
-                        DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch)
+                        DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
+                        request_overhead_s=REQUEST_OVERHEAD_S[engine])
 
 
 def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
@@ -110,7 +120,7 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int) -> int:
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
-                 max_batch: int, requests_per_client: int = 10) -> Prediction:
+                 max_batch: int, requests_per_client: int = 10, request_overhead_s: float = 0.0) -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring)."""
     fit = kv_fit_requests(step, isl, osl)
     if fit < 1:
@@ -142,7 +152,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     burst_iters = math.ceil(running * isl / token_budget)
     burst_ttft = (burst_iters + 1) / 2 * t_burst
     ttft_running = steady_ttft + (burst_ttft - steady_ttft) / max(requests_per_client, 1)
-    ttft_running = max(ttft_running, steady_ttft)
+    ttft_running = max(ttft_running, steady_ttft) + request_overhead_s
     e2e_running = ttft_running + (osl - 1) * tpot
     queue_s = (concurrency / running - 1) * e2e_running
     throughput = running * osl / e2e_running
@@ -151,7 +161,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         output_tokens_per_s_per_gpu=throughput / step.gpus,
         total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
         running_requests=running, queued_requests=concurrency - running,
-        decode_iteration_s=t_decode, mixed_iteration_s=t_mixed,
+        decode_iteration_s=t_decode, mixed_iteration_s=t_mixed, mixed_iteration_share=share_mixed,
         source=step.source, source_detail=step.source_detail,
     )
 
@@ -173,6 +183,29 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
                          attention_flops=dec * attn_dec + pre * attn_pre)
     t = step.iteration_time_s(load)
     return float(t[0]), float(t[1]), float(t[2])
+
+
+def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float) -> float:
+    """Mean GPU power of a replica in the predicted steady state (phase-aware, apmw.perf.power).
+
+    The engine is busy all the time it has requests; the compute-bound share comes from
+    the roofline terms of its decode and mixed iterations, weighted by their time.
+    """
+    from apmw.perf import activity_power_w
+
+    a = step.arch
+    r = p.running_requests
+    ctx = isl + osl / 2
+    chunk = min(isl, max(8192 - (r - 1), 1))
+    dec = np.array([r, r - 1], dtype=float)
+    pre = np.array([0.0, chunk])
+    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
+                         attention_flops=dec * float(a.attention_flops_per_token(ctx))
+                         + pre * float(a.attention_flops_per_token(isl / 2)))
+    share = step.compute_share(load)
+    w = np.array([(1 - p.mixed_iteration_share) * p.decode_iteration_s, p.mixed_iteration_share * p.mixed_iteration_s])
+    compute = float((share * w).sum() / w.sum())
+    return float(activity_power_w(idle_w, busy_w, 1.0, compute)) * step.gpus
 
 
 def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,

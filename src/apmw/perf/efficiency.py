@@ -8,10 +8,15 @@ Default values were measured from aiconfigurator's vLLM 0.24.0 GEMM tables
 ``python bench/derive_efficiencies.py`` to reproduce them:
 
 * bandwidth: median achieved HBM bandwidth of weight-streaming GEMMs (m <= 8,
-  n*k >= 4096^2) over the spec-sheet figure -- 0.73 on H200, 0.80 on H100 (bf16);
+  n*k >= 4096^2) over the spec-sheet figure -- bf16 0.74 on H200, 0.80 on H100;
+  fp8 0.52 / 0.61 (the per-tensor FP8 GEMMs stream weights markedly less well);
   aiconfigurator's own ``mem_bw_empirical_scaling_factor`` is 0.8.
 * flops: median achieved rate of large GEMMs (m, n, k >= 4096) over the dense
   peak -- bf16 0.77 (H200) / 0.80 (H100); fp8 0.60 / 0.53.
+* KV bandwidth: median achieved bandwidth of decode attention (FlashAttention 3,
+  batch x context >= 64k tokens) -- bf16 KV 0.67 / 0.76, fp8 KV 0.33 / 0.45.
+The defaults are the H100/H200 means. 4-bit weights and KV have no measured table:
+they take the fp8 figures (ASSUMPTION: dequantising kernels stream no better).
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from dataclasses import dataclass, field
 class Efficiency:
     """How close a replica gets to its spec sheet, and what it pays per iteration."""
 
-    bandwidth: float = 0.75
+    bandwidth: float = 0.77                 # bf16 weights; see bandwidth_for
+    # Weight-streaming efficiency by weight dtype (bench/derive_efficiencies.py).
+    bandwidth_by_dtype: dict[str, float] = field(default_factory=lambda: {
+        "bf16": 0.77, "fp16": 0.77, "fp8": 0.56, "int8": 0.56, "fp4": 0.56, "int4": 0.56})
+    # KV-reading efficiency of decode attention by KV dtype (bench/derive_efficiencies.py).
+    kv_bandwidth_by_dtype: dict[str, float] = field(default_factory=lambda: {
+        "bf16": 0.72, "fp16": 0.72, "fp8": 0.39, "int8": 0.39, "fp4": 0.39, "int4": 0.39})
     flops: dict[str, float] = field(default_factory=lambda: {"bf16": 0.78, "fp16": 0.78, "fp8": 0.57, "int8": 0.57,
                                                              "fp4": 0.57, "int4": 0.57})
     # Per-iteration fixed cost: kernel launches that CUDA graphs do not hide, the
@@ -37,6 +48,12 @@ class Efficiency:
     # comm/vllm/0.24.0/custom_allreduce_perf.parquet, backend vllm_graph).
     comm_latency_s: float = 4.5e-6
     source: str = "roofline defaults from aiconfigurator vLLM 0.24.0 GEMM tables (bench/derive_efficiencies.py)"
+
+    def bandwidth_for(self, weight_dtype: str) -> float:
+        return self.bandwidth_by_dtype.get(weight_dtype.lower(), self.bandwidth)
+
+    def kv_bandwidth_for(self, kv_dtype: str) -> float:
+        return self.kv_bandwidth_by_dtype.get(kv_dtype.lower(), self.bandwidth)
 
     def flops_for(self, dtype: str) -> float:
         return self.flops.get(dtype, self.flops["bf16"])

@@ -4,7 +4,7 @@ An iteration runs every running sequence one step: ``decode_seqs`` sequences
 produce one token each and ``prefill_tokens`` new prompt tokens are processed
 (chunked prefill, vLLM V1). Its time is
 
-    t = fixed + comm + max(bytes / (BW * eta_bw), flops / (peak * eta_f))
+    t = fixed + comm + max(weights / (BW * eta_w) + kv / (BW * eta_kv), flops / (peak * eta_f))
 
 per GPU of a tensor-parallel replica of ``g`` GPUs, where bytes are the weights
 the iteration touches (MoE: the experts its tokens route to) plus the KV cache
@@ -106,13 +106,25 @@ class StepModel:
         per_allreduce = self.efficiency.comm_latency_s + ring
         return 2 * self.arch.num_layers * per_allreduce
 
-    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
-        """Seconds for one engine iteration carrying ``load``."""
+    def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+        """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads."""
         eff = self.efficiency
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * self.kv_replication
-        bytes_moved = (self.touched_weight_bytes(tokens) + kv_bytes) / self.gpus
+        bw = self.gpu.hbm_bandwidth_bytes_per_s
         flops = (self.arch.flops_per_token() * tokens + np.asarray(load.attention_flops, dtype=float)) / self.gpus
-        memory_s = bytes_moved / (self.gpu.hbm_bandwidth_bytes_per_s * eff.bandwidth)
+        memory_s = (self.touched_weight_bytes(tokens) / (bw * eff.bandwidth_for(self.weight_dtype))
+                    + kv_bytes / (bw * eff.kv_bandwidth_for(self.kv_dtype))) / self.gpus
         compute_s = flops / (self.gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype))
-        return eff.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s)
+        return memory_s, compute_s
+
+    def compute_share(self, load: IterationLoad) -> np.ndarray:
+        """Fraction of the iteration the roofline calls compute-bound (0..1); drives power."""
+        memory_s, compute_s = self.roofline_terms(load)
+        return np.minimum(compute_s / np.maximum(memory_s, 1e-30), 1.0)
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        """Seconds for one engine iteration carrying ``load``."""
+        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+        memory_s, compute_s = self.roofline_terms(load)
+        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s)

@@ -71,6 +71,61 @@ class Seq:
         self.retained = False          # holds pinned blocks while queued (retain/ttl)
 
 
+class Batch:
+    """The running sequences, in admission order, with their hot fields as numpy arrays.
+
+    While a sequence runs, ``kv``, ``total``, ``own``, ``gen`` and ``pre`` here are
+    authoritative and the :class:`Seq` object's copies are stale; :meth:`pop_last`
+    and :meth:`remove` write them back when a sequence leaves the batch.
+    """
+
+    __slots__ = ("seqs", "kv", "total", "own", "gen", "out", "pre")
+
+    def __init__(self):
+        self.seqs: list[Seq] = []
+        z = np.zeros(0, dtype=np.int64)
+        self.kv, self.total, self.own, self.gen, self.out = z, z, z, z, z
+        self.pre = np.zeros(0, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def append(self, seq: Seq) -> None:
+        self.seqs.append(seq)
+        self.kv = np.append(self.kv, seq.kv_len)
+        self.total = np.append(self.total, seq.total)
+        self.own = np.append(self.own, seq.own)
+        self.gen = np.append(self.gen, seq.generated)
+        self.out = np.append(self.out, seq.out)
+        self.pre = np.append(self.pre, seq.prefill)
+
+    def _sync(self, i: int) -> Seq:
+        seq = self.seqs[i]
+        seq.kv_len, seq.total, seq.own = int(self.kv[i]), int(self.total[i]), int(self.own[i])
+        seq.generated, seq.prefill = int(self.gen[i]), bool(self.pre[i])
+        return seq
+
+    def sync_all(self) -> None:
+        for i in range(len(self.seqs)):
+            self._sync(i)
+
+    def pop_last(self) -> Seq:
+        seq = self._sync(len(self.seqs) - 1)
+        self.seqs.pop()
+        self.kv, self.total, self.own = self.kv[:-1], self.total[:-1], self.own[:-1]
+        self.gen, self.out, self.pre = self.gen[:-1], self.out[:-1], self.pre[:-1]
+        return seq
+
+    def remove(self, mask: np.ndarray) -> list[Seq]:
+        idx = np.flatnonzero(mask)
+        gone = [self._sync(int(i)) for i in idx]
+        keep = ~mask
+        self.seqs = [s for s, k in zip(self.seqs, keep.tolist()) if k]
+        self.kv, self.total, self.own = self.kv[keep], self.total[keep], self.own[keep]
+        self.gen, self.out, self.pre = self.gen[keep], self.out[keep], self.pre[keep]
+        return gone
+
+
 @dataclass
 class Stats:
     """Counters and time integrals over the measurement window."""
@@ -115,11 +170,12 @@ class Engine:
             self.shared = 0
         self.pool.take(self.sb)
         self.kv_tokens = self.shared      # resident KV tokens: shared prefix + every held context beyond it
-        self.running: list[Seq] = []
+        self.running = Batch()
         self.waiting: deque[Seq] = deque()
         self.arrivals: list = []          # heap of (time, n, seq)
         self.expiries: list = []          # heap of (time, n, agent, token)
         self.pinned: OrderedDict[int, tuple] = OrderedDict()   # agent -> (ctx, kv_len, own), oldest pin first
+        self.retained_waiting = 0         # queued calls holding their pinned context
         self._n = 0
         self.now = 0.0
         self.driver = driver
@@ -156,6 +212,8 @@ class Engine:
         """Free a call's blocks; its full blocks stay in the prefix cache under its context."""
         self._free(seq.ctx, seq.kv_len, seq.own)
         seq.kv_len = seq.own = 0
+        if seq.retained:
+            self.retained_waiting -= 1
         seq.retained = False
 
     def blocks_for(self, tokens: int) -> int:
@@ -181,6 +239,7 @@ class Engine:
         while self.arrivals and self.arrivals[0][0] <= now:
             seq = heapq.heappop(self.arrivals)[2]
             self.driver.on_arrival(seq)
+            self.retained_waiting += seq.retained
             self.waiting.append(seq)
 
     def _admission(self, seq: Seq, budget: int):
@@ -214,6 +273,8 @@ class Engine:
             self.kv_tokens += kv - self.shared
         self.pool.take(new)
         seq.own += new
+        if seq.retained:
+            self.retained_waiting -= 1
         seq.retained = False
         return n
 
@@ -239,7 +300,7 @@ class Engine:
 
     def _sample(self) -> None:
         if self.now >= self._next_sample and self.now < self.window[1]:
-            decode = sum(1 for s in self.running if not s.prefill)
+            decode = int(len(self.running) - self.running.pre.sum())
             self.stats.samples.append((self.now, decode, self.kv_tokens))
             self._next_sample = self.now + self.sample_dt_s
 
@@ -249,81 +310,104 @@ class Engine:
         attn = float(np.sum(n * arch.attention_flops_per_token(kv + np.where(prefill, n / 2.0, 0.0))))
         return kv_bytes, attn
 
-    def step_once(self) -> bool:
-        """One iteration by the rules above; False when nothing could be scheduled."""
-        pool, running = self.pool, self.running
-        budget = self.max_tokens
-        sched: list[tuple[Seq, int]] = []
-        preempted = False
+    def _blocks_vec(self, tokens: np.ndarray) -> np.ndarray:
+        return -(-tokens // BLOCK_TOKENS) - self.sb
+
+    def _schedule_running(self, budget: int) -> tuple[np.ndarray, int, bool]:
+        """Tokens each running sequence computes this iteration (in order, within the budget), its blocks
+        allocated; spills pins, then preempts from the back, when the pool runs short."""
+        r, pool = self.running, self.pool
+        want = np.where(r.pre, r.total - r.kv, 1)
+        before = np.cumsum(want) - want
+        n = np.clip(budget - before, 0, want)
+        need = np.where(n > 0, self._blocks_vec(r.kv + n) - r.own, 0)
+        total_need = int(need.sum())
+        if total_need <= pool.capacity - pool.used:       # the common case: everything fits
+            pool.take(total_need)
+            r.own += need
+            return n, budget - int(n.sum()), False
+        preempted = False                                  # memory is short: vLLM's sequential loop
         i = 0
-        while i < len(running):
-            seq = running[i]
-            n = min(seq.total - seq.kv_len, budget)
-            if n <= 0:
+        n = np.zeros(len(r), dtype=np.int64)
+        while i < len(r):
+            ni = min(int(r.total[i] - r.kv[i]), budget)
+            if ni <= 0:
                 break
-            need = self.blocks_for(seq.kv_len + n) - seq.own
-            while need > pool.capacity - pool.used:
-                victim = running.pop()
-                self._preempt(victim)
+            need_i = self.blocks_for(int(r.kv[i]) + ni) - int(r.own[i])
+            while need_i > pool.capacity - pool.used:
+                if self._spill_one():
+                    continue
+                last = len(r) - 1
+                self._preempt(r.pop_last())
                 preempted = True
-                if victim is seq:
+                if last == i:
                     break
             else:
-                pool.take(need)
-                seq.own += need
-                sched.append((seq, n))
-                budget -= n
+                pool.take(need_i)
+                r.own[i] += need_i
+                n[i] = ni
+                budget -= ni
                 i += 1
                 continue
             break
+        return n[:len(r)], budget, preempted
+
+    def step_once(self) -> bool:
+        """One iteration by the rules above; False when nothing could be scheduled."""
+        r = self.running
+        budget = self.max_tokens
+        n, budget, preempted = self._schedule_running(budget) if len(r) else (np.zeros(0, np.int64), budget, False)
         if not preempted:
-            while self.waiting and budget > 0 and len(running) < self.max_batch:
+            added = []
+            while self.waiting and budget > 0 and len(r) < self.max_batch:
                 plan = self._admission(self.waiting[0], budget)
+                while plan is None and self._spill_one():
+                    plan = self._admission(self.waiting[0], budget)
                 if plan is None:
                     break
                 seq = self.waiting.popleft()
-                n = self._admit(seq, plan)
-                running.append(seq)
-                sched.append((seq, n))
-                budget -= n
-        if not sched:
+                ni = self._admit(seq, plan)
+                r.append(seq)
+                added.append(ni)
+                budget -= ni
+            if added:
+                n = np.concatenate((n, np.array(added, dtype=np.int64)))
+        active = n > 0
+        if not active.any():
             return False
         self._sample()
-        kv = np.fromiter((s.kv_len for s, _ in sched), float, len(sched))
-        n_arr = np.fromiter((n for _, n in sched), float, len(sched))
-        pre = np.fromiter((s.prefill for s, _ in sched), bool, len(sched))
-        kv_bytes, attn = self._loads(kv, n_arr, pre)
-        decode = int(len(sched) - pre.sum())
-        prefill_tokens = int(n_arr[pre].sum())
+        kv = r.kv[active].astype(float)
+        n_act = n[active].astype(float)
+        pre = r.pre[active]
+        kv_bytes, attn = self._loads(kv, n_act, pre)
+        decode = int(len(kv) - pre.sum())
+        prefill_tokens = int(n_act[pre].sum())
         t = float(self.step.iteration_time_s(IterationLoad(decode, prefill_tokens, kv_bytes, attn)))
-        self._account(t, decode, len(sched), t * self.kv_tokens)
+        self._account(t, decode, len(kv), t * self.kv_tokens)
         self.now += t
         st = self.stats
         st.prefill_tokens += prefill_tokens
         st.decode_tokens += decode
-        done = []
-        for seq, n in sched:
-            seq.kv_len += n
-            self.kv_tokens += n
-            if seq.kv_len == seq.total:
-                seq.generated += 1
-                seq.total += 1
-                st.generated_tokens += 1
-                if seq.prefill:
-                    seq.prefill = False
-                    if seq.first_s < 0:
-                        seq.first_s = self.now
-                if seq.generated == seq.out:
-                    done.append(seq)
-        self._finish(done)
+        r.kv += n
+        self.kv_tokens += int(n.sum())
+        gen = active & (r.kv == r.total)
+        r.gen += gen
+        r.total += gen
+        st.generated_tokens += int(gen.sum())
+        first = gen & r.pre
+        if first.any():
+            for i in np.flatnonzero(first).tolist():
+                seq = r.seqs[i]
+                if seq.first_s < 0:
+                    seq.first_s = self.now
+            r.pre = r.pre & ~first
+        self._finish(gen & (r.gen == r.out))
         return True
 
-    def _finish(self, done: list[Seq]) -> None:
-        if not done:
+    def _finish(self, done: np.ndarray) -> None:
+        if not done.any():
             return
-        gone = set(map(id, done))
-        self.running = [s for s in self.running if id(s) not in gone]
-        for seq in done:
+        for seq in self.running.remove(done):
             self.driver.on_done(seq, self.now)
 
     def _stop_time(self) -> float:
@@ -343,15 +427,16 @@ class Engine:
 
     def _fast_forward(self) -> bool:
         """Advance many all-decode iterations in one step; False when the plain step must run."""
-        running = self.running
-        b = len(running)
-        if b == 0 or b > self.max_tokens or any(s.prefill for s in running):
+        r = self.running
+        b = len(r)
+        if b == 0 or b > self.max_tokens or r.pre.any():
             return False
         budget = self.max_tokens - b
-        if self.waiting and b < self.max_batch and budget > 0 and self._admission(self.waiting[0], budget):
+        if self.waiting and b < self.max_batch and budget > 0 and (
+                self._admission(self.waiting[0], budget) or self._spillable()):
             return False
-        kv = np.fromiter((s.kv_len for s in running), np.int64, b)
-        k = int(min(s.out - s.generated for s in running))
+        kv = r.kv
+        k = int((r.out - r.gen).min())
         k = min(k, MAX_SEGMENT_ITERATIONS)
         blocks_now = -(-kv // BLOCK_TOKENS)
         avail = self.pool.capacity - self.pool.used
@@ -410,34 +495,51 @@ class Engine:
         st.decode_tokens += b * k
         st.generated_tokens += b * k
         self.kv_tokens += b * k
-        done = []
-        for seq in running:
-            seq.kv_len += k
-            seq.total += k
-            seq.generated += k
-            seq.own = self.blocks_for(seq.kv_len)
-            if seq.generated == seq.out:
-                done.append(seq)
-        self._finish(done)
+        r.kv = r.kv + k
+        r.total = r.total + k
+        r.gen = r.gen + k
+        r.own = self._blocks_vec(r.kv)
+        self._finish(r.gen == r.out)
         return True
 
-    def _break_deadlock(self) -> bool:
-        """Nothing runs and the queue head cannot be admitted: release pinned contexts, oldest first.
+    def _spillable(self) -> bool:
+        return bool(self.pinned) or self.retained_waiting > (1 if self.waiting and self.waiting[0].retained else 0)
 
-        Under ``retain``/``ttl`` contexts of agents in tool waits can fill the pool so
-        that no call can start; a real engine must then drop some. Spilled contexts
-        go to the prefix cache (they may still hit). A call that cannot fit even in an
-        empty pool is rejected and its task ended (counted in ``rejected_calls``).
+    def _spill_one(self) -> bool:
+        """Memory is short: release one pinned context to the prefix cache (it may still hit).
+
+        Pinned contexts (``retain``, ``ttl``) are kept only while memory allows: an
+        engine that let idle sessions block running or admissible calls would
+        collapse under load. Oldest pin of an agent in a tool wait goes first, then
+        the queued calls' retained contexts from the back of the queue (not the head's).
         """
         if self.pinned:
             self._unpin(next(iter(self.pinned)))
             self.stats.spills += 1
             return True
-        for seq in reversed(self.waiting):
+        if self.retained_waiting <= (1 if self.waiting and self.waiting[0].retained else 0):
+            return False
+        for seq in reversed(list(self.waiting)[1:]):
             if seq.retained:
                 self.release(seq)
                 self.stats.spills += 1
                 return True
+        return False
+
+    def _break_deadlock(self) -> bool:
+        """Nothing runs and the queue head cannot be admitted even with every pin spilled.
+
+        Its own retained context is released first (it may still hit); a call that
+        cannot fit even in an empty pool is rejected and its task ended (counted in
+        ``rejected_calls``).
+        """
+        if self._spill_one():
+            return True
+        head = self.waiting[0]
+        if head.retained:
+            self.release(head)
+            self.stats.spills += 1
+            return True
         head = self.waiting.popleft()
         self.release(head)
         self.stats.rejected_calls += 1
@@ -447,11 +549,13 @@ class Engine:
     def check_invariants(self) -> None:
         """Block and token accounting agree (tests run with ``check=True``; raises AssertionError)."""
         pool = self.pool
-        held = [s for s in self.running] + [s for s in self.waiting if s.retained]
+        self.running.sync_all()
+        held = list(self.running.seqs) + [s for s in self.waiting if s.retained]
         own = sum(s.own for s in held) + sum(p[2] for p in self.pinned.values())
         assert 0 <= pool.used <= pool.capacity, (pool.used, pool.capacity)
         assert 0 <= pool.cached_blocks and pool.used + pool.cached_blocks <= pool.capacity
         assert pool.cached_blocks == sum(pool.cached.values())
+        assert self.retained_waiting == sum(s.retained for s in self.waiting)
         assert pool.used == self.sb + own, (pool.used, self.sb, own)
         tokens = self.shared + sum(s.kv_len - self.shared for s in held if s.kv_len) + sum(
             p[1] - self.shared for p in self.pinned.values())

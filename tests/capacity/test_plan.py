@@ -64,10 +64,10 @@ def test_single_agent_step_time_is_the_weight_streaming_roofline():
     """Llama-3.1-8B bf16 on one H100 at batch 1: ~16 GB of weights over 3.35 TB/s x 0.75, plus 1 ms.
 
     Since the calibration issue this replica is served by the calibrated step model
-    (measured aiconfigurator GEMM/attention tables + a fitted 2 ms vLLM per-iteration
-    overhead), which lands at 7.85 ms against the roofline's 7.39 ms: the measured
-    batch-1 GEMMs stream weights at 0.73-0.80 of spec (bench/derive_efficiencies.py) and
-    the fitted overhead is larger. The roofline stays the physical sanity bound (10%).
+    (measured aiconfigurator GEMM/attention tables + the assumed 1 ms per-iteration
+    overhead), which lands at 6.85 ms against this roofline's 7.39 ms: the measured
+    batch-1 bf16 GEMMs on H100 stream weights at ~0.80 of spec (bench/derive_efficiencies.py),
+    not 0.75. The roofline stays the physical sanity bound (10%).
     """
     d = _plan(_deterministic(steps=2, new=100, out=200, tool=1.0), agents=1).to_dict()
     weights = load_architecture("meta-llama/Meta-Llama-3.1-8B").weight_bytes("bf16")

@@ -97,7 +97,7 @@ def workload_from_trace(path: str | Path, format: str | None = None, **kwargs) -
 
 def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened: formats.Opened,
              has_sessions: bool) -> dict:
-    cached, _, reusable = cache_shares(c, s)
+    cached, reusable = cache_shares(c, s)
     source = None
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"

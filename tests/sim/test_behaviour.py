@@ -53,7 +53,8 @@ def test_policy_ordering_on_a_memory_bound_workload():
             for p in ("retain", "evict")}
     retain, evict = runs["retain"], runs["evict"]
     assert retain.kv_tokens_resident_mean > 1.2 * evict.kv_tokens_resident_mean
-    assert evict.prefill_tokens > 1.2 * retain.prefill_tokens
+    assert evict.prefill_tokens > 1.1 * retain.prefill_tokens
+    assert retain.spills > 0            # memory-bound: retain had to give up some pins
 
 
 def test_evict_hits_the_prefix_cache_when_memory_is_ample_and_misses_when_tight():

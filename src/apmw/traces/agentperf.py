@@ -32,6 +32,8 @@ def _convert(line: int, obj: dict):
     tool_ms = number(obj.get("simulated_tool_delay_ms_after"))
     model_ms = number(obj.get("recorded_model_duration_ms"))
     idx = number(obj.get("conversation_idx"))
+    # no wall-clock stamps in the format: start 0 and end = the recorded model time give the LLM latency;
+    # the tool wait comes from simulated_tool_delay_ms_after, so the start/end gap is never used
     yield Call(obj["conversation_id"], idx if idx == idx else float(line), inp, out, NAN,
                0.0 if model_ms == model_ms else NAN, model_ms / 1e3, tool_ms / 1e3)
 

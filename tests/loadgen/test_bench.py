@@ -254,3 +254,33 @@ def test_trace_replay_sends_the_recorded_sessions(llama_server, tmp_path):
         assert [(c["target_prompt_tokens"], c["output_tokens"]) for c in mine] == shape
         assert [c["prompt_tokens"] for c in mine] == [p + 1 for p, _ in shape]
     assert outcome.summary["levels"][0]["completed_tasks"] >= 2
+
+
+def test_timeouts_and_rejected_prompts_are_faults_of_their_kind(llama_server, tmp_path):
+    """Real faults from the real server: calls that outlast --timeout-s, prompts beyond its context."""
+    slow = tiny_spec_dict(llama_server.config_path, output_tokens_per_call=3000, tool_wait_s=0.0)
+    cfg = _config(llama_server, spec_from_dict(slow), agents=1, duration_s=0.8, warmup_s=0.0, timeout_s=0.3,
+                  fault_backoff_s=0.05)
+    lv = asyncio.run(run_bench(cfg, [1], tmp_path / "slow.jsonl")).summary["levels"][0]
+    assert lv["faults"]["timeout"] >= 2 and lv["errors"] == lv["faults"]["timeout"]
+
+    # serve_tiny.py gives each slot 2048 tokens of context; llama.cpp answers a longer prompt with HTTP 400
+    long = tiny_spec_dict(llama_server.config_path, new_input_tokens_per_call=3000)
+    cfg = _config(llama_server, spec_from_dict(long), agents=1, duration_s=0.8, warmup_s=0.0, fault_backoff_s=0.05)
+    outcome = asyncio.run(run_bench(cfg, [1], tmp_path / "long.jsonl"))
+    lv = outcome.summary["levels"][0]
+    assert lv["faults"]["client_error"] >= 2 and lv["completed_tasks"] == 0
+    bad = [c for c in read_records(tmp_path / "long.jsonl") if c["type"] == "call"]
+    assert all(c["status"] == 400 and "HTTP 400" in c["detail"] for c in bad)
+
+
+def test_chat_api_sends_the_session_as_messages(llama_server, tmp_path):
+    spec = spec_from_dict(tiny_spec_dict(llama_server.config_path))
+    cfg = _config(llama_server, spec, agents=2, duration_s=1.0, warmup_s=0.0, api="chat")
+    outcome = asyncio.run(run_bench(cfg, [2], tmp_path / "chat.jsonl"))
+    calls = [c for c in read_records(tmp_path / "chat.jsonl") if c["type"] == "call"]
+    assert calls and all(c["ok"] for c in calls)
+    assert all(c["output_tokens"] == c["target_output_tokens"] for c in calls)
+    # the chat template wraps each message in tokens of its own: prompts are longer than their text
+    assert all(c["prompt_tokens"] > c["target_prompt_tokens"] for c in calls)
+    assert outcome.summary["levels"][0]["completed_tasks"] >= 1

@@ -67,7 +67,7 @@ class Client:
     def __init__(self, endpoint: str, model: str, api: str = "completions", api_key: str | None = None,
                  timeout_s: float = 60.0, ignore_eos: bool = True, max_connections: int = 64):
         self.base = normalise_endpoint(endpoint)
-        self.model, self.api, self.ignore_eos = model, api, ignore_eos
+        self.model, self.api, self.ignore_eos, self.timeout_s = model, api, ignore_eos, timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.AsyncClient(
             base_url=self.base, headers=headers,
@@ -124,14 +124,16 @@ class Client:
         t0 = time.monotonic()
         res = CallResult(ok=False)
         try:
-            async with self.http.stream("POST", path, json=body, headers={"X-Session-Affinity": session_id}) as r:
-                res.status = r.status_code
-                if r.status_code != 200:
-                    await r.aread()
-                    return _http_fault(res, r, t0)
-                await _read_stream(r, res, t0)
-        except httpx.TimeoutException as exc:
-            _fault(res, "timeout", repr(exc), t0)
+            async with asyncio.timeout(self.timeout_s):    # the whole call, not each read
+                async with self.http.stream("POST", path, json=body,
+                                            headers={"X-Session-Affinity": session_id}) as r:
+                    res.status = r.status_code
+                    if r.status_code != 200:
+                        await r.aread()
+                        return _http_fault(res, r, t0)
+                    await _read_stream(r, res, t0)
+        except (httpx.TimeoutException, TimeoutError) as exc:
+            _fault(res, "timeout", f"no complete answer within {self.timeout_s:g} s ({exc!r})", t0)
         except httpx.ConnectError as exc:
             _fault(res, "connect_error", repr(exc), t0)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError) as exc:

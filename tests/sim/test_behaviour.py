@@ -47,14 +47,19 @@ def test_conservation(policy):
 
 
 def test_policy_ordering_on_a_memory_bound_workload():
-    """retain holds more KV-token-seconds than evict; evict prefills more tokens than retain."""
-    kv = kv_fraction_for(25000)
+    """retain holds more KV-token-seconds than evict; evict prefills more tokens than retain.
+
+    Memory is tight enough that the LRU cache loses histories under evict and retain must spill some pins.
+    With an LRU prefix cache the prefill gap is modest (evict only misses what was evicted): the analytic
+    plan's always-miss assumption is far more pessimistic (docs/simulate.md)."""
+    kv = kv_fraction_for(30000)
     runs = {p: simulate(spec(tool_wait_kv_policy=p, kv_memory_fraction=kv), 12, duration_s=300, seed=2)
             for p in ("retain", "evict")}
     retain, evict = runs["retain"], runs["evict"]
-    assert retain.kv_tokens_resident_mean > 1.2 * evict.kv_tokens_resident_mean
-    assert evict.prefill_tokens > 1.1 * retain.prefill_tokens
+    assert retain.kv_tokens_resident_mean > 2 * evict.kv_tokens_resident_mean
+    assert evict.prefill_tokens > 1.05 * retain.prefill_tokens
     assert retain.spills > 0            # memory-bound: retain had to give up some pins
+    assert evict.prefix_hit_rate > retain.prefix_hit_rate   # evict looks up every history, retain only spilled ones
 
 
 def test_evict_hits_the_prefix_cache_when_memory_is_ample_and_misses_when_tight():

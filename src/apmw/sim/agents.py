@@ -123,11 +123,18 @@ class ClosedLoopAgents:
         wait = wait_after[i]
         self.context[a] = seq.total
         self.call_idx[a] = i + 1
-        if i + 1 == len(new):                    # the task's last call: its context is dead
-            eng.release(seq)
+        policy = self.sv.tool_wait_kv_policy
+        if i + 1 == len(new):
+            # The task's last call. The engine cannot tell that no call follows the last tool wait, so
+            # retain/ttl keep the context pinned through it (as apmw plan counts), and it is freed when
+            # the task ends; evict/offload free it now.
+            if self.sv.prefix_caching and wait > 0 and policy in ("retain", "ttl"):
+                hold = wait if policy == "retain" else min(wait, self.sv.ttl_s)
+                eng.pin(a, seq, now + hold)
+            else:
+                eng.release(seq)
             self._end_task(a, now + wait)
             return
-        policy = self.sv.tool_wait_kv_policy
         host = 0
         if self.sv.prefix_caching and (wait == 0 or policy == "retain"):
             eng.pin(a, seq, None)

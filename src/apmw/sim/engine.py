@@ -203,10 +203,15 @@ class Engine:
 
     def unpin_into(self, agent: int, seq: Seq) -> None:
         """The agent's next call takes over its pinned context (if still pinned)."""
-        held = self.pinned.pop(agent, None)
-        if held is not None:
-            seq.kv_len, seq.own = held[1], held[2]
-            seq.retained = True
+        held = self.pinned.get(agent)
+        if held is None:
+            return
+        if held[0] != seq.ctx:                 # a finished task's context: never reused
+            self._unpin(agent)
+            return
+        del self.pinned[agent]
+        seq.kv_len, seq.own = held[1], held[2]
+        seq.retained = True
 
     def release(self, seq: Seq) -> None:
         """Free a call's blocks; its full blocks stay in the prefix cache under its context."""

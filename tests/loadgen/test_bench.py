@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, summarise, workload_dict
+from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, workload_dict
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import SLOTS, tiny_spec_dict
 

@@ -87,7 +87,7 @@ def bench(
     live: bool = typer.Option(True, "--live/--no-live", help="rich live display (only on a terminal)"),
 ) -> None:
     """Run N closed-loop agents shaped like the spec's workload against a real server and measure them."""
-    from apmw.loadgen import BenchError, RunConfig, config_from_file, parse_sweep, run_bench, slo_dict, workload_dict
+    from apmw.loadgen import RunConfig, config_from_file, parse_sweep, slo_dict, workload_dict
     from apmw.spec import load_spec
 
     api_key = os.environ.get(api_key_env) or None

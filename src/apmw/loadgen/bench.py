@@ -8,6 +8,7 @@ would only add load); the measured N* is the largest level that met the SLO belo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import uuid
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from apmw.loadgen.client import BenchError, Client
-from apmw.loadgen.results import ResultsWriter, read_records, summarise, summarise_level, _levels
+from apmw.loadgen.results import ResultsWriter, levels_of, read_records, summarise
 from apmw.loadgen.runner import LiveStats, Run, RunConfig
 from apmw.loadgen.text import CANDIDATE_WORDS, MIN_WORDS, TextMaker, single_token_words
 from apmw.spec import Spec
@@ -71,7 +72,7 @@ class BenchOutcome:
 
 def _done_by_level(records: list[dict]) -> dict[int, float]:
     """Seconds already measured at each level (for --resume)."""
-    return {lvl.agents: sum(w.length_s for w in lvl.windows.values()) for lvl in _levels(records).values()}
+    return {lvl.agents: sum(w.length_s for w in lvl.windows.values()) for lvl in levels_of(records).values()}
 
 
 def _missed(records: list[dict], agents: int) -> bool:
@@ -160,9 +161,14 @@ async def run_bench(base: RunConfig, levels: list[int], out: Path, api_key: str 
 
 def config_from_file(out: Path) -> RunConfig:
     """The configuration of the run that wrote ``out`` (for --resume): first segment's, all levels."""
-    first = dict(read_records(out)[0]["config"])
-    return RunConfig(**{**first, "agents": (first.get("levels") or [first["agents"]])[0]})
+    first = read_records(out)[0].get("config")
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    required = {f.name for f in dataclasses.fields(RunConfig) if f.default is dataclasses.MISSING}
+    if not isinstance(first, dict) or not required <= first.keys():
+        raise BenchError(f"{out}:1: the 'run' record has no usable 'config' -- cannot resume this file")
+    cfg = {k: v for k, v in first.items() if k in known}
+    return RunConfig(**{**cfg, "agents": (cfg.get("levels") or [cfg["agents"]])[0]})
 
 
-__all__ = ["BenchOutcome", "config_from_file", "parse_sweep", "run_bench", "slo_dict", "summarise_level",
+__all__ = ["BenchOutcome", "config_from_file", "parse_sweep", "run_bench", "slo_dict",
            "workload_dict"]

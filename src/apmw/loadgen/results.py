@@ -98,7 +98,8 @@ class Level:
     tasks: list[dict] = field(default_factory=list)
 
 
-def _levels(records: list[dict]) -> dict[int, Level]:
+def levels_of(records: list[dict]) -> dict[int, Level]:
+    """Records grouped by number of agents, with each segment's measurement window."""
     levels: dict[int, Level] = {}
     seg_agents: dict[int, int] = {}
     last_event: dict[int, float] = {}
@@ -224,7 +225,7 @@ def _decode_span(c: dict):
 
 def summarise(records: list[dict]) -> dict:
     """Summary of a whole results file: one entry per level, and the measured N* for a sweep."""
-    levels = [summarise_level(lvl) for lvl in sorted(_levels(records).values(), key=lambda l: l.agents)]
+    levels = [summarise_level(lvl) for lvl in sorted(levels_of(records).values(), key=lambda l: l.agents)]
     passing = [lv["agents"] for lv in levels if lv["meets_slo"]]
     first_fail = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
     n_star = max((n for n in passing if first_fail is None or n < first_fail), default=0) if levels else None

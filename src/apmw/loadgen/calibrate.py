@@ -17,6 +17,7 @@ the roofline step model for a given spec's model and hardware to the measured po
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 import json
 from pathlib import Path
@@ -141,18 +142,30 @@ def efficiency_from_calibration(cal: dict, spec: Spec) -> Efficiency:
     step = replica_from_spec(spec).step
 
     def predict(x: np.ndarray) -> np.ndarray:
-        fixed, bw, fl = np.exp(x)
-        eff = Efficiency(bandwidth=bw, flops={k: fl for k in DEFAULT_EFFICIENCY.flops}, fixed_s=fixed)
+        eff = _efficiency(*np.exp(x), source="")
         s = type(step)(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
                        kv_dtype=step.kv_dtype, efficiency=eff)
         return np.array([float(s.iteration_time_s(ld)) for ld in loads])
 
     x0 = np.log([max(float(measured.min()) / 2, 1e-5), DEFAULT_EFFICIENCY.bandwidth, DEFAULT_EFFICIENCY.flops["bf16"]])
     fit = least_squares(lambda x: np.log(predict(x) / measured), x0)
-    fixed, bw, fl = np.exp(fit.x)
+    fixed, bw, fl = (float(v) for v in np.exp(fit.x))
     rms = float(np.sqrt(np.mean(fit.fun ** 2)))
-    return Efficiency(bandwidth=float(bw), flops={k: float(fl) for k in DEFAULT_EFFICIENCY.flops},
-                      fixed_s=float(fixed), comm_latency_s=DEFAULT_EFFICIENCY.comm_latency_s,
-                      source=f"fitted to calibration of {cal.get('endpoint')} ({cal.get('measured_at')}): "
-                             f"fixed {fixed * 1e3:.3g} ms, bandwidth x{bw:.3g}, flops x{fl:.3g}, "
-                             f"rms log error {rms:.2f}")
+    return _efficiency(fixed, bw, fl, source=f"fitted to calibration of {cal.get('endpoint')} "
+                       f"({cal.get('measured_at')}): fixed {fixed * 1e3:.3g} ms, bandwidth x{bw:.3g}, "
+                       f"flops x{fl:.3g}, rms log error {rms:.2f}")
+
+
+def _efficiency(fixed_s: float, bandwidth: float, flops: float, source: str) -> Efficiency:
+    """One bandwidth and one flops factor for every dtype (a calibration measures one server, one dtype).
+
+    Sets whichever per-dtype tables :class:`Efficiency` has (weights, KV), so the fitted
+    bandwidth is the one the step model uses whatever the spec's dtypes are.
+    """
+    changes = {"fixed_s": fixed_s, "bandwidth": bandwidth, "source": source,
+               "flops": {k: flops for k in DEFAULT_EFFICIENCY.flops}}
+    for name in ("bandwidth_by_dtype", "kv_bandwidth_by_dtype"):
+        table = getattr(DEFAULT_EFFICIENCY, name, None)
+        if isinstance(table, dict):
+            changes[name] = {k: bandwidth for k in table}
+    return dataclasses.replace(DEFAULT_EFFICIENCY, **changes)

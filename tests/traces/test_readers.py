@@ -80,14 +80,18 @@ def test_mooncake_prefix_reuse_and_inferred_sessions():
     assert s["sessions"] < 200   # some requests continue earlier ones
 
 
-def test_aiperf_mooncake_sessions_delay_and_messages():
+def test_aiperf_mooncake_sessions_are_deltas():
     s = fit_trace(FIXTURES / "aiperf_mooncake_sessions.jsonl").summary
-    assert (s["sessions"], s["calls"]) == (2, 4)
-    assert s["tool_wait_s"]["mean"] == pytest.approx(2.5)   # delays 2000 and 3000 ms
-    # blocks [0,1,2] (none seen), [0,1,2,3] (3 seen: 1536 tokens), [0,4,5] (block 0 seen: 512);
-    # the 'messages' line has no hash_ids, so no cache count: 2048 / (1200 + 1800 + 1300)
-    assert s["cached_prompt_share"] == pytest.approx(2048 / 4300)
-    assert any("estimated at 4 characters" in n for n in s["notes"])
+    assert (s["sessions"], s["calls"]) == (3, 6)
+    # AIPerf replays a session's input_length turns as deltas on top of the history:
+    # sess-1 prompts 1200 and 1200 + 52 + 300; sess-2 1100 and 1100 + 40 + 150;
+    # chat-3 is 'messages' (whole prompts): 5 and 5 + 19 + 28 characters at 4 per token
+    prompts = [1200, 1552, 1100, 1290, 5 / 4, 52 / 4]
+    assert s["input_tokens_per_call"]["mean"] == pytest.approx(sum(prompts) / 6)
+    assert s["tool_wait_s"]["mean"] == pytest.approx(2.0)   # delays 2000, 3000, 1000 ms
+    # cached: history (1252, 1140) + leading seen blocks ([0,4,5] finds block 0: 512); chat-3 has no hash_ids
+    assert s["cached_prompt_share"] == pytest.approx((1252 + 512 + 1140) / (1200 + 1552 + 1100 + 1290))
+    assert any("2 record(s) had text" in n for n in s["notes"])
 
 
 def test_aiperf_multi_turn_accumulates_history():

@@ -1,14 +1,21 @@
 """Write a workload as NVIDIA AIPerf ``mooncake_trace`` JSONL, so it can be replayed with that tool.
 
-One line per call: ``session_id``, ``input_length`` (the whole prompt),
-``output_length``, ``hash_ids`` and ``delay`` (ms to wait after the previous
-turn of the session, i.e. the tool wait; absent on a session's first turn).
-``hash_ids`` give every 512-token block an id: the system prompt's blocks are
-shared by all sessions and a session's history blocks are reused by its later
-calls, so AIPerf synthesises prompts whose prefix reuse matches the workload.
+One line per call: ``session_id``, ``input_length``, ``output_length``,
+``hash_ids`` and ``delay`` (ms to wait after the previous turn of the session,
+i.e. the tool wait; absent on a session's first turn). AIPerf replays a session
+in its default ``deltas_without_responses`` mode: each turn sends the history
+(earlier turns and the live responses) plus the turn's own content. So a turn's
+``input_length`` is its *new* tokens: the whole first prompt, then each call's
+new input (at least 1 token: an empty turn is not a request). ``hash_ids`` name
+the turn's 512-token blocks: the system prompt's blocks are shared by every
+session's first turn, all other blocks are fresh, so AIPerf synthesises prompts
+whose prefix reuse matches the workload (history by replay, system prompt by ids).
 
 Two sources: the calls of a trace as measured (:func:`write_measured`), or
 sessions sampled from a fitted Workload with a seed (:func:`write_fitted`).
+A measured call whose prompt shrank (the agent trimmed its context) cannot be
+replayed as a delta; it is written with 1 new token and the replay's context
+grows where the original's shrank.
 """
 
 from __future__ import annotations
@@ -25,31 +32,29 @@ from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS
 
 
 class _Blocks:
-    """Hands out block ids: shared system-prompt blocks, then per-session chains."""
+    """Hands out block ids: the system prompt's blocks are shared, all others fresh."""
 
     def __init__(self, system_tokens: int, block_tokens: int):
         self.block = block_tokens
-        self.system_blocks = list(range(system_tokens // block_tokens))
+        self.system_blocks = list(range(int(system_tokens) // block_tokens))
         self.next_id = len(self.system_blocks)
 
-    def new_session(self) -> list[int]:
-        return list(self.system_blocks)
+    def fresh(self, n: int) -> list[int]:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        return ids
 
-    def ids(self, chain: list[int], stable_tokens: float, prompt_tokens: float) -> list[int]:
-        """Ids for a prompt whose first ``stable_tokens`` repeat the session's history; extends ``chain``."""
-        keep = min(int(stable_tokens // self.block), len(chain))
-        del chain[keep:]
-        total = math.ceil(prompt_tokens / self.block)
-        out = list(chain)
-        while len(out) < total:
-            out.append(self.next_id)
-            self.next_id += 1
-        chain[:] = out[: int(prompt_tokens // self.block)]  # only full blocks carry over
-        return out
+    def first_turn(self, tokens: float) -> list[int]:
+        total = math.ceil(tokens / self.block)
+        shared = self.system_blocks[: int(tokens // self.block)]
+        return shared + self.fresh(total - len(shared))
+
+    def delta(self, tokens: float) -> list[int]:
+        return self.fresh(math.ceil(tokens / self.block))
 
 
-def _line(session: str, prompt: float, output: float, ids: list[int], delay_s: float | None) -> str:
-    rec = {"session_id": session, "input_length": int(round(prompt)), "output_length": max(int(round(output)), 1),
+def _line(session: str, new_tokens: float, output: float, ids: list[int], delay_s: float | None) -> str:
+    rec = {"session_id": session, "input_length": int(round(new_tokens)), "output_length": max(int(round(output)), 1),
            "hash_ids": ids}
     if delay_s is not None:
         rec["delay"] = round(delay_s * 1e3, 3)
@@ -60,51 +65,44 @@ def write_measured(c: Columns, system_prompt_tokens: int, tool_wait_s: np.ndarra
                    block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> int:
     """The trace's own calls, in session order; returns the number of lines written."""
     blocks = _Blocks(system_prompt_tokens, block_tokens)
-    n = len(c)
     with open(path, "w", encoding="utf-8") as f:
-        chain: list[int] = []
-        for i in range(n):
-            first = i == 0 or c.session[i] != c.session[i - 1]
-            if first:
-                chain = blocks.new_session()
-                stable = float(system_prompt_tokens)
-                delay = None
-            else:
-                stable = min(c.input_tokens[i - 1] + c.output_tokens[i - 1], c.input_tokens[i])
-                w = tool_wait_s[i - 1]
-                delay = float(w) if np.isfinite(w) else 0.0
-            ids = blocks.ids(chain, stable, c.input_tokens[i])
+        for i in range(len(c)):
             key = c.session_keys[c.session[i]]
             name = "-".join(map(str, key)) if isinstance(key, tuple) else str(key)
-            f.write(_line(name, c.input_tokens[i], c.output_tokens[i], ids, delay) + "\n")
-    return n
+            if i == 0 or c.session[i] != c.session[i - 1]:
+                new = c.input_tokens[i]
+                ids, delay = blocks.first_turn(new), None
+            else:
+                new = max(c.input_tokens[i] - c.input_tokens[i - 1] - c.output_tokens[i - 1], 1.0)
+                w = tool_wait_s[i - 1]
+                ids, delay = blocks.delta(new), float(w) if np.isfinite(w) else 0.0
+            f.write(_line(name, new, c.output_tokens[i], ids, delay) + "\n")
+    return len(c)
 
 
 def write_fitted(w: Workload, path: str | Path, sessions: int, seed: int,
                  block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> int:
-    """``sessions`` sessions sampled from ``w`` with ``seed`` (same draws as the spec's semantics)."""
+    """``sessions`` sessions sampled from ``w`` with ``seed``; returns the number of lines written."""
     rng = np.random.default_rng(seed)
     blocks = _Blocks(w.system_prompt_tokens, block_tokens)
+    first_dist = w.first_call_input_tokens or w.new_input_tokens_per_call
     lines = 0
     with open(path, "w", encoding="utf-8") as f:
         for s in range(sessions):
             steps = max(int(round(w.steps_per_task.sample(rng, 1)[0])), 1)
-            chain = blocks.new_session()
-            context = float(w.system_prompt_tokens)
             delay = None
-            first_dist = w.first_call_input_tokens or w.new_input_tokens_per_call
             for k in range(steps):
                 calls = max(int(round(w.calls_per_step.sample(rng, 1)[0])), 1)
                 for j in range(calls):
-                    dist = first_dist if (k == 0 and j == 0) else w.new_input_tokens_per_call
-                    new = max(round(float(dist.sample(rng, 1)[0])), 0)
                     out = max(round(float(w.output_tokens_per_call.sample(rng, 1)[0])), 1)
-                    stable = context
-                    prompt = context + new
-                    ids = blocks.ids(chain, stable, prompt)
-                    f.write(_line(f"s{s}", prompt, out, ids, delay) + "\n")
+                    if k == 0 and j == 0:
+                        new = w.system_prompt_tokens + max(round(float(first_dist.sample(rng, 1)[0])), 0)
+                        ids = blocks.first_turn(new)
+                    else:
+                        new = max(round(float(w.new_input_tokens_per_call.sample(rng, 1)[0])), 1)
+                        ids = blocks.delta(new)
+                    f.write(_line(f"s{s}", new, out, ids, delay) + "\n")
                     lines += 1
-                    context = prompt + out
                     delay = 0.0
                 delay = max(float(w.tool_wait_s.sample(rng, 1)[0]), 0.0)
     return lines

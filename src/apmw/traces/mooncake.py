@@ -13,6 +13,16 @@ whose blocks it extends, :meth:`PrefixCache.parent_session`) -- a heuristic,
 since Mooncake traces carry no session ids; without ``hash_ids`` every request
 is its own session. The cached share is what an infinite prefix cache over
 ``hash_ids`` would serve.
+
+**Turns of an AIPerf session are deltas.** With ``session_id``, AIPerf replays a
+session as a multi-turn chat in its default ``deltas_without_responses`` context
+mode: each line's ``input_length`` / ``text_input`` (and its ``hash_ids``) is the
+turn's *new* content, and the request carries the whole history before it
+(aiperf 0.13 ``BaseTraceDatasetLoader._infer_context_mode`` and
+``ConversationContextMode``). So a turn's prompt is the session's history (earlier
+prompts and outputs) plus its delta, and the history counts as cached. A session
+given as ``messages`` is self-contained instead (each line is the whole prompt).
+Calls of a session keep file order.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ class Reader:
         self.estimated_lines = 0
         self.inferred_sessions = False
         self.saw_session_ids = False
+        self.context: dict[object, float] = {}  # AIPerf session -> tokens of its history so far
 
     def read(self, path: str | Path, errors: LineErrors) -> CallStream:
         """One pass; the common Mooncake line (ints, a hash_ids list) takes the inlined fast path."""
@@ -92,6 +103,7 @@ class Reader:
 
     def _call(self, obj: dict, line: int, cache: PrefixCache, last_arrival: dict) -> Call:
         inp = number(obj.get("input_length"))
+        whole = obj.get("messages") is not None  # a self-contained prompt, not a delta
         if inp != inp:  # nan: estimate from text
             text = obj.get("messages", obj.get("text_input"))
             if text is not None:
@@ -101,14 +113,14 @@ class Reader:
         t_ms = number(obj.get("timestamp"))
         delay_ms = number(obj.get("delay"))
         hash_ids = obj.get("hash_ids")
-        cached = NAN
+        if hash_ids is not None and not isinstance(hash_ids, list):
+            raise ValueError("hash_ids must be a list of block ids")
         session = obj.get("session_id")
         if session is not None:
-            self.saw_session_ids = True
+            return self._session_turn(session, line, inp, out, hash_ids, whole, t_ms, delay_ms, cache)
+        cached = NAN
         if hash_ids:
-            if not isinstance(hash_ids, list):
-                raise ValueError("hash_ids must be a list of block ids")
-            if session is None and inp == inp:
+            if inp == inp:
                 session = cache.parent_session(hash_ids, inp, line)
                 self.inferred_sessions = True
             cached = cache.hit_tokens(hash_ids, inp)
@@ -124,3 +136,16 @@ class Reader:
         if start_s == start_s:
             last_arrival[session] = start_s
         return Call(session, start_s if start_s == start_s else float(line), inp, out, cached, start_s, NAN, NAN, gap)
+
+    def _session_turn(self, session: object, line: int, inp: float, out: float, hash_ids: list | None,
+                      whole: bool, t_ms: float, delay_ms: float, cache: PrefixCache) -> Call:
+        """One turn of an AIPerf session: history + delta, unless it is a whole ``messages`` prompt."""
+        self.saw_session_ids = True
+        history = self.context.get(session, 0.0)
+        prompt = inp if whole else history + inp
+        cached = NAN
+        if hash_ids is not None:
+            cached = (0.0 if whole else history) + cache.hit_tokens(hash_ids, inp)
+        self.context[session] = prompt + out if out == out else prompt
+        start_s = t_ms / 1e3
+        return Call(session, float(line), prompt, out, cached, start_s, NAN, NAN, delay_ms / 1e3)

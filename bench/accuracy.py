@@ -336,6 +336,7 @@ def report(rows: list[Row], isl_scale: float) -> str:
 def write_fixture(rows: list[Row], path: Path) -> None:
     """The fixed regression subset: held-out MLPerf Server/Interactive rows we model."""
     keep = [r for r in rows if r.source.startswith("MLPerf") and r.split == "held-out" and r.predicted
+            and r.path == "calibrated"
             and "tpot_s" in r.measured]
     model_ref = {LLAMA2_70B: "tests/fixtures/accuracy/meta-llama--Llama-2-70b-chat-hf.json"}
     out = pd.DataFrame([{

@@ -90,17 +90,19 @@ def _interp_axis(a: np.ndarray, grid: np.ndarray, x: float, axis: int) -> np.nda
 
 
 def bilinear_log2(table: np.ndarray, xs: np.ndarray, ys: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Vectorised bilinear interpolation on a grid whose axes are spaced in log2.
+    """Vectorised bilinear interpolation on a (batch x context) grid spaced in powers of two.
 
-    Used for decode attention (batch x context): within a cell it is linear in
-    log2 of each axis, so it is exact at grid points and monotone where the table is.
+    Used for decode attention: within a cell it is linear in each axis (attention time
+    is close to affine in batch and in context, so linear rather than log-linear
+    interpolation keeps averages of the function close to the function of averages),
+    exact at grid points and monotone where the table is.
     Beyond the last batch or context it scales in proportion (more sequences or more
     context means proportionally more KV to read).
     """
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
-    fx = np.interp(np.log2(x), np.log2(xs), np.arange(len(xs), dtype=float))
-    fy = np.interp(np.log2(y), np.log2(ys), np.arange(len(ys), dtype=float))
+    fx = np.interp(x, xs, np.arange(len(xs), dtype=float))
+    fy = np.interp(y, ys, np.arange(len(ys), dtype=float))
     i = np.minimum(fx.astype(int), len(xs) - 2)
     j = np.minimum(fy.astype(int), len(ys) - 2)
     wx, wy = fx - i, fy - j

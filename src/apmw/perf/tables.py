@@ -11,7 +11,6 @@ monotone in tokens, batch and context).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,19 +22,27 @@ _DIR = Path(__file__).resolve().parent.parent / "catalog" / "data" / "calibratio
 CALIBRATED_GPUS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm"}
 
 
-@dataclass(frozen=True)
 class KernelTables:
-    """One GPU's measured tables (seconds), as loaded from its ``.npz``."""
+    """One GPU's measured tables (seconds), read lazily from its ``.npz``.
 
-    gpu: str
-    source: str
-    arrays: dict[str, np.ndarray]
+    Only the arrays a replica needs are decompressed (the file holds every head layout),
+    which keeps a cold ``apmw predict`` fast.
+    """
+
+    def __init__(self, gpu: str, path: Path):
+        self.gpu = gpu
+        self._npz = np.load(path)
+        self._names = set(self._npz.files)
+        self._cache: dict[str, np.ndarray] = {}
+        self.source = json.loads(str(self._npz["meta"]))["source"]
 
     def has(self, key: str) -> bool:
-        return key in self.arrays
+        return key in self._names
 
     def __getitem__(self, key: str) -> np.ndarray:
-        return self.arrays[key]
+        if key not in self._cache:
+            self._cache[key] = self._npz[key].astype(float)
+        return self._cache[key]
 
 
 @lru_cache(maxsize=None)
@@ -44,10 +51,7 @@ def load_tables(gpu_name: str) -> KernelTables | None:
     stem = CALIBRATED_GPUS.get(gpu_name)
     if stem is None:
         return None
-    with np.load(_DIR / f"{stem}.npz") as z:
-        arrays = {k: z[k].astype(float) if k != "meta" else z[k] for k in z.files}
-    meta = json.loads(str(arrays.pop("meta")))
-    return KernelTables(gpu=gpu_name, source=meta["source"], arrays=arrays)
+    return KernelTables(gpu_name, _DIR / f"{stem}.npz")
 
 
 def interp_extrapolate(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ import yaml
 from apmw.spec import Workload
 from apmw.traces import formats
 from apmw.traces.fit import FORMS, Columns, Shape, cache_shares, collect, shape, stats, validate, workload_dict
+from apmw.traces.generic import parse_mapping
 from apmw.traces.records import LineErrors, TraceError
 
 __all__ = ["FitResult", "TraceError", "fit_trace", "workload_from_trace", "FORMATS", "FORMS"]
@@ -79,7 +80,7 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
         raise TraceError(f"{path}: no model calls found as format '{fmt}' ({errors.lines_read} line(s) read){why}. "
                          f"Accepted formats: {formats.accepted()}")
     has_sessions = next(f for f in formats.FORMATS if f.name == fmt).has_sessions
-    if fmt in ("csv", "jsonl") and (mapping is None or "session" not in str(mapping)):
+    if fmt in ("csv", "jsonl") and "session" not in parse_mapping(mapping):
         has_sessions = False
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
         has_sessions = False

@@ -61,3 +61,20 @@ def test_cli_bad_input_is_an_error_not_a_traceback():
     r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H100", "--isl", "0", "--osl", "10",
                                  "--concurrency", "1", "--engine", "tgi"])
     assert r.exit_code == 1 and "Traceback" not in r.output
+
+
+def test_open_loop_obeys_littles_law():
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_open_loop
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
+    rates = (5.0, 20.0, 40.0)
+    ps = [predict_open_loop(step, 800, 128, lam, 8192, 2048) for lam in rates]
+    for lam, p in zip(rates, ps):
+        # in-flight requests = arrival rate x time in system (within one request of rounding)
+        assert abs(lam * p.e2e_latency_s - p.running_requests) <= max(1.0, 0.05 * p.running_requests)
+    assert [p.tpot_s for p in ps] == sorted(p.tpot_s for p in ps)
+    with pytest.raises(PredictError, match="exceeds"):
+        predict_open_loop(step, 800, 128, 1e5, 8192, 2048)

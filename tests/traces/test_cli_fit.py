@@ -100,3 +100,18 @@ def test_stdout_is_the_yaml_section_alone():
     section = yaml.safe_load(r.stdout)["workload"]
     assert section["system_prompt_tokens"] == 1200 and section["calls_per_step"] == 1
     assert "calls per session" in r.stderr
+
+
+def test_export_is_accepted_by_aiperf_itself(tmp_path):
+    """Runs where aiperf is installed (pip install aiperf==0.13.0; not a project dependency)."""
+    import pytest
+
+    models = pytest.importorskip("aiperf.dataset.loader.models")
+    loader = pytest.importorskip("aiperf.dataset.loader.mooncake_trace")
+    target = tmp_path / "replay.jsonl"
+    assert run(str(FIXTURES / "mini_swe_calls_3sessions.csv"), "--export", "aiperf", "--export-path",
+               str(target)).returncode == 0
+    rows = [json.loads(line) for line in target.read_text().splitlines()]
+    for row in rows:
+        models.MooncakeTrace.model_validate(row)
+    assert loader.MooncakeTraceDatasetLoader.can_load(rows[0])

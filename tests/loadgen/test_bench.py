@@ -77,6 +77,9 @@ def test_concurrent_agents_are_batched(closed_loop):
     level = outcome.summary["levels"][0]
     assert level["decode_batch_max"] >= 2
     assert level["decode_batch_mean"] > 0.5       # 1.3 measured on the 2-core machine; load-dependent
+    # the server's own count: tokens generated per llama_decode() call over the window (> 1: batched)
+    server = level["server_metrics"]
+    assert server["decode_batch_source"].startswith("llama.cpp") and server["decode_batch_mean"] > 1.0
     assert level["in_flight"]["max"] <= SLOTS + 4
     ok = [c for c in _by_type(records, "call") if c["ok"]]
     spans = [(c["start_s"] + c["ttft_s"], c["start_s"] + c["latency_s"]) for c in ok]
@@ -283,3 +286,18 @@ def test_chat_api_sends_the_session_as_messages(llama_server, tmp_path):
     # the chat template wraps each message in tokens of its own: prompts are longer than their text
     assert all(c["prompt_tokens"] > c["target_prompt_tokens"] for c in calls)
     assert outcome.summary["levels"][0]["completed_tasks"] >= 1
+
+
+def test_prometheus_text_is_summed_over_labels_without_buckets():
+    from apmw.loadgen.metrics import parse_prometheus
+
+    text = ('# HELP vllm:num_requests_running Number of requests in model execution batches.\n'
+            '# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_running{engine="1",model_name="m"} 2.0\n'
+            'vllm:e2e_request_latency_seconds_bucket{le="0.3",model_name="m"} 7.0\n'
+            'vllm:e2e_request_latency_seconds_count{model_name="m"} 9.0\n'
+            'llamacpp:n_decode_total 120\n'
+            'broken_line_without_value\n')
+    assert parse_prometheus(text) == {"vllm:num_requests_running": 5.0,
+                                      "vllm:e2e_request_latency_seconds_count": 9.0, "llamacpp:n_decode_total": 120.0}

@@ -28,6 +28,7 @@ from typing import IO
 import numpy as np
 
 from apmw.loadgen.client import FAULT_KINDS, BenchError
+from apmw.loadgen.metrics import summarise_polls
 
 
 class ResultsWriter:
@@ -96,6 +97,7 @@ class Level:
     windows: dict[int, _Window] = field(default_factory=dict)
     calls: list[dict] = field(default_factory=list)
     tasks: list[dict] = field(default_factory=list)
+    server: list[dict] = field(default_factory=list)    # /metrics polls
 
 
 def levels_of(records: list[dict]) -> dict[int, Level]:
@@ -111,6 +113,8 @@ def levels_of(records: list[dict]) -> dict[int, Level]:
             seg_agents[seg] = cfg["agents"]
             lvl = levels.setdefault(cfg["agents"], Level(agents=cfg["agents"], slo=cfg.get("slo", {})))
             lvl.windows[seg] = _Window(warmup_s=cfg["warmup_s"], end_s=cfg["warmup_s"] + cfg["duration_s"])
+        elif rec["type"] == "server":
+            levels[seg_agents[seg]].server.append(rec)
         elif rec["type"] in ("call", "task"):
             lvl = levels[seg_agents[seg]]
             (lvl.calls if rec["type"] == "call" else lvl.tasks).append(rec)
@@ -175,6 +179,9 @@ def summarise_level(lvl: Level) -> dict:
         "in_flight": _concurrency(lvl, _request_span),
         "decode_batch_mean": _concurrency(lvl, _decode_span)["mean"],
         "decode_batch_max": _concurrency(lvl, _decode_span)["max"],
+        "server_metrics": summarise_polls([[p for p in lvl.server if p["segment"] == seg
+                                             and w.warmup_s <= p["t_s"] <= w.end_s]
+                                            for seg, w in lvl.windows.items()]),
         "errors": sum(faults.values()),
         "faults": {k: faults.get(k, 0) for k in FAULT_KINDS},
     }

@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from apmw.loadgen import metrics
 from apmw.loadgen.client import Client, CallResult
 from apmw.loadgen.results import ResultsWriter
 from apmw.loadgen.text import TextMaker
@@ -112,24 +113,36 @@ class Run:
         self.stats.started = self.t0
         self._tasks = [asyncio.create_task(self._agent(i)) for i in range(cfg.agents)]
         ticker = asyncio.create_task(self._tick(on_tick)) if on_tick else None
+        poller = asyncio.create_task(self._poll_metrics())
         end_at = cfg.warmup_s + cfg.duration_s
         try:
             await asyncio.wait_for(self._no_new_tasks.wait(), timeout=end_at)
         except asyncio.TimeoutError:
             self._no_new_tasks.set()
         measure_end = min(self.now(), end_at)
+        poller.cancel()
         if not self._interrupted:
             self.stats.phase = "draining"
             _, pending = await asyncio.wait(self._tasks, timeout=cfg.drain_s) if self._tasks else (None, [])
             for t in pending:
                 t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, poller, return_exceptions=True)
         if ticker:
             ticker.cancel()
         reason = "interrupted" if self._interrupted else "duration"
         self.writer.write({"type": "end", "segment": self.segment, "reason": reason, "elapsed_s": self.now(),
                            "measure_end_s": measure_end})
         return reason
+
+    async def _poll_metrics(self) -> None:
+        """Poll the server's /metrics through the window (stops at once if it has none)."""
+        while True:
+            values = await metrics.poll(self.client.http)
+            if values is None:
+                return
+            if self.now() >= self.cfg.warmup_s:
+                self.writer.write({"type": "server", "segment": self.segment, "t_s": self.now(), "metrics": values})
+            await asyncio.sleep(metrics.POLL_S)
 
     async def _tick(self, on_tick: Callable[[LiveStats], None]) -> None:
         while True:

@@ -21,6 +21,7 @@ PAIRED = (
     ("TTFT p95 s", ("ttft_p95_s",), ("ttft_p95_s",)),
     ("TPOT p95 s", ("tpot_p95_s",), ("tpot_p95_s",)),
     ("time per output token s", ("time_per_output_token_s",), ("time_per_output_token_s",)),
+    ("decode batch mean", ("decode_batch_mean",), ("decode_batch_mean",)),
     ("calls per session", ("calls_per_session",), ("calls_per_session",)),
     ("sessions per s", ("sessions_per_s",), ("sessions_per_s",)),
     ("output tokens per s", ("tokens_per_s", "output"), ("tokens_per_s", "output")),

@@ -116,3 +116,17 @@ def test_open_loop_runs_every_request_and_fast_equals_plain():
     assert fast.task_latency["mean"] == pytest.approx(plain.task_latency["mean"], rel=1e-9)
     # a request takes at least its own prefill and decode iterations
     assert fast.ttft["p50"] > 0 and fast.task_latency["p50"] > fast.ttft["p50"]
+
+
+def test_meets_slo_checks_ttft_and_tpot_when_the_spec_sets_them():
+    import copy
+
+    from apmw.spec import spec_from_dict
+    from tests.sim.helpers import BASE
+
+    d = copy.deepcopy(BASE)
+    loose = simulate(spec_from_dict(d), 4, duration_s=120, seed=1)
+    d["slo"]["ttft_p95_s"] = 1e-4                       # no prefill is that fast
+    tight = simulate(spec_from_dict(d), 4, duration_s=120, seed=1)
+    assert loose.meets_slo and not tight.meets_slo
+    assert tight.task_latency == loose.task_latency

@@ -56,3 +56,14 @@ def test_user_errors_are_one_line_not_tracebacks(tmp_path):
         r = run(_spec(tmp_path), *args)
         assert r.returncode != 0
         assert "Traceback" not in r.stderr and "error" in r.stderr.lower()
+
+
+def test_auto_sweep_brackets_the_plan_n_star(tmp_path):
+    from apmw.capacity import plan
+    from apmw.cli.simulate import auto_sweep
+    from apmw.spec import load_spec
+
+    spec = load_spec(_spec(tmp_path))
+    counts = auto_sweep(spec)
+    n_star = plan(spec).agents_per_replica
+    assert counts == sorted(counts) and counts[0] <= n_star <= counts[-1] and len(counts) >= 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -12,6 +13,22 @@ from rich.table import Table
 from apmw.cli.common import app, emit_json, err, fail, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
+
+
+# `--agents-sweep auto`: this many points from AUTO_LOW to AUTO_HIGH times the plan's N*.
+AUTO_POINTS, AUTO_LOW, AUTO_HIGH = 7, 0.5, 1.5
+
+
+def auto_sweep(spec) -> list[int]:
+    """Agent counts around the analytic N* (apmw plan), where the simulated knee should be."""
+    from apmw.capacity import InfeasibleError, plan
+
+    try:
+        n_star = plan(spec).agents_per_replica
+    except InfeasibleError:
+        n_star = 1
+    lo, hi = max(1, int(AUTO_LOW * n_star)), max(2, int(round(AUTO_HIGH * n_star)))
+    return sorted(set(int(round(x)) for x in np.linspace(lo, hi, AUTO_POINTS)))
 
 
 def parse_sweep(text: str) -> list[int]:
@@ -23,7 +40,7 @@ def parse_sweep(text: str) -> list[int]:
         a = None
     if a is None or a < 1 or b < a or step < 1:
         raise ApmwError(f"--agents-sweep {text!r}: give a:b:step with integers 1 <= a <= b and step >= 1, "
-                        "e.g. 10:100:10")
+                        "e.g. 10:100:10, or auto")
     return list(range(a, b + 1, step))
 
 
@@ -59,7 +76,8 @@ def simulate(
     duration_s: float = typer.Option(3600.0, "--duration-s", help="simulated seconds (measurement window ends here)"),
     seed: Optional[int] = typer.Option(None, "--seed", help="random seed (default: the spec's seed)"),
     warmup_s: Optional[float] = typer.Option(None, "--warmup-s", help="discarded start (default 20% of the run)"),
-    agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep", help="a:b:step: simulate each N, find N*"),
+    agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep",
+                                               help="a:b:step, or auto (0.5x..1.5x the plan's N*): simulate each N"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
     timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
     reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),
@@ -83,7 +101,8 @@ def simulate(
             if agents_sweep is None:
                 result = run(s, agents, duration_s, seed, progress=tick, **kw)
             else:
-                result = sweep(s, parse_sweep(agents_sweep), duration_s, seed,
+                counts = auto_sweep(s) if agents_sweep == "auto" else parse_sweep(agents_sweep)
+                result = sweep(s, counts, duration_s, seed,
                                progress=lambda n, now, end: tick(now, end, n), **kw)
     except (ApmwError, SpecError) as exc:
         fail(str(exc))

@@ -27,6 +27,17 @@ def _power(spec: Spec, replica: Replica, utilisation: float) -> float:
     return replica.gpus * (gpu_w + spec.power.host_power_w_per_gpu)
 
 
+def _meets(spec: Spec, lat: dict, ttft: dict, tpot: dict) -> bool:
+    """The spec's SLO: task-latency p95, and TTFT / TPOT p95 where given (as apmw plan checks)."""
+    slo = spec.slo
+    ok = lat["p95"] is not None and lat["p95"] <= slo.task_latency_p95_s
+    if slo.ttft_p95_s is not None:
+        ok = ok and ttft["p95"] is not None and ttft["p95"] <= slo.ttft_p95_s
+    if slo.tpot_p95_s is not None:
+        ok = ok and (tpot["p95"] is None or tpot["p95"] <= slo.tpot_p95_s)
+    return bool(ok)
+
+
 def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, seed: int, duration_s: float,
             warmup_s: float, window_s: float, latency: list[float], ttft: list[float], tpot: list[float],
             tasks: dict, wall_s: float, tool_s: list[float] | None = None,
@@ -57,7 +68,7 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         spills=st.spills, rejected_calls=st.rejected_calls, iterations=st.iterations,
         replica_power_w=power, energy_j=power * window_s,
         energy_per_task_j=power / x if x else None, sessions_per_s=x,
-        slo_p95_s=slo, meets_slo=(lat["p95"] is not None and lat["p95"] <= slo) if slo is not None else None,
+        slo_p95_s=slo, meets_slo=_meets(spec, lat, percentiles(ttft), percentiles(tpot)) if slo is not None else None,
         timeseries={"t_s": samples[:, 0].tolist(), "decode_batch": samples[:, 1].tolist(),
                     "kv_tokens": samples[:, 2].tolist()},
         wall_s=wall_s,
@@ -142,7 +153,7 @@ class SweepResult:
 
     @property
     def agents_per_replica(self) -> int:
-        """Largest N whose simulated p95 task latency meets the SLO (0 when none does)."""
+        """Largest N whose simulated run meets the SLO (task p95, and TTFT/TPOT p95 if set; 0 when none does)."""
         ok = [p.agents for p in self.points if p.meets_slo]
         return max(ok) if ok else 0
 

@@ -52,10 +52,10 @@ def test_flops_for_falls_back_to_wider_formats():
     h100, a100, b200 = get_gpu("H100"), get_gpu("A100"), get_gpu("B200")
     assert h100.flops_for("bf16") == h100.bf16_flops
     assert h100.flops_for("fp8") == h100.fp8_flops
-    assert h100.flops_for("fp4") == h100.fp8_flops       # Hopper has no FP4 tensor cores
+    assert h100.flops_for("fp4") == h100.bf16_flops      # Hopper has no FP4 tensor cores: W4A16
     assert a100.flops_for("fp8") == a100.bf16_flops      # Ampere has no FP8
     assert b200.flops_for("fp4") == b200.fp4_flops
-    assert b200.flops_for("int4") == b200.fp8_flops      # int4 weights run as W4A8
+    assert b200.flops_for("int4") == b200.bf16_flops     # int4 weights run as W4A16 (Marlin)
     with pytest.raises(UnknownNameError, match="fp6"):
         h100.flops_for("fp6")
 

@@ -125,6 +125,13 @@ def _summarise(spec: Spec, p: Plan) -> Spec | None:
     return _with(spec, "workload", summarize_at_tokens=cap, summary_tokens=SUMMARY_TOKENS)
 
 
+def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
+    """Only where tensor parallelism replicates KV (MLA, or fewer KV heads than GPUs)."""
+    if spec.serving.attention_data_parallel or p.replica.step.kv_replication <= 1:
+        return None
+    return _with(spec, "serving", attention_data_parallel=True)
+
+
 def _bigger_batch(spec: Spec, _: Plan) -> Spec | None:
     return _with(spec, "serving", max_batch=spec.serving.max_batch * 2)
 
@@ -159,6 +166,9 @@ LEVERS: tuple[Lever, ...] = (
           _policy("offload")),
     Lever("policy_ttl", "kv_residency", "kv_memory", "keep KV through a tool wait up to its p90, then free it",
           _policy("ttl")),
+    Lever("dp_attention", "kv_residency", "kv_memory",
+          "data-parallel attention: one copy of each sequence's KV instead of one per tensor-parallel rank",
+          _dp_attention),
     Lever("batch_limit_x2", "decode_batching", "batch_limit", "double max_batch", _bigger_batch),
     Lever("speculative_decoding", "decode_batching", "slo",
           "speculative decoding, 4 draft tokens at 70% acceptance, draft 10% of an iteration (assumed)",

@@ -42,3 +42,25 @@ def test_speculative_decoding_divides_time_per_token_by_accepted_tokens():
     accepted = (1 - 0.7**5) / (1 - 0.7)
     # at batch 1 the iteration is weight-bandwidth bound: verifying 5 tokens costs about as much as 1
     assert b / a == pytest.approx(1.1 / accepted, rel=0.15)
+
+
+def _deepseek(dp_attention: bool) -> dict:
+    d = _deterministic()
+    d["model"] = {"config": "deepseek-ai/DeepSeek-V3", "weight_dtype": "fp8", "kv_dtype": "bf16"}
+    d["hardware"] = {"gpu": "H200", "gpus_per_replica": 8}
+    d["serving"] = {"attention_data_parallel": dp_attention}
+    return d
+
+
+def test_mla_kv_is_replicated_under_tp_unless_attention_is_data_parallel():
+    tp = plan(spec_from_dict(_deepseek(False)), agents=4).to_dict()
+    dp = plan(spec_from_dict(_deepseek(True)), agents=4).to_dict()
+    assert tp["kv_replication"] == 8 and dp["kv_replication"] == 1
+    assert dp["kv_tokens_capacity"] == pytest.approx(8 * tp["kv_tokens_capacity"])
+
+
+def test_decode_draws_less_than_provisioned_power():
+    """Memory-bound decode draws a third of the idle-to-busy range (perf/power.py), far below nameplate."""
+    d = plan(spec_from_dict(_deterministic()), agents=4).to_dict()
+    assert d["compute_bound_share"] < 0.5
+    assert d["replica"]["power_w"] < 0.6 * d["replica"]["provisioned_power_w"] / 1.3

@@ -45,6 +45,7 @@ class EngineCurve:
     completion_rate: np.ndarray  # mu(b), calls per second
     decode_share: float          # share of running calls that are decoding
     iterations_per_call: float
+    compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
 
 
 # Iterations carry at most this many prefilling calls in the mixture below; the
@@ -84,15 +85,19 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int) -> EngineCur
             kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
             attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
-        return (step.iteration_time_s(load) * weight).sum(axis=1) * (1.0 + s.draft_cost_fraction)
+        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction)
+        # time-weighted compute-bound share of these iterations (drives power)
+        share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
+        return (t * weight).sum(axis=1), share
 
-    t_prefill = mean_time(others + 1)
-    t_decode = mean_time(others)
+    t_prefill, share_prefill = mean_time(others + 1)
+    t_decode, share_decode = mean_time(others)
     t = q * t_prefill + (1 - q) * t_decode
+    share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
     b = b[:, 0]
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
-                       iterations_per_call=iters)
+                       iterations_per_call=iters, compute_share=share)
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ class LoopState:
     queue_per_call_s: float          # waiting for a batch slot
     running_batch_mean: float        # b, sequences in an iteration
     engine_utilisation: float        # P(engine has work)
+    compute_share: float             # compute-bound share of busy time (power model)
     think_per_call_s: float          # Z
     batch_distribution: np.ndarray   # P(b = 0..max_batch)
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
@@ -152,6 +158,8 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         queue_per_call_s=max(residence - service, 0.0),
         running_batch_mean=float((p * b_of_j).sum()),
         engine_utilisation=float(1.0 - p[0]),
+        compute_share=float((p[1:] * curve.iteration_s[idx[1:]] * curve.compute_share[idx[1:]]).sum()
+                            / max((p[1:] * curve.iteration_s[idx[1:]]).sum(), 1e-300)),
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
         iteration_p95_s=iteration_p95,

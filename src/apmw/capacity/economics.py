@@ -1,9 +1,11 @@
 """Power, agents per megawatt, energy and money per session, fleet size (MODEL.md section 6).
 
-    P_replica   = g * (P_gpu(utilisation) + P_host)          modelled IT power
+    P_gpu       = P_idle + (P_busy - P_idle) * utilisation * (0.33 + 0.67 * compute share)
+                  (perf/power.py: memory-bound decode draws a third of the range)
+    P_replica   = g * (P_gpu + P_host)                       modelled IT power
     P_facility  = P_replica * PUE
     provisioned = g * provisioned_kw_per_gpu                 (all-in nameplate, if given)
-                = g * (TDP + P_host) * PUE                   (otherwise)
+                = g * (TDP + P_host_nameplate) * PUE         (otherwise)
     agents/MW   = N* / (P_facility / 1e6)
     energy/session (IT, J)   = P_replica * R / N*
     cost/session (USD)       = P_facility * R / N* (in kWh) * price + g * gpu_hour_usd * R / N* / 3600
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from apmw.perf import Replica, gpu_power_w
+from apmw.perf import Replica, activity_power_w
 from apmw.spec import Spec
 
 J_PER_KWH = 3.6e6
@@ -41,16 +43,17 @@ class Economics:
 
 
 def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: float,
-              engine_utilisation: float) -> Economics:
+              engine_utilisation: float, compute_share: float) -> Economics:
     g = replica.gpus
     p = spec.power
-    gpu_w = gpu_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, engine_utilisation)
+    gpu_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, engine_utilisation,
+                                   compute_share))
     replica_w = g * (gpu_w + p.host_power_w_per_gpu)
     facility_w = replica_w * p.pue
     if p.provisioned_kw_per_gpu is not None:
         provisioned_w = g * p.provisioned_kw_per_gpu * 1000.0
     else:
-        provisioned_w = g * (replica.gpu.tdp_w + p.host_power_w_per_gpu) * p.pue
+        provisioned_w = g * (replica.gpu.tdp_w + p.host_nameplate_w_per_gpu) * p.pue
     per_session_s = task_latency_mean_s / agents if agents > 0 else math.inf
     it_j = replica_w * per_session_s
     facility_j = facility_w * per_session_s

@@ -68,6 +68,7 @@ class Plan:
             "decode_batch_mean": ev.loop.running_batch_mean * self._decode_share,
             "running_batch_mean": ev.loop.running_batch_mean,
             "engine_utilisation": ev.loop.engine_utilisation,
+            "compute_bound_share": ev.loop.compute_share,
             "kv_tokens_resident_mean": ev.kv_bytes_resident_mean / kv_per_token,
             "kv_tokens_resident_p95": ev.kv_bytes_resident_p95 / kv_per_token,
             "kv_tokens_capacity": r.kv_capacity_bytes / kv_per_token,
@@ -144,7 +145,8 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT
     else:
         curve = engine_curve(replica.step, sample, spec.serving.max_batch)
         at = evaluate(spec, sample, curve, replica.kv_capacity_bytes, agents)
-    econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation)
+    econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation,
+                     at.loop.compute_share)
     fleet = None
     if spec.fleet.target_agents is not None:
         fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus, econ.facility_power_w,

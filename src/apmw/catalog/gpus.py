@@ -52,8 +52,10 @@ _RATE_CHAIN = {
     "fp16": ("bf16",),
     "fp8": ("fp8", "bf16"),
     "int8": ("int8", "bf16"),
-    "fp4": ("fp4", "fp8", "bf16"),
-    "int4": ("fp8", "bf16"),
+    # 4-bit weights without native FP4 tensor cores run as W4A16: vLLM's Marlin kernels
+    # (MXFP4/NVFP4 on Hopper, GPTQ/AWQ int4) dequantise to bf16 and multiply at the bf16 rate.
+    "fp4": ("fp4", "bf16"),
+    "int4": ("bf16",),
 }
 
 
@@ -83,9 +85,8 @@ class GpuSpec:
     def flops_for(self, dtype: str) -> float:
         """Best dense rate usable for weights stored as ``dtype``.
 
-        A GPU without a native rate for the dtype falls back to the next wider format
-        (fp4 -> fp8 -> bf16), because the kernels dequantise to what the tensor cores
-        support. ``int4`` maps to fp8 then bf16 (see ``_RATE_CHAIN``).
+        A GPU without a native rate for the dtype falls back to the format its kernels
+        dequantise to: fp8 -> bf16, and 4-bit weights -> bf16 (W4A16, see ``_RATE_CHAIN``).
         """
         chain = _RATE_CHAIN.get(dtype.lower())
         if chain is None:

@@ -71,16 +71,17 @@ class Replica:
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency = DEFAULT_EFFICIENCY, engine: str = DEFAULT_ENGINE,
-                     calibrated: bool = True) -> StepModel:
+                     calibrated: bool = True, attention_data_parallel: bool = False) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
     Read ``.source`` on the result (``calibrated`` or ``roofline``) to know which.
     """
     if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                   efficiency=efficiency, engine=engine)
+                                   efficiency=efficiency, attention_data_parallel=attention_data_parallel,
+                                   engine=engine)
     return StepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     efficiency=efficiency)
+                     efficiency=efficiency, attention_data_parallel=attention_data_parallel)
 
 
 def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, calibrated: bool = True) -> Replica:
@@ -92,7 +93,7 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, c
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
     step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                            calibrated=calibrated)
+                            calibrated=calibrated, attention_data_parallel=spec.serving.attention_data_parallel)
     mem = memory_budget(gpu.hbm_bytes, g, spec.serving.kv_memory_fraction, step.weight_bytes,
                         spec.serving.workspace_bytes_per_gpu)
     if not mem.fits:

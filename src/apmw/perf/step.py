@@ -47,6 +47,9 @@ class StepModel:
     weight_dtype: str
     kv_dtype: str
     efficiency: Efficiency = DEFAULT_EFFICIENCY
+    # Data-parallel attention (SGLang --enable-dp-attention, vLLM data parallel + expert
+    # parallel): each GPU runs attention for its own sequences, so KV is not replicated.
+    attention_data_parallel: bool = False
 
     @property
     def source(self) -> str:
@@ -72,7 +75,10 @@ class StepModel:
         TP shards attention by KV head. MLA has a single latent KV "head", so every
         rank keeps the whole latent cache (vLLM without data-parallel attention); GQA
         with fewer KV heads than ranks replicates each head ``g / kv_heads`` times.
+        Data-parallel attention keeps one copy: each rank holds its own sequences.
         """
+        if self.attention_data_parallel:
+            return 1.0
         if self.arch.attention == "mla":
             return float(self.gpus)
         return max(1.0, self.gpus / max(self.arch.num_kv_heads, 1))

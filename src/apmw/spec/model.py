@@ -131,6 +131,11 @@ class Serving(_Section):
         default=64e9, gt=0, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
     )
     prefix_caching: bool = True
+    attention_data_parallel: bool = Field(
+        default=False,
+        description="data-parallel attention across the replica's GPUs (SGLang --enable-dp-attention; vLLM "
+        "data parallel with expert parallel): KV is not replicated on every rank (matters for MLA models)",
+    )
     speculative: Speculative | None = None
 
     @model_validator(mode="after")
@@ -151,9 +156,15 @@ class Slo(_Section):
 class Power(_Section):
     pue: float = Field(default=1.3, ge=1.0, description="facility / IT power")
     host_power_w_per_gpu: float = Field(
+        default=125.0,
+        ge=0,
+        description="modelled draw of CPUs, DRAM, NICs and fans per GPU: 1.0 kW per 8-GPU node, checked against "
+        "MLPerf node power (docs/accuracy.md)",
+    )
+    host_nameplate_w_per_gpu: float = Field(
         default=575.0,
         ge=0,
-        description="CPUs, NICs, switches and fans per GPU: (10.2 kW DGX H100 max - 8 x 700 W GPUs) / 8, "
+        description="host nameplate per GPU for provisioned power: (10.2 kW DGX H100 max - 8 x 700 W GPUs) / 8, "
         "NVIDIA DGX H100 datasheet",
     )
     provisioned_kw_per_gpu: float | None = Field(

@@ -43,8 +43,8 @@ def _close(a, b) -> bool:
 @pytest.mark.parametrize("name", list(CASES))
 def test_fast_path_equals_plain_loop(name):
     s, agents = CASES[name]
-    fast = simulate(s, agents, duration_s=150, seed=3, warmup_s=30)
-    plain = simulate(s, agents, duration_s=150, seed=3, warmup_s=30, fast=False)
+    fast = simulate(s, agents, duration_s=100, seed=3, warmup_s=20)
+    plain = simulate(s, agents, duration_s=100, seed=3, warmup_s=20, fast=False)
     assert plain.completed_tasks > 0
     assert fast.iterations == plain.iterations
     assert not _same(fast.to_dict(), plain.to_dict())

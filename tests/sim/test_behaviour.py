@@ -130,3 +130,20 @@ def test_meets_slo_checks_ttft_and_tpot_when_the_spec_sets_them():
     tight = simulate(spec_from_dict(d), 4, duration_s=120, seed=1)
     assert loose.meets_slo and not tight.meets_slo
     assert tight.task_latency == loose.task_latency
+
+
+def test_replayed_tasks_match_the_same_constant_workload():
+    """Replaying a task equals sampling it from constant distributions (which draw no random numbers)."""
+    from apmw.sim import TaskShape
+    from tests.sim.helpers import spec_with
+
+    s = spec_with(workload={"steps_per_task": 3, "calls_per_step": 2, "new_input_tokens_per_call": 200,
+                            "output_tokens_per_call": 50, "tool_wait_s": 1.5})
+    task = TaskShape(new_input_tokens=[200] * 6, output_tokens=[50] * 6, wait_after_s=[0, 1.5] * 3)
+    sampled = simulate(s, 6, duration_s=120, seed=9).to_dict()
+    replayed = simulate(s, 6, duration_s=120, seed=9, tasks=[task]).to_dict()
+    sampled.pop("wall_s"), replayed.pop("wall_s")
+    assert sampled == replayed
+    assert sampled["task_output_tokens_mean"] == 300
+    with pytest.raises(ApmwError, match="same length"):
+        simulate(s, 2, duration_s=60, tasks=[TaskShape([1, 2], [3], [0.0])])

@@ -6,8 +6,9 @@ preemption by recompute, LRU prefix cache) driven by closed-loop agents, with th
 iteration time of the shared step-time model. See docs/simulate.md.
 """
 
+from apmw.sim.agents import TaskShape
 from apmw.sim.engine import BLOCK_TOKENS, Engine, Seq
 from apmw.sim.result import SimResult
 from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep
 
-__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep"]
+__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "TaskShape", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep"]

@@ -23,10 +23,33 @@ Calls inside one step follow each other with no wait: the context is pinned. Wit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import numpy as np
 
+from apmw.errors import ApmwError
 from apmw.sim.engine import Engine, Seq
 from apmw.spec import Spec
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """One task to replay (e.g. from a trace): per call, new input tokens, output tokens, and the tool
+    wait after it (0 between calls of one step). The first call's new tokens follow the system prompt."""
+
+    new_input_tokens: Sequence[int]
+    output_tokens: Sequence[int]
+    wait_after_s: Sequence[float]
+
+    def check(self, index: int) -> "TaskShape":
+        n = len(self.new_input_tokens)
+        if n == 0 or len(self.output_tokens) != n or len(self.wait_after_s) != n:
+            raise ApmwError(f"replayed task {index}: new_input_tokens, output_tokens and wait_after_s must have "
+                            f"the same length >= 1 (got {n}, {len(self.output_tokens)}, {len(self.wait_after_s)})")
+        if min(self.output_tokens) < 1 or min(self.new_input_tokens) < 0 or min(self.wait_after_s) < 0:
+            raise ApmwError(f"replayed task {index}: output tokens must be >= 1, new tokens and waits >= 0")
+        return self
 
 
 def _rint(x: np.ndarray, minimum: int) -> list[int]:
@@ -37,13 +60,17 @@ class ClosedLoopAgents:
     """N agents, each a task at a time; records task, TTFT and TPOT figures in the window."""
 
     def __init__(self, spec: Spec, agents: int, rng: np.random.Generator, warmup_s: float, duration_s: float,
-                 drain_limit_s: float):
+                 drain_limit_s: float, tasks: Sequence[TaskShape] | None = None):
         self.w, self.sv = spec.workload, spec.serving
         self.n = agents
         self.rng = rng
         self.warmup_s, self.duration_s = warmup_s, duration_s
         self.drain_limit_s = drain_limit_s
         self.stop_time_s = duration_s
+        self.replay = None if tasks is None else [t.check(i) for i, t in enumerate(tasks)]
+        if self.replay is not None and not self.replay:
+            raise ApmwError("the replayed task list is empty")
+        self._replayed = 0
         self.engine: Engine | None = None
         self.calls: list[tuple[list[int], list[int], list[float]]] = [([], [], [])] * agents
         self.call_idx = [0] * agents
@@ -73,6 +100,11 @@ class ClosedLoopAgents:
             self._start_task(a, t)
 
     def _sample_task(self) -> tuple[list[int], list[int], list[float]]:
+        if self.replay is not None:            # tasks in the given order, cycling
+            t = self.replay[self._replayed % len(self.replay)]
+            self._replayed += 1
+            return [int(x) for x in t.new_input_tokens], [int(x) for x in t.output_tokens], \
+                [float(x) for x in t.wait_after_s]
         w, rng = self.w, self.rng
         steps = _rint(w.steps_per_task.sample(rng, 1), 1)[0]
         per_step = _rint(w.calls_per_step.sample(rng, steps), 1)

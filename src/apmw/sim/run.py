@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from apmw.errors import ApmwError
 from apmw.perf import Replica, gpu_power_w, replica_from_spec
-from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests
+from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import BLOCK_TOKENS, Engine
 from apmw.sim.result import SimResult, percentiles
 from apmw.spec import Spec
@@ -85,7 +85,7 @@ def _in_flight(eng: Engine) -> int:
 def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | None = None, *,
              warmup_s: float | None = None, drain_limit_s: float | None = None, fast: bool = True,
              replica: Replica | None = None, progress: Callable[[float, float], None] | None = None,
-             check: bool = False) -> SimResult:
+             check: bool = False, tasks: Sequence[TaskShape] | None = None) -> SimResult:
     """Simulate ``agents`` closed-loop agents on one replica of ``spec`` for ``duration_s`` simulated seconds.
 
     Agents start spread over the first ``warmup_s`` seconds (default a fifth of the
@@ -95,6 +95,7 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     window. ``seed`` defaults to the spec's. ``fast=False`` runs the plain
     iteration-by-iteration reference. ``progress(now_s, end_s)`` is called now and then.
     ``check=True`` verifies the block and token accounting before every step (slow; tests).
+    ``tasks`` replays the given task shapes (in order, cycling) instead of sampling the spec's workload.
     """
     if agents < 1:
         raise ApmwError(f"agents must be >= 1, got {agents}")
@@ -107,7 +108,7 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     drain_limit_s = duration_s if drain_limit_s is None else drain_limit_s
     replica = replica_from_spec(spec) if replica is None else replica
     rng = np.random.default_rng(seed)
-    driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s)
+    driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s, tasks)
     window = (warmup_s, duration_s)
     eng = Engine(replica, spec.serving, spec.workload.system_prompt_tokens, driver, fast=fast, window=window,
                  sample_dt_s=(duration_s - warmup_s) / TIMESERIES_POINTS, check=check)

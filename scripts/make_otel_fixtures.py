@@ -20,6 +20,8 @@ Three agent runs with fixed token counts and times (so tests can check exact fig
   ``gen_ai.usage.completion_tokens``, no conversation id (grouped by trace);
 * ``otel_conversation_on_agent.jsonl`` -- each session split over two traces, with
   ``gen_ai.conversation.id`` only on the ``invoke_agent`` root spans;
+* ``otel_steps.jsonl`` -- agent steps of several model calls between tool runs
+  (``STEP_SESSIONS``);
 * ``openinference.jsonl`` -- OpenInference attributes ``llm.token_count.prompt``,
   ``llm.token_count.completion``, ``llm.token_count.prompt_details.cache_read``,
   ``session.id``, ``openinference.span.kind``.
@@ -46,6 +48,13 @@ SESSIONS = {
     "sess-c": [(1300, 300, 1024, 6.0, 3.0), (1800, 100, 1300, 2.5, 0.5), (2000, 150, 1800, 3.5, 0.0)],
 }
 SESSION_GAP_S = 100  # sessions start 100 s apart
+# Agent steps of several model calls: a call with 0 tool seconds is followed at once by the next call
+# of the same step (no execute_tool span between them). Steps: sess-m [2, 2, 1] calls, sess-n [1, 2].
+STEP_SESSIONS = {
+    "sess-m": [(1000, 50, 0, 1.0, 0.0), (1100, 60, 1000, 1.0, 2.0), (1300, 40, 1100, 1.0, 0.0),
+               (1400, 70, 1300, 1.0, 3.0), (1600, 20, 1400, 1.0, 0.0)],
+    "sess-n": [(1000, 30, 0, 1.0, 1.0), (1200, 30, 1000, 1.0, 0.0), (1300, 30, 1200, 1.0, 0.0)],
+}
 
 
 def _tracer(path: Path, service: str):
@@ -58,10 +67,10 @@ def _ns(seconds: float) -> int:
     return T0_NS + int(round(seconds * 1e9))
 
 
-def _write(path: Path, service: str, llm_attrs, tool_attrs, agent_attrs) -> None:
+def _write(path: Path, service: str, llm_attrs, tool_attrs, agent_attrs, sessions: dict = SESSIONS) -> None:
     path.unlink(missing_ok=True)
     provider, tracer = _tracer(path, service)
-    for s, (session, calls) in enumerate(SESSIONS.items()):
+    for s, (session, calls) in enumerate(sessions.items()):
         t = s * SESSION_GAP_S
         total = sum(c[3] + c[4] for c in calls)
         root = tracer.start_span("invoke_agent coder", start_time=_ns(t), attributes=agent_attrs(session))
@@ -145,7 +154,17 @@ def main() -> None:
         lambda sess: {"openinference.span.kind": "AGENT", "session.id": sess},
     )
     _write_turns(OUT / "otel_conversation_on_agent.jsonl")
-    for name in ("otel_genai.jsonl", "otel_legacy.jsonl", "openinference.jsonl", "otel_conversation_on_agent.jsonl"):
+    _write(
+        OUT / "otel_steps.jsonl", "agent-steps",
+        lambda sess, p, o, c: {"gen_ai.operation.name": "chat", "gen_ai.conversation.id": sess,
+                               "gen_ai.usage.input_tokens": p, "gen_ai.usage.output_tokens": o},
+        lambda sess: {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "bash",
+                      "gen_ai.conversation.id": sess},
+        lambda sess: {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": sess},
+        sessions=STEP_SESSIONS,
+    )
+    for name in ("otel_genai.jsonl", "otel_legacy.jsonl", "openinference.jsonl", "otel_conversation_on_agent.jsonl",
+                 "otel_steps.jsonl"):
         print(OUT / name, (OUT / name).stat().st_size, "bytes")
 
 

@@ -24,6 +24,7 @@ from tests.traces.conftest import FIXTURES
     ("otel_legacy.jsonl", "otel"),
     ("openinference.jsonl", "otel"),
     ("otel_conversation_on_agent.jsonl", "otel"),
+    ("otel_steps.jsonl", "otel"),
 ])
 def test_format_is_recognised(name, fmt):
     assert detect(FIXTURES / name) == fmt
@@ -168,3 +169,17 @@ def test_otel_conversation_id_on_agent_spans_only():
     assert s["input_tokens_per_call"]["mean"] == pytest.approx(sum(OTEL_PROMPTS) / 9)
     assert s["system_prompt_tokens"] == 1200
     assert s["new_input_tokens_per_call"]["count"] == 6
+
+
+def test_otel_steps_of_several_calls():
+    # scripts/make_otel_fixtures.py STEP_SESSIONS: sess-m steps of [2, 2, 1] calls with tool spans of 2 s and
+    # 3 s after steps 1 and 2; sess-n steps [1, 2] with a 1 s tool span after step 1
+    r = fit_trace(FIXTURES / "otel_steps.jsonl")
+    s = r.summary
+    assert (s["sessions"], s["calls"]) == (2, 8)
+    assert s["steps_per_session"]["mean"] == pytest.approx(2.5)
+    assert s["calls_per_step"]["count"] == 5 and s["calls_per_step"]["mean"] == pytest.approx(8 / 5)
+    assert s["tool_wait_s"]["count"] == 3 and s["tool_wait_s"]["mean"] == pytest.approx(2.0)
+    assert r.workload.steps_per_task.mean == pytest.approx(2.5)
+    assert r.workload.calls_per_step.mean == pytest.approx(1.6, rel=0.05)
+    assert any("steps split at tool spans" in n for n in s["notes"])

@@ -23,7 +23,8 @@ import yaml
 
 from apmw.spec import Workload
 from apmw.traces import formats
-from apmw.traces.fit import FORMS, Columns, Shape, cache_shares, collect, shape, stats, validate, workload_dict
+from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, shape, stats, step_ends, validate,
+                              workload_dict)
 from apmw.traces.generic import parse_mapping
 from apmw.traces.records import LineErrors, TraceError
 
@@ -84,7 +85,8 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
         has_sessions = False
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
         has_sessions = False
-    sh = shape(cols, has_sessions)
+    tools = getattr(opened.state, "tool_starts", None)
+    sh = shape(cols, has_sessions, step_ends(cols, [(alias(k), t) for k, t in tools]) if tools else None)
     section = workload_dict(cols, sh, form, name or p.stem, f"apmw fit {p.name} ({fmt})")
     workload = validate(section, str(path))
     summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions)
@@ -113,6 +115,8 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
         "sessions": int(len(s.calls_per_session)),
         "calls": int(len(c)),
         "calls_per_session": stats(s.calls_per_session),
+        "steps_per_session": stats(s.calls_per_session if s.steps_per_session is None else s.steps_per_session),
+        "calls_per_step": stats(np.ones(len(c)) if s.calls_per_step is None else s.calls_per_step),
         "input_tokens_per_call": stats(c.input_tokens),
         "output_tokens_per_call": stats(c.output_tokens),
         "new_input_tokens_per_call": stats(s.new_input),
@@ -143,6 +147,9 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
     if getattr(state, "estimated_lines", 0):
         notes.append(f"{state.estimated_lines} record(s) had text but no token counts: estimated at 4 characters "
                      "per token")
+    if s.calls_per_step is not None:
+        notes.append("steps split at tool spans: calls with no tool span between them form one step "
+                     "(calls_per_step), and the gap inside a step is not tool wait")
     if not np.isfinite(s.tool_wait_s).any():
         notes.append("no tool timing in the trace: tool_wait_s is 0")
     if s.shrank:

@@ -107,6 +107,33 @@ def collect(stream: Iterable[Call]) -> Columns:
     return Columns(session[idx], *ordered, session_keys=list(keys))
 
 
+def step_ends(c: Columns, tools: list[tuple[object, float]]) -> np.ndarray | None:
+    """Per call: does a tool span of its session start after it and before the next call?
+
+    None when there are no tool spans (then every call is its own step). The session's
+    last call always ends a step.
+    """
+    ids = {key: i for i, key in enumerate(c.session_keys)}
+    pairs = [(ids[k], t) for k, t in tools if k in ids]
+    if not pairs:
+        return None
+    n = len(c)
+    t_sess = np.array([p[0] for p in pairs], dtype=np.int64)
+    t_time = np.array([p[1] for p in pairs])
+    # one time axis per session: shift session k by k * span so a single sorted search serves all
+    lo = np.nanmin(np.concatenate([c.start_s, t_time]))
+    span = np.nanmax(np.concatenate([c.end_s, c.start_s, t_time])) - lo + 1.0
+    tool_axis = np.sort(t_time - lo + t_sess * span)
+    after = np.where(np.isfinite(c.end_s), c.end_s, c.start_s) - lo + c.session * span
+    nxt = np.full(n, np.inf)
+    same = c.session[1:] == c.session[:-1]
+    nxt[:-1] = np.where(same, c.start_s[1:] - lo + c.session[1:] * span, np.inf)
+    found = np.searchsorted(tool_axis, nxt, side="left") > np.searchsorted(tool_axis, after, side="left")
+    last = np.ones(n, dtype=bool)
+    last[:-1] = ~same
+    return found | last
+
+
 def stats(x: np.ndarray) -> dict:
     """count, mean, p50, p95, p99, max of the finite values (None when there are none)."""
     x = x[np.isfinite(x)]
@@ -176,9 +203,11 @@ class Shape:
     peak_context: np.ndarray       # per session
     session_duration_s: np.ndarray
     negative_waits: int = 0        # tool times below 0 in the trace (clock skew), counted as 0
+    steps_per_session: np.ndarray | None = None   # only when the trace marks steps (tool spans)
+    calls_per_step: np.ndarray | None = None
 
 
-def shape(c: Columns, has_sessions: bool) -> Shape:
+def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None) -> Shape:
     n = len(c)
     first = np.ones(n, dtype=bool)
     first[1:] = c.session[1:] != c.session[:-1]
@@ -203,13 +232,20 @@ def shape(c: Columns, has_sessions: bool) -> Shape:
     with np.errstate(invalid="ignore"):
         negative_waits = int((wait < 0).sum())   # clock skew between the agent's and the tools' stamps
     wait = np.where(wait < 0, 0.0, wait)
+    steps_per_session = calls_per_step = None
+    if step_end is not None:
+        # inside a step there is no tool wait: the gap to the next call of the same step is dropped
+        wait = np.where(step_end, wait, np.nan)
+        ends = np.flatnonzero(step_end)
+        calls_per_step = np.diff(np.concatenate(([-1], ends))).astype(float)
+        steps_per_session = np.add.reduceat(step_end.astype(float), starts) if n else np.zeros(0)
     latency = c.end_s - c.start_s
     latency[latency < 0] = np.nan
     with np.errstate(invalid="ignore"):
         duration = np.fmax.reduceat(c.end_s, starts) - np.fmin.reduceat(c.start_s, starts) if n else np.zeros(0)
     return Shape(first, counts.astype(float), np.maximum(raw_new, 0.0), shrank, system,
                  first_prompt - system, wait, latency, np.maximum.reduceat(prompt + out, starts) if n else prompt,
-                 duration, negative_waits)
+                 duration, negative_waits, steps_per_session, calls_per_step)
 
 
 def cache_shares(c: Columns, s: Shape) -> tuple[float | None, float]:
@@ -229,8 +265,9 @@ def workload_dict(c: Columns, s: Shape, form: str, name: str, source: str) -> di
     return {
         "name": name,
         "source": source,
-        "steps_per_task": fit_distribution(s.calls_per_session, form),
-        "calls_per_step": 1,
+        "steps_per_task": fit_distribution(s.calls_per_session if s.steps_per_session is None
+                                           else s.steps_per_session, form),
+        "calls_per_step": 1 if s.calls_per_step is None else fit_distribution(s.calls_per_step, form),
         "system_prompt_tokens": int(s.system_prompt_tokens),
         "first_call_input_tokens": fit_distribution(s.first_new_input, form),
         "new_input_tokens_per_call": fit_distribution(new, form),

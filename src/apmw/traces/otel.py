@@ -24,8 +24,10 @@ kind            ``gen_ai.operation.name`` (``chat``, ``text_completion``,
 ==============  ==============================================================
 
 Spans of one session may arrive in any order and across lines: calls are
-ordered by start time. The tool wait is the gap between one call's end and the
-next call's start (tool spans and agent overhead both fall in it).
+ordered by start time. When the trace has tool spans, a step is the run of model
+calls up to the next tool span (``calls_per_step`` is fitted from that); without
+any, each call is a step. The tool wait is the gap between a step's last call's
+end and the next call's start (tool spans and agent overhead both fall in it).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class Reader:
         self.tool_spans = 0
         # trace id -> conversation id, from any span of the trace that carries one (often only the agent span)
         self.trace_conversation: dict[str, object] = {}
+        # (session key, start s) of each tool span: model calls with no tool span between them form one step
+        self.tool_starts: list[tuple[object, float]] = []
 
     def session_alias(self, key: object) -> object:
         """After reading: a call keyed by its trace joins the conversation some span of that trace named."""
@@ -148,6 +152,8 @@ class Reader:
         kind = _decoded(attrs, ("openinference.span.kind",))
         if op == "execute_tool" or kind == "TOOL":
             self.tool_spans += 1
+            self.tool_starts.append((conversation or ("trace", span.get("traceId")),
+                                     int(span["startTimeUnixNano"]) / 1e9))
             return None
         if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
             return None

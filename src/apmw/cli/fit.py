@@ -14,6 +14,8 @@ from apmw.errors import ApmwError
 
 QUANTITIES = (
     ("calls_per_session", "calls per session", ",.1f"),
+    ("steps_per_session", "steps per session", ",.1f"),
+    ("calls_per_step", "calls per step", ",.2f"),
     ("input_tokens_per_call", "prompt tokens per call", ",.0f"),
     ("new_input_tokens_per_call", "new input tokens per call", ",.0f"),
     ("first_call_input_tokens", "first call's new input tokens", ",.0f"),

@@ -106,3 +106,34 @@ def test_model_that_does_not_fit(tmp_path):
     r = run("plan", str(_spec_with(tmp_path, "gpus_per_replica: 8", "gpus_per_replica: 2")))
     _no_traceback(r)
     assert r.returncode == 1 and "does not fit" in r.stderr and "at least" in r.stderr
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+
+
+def test_plan_workload_from_trace_replaces_the_workload():
+    base = json.loads(run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json").stdout)
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--workload-from",
+            str(FIXTURES / "mini_swe_calls_3sessions.csv"))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    # the 3 fixture sessions have 252 calls: 84 per session, against the example's 80.3 mean
+    assert d["calls_per_session"] == pytest.approx(84, rel=0.15)
+    assert d["calls_per_session"] != base["calls_per_session"]
+    assert d["workload_from"].endswith("mini_swe_calls_3sessions.csv")
+
+
+def test_plan_workload_from_unreadable_trace(tmp_path):
+    bad = tmp_path / "empty.jsonl"
+    bad.write_text("")
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--workload-from", str(bad))
+    _no_traceback(r)
+    assert r.returncode == 1 and "format" in r.stderr
+
+
+def test_plan_verify_puts_simulation_beside_the_plan():
+    r = run("plan", str(EXAMPLES / "deep-research.yaml"), "--json", "--verify")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)["verify"]
+    assert v["completed_tasks"] > 100
+    assert v["simulated_over_analytic"]["mean"] == pytest.approx(1.0, abs=0.1)

@@ -46,6 +46,7 @@ class EngineCurve:
     decode_share: float          # share of running calls that are decoding
     iterations_per_call: float
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
+    decoding: np.ndarray         # time-weighted number of decoding sequences at each b
 
 
 # Iterations carry at most this many prefilling calls in the mixture below; the
@@ -95,9 +96,11 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int) -> EngineCur
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
     b = b[:, 0]
+    # time-weighted decoding sequences: prefill iterations are longer and carry one decoder fewer
+    decoding = (q * t_prefill * (b - 1) * (1 - q) + (1 - q) * t_decode * (1 + (b - 1) * (1 - q))) / t
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
-                       iterations_per_call=iters, compute_share=share)
+                       iterations_per_call=iters, compute_share=share, decoding=decoding)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class LoopState:
     decode_iteration_s: float        # ... of its decode iterations: time per output token
     queue_per_call_s: float          # waiting for a batch slot
     running_batch_mean: float        # b, sequences in an iteration
+    decode_batch_mean: float         # time-averaged sequences decoding
     engine_utilisation: float        # P(engine has work)
     compute_share: float             # compute-bound share of busy time (power model)
     think_per_call_s: float          # Z
@@ -157,6 +161,7 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         decode_iteration_s=float((flow * curve.decode_iteration_s[idx]).sum()),
         queue_per_call_s=max(residence - service, 0.0),
         running_batch_mean=float((p * b_of_j).sum()),
+        decode_batch_mean=float((p[1:] * curve.decoding[idx[1:]]).sum()),
         engine_utilisation=float(1.0 - p[0]),
         compute_share=float((p[1:] * curve.iteration_s[idx[1:]] * curve.compute_share[idx[1:]]).sum()
                             / max((p[1:] * curve.iteration_s[idx[1:]]).sum(), 1e-300)),

@@ -65,7 +65,7 @@ class Plan:
             "tpot_p95_s": ev.tpot_p95_s,
             "time_per_output_token_s": ev.loop.decode_iteration_s / self.sample.accepted_tokens_per_iteration,
             "calls_per_session": self.sample.mean_calls,
-            "decode_batch_mean": ev.loop.running_batch_mean * self._decode_share,
+            "decode_batch_mean": ev.loop.decode_batch_mean,
             "running_batch_mean": ev.loop.running_batch_mean,
             "engine_utilisation": ev.loop.engine_utilisation,
             "compute_bound_share": ev.loop.compute_share,
@@ -95,11 +95,6 @@ class Plan:
             "sources": {"gpu": r.gpu.source, "gpu_power": r.gpu.power_source, "model": r.arch.source,
                         "step_time": r.step.efficiency.source},
         }
-
-    @property
-    def _decode_share(self) -> float:
-        s = self.sample
-        return s.call_decode_iters / (s.call_prefill_iters + s.call_decode_iters)
 
 
 def _explain_infeasible(spec: Spec, result: SearchResult) -> str:

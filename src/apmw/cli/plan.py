@@ -18,22 +18,45 @@ def plan(
     spec: Path = typer.Argument(..., help="YAML spec (see examples/)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in the README)"),
     agents: Optional[int] = typer.Option(None, "--agents", min=1, help="evaluate exactly N agents instead of N*"),
+    workload_from: Optional[Path] = typer.Option(
+        None, "--workload-from", help="replace the spec's workload by one fitted from this trace (see apmw fit)"),
+    trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),
+    verify: bool = typer.Option(False, "--verify", help="also run the simulator at the answer and compare"),
 ) -> None:
     """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session."""
+    from rich.progress import Progress
+
     from apmw.capacity import InfeasibleError, plan as solve
-    from apmw.render import plan_table
+    from apmw.render import plan_table, verify_table
+    from apmw.sim import verify_plan
     from apmw.spec import load_spec
+    from apmw.traces import workload_from_trace
 
     try:
-        result = solve(load_spec(spec), agents=agents)
+        s = load_spec(spec)
+        if workload_from is not None:
+            s = s.model_copy(update={"workload": workload_from_trace(workload_from, trace_format)})
+        result = solve(s, agents=agents)
+        checked = None
+        if verify:
+            with Progress(console=out, transient=True, disable=as_json) as bar:
+                task = bar.add_task("simulating", total=1.0)
+                checked = verify_plan(result, progress=lambda now, end: bar.update(task, completed=now / end))
     except InfeasibleError as exc:
         _fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
         _fail(str(exc))
+    d = result.to_dict()
+    if workload_from is not None:
+        d["workload_from"] = str(workload_from)
+    if checked is not None:
+        d["verify"] = checked
     if as_json:
-        _emit_json(result.to_dict())
-    else:
-        plan_table(out, result.to_dict(), str(spec))
+        _emit_json(d)
+        return
+    plan_table(out, d, str(spec))
+    if checked is not None:
+        verify_table(out, checked)
 
 
 @app.command()

@@ -62,10 +62,16 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
     loop = solve_at(curve, think, agents)
     wq, t_pf, t_dec = loop.queue_per_call_s, loop.prefill_iteration_s, loop.decode_iteration_s
-    samples = wq * s.queue_gamma + s.prefill_iters * t_pf + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
+    # A prefill iteration costs a decode iteration plus its chunk's tokens: split the mean
+    # prefill iteration so that each call pays for its own prompt (long prompts, long TTFT).
+    chunk = s.call_prefill_tokens / s.call_prefill_iters
+    per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
+    t_base = t_pf - per_prefill_token * chunk
+    session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
+    samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
     p50, p95, p99 = np.quantile(samples, [0.5, 0.95, 0.99])
     queue = wq * s.mean_calls
-    prefill = float(s.prefill_iters.mean()) * t_pf
+    prefill = float(session_prefill.mean())
     decode = float(s.decode_iters.mean()) * t_dec
     tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
     mean_r = queue + prefill + decode + tool + transfer
@@ -78,7 +84,9 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     kv_mean = agents * per_agent_kv + s.shared_prefix_kv_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
 
-    ttft_p95 = float(np.quantile(wq * s.call_queue_exp + s.call_prefill_iters_sample * t_pf, 0.95))
+    ttft = (wq * s.call_queue_exp + s.call_prefill_iters_sample * t_base
+            + s.call_prefill_tokens_sample * per_prefill_token)
+    ttft_p95 = float(np.quantile(ttft, 0.95))
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
     slo = spec.slo
     meets = bool(p95 <= slo.task_latency_p95_s

@@ -89,6 +89,7 @@ class SessionSample:
     # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1)
     queue_gamma: np.ndarray
     call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
+    call_prefill_tokens_sample: np.ndarray  # ... and their prefill tokens
     call_queue_exp: np.ndarray
 
     @property
@@ -274,5 +275,6 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         accepted_tokens_per_iteration=tokens_per_iter,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
         call_prefill_iters_sample=prefill_iters[tail_calls],
+        call_prefill_tokens_sample=prefill[tail_calls],
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),
     )

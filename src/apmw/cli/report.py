@@ -16,6 +16,8 @@ from apmw.spec import SpecError
 def report(
     spec: Path = typer.Argument(..., help="YAML spec"),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="where to write the HTML file"),
+    simulate: bool = typer.Option(True, "--simulate/--no-simulate",
+                                  help="add simulated p95 points to the latency curve (takes longer)"),
 ) -> None:
     """Latency and KV curves, residence breakdown, levers, tokens/s contrast, cost, inputs: one HTML file."""
     from apmw.capacity import InfeasibleError
@@ -27,7 +29,7 @@ def report(
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
                       transient=True) as bar:
             task = bar.add_task("planning", total=None)
-            write_report(spec, output, progress=lambda msg: bar.update(task, description=msg))
+            write_report(spec, output, progress=lambda msg: bar.update(task, description=msg), simulated=simulate)
     except InfeasibleError as exc:
         fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:

@@ -13,6 +13,7 @@ from apmw.examples import bundled_examples
 from apmw.levers import evaluate_levers
 from apmw.report import charts
 from apmw.report.html import render
+from apmw.sim import simulate
 from apmw.spec import Spec, load_spec
 
 # Points on the latency and KV curves.
@@ -20,7 +21,8 @@ CURVE_POINTS = 40
 
 ASSUMPTIONS = [
     "Task-latency percentiles come from sampled sessions (the spec's seed) with exponential per-call queueing; "
-    "engine-level jitter is not in the analytic curve.",
+    "engine-level jitter is not in the analytic curve. Red points: p95 from the iteration-level simulator "
+    "(apmw simulate) at half, one and one and a half times N*.",
     "Step time is a roofline with named efficiencies (perf/efficiency.py); the 1 ms per-iteration overhead is an "
     "assumption until calibrated.",
     "GPU busy power defaults to TDP and idle to 15% of TDP (catalog/data/SOURCES.md); host power per GPU is from "
@@ -31,12 +33,33 @@ ASSUMPTIONS = [
 ]
 
 
+# Simulated check points on the latency curve, as multiples of N*, and how long each runs:
+# at least SIM_MIN_S and SIM_TASKS mean task times, so that enough tasks finish for a p95.
+SIM_POINTS = (0.5, 1.0, 1.5)
+SIM_MIN_S = 1800.0
+SIM_TASKS = 5
+
+
+def _simulated_points(base, step) -> list[tuple[int, float]]:
+    duration = max(SIM_MIN_S, SIM_TASKS * base.at.task_latency_mean_s)
+    points = []
+    for share in SIM_POINTS:
+        n = max(1, round(share * base.agents_per_replica))
+        step(f"simulating {n} agents")
+        p95 = simulate(base.spec, n, duration_s=duration, seed=base.spec.seed,
+                       replica=base.replica).to_dict()["task_latency_s"]["p95"]
+        if p95 is not None:
+            points.append((n, p95))
+    return points
+
+
 def _curve_agents(n_star: int) -> list[int]:
     top = max(2 * n_star, 10)
     return sorted(set(np.unique(np.linspace(1, top, CURVE_POINTS).astype(int)).tolist()) | {n_star})
 
 
-def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None = None) -> str:
+def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None = None,
+                 simulated: bool = True) -> str:
     step = progress or (lambda _: None)
     step("planning")
     base = plan(spec)
@@ -54,11 +77,12 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
             rows.append(contrast_row(name, plan(load_spec(path))).to_dict())
         except InfeasibleError:
             continue
+    sim_points = _simulated_points(base, step) if simulated else None
     econ = d["cost_breakdown_usd"]
     figs = {
         "latency": charts.latency_curve(agents, [e.task_latency_mean_s for e in evals],
                                         [e.task_latency_p95_s for e in evals], spec.slo.task_latency_p95_s,
-                                        base.agents_per_replica),
+                                        base.agents_per_replica, sim_points),
         "kv": charts.kv_curve(agents, [e.kv_bytes_resident_mean / base.replica.step.kv_bytes_per_token for e in evals],
                               [e.kv_bytes_resident_p95 / base.replica.step.kv_bytes_per_token for e in evals],
                               d["kv_tokens_capacity"], base.agents_per_replica),
@@ -77,7 +101,8 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
                   spec.model_dump(mode="json", by_alias=True, exclude_none=True), ASSUMPTIONS)
 
 
-def write_report(spec_path: Path, out_path: Path, progress: Callable[[str], None] | None = None) -> Path:
+def write_report(spec_path: Path, out_path: Path, progress: Callable[[str], None] | None = None,
+                 simulated: bool = True) -> Path:
     spec = load_spec(spec_path)
-    out_path.write_text(build_report(spec, spec_path.stem, progress), encoding="utf-8")
+    out_path.write_text(build_report(spec, spec_path.stem, progress, simulated), encoding="utf-8")
     return out_path

@@ -85,8 +85,10 @@ def test_mooncake_readme_figures():
     assert conv["sessions"] == 8056
     assert round(conv["calls_per_session"]["mean"], 1) == 1.5
     assert (conv["calls_per_session"]["p95"], conv["calls_per_session"]["max"]) == (3, 43)
+    assert conv["system_prompt_tokens"] == 512   # block 0, shared by every request
     syn = fit_trace(SHARED / "mooncake" / "synthetic_trace.jsonl").summary
     assert round(syn["cached_prompt_share"], 3) == 0.651
+    assert syn["system_prompt_tokens"] == 0      # built from public datasets: no common first block
 
 
 @pytest.mark.skipif(not (SHARED / "azure_llm_2023").exists(), reason="needs ../shared/data (the Azure traces)")

@@ -79,6 +79,9 @@ def test_mooncake_prefix_reuse_and_inferred_sessions():
     assert 0 < s["cached_prompt_share"] < 1
     assert any("inferred from hash_ids" in n for n in s["notes"])
     assert s["sessions"] < 200   # some requests continue earlier ones
+    # every request starts with block 0 (../shared/data/README.md): the shared prefix is that one block,
+    # although the smallest first prompt is 893 tokens
+    assert s["system_prompt_tokens"] == 512
 
 
 def test_aiperf_mooncake_sessions_are_deltas():

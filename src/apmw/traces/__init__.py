@@ -86,7 +86,8 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
         has_sessions = False
     tools = getattr(opened.state, "tool_starts", None)
-    sh = shape(cols, has_sessions, step_ends(cols, [(alias(k), t) for k, t in tools]) if tools else None)
+    sh = shape(cols, has_sessions, step_ends(cols, [(alias(k), t) for k, t in tools]) if tools else None,
+               getattr(opened.state, "shared_prefix_tokens", None))
     section = workload_dict(cols, sh, form, name or p.stem, f"apmw fit {p.name} ({fmt})")
     workload = validate(section, str(path))
     summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions)

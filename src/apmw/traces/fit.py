@@ -8,7 +8,8 @@ Definitions (MODEL.md section 2; the spec's Workload grows context call by call)
   tools and the user added); negative values (the agent trimmed its context) are
   counted and clipped to 0;
 * **system prompt** = the smallest first-call prompt over sessions (the template
-  every task starts with cannot be longer); the **first call's new input** is the
+  every task starts with cannot be longer), capped by the blocks all first calls
+  share where the trace has block hashes; the **first call's new input** is the
   rest of each first prompt;
 * **tool wait** after a call = its recorded tool time, else the caller's recorded
   delay before the next call, else next start - this end;
@@ -207,7 +208,8 @@ class Shape:
     calls_per_step: np.ndarray | None = None
 
 
-def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None) -> Shape:
+def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None,
+          shared_prefix_tokens: float | None = None) -> Shape:
     n = len(c)
     first = np.ones(n, dtype=bool)
     first[1:] = c.session[1:] != c.session[:-1]
@@ -221,6 +223,8 @@ def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None) ->
     shrank = int((raw_new < 0).sum())
     first_prompt = prompt[first]
     system = int(first_prompt.min()) if has_sessions and len(starts) >= 2 else 0
+    if shared_prefix_tokens is not None:  # block hashes show how much of it is really shared
+        system = min(system, int(shared_prefix_tokens))
     # tool wait after call i: recorded, else the next call's recorded delay, else the wall-clock gap
     wait = c.tool_wait_after_s.copy()
     nxt_gap = np.full(n, np.nan)

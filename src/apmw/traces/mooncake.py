@@ -54,6 +54,32 @@ class Reader:
         self.inferred_sessions = False
         self.saw_session_ids = False
         self.context: dict[object, float] = {}  # AIPerf session -> tokens of its history so far
+        # block ids every session's first request starts with (None: no first request seen yet)
+        self.first_common: list | None = None
+        self.first_without_hashes = False
+
+    def _first_request(self, hash_ids: list | None) -> None:
+        """Narrow the block prefix shared by all sessions' first requests (the system prompt's blocks)."""
+        if not hash_ids:
+            self.first_without_hashes = True
+            return
+        common = self.first_common
+        if common is None:
+            self.first_common = list(hash_ids)
+            return
+        k = 0
+        for a, b in zip(common, hash_ids):
+            if a != b:
+                break
+            k += 1
+        del common[k:]
+
+    @property
+    def shared_prefix_tokens(self) -> float | None:
+        """Tokens of the blocks all first requests share; None when unknown."""
+        if self.first_common is None or self.first_without_hashes:
+            return None
+        return float(len(self.first_common) * self.cache.block_tokens)
 
     def read(self, path: str | Path, errors: LineErrors) -> CallStream:
         """One pass; the common Mooncake line (ints, a hash_ids list) takes the inlined fast path."""
@@ -83,6 +109,8 @@ class Reader:
                         self.inferred_sessions = True
                     else:
                         session, cached = line, 0.0
+                    if session == line:
+                        self._first_request(hash_ids)
                     start_s = t_ms / 1e3
                     prev = last_arrival.get(session)
                     last_arrival[session] = start_s
@@ -128,6 +156,8 @@ class Reader:
             cached = 0.0
         if session is None:
             session = line
+        if session == line:
+            self._first_request(hash_ids)
         start_s = t_ms / 1e3
         gap = delay_ms / 1e3
         if gap != gap and start_s == start_s and session in last_arrival:
@@ -141,6 +171,8 @@ class Reader:
                       whole: bool, t_ms: float, delay_ms: float, cache: PrefixCache) -> Call:
         """One turn of an AIPerf session: history + delta, unless it is a whole ``messages`` prompt."""
         self.saw_session_ids = True
+        if session not in self.context:
+            self._first_request(hash_ids)
         history = self.context.get(session, 0.0)
         prompt = inp if whole else history + inp
         cached = NAN

@@ -115,3 +115,11 @@ def test_export_is_accepted_by_aiperf_itself(tmp_path):
     for row in rows:
         models.MooncakeTrace.model_validate(row)
     assert loader.MooncakeTraceDatasetLoader.can_load(rows[0])
+
+
+def test_options_that_do_not_apply_are_errors():
+    src = str(FIXTURES / "mini_swe_calls_3sessions.csv")
+    r = run(src, "--map", "input_tokens=prompt_tokens,output_tokens=completion_tokens")
+    assert r.returncode == 1 and "--format csv" in r.stderr
+    r = run(src, "--export", "aiperf", "--export-sessions", "5")
+    assert r.returncode == 1 and "--export-from fitted" in r.stderr

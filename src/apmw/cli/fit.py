@@ -56,7 +56,11 @@ def fit(
         fail(f"--export {export!r}: the only export format is 'aiperf' (AIPerf mooncake_trace JSONL)")
     if export_from not in ("measured", "fitted"):
         fail(f"--export-from {export_from!r}: use 'measured' or 'fitted'")
+    if export_sessions is not None and export_from != "fitted":
+        fail("--export-sessions applies to --export-from fitted (a measured export writes the trace's own sessions)")
     try:
+        if mapping is not None and (fmt or "").lower() not in ("csv", "jsonl"):
+            fail("--map applies to the generic formats: add --format csv or --format jsonl")
         result = fit_trace(trace, fmt, mapping=mapping, strict=strict, form=form, name=name)
     except ApmwError as exc:
         fail(str(exc))

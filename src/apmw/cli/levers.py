@@ -18,20 +18,23 @@ def levers(
     spec: Path = typer.Argument(..., help="YAML spec"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (levers, top_two, elasticities)"),
     no_elasticities: bool = typer.Option(False, "--no-elasticities", help="skip the elasticity sweep"),
+    verify: bool = typer.Option(False, "--verify", help="re-check the top two levers in the simulator"),
 ) -> None:
     """Rank modelled actions (KV residency, decode batching, other) by their gain in agents per MW."""
     from apmw.capacity import InfeasibleError, plan
-    from apmw.levers import LEVERS, ELASTICITY_INPUTS, elasticities, evaluate_levers, top_two
+    from apmw.levers import ELASTICITY_INPUTS, LEVERS, elasticities, evaluate_levers, top_two, verify_levers
     from apmw.spec import load_spec
 
     try:
         s = load_spec(spec)
         base = plan(s)
-        total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS))
+        total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS)) + (2 if verify else 0)
         with Progress(console=out if not as_json else None, transient=True, disable=as_json) as bar:
             task = bar.add_task("re-planning", total=total)
             step = lambda name: bar.update(task, advance=1, description=name)  # noqa: E731
             results = evaluate_levers(s, base, progress=step)
+            if verify:
+                results = verify_levers(results, top=2, progress=step)
             elastic = {} if no_elasticities else elasticities(s, progress=step)
     except InfeasibleError as exc:
         fail(f"the spec itself is infeasible, so no lever can be ranked against it: {exc}", exc.exit_code)
@@ -54,6 +57,14 @@ def levers(
         t.add_row(r.lever, r.group, r.relaxes, f"{r.agents_per_mw_after:,.0f}", f"{r.gain:.2f}x",
                   f"{r.agents_per_replica_after:,}", r.binding_after or "infeasible", style=style)
     out.print(t)
+    for r in results:
+        if r.verified and "skipped" in r.verified:
+            out.print(f"not verified {r.lever}: {r.verified['skipped']}")
+        elif r.verified:
+            v = r.verified
+            out.print(f"verified {r.lever}: simulated p95 {v['task_latency_s']['simulated']['p95']:,.0f} s vs "
+                      f"analytic {v['task_latency_s']['analytic']['p95']:,.0f} s at {v['agents']} agents; SLO "
+                      f"{'met' if v['simulated_meets_slo'] else '[red]missed[/]'} in simulation")
     if best:
         out.print("top two: " + "; ".join(f"[bold]{r.lever}[/] ({r.gain:.2f}x, relaxes {r.relaxes})" for r in best))
     lowered = [r.lever for r in results if r.gain < 1]

@@ -13,7 +13,7 @@ from apmw.examples import bundled_examples
 from apmw.levers import evaluate_levers
 from apmw.report import charts
 from apmw.report.html import render
-from apmw.sim import simulate
+from apmw.sim import simulate, unsupported
 from apmw.spec import Spec, load_spec
 
 # Points on the latency and KV curves.
@@ -77,7 +77,7 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
             rows.append(contrast_row(name, plan(load_spec(path))).to_dict())
         except InfeasibleError:
             continue
-    sim_points = _simulated_points(base, step) if simulated else None
+    sim_points = _simulated_points(base, step) if simulated and not unsupported(spec) else None
     econ = d["cost_breakdown_usd"]
     figs = {
         "latency": charts.latency_curve(agents, [e.task_latency_mean_s for e in evals],

@@ -9,7 +9,7 @@ iteration time of the shared step-time model. See docs/simulate.md.
 from apmw.sim.agents import TaskShape
 from apmw.sim.engine import BLOCK_TOKENS, Engine, Seq
 from apmw.sim.result import SimResult
-from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep
+from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep, unsupported
 from apmw.sim.verify import verify_plan
 
-__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "TaskShape", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep", "verify_plan"]
+__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "TaskShape", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep", "unsupported", "verify_plan"]

@@ -82,6 +82,19 @@ def _in_flight(eng: Engine) -> int:
     return sum(s.generated for s in seqs)
 
 
+def unsupported(spec: Spec) -> str | None:
+    """What in ``spec`` the simulator does not model (None if it models all of it).
+
+    Simulating such a spec anyway would silently drop the feature: a wrong answer.
+    """
+    missing = []
+    if spec.workload.summarize_at_tokens is not None:
+        missing.append("history summarisation (workload.summarize_at_tokens)")
+    if spec.serving.speculative is not None:
+        missing.append("speculative decoding (serving.speculative)")
+    return "; ".join(missing) or None
+
+
 def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | None = None, *,
              warmup_s: float | None = None, drain_limit_s: float | None = None, fast: bool = True,
              replica: Replica | None = None, progress: Callable[[float, float], None] | None = None,
@@ -99,6 +112,10 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     """
     if agents < 1:
         raise ApmwError(f"agents must be >= 1, got {agents}")
+    gap = unsupported(spec)
+    if gap:
+        raise ApmwError(f"the simulator does not model {gap} yet; remove it from the spec to simulate, "
+                        "or rely on apmw plan's analytic figures for it")
     if not duration_s > 0:
         raise ApmwError(f"duration_s must be > 0, got {duration_s}")
     seed = spec.seed if seed is None else seed

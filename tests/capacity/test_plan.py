@@ -75,11 +75,20 @@ def test_single_agent_step_time_is_the_weight_streaming_roofline():
     assert d["time_per_output_token_s"] == pytest.approx(expected, rel=0.10)
 
 
-def test_evict_prefills_more_and_holds_less_kv_than_retain():
-    retain = _plan(_deterministic(policy="retain"), agents=8).to_dict()
-    evict = _plan(_deterministic(policy="evict"), agents=8).to_dict()
-    assert evict["tokens_per_s"]["prefill"] > 2 * retain["tokens_per_s"]["prefill"]
-    assert evict["kv_tokens_resident_mean"] < retain["kv_tokens_resident_mean"] / 3
+def test_evict_finds_freed_contexts_while_memory_is_ample_and_recomputes_under_pressure():
+    """LRU prefix cache (capacity/prefix_cache.py): freed contexts survive while memory is free."""
+    def at(policy: str, n: int) -> dict:
+        d = _deterministic(policy=policy, steps=10, new=2000, tool=30.0)
+        d["serving"]["kv_memory_fraction"] = 0.5
+        return _plan(d, agents=n).to_dict()
+
+    retain, evict = at("retain", 8), at("evict", 8)
+    assert evict["freed_context_hit_rate"] == pytest.approx(1.0)
+    assert evict["tokens_per_s"]["prefill"] == pytest.approx(retain["tokens_per_s"]["prefill"], rel=1e-6)
+    assert evict["kv_tokens_resident_mean"] < retain["kv_tokens_resident_mean"] / 10
+    retain, evict = at("retain", 100), at("evict", 100)
+    assert evict["freed_context_hit_rate"] < 0.1
+    assert evict["tokens_per_s"]["prefill"] > 3 * retain["tokens_per_s"]["prefill"]
 
 
 def test_long_tool_waits_with_retain_bind_on_kv_memory():

@@ -52,6 +52,9 @@ class Evaluation:
     session_throughput_per_s: float
     meets_latency: bool
     fits_memory: bool
+    # set by capacity.prefix_cache where contexts are freed at tool waits
+    freed_context_hit_rate: float | None = None
+    prefill_tokens_per_session: float | None = None
 
     @property
     def feasible(self) -> bool:

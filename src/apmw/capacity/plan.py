@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.closed_loop import engine_curve
+from apmw.capacity.prefix_cache import ClosedLoopModel
 from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.search import SearchResult, search
@@ -42,9 +42,10 @@ class Plan:
     @property
     def tokens_per_s(self) -> dict[str, float]:
         x = self.at.session_throughput_per_s
+        prefill = self.at.prefill_tokens_per_session
         return {"input": x * float(self.sample.input_tokens.mean()),
                 "output": x * float(self.sample.output_tokens.mean()),
-                "prefill": x * float(self.sample.prefill_tokens.mean())}
+                "prefill": x * (float(self.sample.prefill_tokens.mean()) if prefill is None else prefill)}
 
     def to_dict(self) -> dict:
         e, ev, r = self.economics, self.at, self.replica
@@ -68,6 +69,7 @@ class Plan:
             "decode_batch_mean": ev.loop.decode_batch_mean,
             "running_batch_mean": ev.loop.running_batch_mean,
             "engine_utilisation": ev.loop.engine_utilisation,
+            "freed_context_hit_rate": ev.freed_context_hit_rate,
             "compute_bound_share": ev.loop.compute_share,
             "kv_tokens_resident_mean": ev.kv_bytes_resident_mean / kv_per_token,
             "kv_tokens_resident_p95": ev.kv_bytes_resident_p95 / kv_per_token,
@@ -132,14 +134,14 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT
     """Solve the spec. With ``agents``, report the closed loop at exactly that many agents."""
     replica = replica_from_spec(spec, efficiency)
     sample = sample_sessions(spec, replica.arch)
-    result = search(spec, replica, sample)
+    model = ClosedLoopModel(spec, replica, sample)
+    result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:
             raise InfeasibleError(_explain_infeasible(spec, result))
         at = result.at_optimum
     else:
-        curve = engine_curve(replica.step, sample, spec.serving.max_batch)
-        at = evaluate(spec, sample, curve, replica.kv_capacity_bytes, agents)
+        at = model.evaluate(agents)
     econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation,
                      at.loop.compute_share)
     fleet = None
@@ -151,5 +153,5 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT
 
 def sweep(result: Plan, agents: list[int]) -> list[Evaluation]:
     """The closed loop of ``result``'s replica and sessions at each agent count (for curves)."""
-    curve = engine_curve(result.replica.step, result.sample, result.spec.serving.max_batch)
-    return [evaluate(result.spec, result.sample, curve, result.replica.kv_capacity_bytes, n) for n in agents]
+    model = ClosedLoopModel(result.spec, result.replica, result.sample)
+    return [model.evaluate(n) for n in agents]

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from apmw.capacity.closed_loop import engine_curve
-from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.prefix_cache import ClosedLoopModel
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import Replica
 from apmw.spec import Spec
@@ -27,6 +27,8 @@ from apmw.spec import Spec
 # Searching beyond this many agents per replica means the workload barely uses the
 # engine (e.g. hour-long tool waits); we report the bound instead of looping on.
 MAX_AGENTS = 1_000_000
+# Below this probability of a full batch at N* + 1, raising max_batch cannot help: skip that search.
+BATCH_FULL_NEGLIGIBLE = 1e-3
 
 
 def largest_passing(ok: Callable[[int], bool], limit: int = MAX_AGENTS) -> int:
@@ -56,25 +58,27 @@ class SearchResult:
     agents_memory_only: int       # N fitting memory, ignoring latency
 
 
-def search(spec: Spec, replica: Replica, sample: SessionSample) -> SearchResult:
-    cap = replica.kv_capacity_bytes
-    curve = engine_curve(replica.step, sample, spec.serving.max_batch)
+def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None) -> SearchResult:
+    model = model or ClosedLoopModel(spec, replica, sample)
     cache: dict[int, Evaluation] = {}
 
     def at(n: int) -> Evaluation:
         if n not in cache:
-            cache[n] = evaluate(spec, sample, curve, cap, n)
+            cache[n] = model.evaluate(n)
         return cache[n]
 
     n_latency = largest_passing(lambda n: at(n).meets_latency)
     n_memory = largest_passing(lambda n: at(n).fits_memory)
     n_star = min(n_latency, n_memory)
+    # the batch limit can only bind if the engine sometimes holds max_batch calls where latency fails
+    batch_full = at(n_latency + 1).loop.batch_distribution[-1]
     if n_memory < n_latency:
         binding = "kv_memory"
+    elif batch_full < BATCH_FULL_NEGLIGIBLE:
+        binding = "slo"
     else:
-        unlimited = engine_curve(replica.step, sample, max(spec.serving.max_batch, min(n_latency * 2 + 2, 65536)))
-        n_unlimited = largest_passing(lambda n: evaluate(spec, sample, unlimited, cap, n).meets_latency,
-                                      limit=n_latency * 2 + 1)
+        unlimited = model.with_max_batch(max(spec.serving.max_batch, min(n_latency * 2 + 2, 65536)))
+        n_unlimited = largest_passing(lambda n: unlimited.evaluate(n).meets_latency, limit=n_latency * 2 + 1)
         binding = "batch_limit" if n_unlimited > n_latency else "slo"
     return SearchResult(
         agents=n_star, binding_constraint=binding,

@@ -85,6 +85,11 @@ class SessionSample:
     decode_tokens_per_iteration: float
     draft_cost_fraction: float
     accepted_tokens_per_iteration: float      # output tokens a decoding sequence gains per iteration
+    # contexts freed to the LRU prefix cache at tool waits (evict; ttl past its limit):
+    # seconds each waits there before its session returns, and its KV bytes
+    freed_s: np.ndarray
+    freed_kv_bytes: np.ndarray
+    final_kv_bytes: np.ndarray    # each session's last context: freed at its end, never reused
     # unit random draws for the tails: sum of each session's per-call queue waits is
     # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1)
     queue_gamma: np.ndarray
@@ -125,7 +130,15 @@ def default_session_count(spec: Spec) -> int:
 
 
 def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
-                    seed: int | None = None) -> SessionSample:
+                    seed: int | None = None, freed_contexts_hit: bool = False) -> SessionSample:
+    """Sample sessions; ``freed_contexts_hit`` prices contexts freed at a tool wait as prefix-cache hits.
+
+    Under ``evict`` (and ``ttl`` past its limit) a context freed at a tool wait stays in
+    the LRU prefix cache until evicted. The default prices every such context as lost
+    (recomputed); ``freed_contexts_hit=True`` prices all of them as found. The same
+    seed draws the same sessions either way, so :mod:`apmw.capacity.prefix_cache`
+    can blend the two by the miss rate the cache's free memory implies.
+    """
     w, sv = spec.workload, spec.serving
     sessions = default_session_count(spec) if sessions is None else sessions
     rng = np.random.default_rng(spec.seed if seed is None else seed)
@@ -150,6 +163,7 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
     last_in_step[np.cumsum(calls_in_step) - 1] = True
     calls_per_session = np.bincount(session_of_call, minlength=sessions)
     session_start = np.concatenate(([0], np.cumsum(calls_per_session)[:-1]))
+    last_call = np.cumsum(calls_per_session) - 1
     first_in_session = np.zeros(n_calls, dtype=bool)
     first_in_session[session_start] = True
 
@@ -189,6 +203,11 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         kept = ~first_in_session & (wait_before <= sv.ttl_s)
     else:                                          # evict
         kept = ~first_in_session & ~after_wait
+    freed = (~kept & after_wait) if sv.prefix_caching else np.zeros(n_calls, dtype=bool)
+    # how long each freed context waits in the LRU cache before its session returns
+    freed_s = (wait_before - (sv.ttl_s if policy == "ttl" else 0.0))[freed]
+    if freed_contexts_hit:
+        kept = kept | freed
     # a call after a summary re-prefills the summary text in its new position
     prefill = np.where(kept, new + new_resets * w.summary_tokens, prompt - shared)
     prefill = np.maximum(prefill, 1.0)            # at least the token that starts generation
@@ -228,6 +247,8 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         calls_per_session = calls_per_session + summaries
 
     kv_hist = kv(history) * kept                  # history held while the call queues
+    freed_kv = kv(history[:n_calls][freed])
+    final_kv = kv(prompt[:n_calls][last_call] + out[:n_calls][last_call])
     kv_prompt = kv(prompt)
     kv_decode = kv(prompt + out / 2)
     kv_after = kv(prompt + out)
@@ -273,6 +294,9 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         decode_tokens_per_iteration=float(spec_decode.draft_tokens + 1) if spec_decode else 1.0,
         draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
         accepted_tokens_per_iteration=tokens_per_iter,
+        freed_s=freed_s,
+        freed_kv_bytes=freed_kv,
+        final_kv_bytes=final_kv,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
         call_prefill_iters_sample=prefill_iters[tail_calls],
         call_prefill_tokens_sample=prefill[tail_calls],

@@ -95,7 +95,8 @@ class Plan:
                 "facility_power_w": self.fleet.facility_power_w,
                 "provisioned_power_w": self.fleet.provisioned_power_w},
             "sources": {"gpu": r.gpu.source, "gpu_power": r.gpu.power_source, "model": r.arch.source,
-                        "step_time": r.step.efficiency.source},
+                        "step_time": r.step.source_detail},
+            "step_time_source": r.step.source,
         }
 
 

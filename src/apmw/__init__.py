@@ -7,13 +7,33 @@ one session costs. The Python API mirrors the CLI::
     from apmw import load_spec, plan
     result = plan(load_spec("examples/coding-agent.yaml"))
     result.to_dict()["agents_per_mw"]
+
+Names are imported on first use, so that `apmw fit` or `apmw model` do not pay for
+numpy/scipy-heavy modules they never touch.
 """
 
-from apmw.arch import load_architecture, summary as architecture_summary
-from apmw.capacity import InfeasibleError, Plan, plan
-from apmw.errors import ApmwError
-from apmw.spec import Spec, SpecError, load_spec
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["ApmwError", "InfeasibleError", "Plan", "Spec", "SpecError", "architecture_summary",
-           "load_architecture", "load_spec", "plan"]
+
+_LAZY = {
+    "ApmwError": "apmw.errors",
+    "InfeasibleError": "apmw.capacity",
+    "Plan": "apmw.capacity",
+    "plan": "apmw.capacity",
+    "Spec": "apmw.spec",
+    "SpecError": "apmw.spec",
+    "load_spec": "apmw.spec",
+    "load_architecture": "apmw.arch",
+}
+__all__ = [*_LAZY, "architecture_summary"]
+
+
+def __getattr__(name: str):
+    if name == "architecture_summary":
+        return importlib.import_module("apmw.arch").summary
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'apmw' has no attribute {name!r}")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.prefix_cache import ClosedLoopModel
+from apmw.capacity.prefix_cache import ClosedLoopModel, closed_loop_model
 from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.search import SearchResult, search
-from apmw.capacity.sessions import SessionSample, sample_sessions
+from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, DEFAULT_EFFICIENCY, Replica, replica_from_spec
 from apmw.spec import Spec
@@ -134,8 +134,8 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
 def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Plan:
     """Solve the spec. With ``agents``, report the closed loop at exactly that many agents."""
     replica = replica_from_spec(spec, efficiency)
-    sample = sample_sessions(spec, replica.arch)
-    model = ClosedLoopModel(spec, replica, sample)
+    model = closed_loop_model(spec, replica)
+    sample = model.miss_sample
     result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:

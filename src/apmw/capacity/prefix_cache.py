@@ -27,7 +27,7 @@ import numpy as np
 
 from apmw.capacity.closed_loop import EngineCurve, engine_curve, solve_at
 from apmw.capacity.evaluate import Evaluation, evaluate
-from apmw.capacity.sessions import SessionSample, sample_sessions
+from apmw.capacity.sessions import SessionSample, sample_session_pair, sample_sessions
 from apmw.perf import Replica
 from apmw.spec import Spec
 
@@ -102,6 +102,19 @@ class LruSurvival:
         if len(self.wait_s) == 0:
             return 0.0
         return 1.0 - np.searchsorted(self.wait_s, t, side="left") / len(self.wait_s)
+
+
+def frees_contexts(spec: Spec) -> bool:
+    """Whether the spec's policy frees contexts at tool waits into the prefix cache."""
+    return spec.serving.prefix_caching and spec.serving.tool_wait_kv_policy in ("evict", "ttl")
+
+
+def closed_loop_model(spec: Spec, replica: Replica) -> "ClosedLoopModel":
+    """Sample the spec's sessions (both pricings where contexts are freed) and build the model."""
+    if frees_contexts(spec):
+        miss, hit = sample_session_pair(spec, replica.arch)
+        return ClosedLoopModel(spec, replica, miss, hit_sample=hit)
+    return ClosedLoopModel(spec, replica, sample_sessions(spec, replica.arch))
 
 
 class ClosedLoopModel:

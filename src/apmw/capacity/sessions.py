@@ -29,7 +29,7 @@ prefix cache actually keeps under ``evict``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -131,6 +131,18 @@ def default_session_count(spec: Spec) -> int:
 
 def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
                     seed: int | None = None, freed_contexts_hit: bool = False) -> SessionSample:
+    return _sample(spec, arch, sessions, seed, (freed_contexts_hit,))[0]
+
+
+def sample_session_pair(spec: Spec, arch: Architecture, sessions: int | None = None,
+                        seed: int | None = None) -> tuple[SessionSample, SessionSample]:
+    """The same sessions priced with every freed context lost, and with every one found."""
+    miss, hit = _sample(spec, arch, sessions, seed, (False, True))
+    return miss, hit
+
+
+def _sample(spec: Spec, arch: Architecture, sessions: int | None, seed: int | None,
+            variants: tuple[bool, ...]) -> list[SessionSample]:
     """Sample sessions; ``freed_contexts_hit`` prices contexts freed at a tool wait as prefix-cache hits.
 
     Under ``evict`` (and ``ttl`` past its limit) a context freed at a tool wait stays in
@@ -206,12 +218,10 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
     freed = (~kept & after_wait) if sv.prefix_caching else np.zeros(n_calls, dtype=bool)
     # how long each freed context waits in the LRU cache before its session returns
     freed_s = (wait_before - (sv.ttl_s if policy == "ttl" else 0.0))[freed]
-    if freed_contexts_hit:
-        kept = kept | freed
+    kept_calls = kept
     # a call after a summary re-prefills the summary text in its new position
-    prefill = np.where(kept, new + new_resets * w.summary_tokens, prompt - shared)
-    prefill = np.maximum(prefill, 1.0)            # at least the token that starts generation
-    prefill_iters = np.ceil(prefill / sv.max_batched_tokens)
+    reprefill = new + new_resets * w.summary_tokens
+    full_prompt = prompt - shared
 
     def kv(tokens: np.ndarray) -> np.ndarray:
         """KV bytes one session holds for a context, the shared prefix counted elsewhere."""
@@ -239,14 +249,12 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         history = np.concatenate((history, np.full(extra, at)))
         prompt = np.concatenate((prompt, np.full(extra, w.system_prompt_tokens + at)))
         out = np.concatenate((out, np.full(extra, float(w.summary_tokens))))
-        prefill = np.concatenate((prefill, np.ones(extra)))
-        prefill_iters = np.concatenate((prefill_iters, np.ones(extra)))
-        kept = np.concatenate((kept, np.ones(extra, dtype=bool)))
         hold_s = np.concatenate((hold_s, np.zeros(extra)))
         offload_s = np.concatenate((offload_s, np.zeros(extra)))
         calls_per_session = calls_per_session + summaries
 
-    kv_hist = kv(history) * kept                  # history held while the call queues
+    extra_rows = len(prompt) - n_calls
+    kv_history = kv(history)                      # held while the call queues, where the context is found
     freed_kv = kv(history[:n_calls][freed])
     final_kv = kv(prompt[:n_calls][last_call] + out[:n_calls][last_call])
     kv_prompt = kv(prompt)
@@ -263,34 +271,41 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         return np.bincount(session_of_row, weights=values, minlength=sessions)
 
     decode_weight = dec_iters.sum() or 1.0
-    return SessionSample(
+
+    def priced(kept_calls: np.ndarray) -> dict:
+        """The fields that depend on which contexts are found: prefill work and KV held while queued."""
+        prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
+                                  np.ones(extra_rows)))     # at least the token that starts generation
+        prefill_iters = np.ceil(prefill / sv.max_batched_tokens)
+        kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
+        return dict(
+            prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
+            kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
+            kv2_q=per(kv_hist**2), kv2_prefill=per(kv_prompt**2 * prefill_iters),
+            call_prefill_iters=float(prefill_iters.mean()), call_prefill_tokens=float(prefill.mean()),
+            call_prefill_kv_bytes=float(arch.kv_bytes_for_context(prompt - prefill, kv_dtype).mean()),
+            call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
+            call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
+        )
+
+    base = SessionSample(
         sessions=sessions,
         calls=calls_per_session.astype(float),
-        prefill_iters=per(prefill_iters),
         decode_iters=per(dec_iters),
         tool_s=_sum_by_session(wait_after_step, np.concatenate(([0], np.cumsum(steps)[:-1]))),
         kv_transfer_s=per(offload_s),
         input_tokens=per(prompt),
         output_tokens=per(out),
-        prefill_tokens=per(prefill),
-        kv_q=per(kv_hist),
-        kv_prefill=per(kv_prompt * prefill_iters),
         kv_decode=per(kv_decode * dec_iters),
         kv_tool=per(kv_after * hold_s),
-        kv2_q=per(kv_hist**2),
-        kv2_prefill=per(kv_prompt**2 * prefill_iters),
         kv2_decode=per(kv_decode**2 * dec_iters),
         kv2_tool=per(kv_after**2 * hold_s),
         shared_prefix_kv_bytes=float(arch.kv_bytes_for_context(shared, kv_dtype)) if shared else 0.0,
-        call_prefill_iters=float(prefill_iters.mean()),
         call_decode_iters=float(dec_iters.mean()),
-        call_prefill_tokens=float(prefill.mean()),
         call_decode_kv_bytes=float((arch.kv_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
                                    / decode_weight),
         call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()
                                      / decode_weight),
-        call_prefill_kv_bytes=float(arch.kv_bytes_for_context(prompt - prefill, kv_dtype).mean()),
-        call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
         decode_tokens_per_iteration=float(spec_decode.draft_tokens + 1) if spec_decode else 1.0,
         draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
         accepted_tokens_per_iteration=tokens_per_iter,
@@ -298,7 +313,7 @@ def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
         freed_kv_bytes=freed_kv,
         final_kv_bytes=final_kv,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
-        call_prefill_iters_sample=prefill_iters[tail_calls],
-        call_prefill_tokens_sample=prefill[tail_calls],
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),
+        **priced(kept_calls),
     )
+    return [replace(base, **priced(kept_calls | freed)) if hits else base for hits in variants]

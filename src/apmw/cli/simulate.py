@@ -69,6 +69,29 @@ def _table(d: dict, title: str) -> Table:
     return t
 
 
+def _replayed(spec, trace: Path, fmt: str | None):
+    """The trace's sessions as simulator tasks, and the spec with the trace's shared system prompt.
+
+    A recorded call whose prompt shrank (the agent trimmed its context) is replayed as
+    growing context instead: the simulator's tasks only grow (stated in docs/simulate.md).
+    """
+    from apmw.loadgen.replay import load_trace
+    from apmw.sim import TaskShape
+
+    recorded, system, _ = load_trace(trace, fmt)
+    tasks = []
+    for t in recorded:
+        new, outs, waits = [], [], []
+        for step in t.steps:
+            for k, call in enumerate(step.calls):
+                new.append(call.new_tokens)
+                outs.append(call.output_tokens)
+                waits.append(step.tool_wait_s if k == len(step.calls) - 1 else 0.0)
+        tasks.append(TaskShape(new_input_tokens=new, output_tokens=outs, wait_after_s=waits))
+    workload = spec.workload.model_copy(update={"system_prompt_tokens": system})
+    return spec.model_copy(update={"workload": workload}), tasks
+
+
 @app.command()
 def simulate(
     spec: Path = typer.Argument(..., help="YAML spec (see examples/)"),
@@ -81,6 +104,9 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
     timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
     reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="replay the sessions of this trace (any format "
+                                         "apmw fit reads) instead of sampling the spec's workload"),
+    trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),
 ) -> None:
     """Simulate one replica iteration by iteration under closed-loop agents: latency tails, KV, preemption."""
     from apmw.sim import simulate as run, sweep
@@ -91,6 +117,8 @@ def simulate(
     try:
         s = load_spec(spec)
         kw = dict(warmup_s=warmup_s, fast=not reference)
+        if trace is not None:
+            s, kw["tasks"] = _replayed(s, trace, trace_format)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
             task = bar.add_task("simulating", total=duration_s)

@@ -214,6 +214,25 @@ def test_calibration_file(llama_server, tmp_path):
     eff = efficiency_from_calibration(cal, spec_from_dict(tiny_spec_dict(llama_server.config_path)))
     assert eff.fixed_s > 0 and eff.bandwidth > 0 and "fitted to calibration" in eff.source
 
+    # apmw plan accepts the file: its step times follow the measurement, not the spec sheet
+    import json
+    import subprocess
+
+    import yaml
+
+    from tests.e2e.test_cli import APMW
+
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(tiny_spec_dict(llama_server.config_path)))
+    plain = subprocess.run([APMW, "plan", str(spec_path), "--json", "--agents", "2"], capture_output=True, text=True)
+    fitted = subprocess.run([APMW, "plan", str(spec_path), "--json", "--agents", "2", "--calibration", str(path)],
+                            capture_output=True, text=True)
+    assert plain.returncode == 0 and fitted.returncode == 0, plain.stderr + fitted.stderr
+    a, b = json.loads(plain.stdout), json.loads(fitted.stdout)
+    assert b["calibration"] == str(path)
+    assert b["time_per_output_token_s"] != a["time_per_output_token_s"]
+    assert "fitted to calibration" in b["sources"]["step_time"]
+
 
 def test_sweep_syntax_errors_say_how_to_fix():
     assert parse_sweep("1:7:3") == [1, 4, 7]

@@ -131,9 +131,14 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
     return "no number of agents meets the SLO; even one agent alone has " + "; and ".join(failures) + "."
 
 
-def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Plan:
-    """Solve the spec. With ``agents``, report the closed loop at exactly that many agents."""
-    replica = replica_from_spec(spec, efficiency)
+def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = None) -> Plan:
+    """Solve the spec. With ``agents``, report the closed loop at exactly that many agents.
+
+    ``efficiency`` (e.g. fitted by ``apmw bench --calibrate``) prices iterations with the
+    roofline at those efficiencies instead of the built-in step model.
+    """
+    replica = (replica_from_spec(spec) if efficiency is None
+               else replica_from_spec(spec, efficiency, calibrated=False))
     model = closed_loop_model(spec, replica)
     sample = model.miss_sample
     result = search(spec, replica, sample, model)

@@ -156,9 +156,8 @@ async def _run(base, levels, results, api_key, resume, live):
 def _compare(spec, summary, calibration):
     from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
     from apmw.loadgen.compare import compare
-    from apmw.perf import DEFAULT_EFFICIENCY
 
-    eff = DEFAULT_EFFICIENCY if calibration is None else efficiency_from_calibration(read_calibration(calibration),
+    eff = None if calibration is None else efficiency_from_calibration(read_calibration(calibration),
                                                                                      spec)
     return compare(spec, summary, eff)
 

@@ -22,6 +22,8 @@ def plan(
         None, "--workload-from", help="replace the spec's workload by one fitted from this trace (see apmw fit)"),
     trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),
     verify: bool = typer.Option(False, "--verify", help="also run the simulator at the answer and compare"),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="step-time calibration measured by apmw bench --calibrate FILE"),
 ) -> None:
     """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session."""
     from rich.progress import Progress
@@ -36,7 +38,12 @@ def plan(
         s = load_spec(spec)
         if workload_from is not None:
             s = s.model_copy(update={"workload": workload_from_trace(workload_from, trace_format)})
-        result = solve(s, agents=agents)
+        efficiency = None
+        if calibration is not None:
+            from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
+
+            efficiency = efficiency_from_calibration(read_calibration(calibration), s)
+        result = solve(s, agents=agents, efficiency=efficiency)
         checked = None
         if verify:
             with Progress(console=out, transient=True, disable=as_json) as bar:
@@ -49,6 +56,8 @@ def plan(
     d = result.to_dict()
     if workload_from is not None:
         d["workload_from"] = str(workload_from)
+    if calibration is not None:
+        d["calibration"] = str(calibration)
     if checked is not None:
         d["verify"] = checked
     if as_json:

@@ -9,7 +9,7 @@ the same closed loop. Only fields that mean the same on both sides are paired (n
 from __future__ import annotations
 
 from apmw.capacity import InfeasibleError, plan
-from apmw.perf import DEFAULT_EFFICIENCY, Efficiency
+from apmw.perf import Efficiency
 from apmw.spec import Spec
 
 # (label, path into the plan dict, path into the bench level dict)
@@ -37,7 +37,7 @@ def _get(d: dict, path: tuple[str, ...]):
     return d
 
 
-def compare(spec: Spec, summary: dict, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> dict:
+def compare(spec: Spec, summary: dict, efficiency: Efficiency | None = None) -> dict:
     """``{"levels": [{agents, rows: [{field, predicted, measured, ratio}]}], "agents_star": {...}}``."""
     levels = []
     for lv in summary["levels"]:

@@ -32,7 +32,7 @@ from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
 from apmw.perf import resolve_gpu
-from apmw.spec import GpuOverride, Spec, Speculative
+from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
 
 GROUPS = ("kv_residency", "decode_batching", "other")
 # Relative step of the elasticity finite differences.
@@ -53,6 +53,7 @@ class Lever:
     relaxes: str
     description: str
     change: Callable[[Spec, Plan], Spec | None]
+    detail: Callable[[Spec], str] | None = None   # what the changed spec chose (e.g. a searched split)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class LeverResult:
     cost_per_session_usd_after: float | None
     plan_after: Plan | None = field(default=None, repr=False, compare=False)
     verified: dict | None = None     # the simulator at the lever's N* (with --verify)
+    detail: str | None = None
 
     @property
     def gain(self) -> float:
@@ -87,6 +89,7 @@ class LeverResult:
             "cost_per_session_usd_before": self.cost_per_session_usd_before,
             "cost_per_session_usd_after": self.cost_per_session_usd_after,
             "lowers_agents_per_mw": self.gain < 1.0,
+            "detail": self.detail,
             **({"verify": self.verified} if self.verified is not None else {}),
         }
 
@@ -136,6 +139,27 @@ def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
     return _with(spec, "serving", attention_data_parallel=True)
 
 
+# Prefill-instance sizes tried by the disaggregation lever (GPUs, tensor parallel).
+PREFILL_SPLITS = (1, 2, 4, 8)
+
+
+def _disaggregate(spec: Spec, _: Plan) -> Spec | None:
+    """A separate prefill instance: the split (prefill GPUs) with the most agents per MW."""
+    if spec.serving.disaggregation is not None:
+        return None
+    best, best_mw = None, -1.0
+    for n in PREFILL_SPLITS:
+        candidate = _with(spec, "serving", disaggregation=Disaggregation(prefill_gpus=n))
+        try:
+            p = plan(candidate)
+        except ApmwError:          # infeasible, does not fit, or not modelled with this policy
+            continue
+        mw = p.to_dict()["agents_per_mw"]
+        if mw > best_mw:
+            best, best_mw = candidate, mw
+    return best
+
+
 def _bigger_batch(spec: Spec, _: Plan) -> Spec | None:
     return _with(spec, "serving", max_batch=spec.serving.max_batch * 2)
 
@@ -174,6 +198,10 @@ LEVERS: tuple[Lever, ...] = (
           "data-parallel attention: one copy of each sequence's KV instead of one per tensor-parallel rank",
           _dp_attention),
     Lever("batch_limit_x2", "decode_batching", "batch_limit", "double max_batch", _bigger_batch),
+    Lever("disaggregated_prefill", "decode_batching", "slo",
+          "prefill on a separate instance (best of 1/2/4/8 GPUs), KV handed over at 50 GB/s per GPU; decode "
+          "iterations carry no prefill", _disaggregate,
+          detail=lambda s: f"prefill_gpus={s.serving.disaggregation.prefill_gpus}"),
     Lever("speculative_decoding", "decode_batching", "slo",
           "speculative decoding, 4 draft tokens at 70% acceptance, draft 10% of an iteration (assumed)",
           _speculative),
@@ -215,6 +243,7 @@ def evaluate_levers(spec: Spec, base: Plan | None = None,
             cost_per_session_usd_before=before["cost_per_session_usd"],
             cost_per_session_usd_after=a["cost_per_session_usd"] if a else None,
             plan_after=after,
+            detail=lever.detail(changed) if lever.detail else None,
         ))
     return sorted(results, key=lambda r: -r.gain)
 

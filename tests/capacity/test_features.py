@@ -64,3 +64,35 @@ def test_decode_draws_less_than_provisioned_power():
     d = plan(spec_from_dict(_deterministic()), agents=4).to_dict()
     assert d["compute_bound_share"] < 0.5
     assert d["replica"]["power_w"] < 0.6 * d["replica"]["provisioned_power_w"] / 1.3
+
+
+def _prefill_heavy(disaggregation: dict | None = None, policy: str = "retain") -> dict:
+    d = _deterministic(steps_per_task=10, new_input_tokens_per_call=3000, output_tokens_per_call=200, tool_wait_s=2.0)
+    d["serving"] = {"tool_wait_kv_policy": policy}
+    if disaggregation:
+        d["serving"]["disaggregation"] = disaggregation
+    return d
+
+
+def test_disaggregated_prefill_takes_prefill_off_the_decode_iterations():
+    from apmw.capacity.disaggregation import prefill_stage
+
+    colocated = plan(spec_from_dict(_prefill_heavy()), agents=8)
+    split = plan(spec_from_dict(_prefill_heavy({"prefill_gpus": 1})), agents=8)
+    a, b = colocated.to_dict(), split.to_dict()
+    assert b["time_per_output_token_s"] < a["time_per_output_token_s"]
+    assert b["replica"]["gpus"] == 2 and b["replica"]["prefill_gpus"] == 1 and b["replica"]["decode_gpus"] == 1
+    # the prefill instance is busy calls/s x its service time per call (Little's law)
+    service = prefill_stage(split.spec, split.replica, split.sample).call_service_s
+    calls_per_s = b["sessions_per_s"] * b["calls_per_session"]
+    assert b["prefill_utilisation"] == pytest.approx(calls_per_s * service, rel=0.02)
+    # GPU time is billed for both instances
+    assert b["cost_breakdown_usd"]["gpu_time"] == pytest.approx(
+        2 * 2.0 * b["task_latency_s"]["mean"] / 8 / 3600)
+
+
+def test_disaggregation_with_evict_is_refused_not_guessed():
+    from apmw.errors import ApmwError
+
+    with pytest.raises(ApmwError, match="not modelled yet"):
+        plan(spec_from_dict(_prefill_heavy({"prefill_gpus": 1}, policy="evict")))

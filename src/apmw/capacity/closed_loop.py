@@ -54,7 +54,7 @@ class EngineCurve:
 MAX_PREFILLS_PER_ITERATION = 32
 
 
-def engine_curve(step: StepModel, s: SessionSample, max_batch: int) -> EngineCurve:
+def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False) -> EngineCurve:
     """Iteration times at each batch size ``b``.
 
     Of ``b`` running calls, each is in a prefill iteration with probability
@@ -66,8 +66,9 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int) -> EngineCur
     ``Binom(b-1, q)`` other prefills) and its decode iterations (``Binom(b-1, q)``
     other prefills); their mix over a call's life averages to the engine's mean.
     """
-    iters = s.call_prefill_iters + s.call_decode_iters
-    q = s.call_prefill_iters / iters
+    # decode_only: prefill runs on another instance (disaggregation), iterations only decode
+    iters = max(s.call_decode_iters, 1e-9) if decode_only else s.call_prefill_iters + s.call_decode_iters
+    q = 0.0 if decode_only else s.call_prefill_iters / iters
     chunk = s.call_prefill_tokens / s.call_prefill_iters       # tokens per prefill iteration of a call
     chunk_attn = s.call_prefill_attn_flops / s.call_prefill_iters
     b = np.arange(1, max_batch + 1, dtype=float)[:, None]

@@ -43,12 +43,16 @@ class Economics:
 
 
 def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: float,
-              engine_utilisation: float, compute_share: float) -> Economics:
-    g = replica.gpus
+              engine_utilisation: float, compute_share: float, prefill_gpus: int = 0,
+              prefill_utilisation: float = 0.0, prefill_compute_share: float = 1.0) -> Economics:
+    """``prefill_gpus`` etc. describe a disaggregated prefill instance counted with the replica."""
     p = spec.power
     gpu_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, engine_utilisation,
                                    compute_share))
-    replica_w = g * (gpu_w + p.host_power_w_per_gpu)
+    prefill_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, prefill_utilisation,
+                                       prefill_compute_share))
+    g = replica.gpus + prefill_gpus
+    replica_w = replica.gpus * gpu_w + prefill_gpus * prefill_w + g * p.host_power_w_per_gpu
     facility_w = replica_w * p.pue
     if p.provisioned_kw_per_gpu is not None:
         provisioned_w = g * p.provisioned_kw_per_gpu * 1000.0

@@ -26,9 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from apmw.capacity.closed_loop import EngineCurve, LoopState, solve_at
+from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.sessions import SessionSample
 from apmw.spec import Spec
 from apmw.spec.distribution import Z95
+
+
+# Fixed-point iterations for the prefill queue, and the wait reported when it saturates.
+PREFILL_FIXED_POINT_ITERATIONS = 30
+SATURATED_WAIT_S = 1e6
 
 
 @dataclass(frozen=True)
@@ -55,21 +61,52 @@ class Evaluation:
     # set by capacity.prefix_cache where contexts are freed at tool waits
     freed_context_hit_rate: float | None = None
     prefill_tokens_per_session: float | None = None
+    # set with disaggregated prefill: busy share of the prefill instance
+    prefill_utilisation: float | None = None
 
     @property
     def feasible(self) -> bool:
         return self.meets_latency and self.fits_memory
 
 
-def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float, agents: int) -> Evaluation:
+def _prefill_wait(curve: EngineCurve, think: float, agents: int, stage: PrefillStage,
+                  transfer_s: float) -> tuple[LoopState, float, float]:
+    """Decode loop, prefill-queue wait and prefill utilisation at the fixed point (disaggregation)."""
+    wait, rho = 0.0, 0.0
+    per_call = stage.call_service_s + transfer_s
+    for _ in range(PREFILL_FIXED_POINT_ITERATIONS):
+        loop = solve_at(curve, think + per_call + wait, agents)
+        rho = loop.call_throughput_per_s * stage.call_service_s
+        target = stage.call_service_s * rho / (1 - rho) if rho < 1 else SATURATED_WAIT_S
+        if abs(target - wait) <= 1e-6 + 1e-3 * wait:
+            break
+        wait = 0.5 * (wait + target)
+    return loop, wait, min(rho, 1.0)
+
+
+def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float, agents: int,
+             prefill: PrefillStage | None = None) -> Evaluation:
+    """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
+    (``curve`` must then be decode-only)."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
-    loop = solve_at(curve, think, agents)
+    prefill_wait, prefill_util = 0.0, None
+    if prefill is None:
+        loop = solve_at(curve, think, agents)
+    else:
+        loop, prefill_wait, prefill_util = _prefill_wait(curve, think, agents, prefill,
+                                                         s.call_prefill_tokens * prefill.transfer_per_token_s)
     wq, t_pf, t_dec = loop.queue_per_call_s, loop.prefill_iteration_s, loop.decode_iteration_s
-    # A prefill iteration costs a decode iteration plus its chunk's tokens: split the mean
-    # prefill iteration so that each call pays for its own prompt (long prompts, long TTFT).
-    chunk = s.call_prefill_tokens / s.call_prefill_iters
-    per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
-    t_base = t_pf - per_prefill_token * chunk
+    if prefill is None:
+        # A prefill iteration costs a decode iteration plus its chunk's tokens: split the mean
+        # prefill iteration so that each call pays for its own prompt (long prompts, long TTFT).
+        chunk = s.call_prefill_tokens / s.call_prefill_iters
+        per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
+        t_base = t_pf - per_prefill_token * chunk
+    else:
+        per_prefill_token = prefill.per_token_s + prefill.transfer_per_token_s
+        t_base = prefill.per_iteration_s
+        t_pf = (t_base * s.call_prefill_iters + per_prefill_token * s.call_prefill_tokens) / s.call_prefill_iters
+        wq = wq + prefill_wait
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
     p50, p95, p99 = np.quantile(samples, [0.5, 0.95, 0.99])
@@ -103,5 +140,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
         kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
         session_throughput_per_s=agents / mean_r,
-        meets_latency=meets, fits_memory=bool(kv_p95 <= kv_capacity_bytes),
+        meets_latency=meets and (prefill_util is None or prefill_util < 1.0),
+        fits_memory=bool(kv_p95 <= kv_capacity_bytes),
+        prefill_utilisation=prefill_util,
     )

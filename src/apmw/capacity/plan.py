@@ -36,6 +36,12 @@ class Plan:
     fleet: FleetSize | None
 
     @property
+    def prefill_gpus(self) -> int:
+        """GPUs of a disaggregated prefill instance (0 when prefill runs on the replica)."""
+        d = self.spec.serving.disaggregation
+        return d.prefill_gpus if d else 0
+
+    @property
     def agents_per_replica(self) -> int:
         return self.at.agents
 
@@ -69,6 +75,7 @@ class Plan:
             "decode_batch_mean": ev.loop.decode_batch_mean,
             "running_batch_mean": ev.loop.running_batch_mean,
             "engine_utilisation": ev.loop.engine_utilisation,
+            "prefill_utilisation": ev.prefill_utilisation,
             "freed_context_hit_rate": ev.freed_context_hit_rate,
             "compute_bound_share": ev.loop.compute_share,
             "kv_tokens_resident_mean": ev.kv_bytes_resident_mean / kv_per_token,
@@ -80,7 +87,8 @@ class Plan:
             "weight_bytes": r.memory.weight_bytes,
             "tokens_per_s": self.tokens_per_s,
             "sessions_per_s": ev.session_throughput_per_s,
-            "replica": {"gpus": r.gpus, "gpu": r.gpu.name, "model": r.arch.name,
+            "replica": {"gpus": r.gpus + self.prefill_gpus, "decode_gpus": r.gpus, "prefill_gpus": self.prefill_gpus,
+                        "gpu": r.gpu.name, "model": r.arch.name,
                         "power_w": e.replica_power_w, "facility_power_w": e.facility_power_w,
                         "provisioned_power_w": e.provisioned_power_w},
             "agents_per_mw": e.agents_per_mw,
@@ -148,12 +156,15 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
         at = result.at_optimum
     else:
         at = model.evaluate(agents)
+    stage = model.prefill
     econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation,
-                     at.loop.compute_share)
+                     at.loop.compute_share, prefill_gpus=stage.gpus if stage else 0,
+                     prefill_utilisation=at.prefill_utilisation or 0.0,
+                     prefill_compute_share=stage.compute_share if stage else 1.0)
     fleet = None
     if spec.fleet.target_agents is not None:
-        fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus, econ.facility_power_w,
-                           econ.provisioned_power_w)
+        fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus + (stage.gpus if stage else 0),
+                           econ.facility_power_w, econ.provisioned_power_w)
     return Plan(spec=spec, replica=replica, sample=sample, search=result, at=at, economics=econ, fleet=fleet)
 
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from apmw.capacity.closed_loop import EngineCurve, engine_curve, solve_at
+from apmw.capacity.disaggregation import prefill_stage
 from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.errors import ApmwError
 from apmw.capacity.sessions import SessionSample, sample_session_pair, sample_sessions
 from apmw.perf import Replica
 from apmw.spec import Spec
@@ -124,8 +126,12 @@ class ClosedLoopModel:
                  hit_sample: SessionSample | None = None):
         self.spec, self.replica, self.miss_sample = spec, replica, sample
         self.max_batch = max_batch or spec.serving.max_batch
-        self.miss_curve = engine_curve(replica.step, sample, self.max_batch)
+        self.prefill = prefill_stage(spec, replica, sample)
+        self.miss_curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None)
         self.cache = LruSurvival.from_sample(sample)
+        if self.prefill is not None and len(self.cache.wait_s):
+            raise ApmwError("serving.disaggregation together with a policy that frees contexts at tool waits "
+                            f"('{spec.serving.tool_wait_kv_policy}') is not modelled yet; use retain or offload")
         self.hit_sample = self.hit_curve = None
         self._last_m = 0.0
         if len(self.cache.wait_s):
@@ -169,7 +175,7 @@ class ClosedLoopModel:
     def evaluate(self, agents: int) -> Evaluation:
         cap = self.replica.kv_capacity_bytes
         if self.hit_sample is None:
-            return evaluate(self.spec, self.miss_sample, self.miss_curve, cap, agents)
+            return evaluate(self.spec, self.miss_sample, self.miss_curve, cap, agents, self.prefill)
         def step(m: float) -> float:
             kv, sessions_per_s = self._means(m, agents)
             return self.cache.miss_share(self.cache.characteristic_time(cap - kv, sessions_per_s))

@@ -92,6 +92,8 @@ def unsupported(spec: Spec) -> str | None:
         missing.append("history summarisation (workload.summarize_at_tokens)")
     if spec.serving.speculative is not None:
         missing.append("speculative decoding (serving.speculative)")
+    if spec.serving.disaggregation is not None:
+        missing.append("disaggregated prefill (serving.disaggregation)")
     return "; ".join(missing) or None
 
 

@@ -109,6 +109,17 @@ class Speculative(_Section):
         return (1 - a ** (k + 1)) / (1 - a)
 
 
+class Disaggregation(_Section):
+    """Prefill on its own instance, decode on the replica's GPUs; KV crosses the network once per call."""
+
+    prefill_gpus: int = Field(ge=1, le=72, description="GPUs of the prefill instance (tensor parallel)")
+    kv_transfer_bandwidth_bytes_per_s: float = Field(
+        default=50e9, gt=0,
+        description="per-GPU link for the KV hand-off; 50 GB/s is one 400 Gb/s NIC per GPU "
+        "(aiconfigurator systems/h200_sxm.yaml inter_node_bw)",
+    )
+
+
 class Serving(_Section):
     """The engine's knobs (vLLM names in brackets)."""
 
@@ -137,6 +148,7 @@ class Serving(_Section):
         "data parallel with expert parallel): KV is not replicated on every rank (matters for MLA models)",
     )
     speculative: Speculative | None = None
+    disaggregation: Disaggregation | None = None
 
     @model_validator(mode="after")
     def _ttl(self) -> "Serving":

@@ -23,13 +23,15 @@ ASSUMPTIONS = [
     "Task-latency percentiles come from sampled sessions (the spec's seed) with exponential per-call queueing; "
     "engine-level jitter is not in the analytic curve. Red points: p95 from the iteration-level simulator "
     "(apmw simulate) at half, one and one and a half times N*.",
-    "Step time is a roofline with named efficiencies (perf/efficiency.py); the 1 ms per-iteration overhead is an "
-    "assumption until calibrated.",
-    "GPU busy power defaults to TDP and idle to 15% of TDP (catalog/data/SOURCES.md); host power per GPU is from "
-    "the DGX H100 datasheet.",
-    "Under 'evict' the analytic model assumes the prefix cache lost every evicted context (worst case).",
-    "Lever settings that are assumptions (speculative decoding acceptance, summary length) are named in each "
-    "lever's description.",
+    "Step time: calibrated on measured vLLM kernel tables where they cover the model and GPU, else a roofline "
+    "with efficiencies measured from the same tables (docs/accuracy.md); the 1 ms per-iteration overhead is "
+    "an assumption.",
+    "GPU power: idle 15% of TDP, busy TDP (catalog/data/SOURCES.md); memory-bound decode draws a third of the "
+    "idle-to-busy range (perf/power.py). Host: 125 W per GPU modelled, 575 W nameplate (DGX H100 datasheet).",
+    "Contexts freed at tool waits ('evict', 'ttl') survive in the LRU prefix cache by the characteristic-time "
+    "approximation (capacity/prefix_cache.py).",
+    "Lever settings that are assumptions (speculative decoding acceptance, summary length, prefill link) are "
+    "named in each lever's description.",
 ]
 
 

@@ -9,7 +9,7 @@ the same closed loop. Only fields that mean the same on both sides are paired (n
 from __future__ import annotations
 
 from apmw.capacity import InfeasibleError, plan
-from apmw.perf import Efficiency
+from apmw.perf import Efficiency, replica_from_spec
 from apmw.spec import Spec
 
 # (label, path into the plan dict, path into the bench level dict)
@@ -52,6 +52,8 @@ def compare(spec: Spec, summary: dict, efficiency: Efficiency | None = None) -> 
         predicted_star = plan(spec, efficiency=efficiency).agents_per_replica
     except InfeasibleError:
         predicted_star = 0
+    # the step model the prediction used: the bench calibration's fit, or the built-in one
+    source = efficiency.source if efficiency is not None else replica_from_spec(spec).step.source_detail
     return {"levels": levels, "agents_star": {"predicted": predicted_star,
                                               "measured": summary.get("agents_per_replica")},
-            "efficiency_source": efficiency.source}
+            "efficiency_source": source}

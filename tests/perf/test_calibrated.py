@@ -120,3 +120,37 @@ def test_batch_one_decode_is_close_to_weight_streaming():
     t = float(step.iteration_time_s(_load(step, 1.0, 0.0, 100.0)))
     ideal = step.weight_bytes / get_gpu("H100").hbm_bandwidth_bytes_per_s
     assert ideal / 0.9 < t < ideal / 0.6 + 2e-3
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM5-80GB", "H200-SXM-141GB"])
+def test_decode_attention_never_reads_kv_faster_than_hbm_peak(gpu):
+    # aiconfigurator measured each batch only up to ~2^18 KV tokens; the builder must scale
+    # the unmeasured long contexts with the KV they read, not copy the last value (which made
+    # batch 256 at context 2047 read KV at 1.6x the H200's peak bandwidth).
+    t = load_tables(gpu)
+    peak = get_gpu(gpu).hbm_bandwidth_bytes_per_s
+    b, s = np.meshgrid(t["dec_batch"], t["dec_step"], indexing="ij")
+    for key in [k for k in t._names if k.startswith("dec_bf16_")]:
+        _, _, heads, kv_heads, head_dim = key.split("_")
+        kv_bytes = b * s * 2 * int(kv_heads) * int(head_dim) * 2          # K and V, 2 bytes each
+        assert np.all(kv_bytes / t[key] <= peak), key
+
+
+def test_trtllm_reads_fp8_kv_at_the_bf16_kernels_bandwidth():
+    # vLLM's FA3 fp8-KV kernel (the measured table) streams KV at ~0.5 of peak; TensorRT-LLM's
+    # XQA reads fp8 natively, so its fp8 read costs the bf16 kernel's time for the same bytes.
+    arch = load_architecture(LLAMA8)
+    vllm = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="vllm")
+    trt = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
+    bf16 = build_step_model(arch, get_gpu("H200"), 1, "fp8", "bf16", engine="trtllm")
+    load = IterationLoad(decode_seqs=np.array([128.0]), prefill_tokens=np.array([0.0]),
+                         kv_read_bytes=np.array([128 * 4096 * vllm.kv_bytes_per_token]),
+                         attention_flops=np.array([128 * float(arch.attention_flops_per_token(4096))]))
+    bf16_load = IterationLoad(decode_seqs=load.decode_seqs, prefill_tokens=load.prefill_tokens,
+                              kv_read_bytes=np.array([128 * 2048 * bf16.kv_bytes_per_token]),
+                              attention_flops=np.array([128 * float(arch.attention_flops_per_token(2048))]))
+    t_vllm, t_trt = vllm.iteration_time_s(load)[0], trt.iteration_time_s(load)[0]
+    assert t_trt < 0.9 * t_vllm
+    # same bytes as a bf16 read of half the context (engine overheads are equal)
+    assert bf16._attention_s(bf16_load, bf16_load.decode_seqs, bf16_load.prefill_tokens)[0] == pytest.approx(
+        trt._attention_s(load, load.decode_seqs, load.prefill_tokens)[0], rel=1e-9)

@@ -47,6 +47,16 @@ _TP_SIZES = (1, 2, 4, 8)
 ENGINE_OVERHEAD_S = {"vllm": 1.0e-3, "sglang": 1.0e-3, "trtllm": 1.0e-3}
 DEFAULT_ENGINE = "vllm"
 
+# Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
+# The measured tables are vLLM's FlashAttention-3, whose fp8-KV path reads KV at about
+# 0.5 of HBM peak against 0.8 for bf16 (bench/derive_efficiencies.py). TensorRT-LLM's
+# XQA decode kernel reads fp8 KV natively ("Multi-Head, Multi-Query, and Group-Query
+# Attention", TensorRT-LLM docs: XQA with fp8 KV cache), so for it an fp8 read of
+# context L costs what the measured bf16 kernel costs for the same bytes, i.e. context
+# L/2. SGLang, like vLLM, dequantises fp8 KV on read (sgl-project/sglang issue #10083),
+# so it keeps the measured fp8 table. Checked on MLPerf Offline rows: docs/accuracy.md.
+BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
+
 # vLLM's default CUDA-graph capture sizes: 1, 2, 4 and multiples of 8 up to 512.
 _GRAPH_MAX = 512
 
@@ -104,6 +114,7 @@ class _Curves:
     dec_batch: np.ndarray
     dec_step: np.ndarray
     dec_s: np.ndarray             # all full-attention layers, (batch x context)
+    dec_ctx_scale: float          # context at which to read dec_s (0.5: fp8 KV on a bf16 table)
     ctx_isl: np.ndarray
     ctx_s_per_flop: np.ndarray    # seconds per replica attention FLOP at each prefill length
     ar_size: np.ndarray
@@ -113,7 +124,7 @@ class _Curves:
 
 
 def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
-            bandwidth_eff: float) -> _Curves:
+            bandwidth_eff: float, engine: str = DEFAULT_ENGINE) -> _Curves:
     t = load_tables(gpu.name)
     dt = _GEMM_DTYPE[weight_dtype.lower()]
     h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
@@ -123,6 +134,9 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
     layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes)
     lm_head = gemm_latency_s(t, dt, arch.vocab_size / g, h)
     key = _attn_key(arch, g, kv_dtype)
+    dec_key, dec_ctx_scale = key, 1.0
+    if engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and _KV_DTYPE[kv_dtype.lower()] == "fp8":
+        dec_key, dec_ctx_scale = _attn_key(arch, g, "bf16"), 0.5
     isl = t["ctx_isl"]
     # FLOPs of one causal batch-1 prefill of `isl` tokens on one rank, one layer.
     flops_rank_layer = 4 * heads * hd * isl * (isl + 1) / 2
@@ -137,7 +151,8 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
     ar_s = 2 * L * t[f"ar_{g}"] if g > 1 else np.zeros_like(ar_size)
     return _Curves(m=t["gemm_m"], layers_gemm_s=L * layer, lm_head_s=lm_head,
                    dec_batch=t["dec_batch"], dec_step=t["dec_step"],
-                   dec_s=arch.full_attention_layers * t["dec_" + key], ctx_isl=isl,
+                   dec_s=arch.full_attention_layers * t["dec_" + dec_key],
+                   dec_ctx_scale=dec_ctx_scale, ctx_isl=isl,
                    ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
                    elementwise_s_per_token=elem_s, source=t.source)
 
@@ -163,7 +178,7 @@ class CalibratedStepModel(StepModel):
         if self.engine not in ENGINE_OVERHEAD_S:
             raise UnknownNameError(f"unknown engine '{self.engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
         object.__setattr__(self, "curves", _curves(self.arch, self.gpu, self.gpus, self.weight_dtype,
-                                                   self.kv_dtype, self.efficiency.bandwidth))
+                                                   self.kv_dtype, self.efficiency.bandwidth, self.engine))
 
     @property
     def source(self) -> str:
@@ -202,7 +217,7 @@ class CalibratedStepModel(StepModel):
         kv_tokens = np.asarray(load.kv_read_bytes, dtype=float) / self.kv_bytes_per_token
         ctx = np.where(decode > 0, kv_tokens / np.maximum(decode, 1.0), 0.0)
         dec = np.where(decode > 0, bilinear_log2(c.dec_s, c.dec_batch, c.dec_step, np.maximum(decode, 1.0),
-                                                 np.maximum(ctx, 1.0)), 0.0)
+                                                 np.maximum(ctx * c.dec_ctx_scale, 1.0)), 0.0)
         flops = np.asarray(load.attention_flops, dtype=float)
         pre_flops = np.maximum(flops - decode * np.asarray(self.arch.attention_flops_per_token(ctx)), 0.0)
         # Equivalent from-scratch prefill length with the same FLOPs, where the measured rate applies.

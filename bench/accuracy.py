@@ -53,7 +53,8 @@ from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
 from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
-from apmw.predict import (DEFAULT_TOKEN_BUDGET, REQUEST_OVERHEAD_S, kv_fit_requests,  # noqa: E402
+from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, REQUEST_OVERHEAD_S,  # noqa: E402
+                          kv_fit_requests,
                           predict_open_loop, predict_with, replica_power_w)
 
 LLAMA2_70B = str(ROOT / "tests" / "fixtures" / "accuracy" / "meta-llama--Llama-2-70b-chat-hf.json")
@@ -86,6 +87,7 @@ class Row:
     note: str = ""
     constraints: tuple[float, float] | None = None   # MLPerf (ttft_s, tpot_s) limits
     gpus: int = 1
+    length_spread: float | None = None   # None: apmw.predict's default
 
 
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
@@ -126,13 +128,38 @@ def imax_rows(data: Path) -> list[Row]:
     rows = []
     for r in g.itertuples():
         model, wdt, kvd, engine = IMAX_MODELS[r.model]
+        # InferenceMAX draws lengths uniformly from [0.8 L, L] (random_range_ratio 0.8):
+        # mean 0.9 L, width 0.2 L.
         rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model, gpu=r.hw.upper(), engine=engine,
-                        tp=int(r.tp), scenario="fixed-concurrency", isl=int(r.isl), osl=int(r.osl),
+                        tp=int(r.tp), scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
+                        length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
                         measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
                                   "output_tokens_per_s_per_gpu": r.output_tput_per_gpu},
                         label=f"{r.hw} {model.split('/')[-1]} tp{int(r.tp)} ep{int(r.ep)} {r.isl}/{r.osl} c{r.conc}",
                         note=f"{wdt}/{kvd}"))
+    return rows
+
+
+PUBLISHED = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
+
+
+def published_rows(path: Path = PUBLISHED) -> list[Row]:
+    """Published fixed-concurrency runs of dense models (NVIDIA NIM, GPUStack; bench/data/SOURCES.md).
+
+    All held out. NIM runs use equal lengths (the default length spread applies);
+    GPUStack's ShareGPT lengths vary by more than their mean (spread 1.0).
+    """
+    d = pd.read_csv(path)
+    rows = []
+    for r in d.itertuples():
+        spread = 1.0 if r.source.startswith("gpustack") else None
+        rows.append(Row(source="Published", split="held-out", model=r.model, gpu=r.gpu, engine=r.engine,
+                        tp=int(r.tp), scenario=f"fixed-concurrency ({r.source})", isl=round(r.isl), osl=round(r.osl),
+                        rate_per_replica=None, concurrency=int(r.concurrency),
+                        measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3},
+                        label=f"{r.source} {r.model_reported} tp{r.tp} {round(r.isl)}/{round(r.osl)} c{r.concurrency}",
+                        note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread))
     return rows
 
 
@@ -158,7 +185,9 @@ def choose_tp(row: Row) -> tuple[int, object]:
             step = _step(row, tp, "fp8", "fp8")
             if row.scenario == "Offline":
                 n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl))
-                p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9)
+                # MLPerf Offline issues every query at once; dataset lengths vary widely
+                p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9,
+                                 length_spread=1.0)
                 score = -p.output_tokens_per_s_per_gpu
             else:
                 p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica / (row.gpus // tp),
@@ -194,7 +223,7 @@ def predict_row(row: Row) -> None:
             row.predicted, row.note = None, f"not modelled: {exc}"
         return
     try:
-        if row.source == "InferenceMAX":
+        if row.source in ("InferenceMAX", "Published"):
             wdt, kvd = row.note.split("/")
         else:
             wdt, kvd = "fp8", "fp8"
@@ -203,7 +232,7 @@ def predict_row(row: Row) -> None:
         row.path = step.source
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl))
-            p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9)
+            p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0)
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
         elif row.rate_per_replica is not None:
             p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH)
@@ -211,10 +240,13 @@ def predict_row(row: Row) -> None:
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
             from apmw.predict import DEFAULT_MAX_BATCH
+            spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
             p = predict_with(step, row.isl, row.osl, row.concurrency, DEFAULT_TOKEN_BUDGET,
-                             DEFAULT_MAX_BATCH[row.engine], request_overhead_s=REQUEST_OVERHEAD_S[row.engine])
+                             DEFAULT_MAX_BATCH[row.engine], request_overhead_s=REQUEST_OVERHEAD_S[row.engine],
+                             length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
-                             "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
+                             "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
+                             "running_requests": p.running_requests}
     except ApmwError as exc:
         row.predicted = None
         row.note = f"not modelled: {exc}"
@@ -280,7 +312,7 @@ def fit_request_overhead(rows: list[Row]) -> float:
     train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train"]
     best = (math.inf, None)
     for ms in np.arange(0.0, 100.1, 2.5):
-        for e in ("vllm", "sglang"):
+        for e in REQUEST_OVERHEAD_S:
             REQUEST_OVERHEAD_S[e] = ms * 1e-3
         for r in train:
             predict_row(r)
@@ -288,9 +320,9 @@ def fit_request_overhead(rows: list[Row]) -> float:
         score = statistics.median(abs(x) for x in e)
         if score < best[0]:
             best = (score, ms * 1e-3)
-    for e in ("vllm", "sglang"):
+    for e in REQUEST_OVERHEAD_S:
         REQUEST_OVERHEAD_S[e] = best[1]
-    print(f"fitted request overhead (vllm, sglang): {best[1] * 1e3:.1f} ms "
+    print(f"fitted request overhead (every OpenAI-compatible server): {best[1] * 1e3:.1f} ms "
           f"(train median |TTFT err| {best[0]:.1f}%, {len(train)} rows)")
     return best[1]
 
@@ -321,10 +353,16 @@ def report(rows: list[Row], isl_scale: float) -> str:
     mod = [r for r in rows if r.predicted]
     skipped = [r for r in rows if not r.predicted]
     dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
+    published = [r for r in mod if r.source == "Published"]
     lines = [f"Rows modelled: {len(mod)} of {len(rows)} (input-length scale {isl_scale}).", "",
              "Cells: median |error| % / mean |error| % / median signed error % (n rows). "
              "Signed error = predicted / measured - 1.", "",
-             "### Dense models on H100/H200 (MLPerf, calibrated path), by split", ""]
+             "### Dense models at fixed concurrency (published NIM and GPUStack runs, held out)", ""]
+    lines += table(published, lambda r: "all published rows")
+    lines += table(published, lambda r: f"{r.label.split()[0]} {r.model.split('/')[-1]} tp{r.tp} {r.engine}")[2:]
+    lines += table([r for r in published if r.concurrency <= _running(r)],
+                   lambda r: "published, concurrency within the batch/KV limit")[2:]
+    lines += ["", "### Dense models on H100/H200 (MLPerf, calibrated path), by split", ""]
     lines += table(dense, lambda r: r.split)
     lines += ["", "### By model, GPU, engine and scenario", ""]
     lines += table(mod, lambda r: f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}")
@@ -333,20 +371,8 @@ def report(rows: list[Row], isl_scale: float) -> str:
     return "\n".join(lines)
 
 
-def write_fixture(rows: list[Row], path: Path) -> None:
-    """The fixed regression subset: held-out MLPerf Server/Interactive rows we model."""
-    keep = [r for r in rows if r.source.startswith("MLPerf") and r.split == "held-out" and r.predicted
-            and r.path == "calibrated"
-            and "tpot_s" in r.measured]
-    model_ref = {LLAMA2_70B: "tests/fixtures/accuracy/meta-llama--Llama-2-70b-chat-hf.json"}
-    out = pd.DataFrame([{
-        "label": r.label, "model": model_ref.get(r.model, r.model), "gpu": r.gpu, "tp": r.tp,
-        "weight_dtype": "fp8", "kv_dtype": "fp8", "engine": r.engine, "isl": r.isl, "osl": r.osl,
-        "rate_per_replica_per_s": round(r.rate_per_replica / (r.gpus // r.tp), 6),
-        "measured_ttft_s": round(r.measured["ttft_s"], 6), "measured_tpot_s": round(r.measured["tpot_s"], 6),
-    } for r in keep])
-    out.to_csv(path, index=False)
-    print(f"wrote {len(out)} rows to {path}")
+def _running(row: Row) -> int:
+    return row.predicted.get("running_requests", row.concurrency) if row.predicted else row.concurrency
 
 
 def main() -> None:
@@ -355,10 +381,8 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="refit the TensorRT-LLM overhead on the v4.1 (train) rows")
     ap.add_argument("--isl-scale", type=float, default=1.0, help="scale the assumed MLPerf input lengths")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
-    ap.add_argument("--write-fixture", type=Path, help="write the held-out MLPerf latency rows (the "
-                    "regression subset of tests/perf/test_accuracy_regression.py) to this CSV")
     args = ap.parse_args()
-    rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data)
+    rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + published_rows()
     if args.fit:
         isl = fit_isl(rows, LLAMA2_70B)
         for r in rows:
@@ -378,8 +402,6 @@ def main() -> None:
                                   if m in r.measured and m in r.predicted)
                 print(f"{r.split:8} {r.path:10} {r.label:58} {cells}")
     print(report(rows, args.isl_scale))
-    if args.write_fixture:
-        write_fixture(rows, args.write_fixture)
     print(f"\n{per_row_ms:.1f} ms per row prediction (including model load)")
 
 

@@ -10,16 +10,28 @@ over one request cycle:
 
 * running requests ``R = min(C, max_batch, KV fits)``; the other ``C - R`` queue, and
   each queued request waits ``(C/R - 1)`` request lifetimes (closed loop, FIFO);
-* in steady state requests arrive spread out (lengths and finishing times differ), so a
-  new prompt is prefilled in ``n = ceil(isl / (budget - decoders))`` mixed iterations
-  with the other requests decoding; over one cycle the engine runs ``R*isl / chunk``
-  mixed iterations and the rest are pure decode, so the time per output token is the
-  cycle-weighted mean of the two;
-* TTFT = half an iteration of arrival wait + the ``n`` mixed iterations (+ queue wait);
-* the first wave arrives all at once and queues for the token budget: its mean TTFT is
-  ``(ceil(R*isl/budget) + 1)/2`` full-budget prefill iterations. It weighs
+* whether prompts arrive spread out or in bursts depends on how much request lengths
+  vary (``length_spread``, the width of the length distribution as a share of the
+  mean). With equal lengths (``0``: vLLM ``bench serve``'s random dataset and
+  AIPerf/genai-perf by default, ``--ignore-eos``) every request of a wave finishes
+  within a few short decode iterations of the others, so the next wave arrives as a
+  burst and queues for the token budget; with varied lengths (InferenceMAX: uniform
+  in ``[0.8 L, L]``, its ``random_range_ratio: 0.8``) finishing times spread over
+  ``length_spread x osl`` iterations and prompts arrive spread out;
+* spread out (the wave's prompt tokens fit the budget over that window): a new prompt
+  is prefilled in ``n = ceil(isl / (budget - decoders))`` mixed iterations with the
+  other requests decoding; over one cycle the engine runs ``R*isl / chunk`` mixed
+  iterations and the rest are pure decode, so the time per output token is the
+  cycle-weighted mean of the two; TTFT = half an iteration of arrival wait + the ``n``
+  mixed iterations (+ queue wait); the first wave still arrives all at once: its mean
+  TTFT, ``(ceil(R*isl/budget) + 1)/2`` full-budget iterations, weighs
   ``1/requests_per_client`` of the mean (InferenceMAX sends ``10 x concurrency``
-  prompts: its benchmark scripts' ``--num-prompts $((CONC * 10))``).
+  prompts: its benchmark scripts' ``--num-prompts $((CONC * 10))``);
+* in bursts: a fluid queue at the token budget (:func:`_queued_wave`); each prompt
+  waits for the prompts ahead of it in full-budget iterations, and a decoding request
+  shares the packed iterations of the prompts behind it.
+  Checked on NVIDIA's published NIM runs (fixed lengths; ``bench/accuracy.py``), where
+  TTFT at concurrency 25-250 is 5-20x the spread-out figure.
 
 Every iteration time comes from :class:`apmw.perf.StepModel` (``calibrated`` from
 measured kernel tables where they cover the replica, ``roofline`` otherwise), with KV
@@ -53,12 +65,23 @@ KV_MEMORY_FRACTION = 0.9
 WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 
 
-# Client-observed time to first token outside the engine's iterations: HTTP, tokenisation,
-# request scheduling, streaming the first chunk back. FITTED on the InferenceMAX h100
-# rows (gpt-oss-120b, vLLM; `python bench/accuracy.py --fit`), held out on h200 and
-# DeepSeek-R1/SGLang; docs/accuracy.md. The MLPerf TensorRT-LLM harness calls the engine
-# in-process (no HTTP), so it gets none.
-REQUEST_OVERHEAD_S = {"vllm": 0.040, "sglang": 0.040, "trtllm": 0.0}
+# Client-observed time to first token outside the engine's iterations: HTTP, chat
+# template and tokenisation, admission, streaming the first chunk back. FITTED at 37.5 ms
+# on the InferenceMAX h100 rows (gpt-oss-120b, vLLM; `python bench/accuracy.py --fit`),
+# held out on h200 and DeepSeek-R1/SGLang, and used for every OpenAI-compatible server.
+# Published runs are of that order: GPUStack's Qwen3-8B on H100 shows about 50 ms
+# (vLLM 0.11), 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill;
+# NVIDIA NIM's own frontend only 5-10 ms (docs/accuracy.md). `--request-overhead-ms`
+# overrides it; an in-process harness (MLPerf LoadGen, trtllm-bench) has none.
+REQUEST_OVERHEAD_S = {"vllm": 0.0375, "sglang": 0.0375, "trtllm": 0.0375}
+
+# How much request lengths vary, as the width of their distribution over the mean
+# (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
+# from [0.8 L, L] (width 0.2 L around 0.9 L), and NVIDIA's published NIM runs, whose
+# lengths are all equal, also behave as spread out rather than in lock-step bursts
+# (on those rows spread 0 gives median |TTFT error| 51 %, 0.2 gives 32 %;
+# `python bench/accuracy.py`).
+DEFAULT_LENGTH_SPREAD = 0.2
 
 
 class PredictError(ApmwError):
@@ -79,6 +102,7 @@ class Prediction:
     decode_iteration_s: float
     mixed_iteration_s: float
     mixed_iteration_share: float      # share of iterations that carry prompt tokens
+    prompts_arrive: str               # "in bursts" (queue for the token budget) or "spread out"
     source: str
     source_detail: str
 
@@ -88,7 +112,8 @@ class Prediction:
 
 def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
             concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
-            max_batch: int | None = None, calibrated: bool = True) -> Prediction:
+            max_batch: int | None = None, calibrated: bool = True,
+            length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring)."""
     _check(tp, isl, osl, concurrency, engine, token_budget)
     arch = load_architecture(model)
@@ -96,7 +121,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
     return predict_with(step, isl, osl, concurrency, token_budget,
                         DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
-                        request_overhead_s=REQUEST_OVERHEAD_S[engine])
+                        request_overhead_s=REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s,
+                        length_spread=length_spread)
 
 
 def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
@@ -120,8 +146,19 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int) -> int:
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
-                 max_batch: int, requests_per_client: int = 10, request_overhead_s: float = 0.0) -> Prediction:
-    """The steady state of a fixed-concurrency run on one replica's step model (module docstring)."""
+                 max_batch: int, requests_per_client: int = 10, request_overhead_s: float = 0.0,
+                 length_spread: float = DEFAULT_LENGTH_SPREAD) -> Prediction:
+    """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
+
+    ``length_spread`` is the width of the request-length distribution as a share of the
+    mean (0: every request has the same lengths; requests then finish and return
+    together, so every wave of prompts arrives as a burst).
+    """
+    if not 0.0 <= length_spread <= 2.0:
+        raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
+                           f"every request has the same lengths")
+    if request_overhead_s < 0:
+        raise PredictError(f"--request-overhead-ms must not be negative (got {request_overhead_s * 1e3:g})")
     fit = kv_fit_requests(step, isl, osl)
     if fit < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
@@ -131,27 +168,39 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     capacity = max(token_budget - decoders, 1)          # prompt tokens one iteration can take
     own_mixed = math.ceil(isl / capacity)
     decode_iters = max(osl - 1, 0)
+    # A wave of `running` prompts arrives over `window` iterations: the spread of the
+    # requests' finishing times (length_spread x the output length, in iterations).
+    window = length_spread * osl
+    wave_iters = running * isl / token_budget            # full-budget iterations the wave needs
+    # Prompts arrive faster than the budget takes them. (A prefill-bound wave, one that
+    # needs more packed iterations than a request decodes, is the packed-cycle case below.)
+    queued = max(window, own_mixed) < wave_iters <= decode_iters
     # Not prefill-bound: each prompt rides (in chunks) with the decoders. Prefill-bound
     # (more prompt tokens per cycle than the cycle's iterations can carry one prompt at a
     # time): every iteration is packed to the budget and prompts queue for it.
     chunk = min(isl, capacity)
-    if running * isl / chunk > own_mixed + decode_iters:
+    if queued or running * isl / chunk > own_mixed + decode_iters:
         chunk = capacity
     mixed_per_cycle = running * isl / chunk
     cycle_iters = max(own_mixed + decode_iters, mixed_per_cycle)
     burst_chunk = min(token_budget, running * isl)
     t_decode, t_mixed, t_burst = _iteration_times(step, running, decoders, chunk, burst_chunk, isl, osl)
-    share_mixed = min(mixed_per_cycle / cycle_iters, 1.0)
-    t_bar = share_mixed * t_mixed + (1 - share_mixed) * t_decode
-    tpot = t_bar if osl > 1 else 0.0
-    # a request waits half an iteration, then for its prompt's turn at the budget (the
-    # cycle's iterations not spent decoding it), then its own prefill iterations
-    prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    steady_ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
+    if queued:
+        tpot, steady_ttft, share_mixed, t_bar = _queued_wave(isl, osl, token_budget, running, window,
+                                                             wave_iters, own_mixed, t_decode, t_burst)
+        burst_weight = 0.0          # every wave is (part of) a burst already
+    else:
+        share_mixed = min(mixed_per_cycle / cycle_iters, 1.0)
+        t_bar = share_mixed * t_mixed + (1 - share_mixed) * t_decode
+        tpot = t_bar if osl > 1 else 0.0
+        # a request waits half an iteration, then for its prompt's turn at the budget (the
+        # cycle's iterations not spent decoding it), then its own prefill iterations
+        prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
+        steady_ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
+        burst_weight = 1.0 / max(requests_per_client, 1)
     # first wave: all running requests arrive at once and queue for the token budget
-    burst_iters = math.ceil(running * isl / token_budget)
-    burst_ttft = (burst_iters + 1) / 2 * t_burst
-    ttft_running = steady_ttft + (burst_ttft - steady_ttft) / max(requests_per_client, 1)
+    burst_ttft = (math.ceil(running * isl / token_budget) + 1) / 2 * t_burst
+    ttft_running = steady_ttft + (burst_ttft - steady_ttft) * burst_weight
     ttft_running = max(ttft_running, steady_ttft) + request_overhead_s
     e2e_running = ttft_running + (osl - 1) * tpot
     queue_s = (concurrency / running - 1) * e2e_running
@@ -161,9 +210,34 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         output_tokens_per_s_per_gpu=throughput / step.gpus,
         total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
         running_requests=running, queued_requests=concurrency - running,
-        decode_iteration_s=t_decode, mixed_iteration_s=t_mixed, mixed_iteration_share=share_mixed,
+        decode_iteration_s=t_decode, mixed_iteration_s=t_burst if queued else t_mixed,
+        mixed_iteration_share=share_mixed, prompts_arrive="in bursts" if queued else "spread out",
         source=step.source, source_detail=step.source_detail,
     )
+
+
+def _queued_wave(isl: int, osl: int, budget: int, running: int, window: float, wave_iters: float,
+                 own_mixed: int, t_decode: float, t_burst: float) -> tuple[float, float, float, float]:
+    """TPOT, TTFT, packed-iteration share and mean iteration time when prompts queue for the budget.
+
+    Fluid queue: the wave's ``running * isl`` prompt tokens arrive evenly over ``window``
+    iterations and are served ``budget`` per iteration. A prompt waits for the other
+    prompts ahead of it, on average ``((running - 1) * isl / budget - window) / 2``
+    full-budget iterations (with ``window = 0``, ``(k + 1) / 2`` for a burst needing
+    ``k`` iterations, the discrete burst mean), then for its own prefill. While decoding,
+    a request shares the iterations that prefill the prompts queued behind it: half the
+    wave's packed iterations for a burst, all of them when the window is as wide as the
+    queue.
+    """
+    wait_iters = max((running - 1) * isl / budget - window, 0.0) / 2
+    ttft = 0.5 * t_decode + wait_iters * t_burst + own_mixed * t_burst
+    behind = max(wave_iters - isl / budget, 0.0) * (0.5 + 0.5 * min(window / wave_iters, 1.0))
+    decode_iters = max(osl - 1, 1)
+    behind = min(behind, decode_iters)
+    tpot = ((decode_iters - behind) * t_decode + behind * t_burst) / decode_iters if osl > 1 else 0.0
+    cycle_iters = wave_iters + max(osl - 1, 0)
+    share = min(wave_iters / cycle_iters, 1.0) if cycle_iters > 0 else 0.0
+    return tpot, ttft, share, share * t_burst + (1 - share) * t_decode
 
 
 def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
@@ -175,7 +249,7 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     """
     a = step.arch
     ctx = isl + osl / 2
-    dec = np.array([running, decoders, 0], dtype=float)
+    dec = np.array([running, decoders, running / 2], dtype=float)   # a burst: half the wave already decodes
     pre = np.array([0.0, chunk, burst_chunk])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))
@@ -224,7 +298,7 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
 
     def excess(n: int) -> tuple[float, Prediction]:
-        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9)
+        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

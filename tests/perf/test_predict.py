@@ -78,3 +78,59 @@ def test_open_loop_obeys_littles_law():
     assert [p.tpot_s for p in ps] == sorted(p.tpot_s for p in ps)
     with pytest.raises(PredictError, match="exceeds"):
         predict_open_loop(step, 800, 128, 1e5, 8192, 2048)
+
+
+def test_equal_lengths_make_prompts_arrive_in_bursts():
+    # With every request the same length a whole wave finishes together and its prompts
+    # queue for the token budget: TTFT is the burst mean, (k + 1) / 2 full-budget
+    # iterations for a wave needing k of them; varied lengths spread the wave out.
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_with
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H100"), 1, "fp8", "fp8", engine="trtllm")
+    burst = predict_with(step, 1000, 1000, 100, 8192, 2048, length_spread=0.0)
+    spread = predict_with(step, 1000, 1000, 100, 8192, 2048, length_spread=1.0)
+    assert burst.prompts_arrive == "in bursts" and spread.prompts_arrive == "spread out"
+    k = 100 * 1000 / 8192
+    expected = 0.5 * burst.decode_iteration_s + ((k - 1000 / 8192) / 2 + 1) * burst.mixed_iteration_s
+    assert burst.ttft_s == pytest.approx(expected, rel=1e-9)
+    assert burst.ttft_s > 3 * spread.ttft_s
+    # the packed iterations a request shares while decoding raise its TPOT above pure decode
+    assert burst.decode_iteration_s < burst.tpot_s < burst.mixed_iteration_s
+    # one request alone never queues, whatever the spread
+    single = predict_with(step, 1000, 1000, 1, 8192, 2048, length_spread=0.0)
+    assert single.prompts_arrive == "spread out"
+
+
+def test_a_prefill_bound_wave_packs_every_iteration():
+    # 2048 requests of 800 prompt tokens need 200 full-budget iterations per wave but
+    # decode only 128 tokens each: the cycle is the packed prefill, whatever the spread.
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_with
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
+    a = predict_with(step, 800, 128, 2048, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
+    b = predict_with(step, 800, 128, 2048, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
+    assert a.output_tokens_per_s_per_gpu == pytest.approx(b.output_tokens_per_s_per_gpu)
+    cycle_iters = 2048 * 800 / (8192 - 2047)
+    assert a.e2e_latency_s == pytest.approx(cycle_iters * a.mixed_iteration_s, rel=0.05)
+
+
+def test_cli_length_spread_and_request_overhead():
+    base = ["predict", "--model", LLAMA8, "--gpu", "H200", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+            "--isl", "1000", "--osl", "1000", "--concurrency", "64", "--json"]
+    runs = {}
+    for extra in ([], ["--length-spread", "0"], ["--request-overhead-ms", "0"]):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code == 0, r.output
+        runs[" ".join(extra)] = json.loads(r.output)
+    assert runs["--length-spread 0"]["prompts_arrive"] == "in bursts"
+    assert runs[""]["prompts_arrive"] == "spread out"
+    from apmw.predict import REQUEST_OVERHEAD_S
+    assert runs[""]["ttft_s"] - runs["--request-overhead-ms 0"]["ttft_s"] == pytest.approx(REQUEST_OVERHEAD_S["vllm"])
+    r = CliRunner().invoke(app, base + ["--length-spread", "-1"])
+    assert r.exit_code == 1 and "--length-spread" in r.output and "Traceback" not in r.output

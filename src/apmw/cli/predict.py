@@ -24,15 +24,24 @@ def predict(
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
+    length_spread: Optional[float] = typer.Option(
+        None, "--length-spread",
+        help="width of the request-length distribution over its mean (0: all requests equal, "
+             "prompts then arrive in lock-step bursts; default 0.2)"),
+    request_overhead_ms: Optional[float] = typer.Option(
+        None, "--request-overhead-ms",
+        help="client-seen TTFT outside the engine: HTTP, tokenising (default 40 ms; 0 for an in-process harness)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields: see docs/accuracy.md)"),
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a fixed-concurrency benchmark (InferenceMAX style)."""
-    from apmw.predict import DEFAULT_TOKEN_BUDGET, predict as run
+    from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run
 
     try:
         p = run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, concurrency, engine=engine,
-                token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline)
+                token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline,
+                length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
+                request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     except ApmwError as exc:
         fail(str(exc))
     if as_json:
@@ -45,6 +54,7 @@ def predict(
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
+    table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("source", p.source)
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")

@@ -17,7 +17,10 @@ writes one ``<gpu>.npz`` per GPU holding, in seconds:
   grows with it); monotone in both axes;
 * ``ctx_<kvdtype>_<h>_<kvh>_<hd>[isl]``: prefill (context) attention per layer at batch 1;
 * ``ar_<g>[size]``: vLLM custom all-reduce under CUDA graphs (backend ``vllm_graph``),
-  message size in elements of bf16.
+  message size in elements of bf16;
+* ``moe_<dtype>_<hidden>_<inter>_<topk>_<experts>_tp<tp>[tokens]``: one MoE layer's routed
+  experts (vLLM fused-MoE kernels) for the model shapes aiconfigurator measured, tensor
+  parallel only, power-law (1.01) routing skew.
 
 Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles]``
 (needs the ``dev`` extra: pandas + pyarrow).
@@ -142,6 +145,34 @@ def _fill_rows(t: np.ndarray) -> np.ndarray:
     return t
 
 
+# aiconfigurator's MoE dtype names -> ours (apmw.perf.calibrated._MOE_DTYPES reads them back).
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_mxfp4": "mxfp4"}
+# Routed-token skew of the MoE measurements we keep: aiconfigurator measures "balanced",
+# "power_law_1.01" and "power_law_1.2" routing; 1.01 is the one its own model configs and
+# tests use for real traffic (ai-dynamo/aiconfigurator, MoE op workload_distribution).
+MOE_DISTRIBUTION = "power_law_1.01"
+
+
+def moe_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
+    """One MoE layer's routed-expert time over the token grid, per model shape and TP.
+
+    Tensor parallelism only (``moe_ep_size == 1``: vLLM shards every expert over the TP
+    ranks unless expert parallelism is switched on); median over the kernels measured.
+    Keys ``moe_<dtype>_<hidden>_<expert inter>_<topk>_<experts>_tp<tp>``.
+    """
+    d = pd.read_parquet(path)
+    d = d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)]
+    tokens = np.sort(d.num_tokens.unique())
+    out = {"moe_tokens": tokens.astype(float)}
+    cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    for (dt, h, inter, k, e, tp), grp in d.groupby(cols):
+        t = grp.groupby("num_tokens").latency.median().reindex(tokens).to_numpy()[None, :]
+        t, _, _ = _fill_and_monotone(t, axis=1)
+        out[f"moe_{MOE_DTYPES[dt]}_{h}_{inter}_{k}_{e}_tp{tp}"] = (t[0] * MS).astype(np.float32)
+    report["moe"] = {"configs": len(out) - 1, "distribution": MOE_DISTRIBUTION}
+    return out
+
+
 def allreduce_tables(path: Path) -> dict[str, np.ndarray]:
     ar = pd.read_parquet(path)
     ar = ar[ar.backend == "vllm_graph"]
@@ -165,6 +196,7 @@ def build(profiles: Path) -> dict:
         tables |= attention_tables(base / "attention/vllm/0.24.0/generation_attention_perf.parquet",
                                    base / "attention/vllm/0.24.0/context_attention_perf.parquet", report)
         tables |= allreduce_tables(base / "comm/vllm/0.24.0/custom_allreduce_perf.parquet")
+        tables |= moe_tables(base / "moe/vllm/0.24.0/moe_perf.parquet", report)
         meta = {"gpu": catalogue_name, "source": SOURCE.replace("<gpu>", gpu), "engine": "vllm 0.24.0",
                 "built_by": "scripts/build_calibration.py", "report": report}
         tables["meta"] = np.array(json.dumps(meta))

@@ -97,6 +97,9 @@ class Architecture:
     linear_attn_flops_per_token: int = 0        # per linear-attention layer
     attention_topk: int | None = None           # sparse attention: tokens attended
     indexer_flops_per_context_token: int = 0    # sparse attention indexer, per layer
+    moe_layers: int = 0                         # layers whose MLP is a routed MoE
+    expert_intermediate_size: int = 0           # one routed expert's MLP width
+    shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
     notes: tuple[str, ...] = ()
 
     def weight_bytes(self, weight_dtype: str) -> float:
@@ -483,6 +486,9 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
     attn = _attention(c, hidden, heads)
     linear = _gated_deltanet(c, hidden) if "linear" in kinds else _NO_LINEAR
     ffn, n_experts, top_k = _ffn_layers(c, hidden, num_layers)
+    moe = [f for f in ffn if f.router > 0]
+    expert_inter = (c.first(("moe_intermediate_size",)) or c.get("intermediate_size", 0)) if moe else 0
+    shared_expert, _ = _shared_expert(c, hidden, expert_inter) if moe else (0, 0)
 
     n_linear = kinds.count("linear")
     attn_params = (num_layers - n_linear) * attn.params + n_linear * linear.params
@@ -512,6 +518,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attn_flops_per_context_token=attn.flops_per_context_token,
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
+        moe_layers=len(moe), expert_intermediate_size=expert_inter, shared_expert_params=shared_expert,
         notes=tuple(notes + _ignored_notes(c)),
     )
 

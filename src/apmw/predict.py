@@ -30,8 +30,9 @@ over one request cycle:
 * in bursts: a fluid queue at the token budget (:func:`_queued_wave`); each prompt
   waits for the prompts ahead of it in full-budget iterations, and a decoding request
   shares the packed iterations of the prompts behind it.
-  Checked on NVIDIA's published NIM runs (fixed lengths; ``bench/accuracy.py``), where
-  TTFT at concurrency 25-250 is 5-20x the spread-out figure.
+  On NVIDIA's published NIM runs (equal lengths; ``bench/accuracy.py``) lock-step bursts
+  fit only the 8B 1000/1000 rows; elsewhere the waves spread out, so the default spread
+  is not 0 (``DEFAULT_LENGTH_SPREAD``).
 
 Every iteration time comes from :class:`apmw.perf.StepModel` (``calibrated`` from
 measured kernel tables where they cover the replica, ``roofline`` otherwise), with KV
@@ -66,20 +67,20 @@ WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 
 
 # Client-observed time to first token outside the engine's iterations: HTTP, chat
-# template and tokenisation, admission, streaming the first chunk back. FITTED at 37.5 ms
+# template and tokenisation, admission, streaming the first chunk back. FITTED at 25 ms
 # on the InferenceMAX h100 rows (gpt-oss-120b, vLLM; `python bench/accuracy.py --fit`),
 # held out on h200 and DeepSeek-R1/SGLang, and used for every OpenAI-compatible server.
 # Published runs are of that order: GPUStack's Qwen3-8B on H100 shows about 50 ms
 # (vLLM 0.11), 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill;
 # NVIDIA NIM's own frontend only 5-10 ms (docs/accuracy.md). `--request-overhead-ms`
 # overrides it; an in-process harness (MLPerf LoadGen, trtllm-bench) has none.
-REQUEST_OVERHEAD_S = {"vllm": 0.0375, "sglang": 0.0375, "trtllm": 0.0375}
+REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
 
 # How much request lengths vary, as the width of their distribution over the mean
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
 # from [0.8 L, L] (width 0.2 L around 0.9 L), and NVIDIA's published NIM runs, whose
 # lengths are all equal, also behave as spread out rather than in lock-step bursts
-# (on those rows spread 0 gives median |TTFT error| 51 %, 0.2 gives 32 %;
+# (on its 79 rows spread 0 gives median |TTFT error| 83 %, 0.2 gives 36 %;
 # `python bench/accuracy.py`).
 DEFAULT_LENGTH_SPREAD = 0.2
 

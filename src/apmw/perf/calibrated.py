@@ -1,15 +1,20 @@
 """Step time composed from measured kernel times (the ``calibrated`` source).
 
-For a dense GQA model on a GPU with measured tables (H100-SXM, H200-SXM; see
+For a GQA model on a GPU with measured tables (H100-SXM, H200-SXM; see
 :mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank is
 
     t = overhead(engine)                                  fitted, see ENGINE_OVERHEAD_S
-      + layers * [GEMM(QKV) + GEMM(O) + GEMM(gate_up) + GEMM(down)](m = padded tokens)
+      + layers * [GEMM(QKV) + GEMM(O) + MLP](m = padded tokens)
       + GEMM(lm_head)(m = sequences sampled)
       + layers * decode_attention(batch, mean context)    measured, FlashAttention 3
       + prefill attention FLOPs / measured prefill-attention rate
       + layers * elementwise bytes / (HBM bandwidth * eta_bw)   norms, adds, SiLU, RoPE
       + 2 * layers * all_reduce(tokens * hidden)          measured vLLM custom all-reduce
+
+where MLP is GEMM(gate_up) + GEMM(down) for a dense model, and for a MoE model whose every
+layer routes (gpt-oss, Qwen3-MoE) the measured fused-MoE kernel time for its own shape
+(experts, expert width, top-k, expert dtype, TP) plus the router GEMM. Sliding-window
+layers read the decode-attention table at the window, not the context.
 
 Each GEMM and attention time is interpolated in the measured tables at the model's
 own shapes per rank (heads / TP, intermediate / TP, ...), not scaled from a generic
@@ -35,16 +40,25 @@ from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, StepModel
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
 
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+# Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
+# checkpoints (DeepSeek, Qwen3 FP8) are block-scaled; MXFP4 is gpt-oss's format.
+_MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8block", "fp8"),
+               "fp4": ("mxfp4",), "mxfp4": ("mxfp4",)}
+# 4-bit MoE checkpoints quantise only the experts: gpt-oss's MXFP4 config.json lists
+# self_attn, the router, the embeddings and lm_head in modules_to_not_convert, so those
+# GEMMs run in bf16.
+_DENSE_DTYPE_OF_4BIT_MOE = "bf16"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _TP_SIZES = (1, 2, 4, 8)
 
 # Per-iteration fixed cost by engine (scheduler, sampling, launch gaps that CUDA graphs do
-# not hide). ASSUMPTION: 1 ms, as the roofline's Efficiency.fixed_s. We tried to fit it
-# (`python bench/accuracy.py --fit`): on the MLPerf training rows it runs to the edge of
-# any grid with opposite-signed TPOT errors on the held-out rows, i.e. these rows do not
-# identify it (their TPOT error is dominated by the load near the Server knee), so no
-# fitted value is claimed. docs/accuracy.md has the numbers.
-ENGINE_OVERHEAD_S = {"vllm": 1.0e-3, "sglang": 1.0e-3, "trtllm": 1.0e-3}
+# not hide). vLLM: FITTED at 0.5 ms on the InferenceMAX h100 gpt-oss-120b rows (training
+# split, `python bench/accuracy.py --fit`, score = median |TPOT| + median |throughput|
+# error); held out, the h200 rows then have median |TPOT error| 3.7 % and GPUStack's dense
+# Qwen3-8B vLLM runs -6.6 % (docs/accuracy.md). SGLang and TensorRT-LLM: ASSUMPTION 1 ms,
+# as the roofline's Efficiency.fixed_s; the MLPerf TensorRT-LLM rows do not identify it
+# (the fit runs to the grid edge and the held-out TPOT error has the opposite sign).
+ENGINE_OVERHEAD_S = {"vllm": 0.5e-3, "sglang": 1.0e-3, "trtllm": 1.0e-3}
 DEFAULT_ENGINE = "vllm"
 
 # Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
@@ -71,13 +85,15 @@ def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: s
             return f"{gpu.name} has overridden fields; the measured tables are for the stock part"
     except UnknownNameError:
         return f"no measured kernel tables for {gpu.name}"
-    if arch.num_experts > 1:
-        return "MoE layers are not composed from tables yet"
-    if arch.attention != "gqa" or arch.sliding_window_layers or arch.linear_attention_layers:
-        return f"attention kind '{arch.attention}' (or sliding/linear layers) is not in the tables"
+    if arch.attention != "gqa" or arch.linear_attention_layers:
+        return f"attention kind '{arch.attention}' (or linear-attention layers) is not in the tables"
     if gpus not in _TP_SIZES:
         return f"tensor parallelism {gpus} has no measured all-reduce (have {_TP_SIZES})"
-    if weight_dtype.lower() not in _GEMM_DTYPE:
+    if arch.moe_layers:
+        gap = _moe_gap(arch, tables, gpus, weight_dtype)
+        if gap:
+            return gap
+    elif weight_dtype.lower() not in _GEMM_DTYPE:
         return f"weight dtype {weight_dtype} has no measured GEMM table (have bf16, fp8)"
     if kv_dtype.lower() not in _KV_DTYPE:
         return f"KV dtype {kv_dtype} has no measured attention table (have bf16, fp8)"
@@ -85,6 +101,31 @@ def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: s
     if not (tables.has("dec_" + key) and tables.has("ctx_" + key)):
         return f"attention shape {key} (kv_dtype_heads_kvheads_headdim per rank) was not measured"
     return None
+
+
+def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str) -> str | None:
+    if arch.moe_layers != arch.num_layers or arch.shared_expert_params:
+        return "MoE models with dense layers or shared experts are not composed from tables yet"
+    if _moe_key(arch, tables, gpus, weight_dtype) is None:
+        return (f"no measured MoE kernel for {arch.num_experts} experts x {arch.expert_intermediate_size} "
+                f"(top-{arch.experts_per_token}, hidden {arch.hidden_size}) in {weight_dtype} at TP {gpus}")
+    return None
+
+
+def _moe_key(arch: Architecture, tables, gpus: int, weight_dtype: str) -> str | None:
+    """The measured MoE table for this model shape, expert dtype and TP, if any."""
+    shape = f"{arch.hidden_size}_{arch.expert_intermediate_size}_{arch.experts_per_token}_{arch.num_experts}"
+    for dt in _MOE_DTYPES.get(weight_dtype.lower(), ()):
+        key = f"moe_{dt}_{shape}_tp{gpus}"
+        if tables.has(key):
+            return key
+    return None
+
+
+def _dense_gemm_dtype(arch: Architecture, weight_dtype: str) -> str:
+    if arch.moe_layers and weight_dtype.lower() in ("fp4", "mxfp4"):
+        return _DENSE_DTYPE_OF_4BIT_MOE
+    return _GEMM_DTYPE[weight_dtype.lower()]
 
 
 def _attn_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:
@@ -115,6 +156,8 @@ class _Curves:
     dec_step: np.ndarray
     dec_s: np.ndarray             # all full-attention layers, (batch x context)
     dec_ctx_scale: float          # context at which to read dec_s (0.5: fp8 KV on a bf16 table)
+    dec_window_s: np.ndarray      # all sliding-window layers, (batch x context), read at the window
+    window: float
     ctx_isl: np.ndarray
     ctx_s_per_flop: np.ndarray    # seconds per replica attention FLOP at each prefill length
     ar_size: np.ndarray
@@ -126,13 +169,22 @@ class _Curves:
 def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
             bandwidth_eff: float, engine: str = DEFAULT_ENGINE) -> _Curves:
     t = load_tables(gpu.name)
-    dt = _GEMM_DTYPE[weight_dtype.lower()]
+    dt = _dense_gemm_dtype(arch, weight_dtype)
     h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
     heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
-    inter = intermediate_size(arch) / g
-    shapes = [((heads + 2 * kv_heads) * hd, h), (h, heads * hd), (2 * inter, h), (h, inter)]
-    layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes)
-    lm_head = gemm_latency_s(t, dt, arch.vocab_size / g, h)
+    shapes = [((heads + 2 * kv_heads) * hd, h), (h, heads * hd)]
+    if arch.moe_layers:
+        # routed experts from the measured fused-MoE table (tokens -> seconds), and the bf16 router
+        inter = arch.experts_per_token * arch.expert_intermediate_size / g
+        moe = t[_moe_key(arch, t, g, weight_dtype)]
+        mlp = (interp_extrapolate(t["gemm_m"], t["moe_tokens"], moe)
+               + gemm_latency_s(t, "bf16", arch.num_experts, h))
+    else:
+        inter = intermediate_size(arch) / g
+        mlp = gemm_latency_s(t, dt, 2 * inter, h) + gemm_latency_s(t, dt, h, inter)
+    layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes) + mlp
+    lm_head = gemm_latency_s(t, "bf16" if dt == _DENSE_DTYPE_OF_4BIT_MOE and arch.moe_layers else dt,
+                             arch.vocab_size / g, h)
     key = _attn_key(arch, g, kv_dtype)
     dec_key, dec_ctx_scale = key, 1.0
     if engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and _KV_DTYPE[kv_dtype.lower()] == "fp8":
@@ -152,7 +204,9 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
     return _Curves(m=t["gemm_m"], layers_gemm_s=L * layer, lm_head_s=lm_head,
                    dec_batch=t["dec_batch"], dec_step=t["dec_step"],
                    dec_s=arch.full_attention_layers * t["dec_" + dec_key],
-                   dec_ctx_scale=dec_ctx_scale, ctx_isl=isl,
+                   dec_ctx_scale=dec_ctx_scale,
+                   dec_window_s=arch.sliding_window_layers * t["dec_" + dec_key],
+                   window=float(arch.sliding_window or 0), ctx_isl=isl,
                    ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
                    elementwise_s_per_token=elem_s, source=t.source)
 
@@ -186,8 +240,9 @@ class CalibratedStepModel(StepModel):
 
     @property
     def source_detail(self) -> str:
+        how = "fitted" if self.engine == "vllm" else "assumed"
         return (f"calibrated: {self.curves.source}; overhead {ENGINE_OVERHEAD_S[self.engine] * 1e3:.1f} ms "
-                f"({self.engine}, assumed)")
+                f"({self.engine}, {how})")
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         c = self.curves
@@ -216,8 +271,14 @@ class CalibratedStepModel(StepModel):
         c = self.curves
         kv_tokens = np.asarray(load.kv_read_bytes, dtype=float) / self.kv_bytes_per_token
         ctx = np.where(decode > 0, kv_tokens / np.maximum(decode, 1.0), 0.0)
-        dec = np.where(decode > 0, bilinear_log2(c.dec_s, c.dec_batch, c.dec_step, np.maximum(decode, 1.0),
+        batch = np.maximum(decode, 1.0)
+        dec = np.where(decode > 0, bilinear_log2(c.dec_s, c.dec_batch, c.dec_step, batch,
                                                  np.maximum(ctx * c.dec_ctx_scale, 1.0)), 0.0)
+        if self.arch.sliding_window_layers:
+            # a sliding-window layer reads at most the window's KV
+            windowed = np.maximum(np.minimum(ctx, c.window) * c.dec_ctx_scale, 1.0)
+            dec = dec + np.where(decode > 0, bilinear_log2(c.dec_window_s, c.dec_batch, c.dec_step, batch,
+                                                           windowed), 0.0)
         flops = np.asarray(load.attention_flops, dtype=float)
         pre_flops = np.maximum(flops - decode * np.asarray(self.arch.attention_flops_per_token(ctx)), 0.0)
         # Equivalent from-scratch prefill length with the same FLOPs, where the measured rate applies.

@@ -1,6 +1,6 @@
 """How right are apmw's step times? Predict every benchmark row we can model and compare.
 
-Run:  python bench/accuracy.py [--data ../shared/data/benchmarks] [--write-docs] [--fit]
+Run:  python bench/accuracy.py [--data ../shared/data/benchmarks] [--rows] [--fit] [--write-docs]
 
 Rows (all from ../shared/data/benchmarks, see its README for provenance and licences):
 
@@ -184,14 +184,14 @@ def choose_tp(row: Row) -> tuple[int, object]:
         try:
             step = _step(row, tp, "fp8", "fp8")
             if row.scenario == "Offline":
-                n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl))
+                n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
                 # MLPerf Offline issues every query at once; dataset lengths vary widely
                 p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9,
-                                 length_spread=1.0)
+                                 length_spread=1.0, engine=row.engine)
                 score = -p.output_tokens_per_s_per_gpu
             else:
                 p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica / (row.gpus // tp),
-                                      DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH)
+                                      DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, engine=row.engine)
                 ok = p.ttft_s <= row.constraints[0] and p.tpot_s <= row.constraints[1]
                 if ok:
                     return tp, p
@@ -231,11 +231,13 @@ def predict_row(row: Row) -> None:
                                 engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S else "vllm")
         row.path = step.source
         if row.scenario == "Offline":
-            n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl))
-            p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0)
+            n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
+            p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0,
+                             engine=row.engine)
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
         elif row.rate_per_replica is not None:
-            p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH)
+            p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH,
+                                  engine=row.engine)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
@@ -243,7 +245,7 @@ def predict_row(row: Row) -> None:
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
             p = predict_with(step, row.isl, row.osl, row.concurrency, DEFAULT_TOKEN_BUDGET,
                              DEFAULT_MAX_BATCH[row.engine], request_overhead_s=REQUEST_OVERHEAD_S[row.engine],
-                             length_spread=spread)
+                             length_spread=spread, engine=row.engine)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                              "running_requests": p.running_requests}
@@ -351,6 +353,36 @@ def fit_overhead(rows: list[Row], engine: str) -> float:
     return best[1]
 
 
+DOCS = ROOT / "docs" / "accuracy.md"
+
+
+def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
+    """The three tables docs/accuracy.md quotes, keyed by their marker names."""
+    mod = [r for r in rows if r.predicted]
+    published = [r for r in mod if r.source == "Published"]
+    dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
+    pub = table(published, lambda r: "all published rows")
+    pub += table(published, lambda r: f"{r.label.split()[0]} {r.model.split('/')[-1]} tp{r.tp} {r.engine}")[2:]
+    pub += table([r for r in published if r.concurrency <= _running(r)],
+                 lambda r: "published, concurrency within the batch/KV limit")[2:]
+    by = table(mod, lambda r: f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}")
+    by = [line.replace("meta-llama--Llama-2-70b-chat-hf.json", "Llama-2-70b") for line in by]
+    return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by}
+
+
+def write_docs(rows: list[Row], path: Path = DOCS) -> None:
+    """Replace the tables between the ``<!-- accuracy:NAME -->`` markers of docs/accuracy.md."""
+    text = path.read_text()
+    for name, lines in doc_tables(rows).items():
+        start, end = f"<!-- accuracy:{name} -->", f"<!-- /accuracy:{name} -->"
+        if start not in text or end not in text:
+            raise SystemExit(f"{path}: marker {start} ... {end} is missing; restore it to write the table")
+        head, rest = text.split(start, 1)
+        text = head + start + "\n" + "\n".join(lines) + "\n" + end + rest.split(end, 1)[1]
+    path.write_text(text)
+    print(f"wrote the tables in {path.relative_to(ROOT)}")
+
+
 def report(rows: list[Row], isl_scale: float) -> str:
     mod = [r for r in rows if r.predicted]
     skipped = [r for r in rows if not r.predicted]
@@ -383,6 +415,7 @@ def main() -> None:
     ap.add_argument("--fit", action="store_true", help="refit the TensorRT-LLM overhead on the v4.1 (train) rows")
     ap.add_argument("--isl-scale", type=float, default=1.0, help="scale the assumed MLPerf input lengths")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
+    ap.add_argument("--write-docs", action="store_true", help="rewrite the result tables in docs/accuracy.md")
     args = ap.parse_args()
     rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + published_rows()
     if args.fit:
@@ -405,6 +438,8 @@ def main() -> None:
                                   if m in r.measured and m in r.predicted)
                 print(f"{r.split:8} {r.path:10} {r.label:58} {cells}")
     print(report(rows, args.isl_scale))
+    if args.write_docs:
+        write_docs(rows)
     print(f"\n{per_row_ms:.1f} ms per row prediction (including model load)")
 
 

@@ -123,7 +123,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     return predict_with(step, isl, osl, concurrency, token_budget,
                         DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                         request_overhead_s=REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s,
-                        length_spread=length_spread)
+                        length_spread=length_spread, engine=engine)
 
 
 def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
@@ -135,20 +135,29 @@ def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_bud
         raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
 
 
-def kv_fit_requests(step: StepModel, isl: int, osl: int) -> int:
-    """How many requests at full length (isl + osl) the replica's KV pool holds."""
+def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -> int:
+    """How many requests at full length (isl + osl) the replica's KV pool holds.
+
+    vLLM and SGLang give the KV pool what is left of a share of the whole HBM
+    (``gpu_memory_utilization`` / ``mem_fraction_static``); TensorRT-LLM gives it a share
+    of the memory left after weights and activations (``KvCacheConfig.free_gpu_memory_fraction``,
+    default 0.9: TensorRT-LLM docs, "How to Change KV Cache Behavior"), which is more.
+    """
     mem = memory_budget(step.gpu.hbm_bytes, step.gpus, KV_MEMORY_FRACTION, step.weight_bytes,
-                        step.gpus * 0 + WORKSPACE_BYTES_PER_GPU)
+                        WORKSPACE_BYTES_PER_GPU)
     if not mem.fits:
         raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit on "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or a smaller --weight-dtype")
+    kv_bytes = mem.kv_capacity_bytes
+    if engine == "trtllm":
+        kv_bytes = KV_MEMORY_FRACTION * (mem.hbm_bytes - mem.weight_bytes - mem.workspace_bytes)
     per_request = step.kv_bytes_per_token * (isl + osl) * step.kv_replication
-    return max(int(mem.kv_capacity_bytes // per_request), 0)
+    return max(int(kv_bytes // per_request), 0)
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
                  max_batch: int, requests_per_client: int = 10, request_overhead_s: float = 0.0,
-                 length_spread: float = DEFAULT_LENGTH_SPREAD) -> Prediction:
+                 length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm") -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
@@ -160,7 +169,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                            f"every request has the same lengths")
     if request_overhead_s < 0:
         raise PredictError(f"--request-overhead-ms must not be negative (got {request_overhead_s * 1e3:g})")
-    fit = kv_fit_requests(step, isl, osl)
+    fit = kv_fit_requests(step, isl, osl, engine)
     if fit < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
@@ -284,7 +293,7 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
 
 
 def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
-                      max_batch: int) -> Prediction:
+                      max_batch: int, engine: str = "vllm") -> Prediction:
     """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
 
     The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
@@ -294,12 +303,13 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
     """
     if arrival_rate_per_s <= 0:
         raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
-    cap = min(max_batch, kv_fit_requests(step, isl, osl))
+    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine))
     if cap < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
 
     def excess(n: int) -> tuple[float, Prediction]:
-        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0)
+        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
+                         engine=engine)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

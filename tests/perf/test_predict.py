@@ -134,3 +134,18 @@ def test_cli_length_spread_and_request_overhead():
     assert runs[""]["ttft_s"] - runs["--request-overhead-ms 0"]["ttft_s"] == pytest.approx(REQUEST_OVERHEAD_S["vllm"])
     r = CliRunner().invoke(app, base + ["--length-spread", "-1"])
     assert r.exit_code == 1 and "--length-spread" in r.output and "Traceback" not in r.output
+
+
+def test_tensorrt_llm_sizes_its_kv_pool_from_free_memory():
+    # vLLM: 0.9 of the whole HBM minus weights and workspace; TensorRT-LLM: 0.9 of what is
+    # free after weights and workspace (KvCacheConfig.free_gpu_memory_fraction), so more.
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import KV_MEMORY_FRACTION, WORKSPACE_BYTES_PER_GPU, kv_fit_requests
+
+    step = build_step_model(load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H100"), 2, "fp8", "fp8")
+    vllm, trt = kv_fit_requests(step, 5000, 500, "vllm"), kv_fit_requests(step, 5000, 500, "trtllm")
+    free = 2 * (step.gpu.hbm_bytes - WORKSPACE_BYTES_PER_GPU) - step.weight_bytes
+    assert trt == int(KV_MEMORY_FRACTION * free // (step.kv_bytes_per_token * 5500 * step.kv_replication))
+    assert trt > vllm

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -34,12 +33,18 @@ def test_concurrency_beyond_the_batch_limit_queues():
     assert p.ttft_s > 2 * (p.e2e_latency_s - p.ttft_s)      # waits ~3 lifetimes of others
 
 
-def test_one_prediction_is_fast():
-    predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)       # load tables, config
-    t = time.perf_counter()
-    for _ in range(20):
-        predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)
-    assert (time.perf_counter() - t) / 20 < 0.020
+def test_repeated_predictions_reuse_the_loaded_tables():
+    # speed itself is measured in bench/predict_speed.py; here: the kernel tables and the
+    # per-replica curves are loaded once per GPU, not once per prediction
+    from apmw.perf.tables import load_tables
+
+    predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)
+    tables = load_tables("H200-SXM-141GB")
+    misses = load_tables.cache_info().misses
+    a = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)
+    b = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 32)
+    assert load_tables.cache_info().misses == misses and load_tables("H200-SXM-141GB") is tables
+    assert a == b
 
 
 def test_model_that_does_not_fit_is_a_clear_error():

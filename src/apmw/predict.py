@@ -42,13 +42,13 @@ read at the mean context of a decoding request (``isl + osl/2``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from apmw.arch import load_architecture
 from apmw.errors import ApmwError
-from apmw.perf import IterationLoad, StepModel, build_step_model, memory_budget, resolve_gpu
+from apmw.perf import IterationLoad, StepModel, build_step_model, memory_budget, node_power_w, resolve_gpu
 from apmw.perf.calibrated import ENGINE_OVERHEAD_S
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
@@ -106,6 +106,10 @@ class Prediction:
     prompts_arrive: str               # "in bursts" (queue for the token budget) or "spread out"
     source: str
     source_detail: str
+    # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
+    # and output tokens per joule of it; filled by predict(), None from predict_with().
+    replica_power_w: float | None = None
+    output_tokens_per_j: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,10 +124,14 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     arch = load_architecture(model)
     spec_gpu = resolve_gpu(gpu)
     step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
-    return predict_with(step, isl, osl, concurrency, token_budget,
+    p = predict_with(step, isl, osl, concurrency, token_budget,
                         DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                         request_overhead_s=REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s,
                         length_spread=length_spread, engine=engine)
+    power_w = float(node_power_w(step.gpus, replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w,
+                                                            spec_gpu.busy_power_w) / step.gpus))
+    throughput = p.output_tokens_per_s_per_gpu * step.gpus
+    return replace(p, replica_power_w=power_w, output_tokens_per_j=throughput / power_w)
 
 
 def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:

@@ -154,3 +154,19 @@ def test_tensorrt_llm_sizes_its_kv_pool_from_free_memory():
     free = 2 * (step.gpu.hbm_bytes - WORKSPACE_BYTES_PER_GPU) - step.weight_bytes
     assert trt == int(KV_MEMORY_FRACTION * free // (step.kv_bytes_per_token * 5500 * step.kv_replication))
     assert trt > vllm
+
+
+def test_power_and_tokens_per_joule():
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf.power import HOST_W_PER_8_GPU_NODE
+
+    gpu = get_gpu("H200")
+    low = predict(LLAMA8, "H200", 1, "fp8", "fp8", 1024, 256, 1, engine="trtllm")
+    high = predict(LLAMA8, "H200", 1, "fp8", "fp8", 1024, 256, 128, engine="trtllm")
+    host = HOST_W_PER_8_GPU_NODE / 8
+    for p in (low, high):
+        assert gpu.idle_power_w + host < p.replica_power_w <= gpu.busy_power_w + host
+        assert p.output_tokens_per_j == pytest.approx(p.output_tokens_per_s_per_gpu / p.replica_power_w)
+    # batching raises draw far less than it raises throughput
+    assert high.replica_power_w > low.replica_power_w
+    assert high.output_tokens_per_j > 10 * low.output_tokens_per_j

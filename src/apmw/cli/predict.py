@@ -55,6 +55,8 @@ def predict(
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
     table.add_row("prompts arrive", p.prompts_arrive)
+    table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
+    table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")

@@ -43,6 +43,9 @@ def test_mean_task_latency_agrees_within_5_percent_where_memory_does_not_bind(na
     # the engine's time per output token agrees too (looser: a call's TPOT includes stalls behind other calls'
     # prefill chunks, which the plan averages over a binomial mix; measured differences are 0-4%)
     assert sim["tpot_s"]["mean"] == pytest.approx(analytic["time_per_output_token_s"], rel=0.08)
+    # and both price power with the same phase-aware model (busy memory-bound time draws a third of
+    # the GPU's idle-to-busy range), from their own utilisation and compute-bound share
+    assert sim["replica_power_w"] == pytest.approx(analytic["replica"]["power_w"], rel=0.05)
 
 
 def test_where_memory_binds_the_simulator_is_slower_than_the_plan():

@@ -132,6 +132,7 @@ class Stats:
 
     iterations: int = 0
     busy_s: float = 0.0
+    compute_bound_s: float = 0.0     # busy time weighted by the roofline's compute-bound share (power)
     decode_batch_s: float = 0.0      # integral of decoding sequences over time
     running_batch_s: float = 0.0
     kv_tokens_s: float = 0.0         # integral of resident KV tokens over time
@@ -292,11 +293,12 @@ class Engine:
     def _in_window(self) -> bool:
         return self.window[0] <= self.now < self.window[1]
 
-    def _account(self, t: float, decode: int, running: int, kv_tokens_s: float) -> None:
+    def _account(self, t: float, decode: int, running: int, kv_tokens_s: float, compute_share: float = 0.0) -> None:
         st = self.stats
         st.iterations += 1
         if self._in_window():
             st.busy_s += t
+            st.compute_bound_s += compute_share * t
             st.decode_batch_s += decode * t
             st.running_batch_s += running * t
             st.kv_tokens_s += kv_tokens_s
@@ -387,8 +389,9 @@ class Engine:
         kv_bytes, attn = self._loads(kv, n_act, pre)
         decode = int(len(kv) - pre.sum())
         prefill_tokens = int(n_act[pre].sum())
-        t = float(self.step.iteration_time_s(IterationLoad(decode, prefill_tokens, kv_bytes, attn)))
-        self._account(t, decode, len(kv), t * self.kv_tokens)
+        load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
+        t = float(self.step.iteration_time_s(load))
+        self._account(t, decode, len(kv), t * self.kv_tokens, float(self.step.compute_share(load)))
         self.now += t
         st = self.stats
         st.prefill_tokens += prefill_tokens
@@ -477,8 +480,10 @@ class Engine:
             g1 = arch.attention_flops_per_token(kvf + 1.0)
             kv_bytes = float(np.sum(f0)) + j * float(np.sum(f1 - f0))
             attn = float(np.sum(g0)) + j * float(np.sum(g1 - g0))
-        t = np.asarray(self.step.iteration_time_s(IterationLoad(float(b), 0.0, kv_bytes, attn)), dtype=float)
+        load = IterationLoad(float(b), 0.0, kv_bytes, attn)
+        t = np.asarray(self.step.iteration_time_s(load), dtype=float)
         t = np.broadcast_to(t, j.shape)
+        share = np.broadcast_to(np.asarray(self.step.compute_share(load), dtype=float), j.shape)
         ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
         stop = self._stop_time()
         first = int(np.searchsorted(ends, stop, side="left"))
@@ -490,6 +495,7 @@ class Engine:
         st = self.stats
         if self._in_window():
             st.busy_s += total_t
+            st.compute_bound_s += float((share[:k] * t).sum())
             st.decode_batch_s += b * total_t
             st.running_batch_s += b * total_t
             st.kv_tokens_s += kv_tokens_s

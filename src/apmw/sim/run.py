@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
-from apmw.perf import Replica, gpu_power_w, replica_from_spec
+from apmw.perf import Replica, activity_power_w, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import BLOCK_TOKENS, Engine
 from apmw.sim.result import SimResult, percentiles
@@ -21,9 +21,10 @@ DEFAULT_WARMUP_SHARE = 0.2
 TIMESERIES_POINTS = 400
 
 
-def _power(spec: Spec, replica: Replica, utilisation: float) -> float:
-    """Replica IT power, as apmw.capacity.economics computes it (GPU power model plus host share)."""
-    gpu_w = gpu_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, utilisation)
+def _power(spec: Spec, replica: Replica, utilisation: float, compute_share: float) -> float:
+    """Replica IT power, as apmw.capacity.economics computes it: the phase-aware GPU model
+    (memory-bound busy time draws a third of the idle-to-busy range) plus the host share."""
+    gpu_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, utilisation, compute_share))
     return replica.gpus * (gpu_w + spec.power.host_power_w_per_gpu)
 
 
@@ -45,7 +46,7 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
     st = eng.stats
     win = max(window_s, 1e-12)
     util = min(st.busy_s / win, 1.0)
-    power = _power(spec, replica, util)
+    power = _power(spec, replica, util, st.compute_bound_s / st.busy_s if st.busy_s > 0 else 0.0)
     lat = percentiles(latency)
     x = agents / lat["mean"] if mode == "closed_loop" and lat["mean"] else (
         len(latency) / win if mode == "open_loop" else None)

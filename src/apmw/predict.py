@@ -124,10 +124,10 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     arch = load_architecture(model)
     spec_gpu = resolve_gpu(gpu)
     step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
+    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
     p = predict_with(step, isl, osl, concurrency, token_budget,
-                        DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
-                        request_overhead_s=REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s,
-                        length_spread=length_spread, engine=engine)
+                     DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
+                     request_overhead_s=overhead_s, length_spread=length_spread, engine=engine)
     power_w = float(node_power_w(step.gpus, replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w,
                                                             spec_gpu.busy_power_w) / step.gpus))
     throughput = p.output_tokens_per_s_per_gpu * step.gpus

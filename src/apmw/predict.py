@@ -152,15 +152,12 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -
     default 0.9: TensorRT-LLM docs, "How to Change KV Cache Behavior"), which is more.
     """
     mem = memory_budget(step.gpu.hbm_bytes, step.gpus, KV_MEMORY_FRACTION, step.weight_bytes,
-                        WORKSPACE_BYTES_PER_GPU)
+                        WORKSPACE_BYTES_PER_GPU, fraction_of_free=engine == "trtllm")
     if not mem.fits:
         raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit on "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or a smaller --weight-dtype")
-    kv_bytes = mem.kv_capacity_bytes
-    if engine == "trtllm":
-        kv_bytes = KV_MEMORY_FRACTION * (mem.hbm_bytes - mem.weight_bytes - mem.workspace_bytes)
     per_request = step.kv_bytes_per_token * (isl + osl) * step.kv_replication
-    return max(int(kv_bytes // per_request), 0)
+    return max(int(mem.kv_capacity_bytes // per_request), 0)
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,

@@ -198,3 +198,24 @@ def test_looser_slo_never_lowers_n_star(slo, factor):
     tight["slo"]["task_latency_p95_s"] = slo
     loose["slo"]["task_latency_p95_s"] = slo * factor
     assert _n_star(loose) >= _n_star(tight)
+
+
+def test_the_serving_engine_prices_iterations_and_sizes_the_kv_pool():
+    """serving.engine: TensorRT-LLM reads fp8 KV at bf16 bandwidth and gives the KV pool a share of
+    the memory free after weights (free_gpu_memory_fraction), so it holds more KV than vLLM."""
+    from apmw.perf import replica_from_spec
+    from apmw.spec import spec_from_dict
+
+    def replica(engine):
+        d = _deterministic(steps=2, new=100, out=200, tool=1.0)
+        d["model"]["kv_dtype"] = "fp8"
+        d["serving"]["engine"] = engine
+        return replica_from_spec(spec_from_dict(d))
+
+    vllm, trt = replica("vllm"), replica("trtllm")
+    assert "trtllm" in trt.step.source_detail and "vllm" in vllm.step.source_detail
+    m = trt.memory
+    assert m.kv_capacity_bytes == pytest.approx(0.9 * (m.hbm_bytes - m.weight_bytes - m.workspace_bytes))
+    assert trt.memory.kv_capacity_bytes > vllm.memory.kv_capacity_bytes
+    with pytest.raises(Exception, match="engine"):
+        replica("tgi")

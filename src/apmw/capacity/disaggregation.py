@@ -43,9 +43,9 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     if d is None:
         return None
     step = build_step_model(replica.arch, replica.gpu, d.prefill_gpus, spec.model.weight_dtype, spec.model.kv_dtype,
-                            replica.step.efficiency)
+                            replica.step.efficiency, engine=spec.serving.engine)
     mem = memory_budget(replica.gpu.hbm_bytes, d.prefill_gpus, spec.serving.kv_memory_fraction, step.weight_bytes,
-                        spec.serving.workspace_bytes_per_gpu)
+                        spec.serving.workspace_bytes_per_gpu, fraction_of_free=spec.serving.engine == "trtllm")
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "
                         f"{d.prefill_gpus} x {replica.gpu.name}; give the prefill instance more GPUs")

@@ -93,9 +93,10 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, c
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
     step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                            calibrated=calibrated, attention_data_parallel=spec.serving.attention_data_parallel)
+                            engine=spec.serving.engine, calibrated=calibrated,
+                            attention_data_parallel=spec.serving.attention_data_parallel)
     mem = memory_budget(gpu.hbm_bytes, g, spec.serving.kv_memory_fraction, step.weight_bytes,
-                        spec.serving.workspace_bytes_per_gpu)
+                        spec.serving.workspace_bytes_per_gpu, fraction_of_free=spec.serving.engine == "trtllm")
     if not mem.fits:
         need = step.weight_bytes + g * spec.serving.workspace_bytes_per_gpu
         per_gpu = gpu.hbm_bytes * spec.serving.kv_memory_fraction - spec.serving.workspace_bytes_per_gpu

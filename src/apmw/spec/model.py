@@ -123,6 +123,12 @@ class Disaggregation(_Section):
 class Serving(_Section):
     """The engine's knobs (vLLM names in brackets)."""
 
+    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+        default="vllm",
+        description="the serving engine whose measured behaviour prices iterations: its per-iteration "
+        "overhead; for trtllm also fp8-KV attention at bf16 bandwidth and kv_memory_fraction read as a share "
+        "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
+    )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
     max_batched_tokens: int = Field(
         default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"

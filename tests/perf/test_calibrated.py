@@ -64,7 +64,9 @@ def _load(step: StepModel, decode, prefill, ctx):
 
 @pytest.mark.parametrize("model, gpu, tp, w, kv", [(LLAMA8, "H200", 1, "bf16", "bf16"),
                                                    ("meta-llama/Meta-Llama-3.1-70B", "H100", 4, "fp8", "fp8"),
-                                                   ("Qwen/Qwen3-32B", "H200", 2, "fp8", "bf16")])
+                                                   ("Qwen/Qwen3-32B", "H200", 2, "fp8", "bf16"),
+                                                   ("openai/gpt-oss-120b", "H200", 2, "fp4", "bf16"),
+                                                   ("Qwen/Qwen3-30B-A3B", "H100", 1, "fp8", "fp8")])
 def test_more_tokens_or_more_kv_is_never_faster(model, gpu, tp, w, kv):
     step = _cal(model, gpu, tp, w, kv)
     decode = np.arange(1, 1025, dtype=float)

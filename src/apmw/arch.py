@@ -97,6 +97,7 @@ class Architecture:
     linear_attn_flops_per_token: int = 0        # per linear-attention layer
     attention_topk: int | None = None           # sparse attention: tokens attended
     indexer_flops_per_context_token: int = 0    # sparse attention indexer, per layer
+    max_context_tokens: int | None = None       # config's max_position_embeddings, if given
     moe_layers: int = 0                         # layers whose MLP is a routed MoE
     expert_intermediate_size: int = 0           # one routed expert's MLP width
     shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
@@ -519,6 +520,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
         moe_layers=len(moe), expert_intermediate_size=expert_inter, shared_expert_params=shared_expert,
+        max_context_tokens=c.get("max_position_embeddings"),
         notes=tuple(notes + _ignored_notes(c)),
     )
 

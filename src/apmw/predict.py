@@ -122,6 +122,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     """Predict a fixed-concurrency benchmark point (see the module docstring)."""
     _check(tp, isl, osl, concurrency, engine, token_budget)
     arch = load_architecture(model)
+    _check_model(arch, tp, isl, osl)
     spec_gpu = resolve_gpu(gpu)
     step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
     overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
@@ -141,6 +142,17 @@ def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_bud
             raise PredictError(f"{name} must be at least 1 (got {v})")
     if engine not in ENGINE_OVERHEAD_S:
         raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
+
+
+def _check_model(arch, tp: int, isl: int, osl: int) -> None:
+    """What the engines themselves refuse: uneven head sharding, requests longer than the model's window."""
+    if arch.num_heads % tp:
+        raise PredictError(f"--tp {tp} does not divide {arch.name}'s {arch.num_heads} attention heads; vLLM, "
+                           f"SGLang and TensorRT-LLM shard heads evenly, so use a --tp that divides {arch.num_heads}")
+    if arch.max_context_tokens and isl + osl > arch.max_context_tokens:
+        raise PredictError(f"--isl + --osl = {isl + osl:,} tokens exceeds {arch.name}'s context window of "
+                           f"{arch.max_context_tokens:,} tokens (max_position_embeddings in its config.json); "
+                           f"shorten --isl/--osl, or pass a config.json whose window is extended")
 
 
 def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -> int:

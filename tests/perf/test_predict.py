@@ -170,3 +170,14 @@ def test_power_and_tokens_per_joule():
     # batching raises draw far less than it raises throughput
     assert high.replica_power_w > low.replica_power_w
     assert high.output_tokens_per_j > 10 * low.output_tokens_per_j
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "Qwen/Qwen3-32B", "--tp", "3", "--isl", "100"], ["--tp 3", "64 attention heads"]),
+    (["--model", LLAMA8, "--isl", "200000"], ["200,100", "131,072", "max_position_embeddings"]),
+])
+def test_what_engines_refuse_is_a_clear_error(args, words):
+    r = CliRunner().invoke(app, ["predict", "--gpu", "H200", "--osl", "100", "--concurrency", "4", *args])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    for w in words:
+        assert w in r.output

@@ -219,3 +219,16 @@ def test_the_serving_engine_prices_iterations_and_sizes_the_kv_pool():
     assert trt.memory.kv_capacity_bytes > vllm.memory.kv_capacity_bytes
     with pytest.raises(Exception, match="engine"):
         replica("tgi")
+
+
+def test_gpus_that_do_not_divide_the_heads_are_a_clear_error():
+    from apmw.errors import ApmwError
+    from apmw.perf import replica_from_spec
+    from apmw.spec import spec_from_dict
+
+    d = _deterministic(steps=2, new=100, out=200, tool=1.0)
+    d["hardware"]["gpus_per_replica"] = 3
+    with pytest.raises(ApmwError, match="gpus_per_replica: 3 GPUs do not divide"):
+        replica_from_spec(spec_from_dict(d))
+    d["serving"]["attention_data_parallel"] = True
+    assert replica_from_spec(spec_from_dict(d)).gpus == 3

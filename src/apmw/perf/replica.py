@@ -92,6 +92,11 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, c
     arch = load_architecture(spec.model.config)
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
+    if arch.num_heads % g and not spec.serving.attention_data_parallel:
+        raise ApmwError(
+            f"hardware.gpus_per_replica: {g} GPUs do not divide {arch.name}'s {arch.num_heads} attention heads; "
+            f"tensor parallelism shards heads evenly, so use a count that divides {arch.num_heads} "
+            f"(or serving.attention_data_parallel: true)")
     step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
                             engine=spec.serving.engine, calibrated=calibrated,
                             attention_data_parallel=spec.serving.attention_data_parallel)

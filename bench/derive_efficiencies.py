@@ -11,6 +11,12 @@ From aiconfigurator's measured vLLM 0.24.0 GEMM tables for H100-SXM and H200-SXM
   the dense spec peak, median, per dtype;
 * decode attention bandwidth: KV bytes read per decode-attention call over latency
   (batch x context >= 64k tokens), median, per KV dtype -- for reference.
+From Vidur's measured linear-layer tables (``profiles/vidur/compute/<gpu>/<model>/mlp.csv``,
+microsoft/vidur@7d47513, MIT; bf16/fp16 Llama 2 and 3 shapes on A100-SXM4 and H100, TP 1-8),
+the same two figures over the four projections of each layer (QKV, O, gate-up, down):
+weight-streaming bandwidth at <= 8 tokens and compute rate at >= 4096 tokens. A100 has
+no aiconfigurator table, so these are its roofline efficiencies (``apmw.perf.efficiency``);
+on H100 they cross-check aiconfigurator's.
 Spec numbers come from the GPU catalogue (apmw.catalog.gpus).
 """
 
@@ -59,6 +65,34 @@ def decode_attention_bandwidth(path: Path, gpu) -> dict[str, float]:
     return out
 
 
+# Vidur op name -> (n, k) of that projection on one rank, from a row's model shape.
+VIDUR_PROJECTIONS = {
+    "attn_pre_proj": lambda r: ((r.n_head + 2 * r.n_kv_head) * r.n_embd / r.n_head, r.n_embd),
+    "attn_post_proj": lambda r: (r.n_embd, r.n_embd),
+    "mlp_up_proj": lambda r: (2 * r.n_expanded_embd, r.n_embd),
+    "mlp_down_proj": lambda r: (r.n_embd, r.n_expanded_embd),
+}
+
+
+def vidur_linear_efficiencies(gpu_dir: Path, gpu) -> dict[str, float]:
+    """bf16 weight-streaming bandwidth and large-GEMM compute efficiency from Vidur's mlp.csv tables."""
+    bw, fl = [], []
+    for path in sorted(gpu_dir.glob("*/*/mlp.csv")):
+        d = pd.read_csv(path)
+        for op, shape in VIDUR_PROJECTIONS.items():
+            t = d[f"time_stats.{op}.median"] * 1e-3          # ms -> s
+            n, k = shape(d)
+            n, k = n / d.num_tensor_parallel_workers if op in ("attn_pre_proj", "mlp_up_proj") else n, \
+                k / d.num_tensor_parallel_workers if op in ("attn_post_proj", "mlp_down_proj") else k
+            small = d.num_tokens <= 8
+            bytes_ = 2.0 * n * k + 2.0 * d.num_tokens * (n + k)
+            bw += list((bytes_ / t)[small & (n * k >= 4096 ** 2 / 8)] / gpu.hbm_bandwidth_bytes_per_s)
+            big = d.num_tokens >= 4096
+            fl += list((2.0 * d.num_tokens * n * k / t)[big & (n * k >= 4096 ** 2 / 8)] / gpu.flops_for("bf16"))
+    return {"bandwidth_bf16": float(pd.Series(bw).median()), "flops_bf16": float(pd.Series(fl).median()),
+            "rows": len(bw) + len(fl)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
@@ -69,6 +103,11 @@ def main() -> None:
         eff = gemm_efficiencies(base / "gemm/vllm/0.24.0/gemm_perf.parquet", gpu)
         eff |= decode_attention_bandwidth(base / "attention/vllm/0.24.0/generation_attention_perf.parquet", gpu)
         print(f"{gpu.name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+    for stem, name in {"a100": "A100", "h100": "H100"}.items():
+        gpu = get_gpu(name)
+        eff = vidur_linear_efficiencies(args.profiles / "vidur" / "compute" / stem, gpu)
+        print(f"{gpu.name} (Vidur linear layers, bf16, {eff.pop('rows')} points): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
 
 
 if __name__ == "__main__":

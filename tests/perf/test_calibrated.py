@@ -209,3 +209,20 @@ def test_sliding_window_layers_read_only_the_window():
 
     # gpt-oss: 18 full layers grow with the context, 18 window-128 layers do not
     assert growth(arch) == pytest.approx(growth(all_full) / 2, rel=1e-6)
+
+
+def test_roofline_efficiencies_are_the_gpus_own_where_measured():
+    # A100 has no aiconfigurator table; its bf16 efficiencies come from Vidur's linear layers
+    # (bench/derive_efficiencies.py), other spec-sheet-only GPUs take the Hopper defaults
+    from apmw.perf import DEFAULT_EFFICIENCY, efficiency_for_gpu
+
+    arch = load_architecture(LLAMA8)
+    a100 = build_step_model(arch, get_gpu("A100"), 1, "bf16", "bf16")
+    b200 = build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16")
+    assert a100.source == b200.source == "roofline"
+    assert a100.efficiency is efficiency_for_gpu("A100-SXM4-80GB") and a100.efficiency.bandwidth_for("bf16") == 0.70
+    assert "Vidur" in a100.source_detail
+    assert b200.efficiency is DEFAULT_EFFICIENCY
+    # batch-1 decode streams the weights at the measured A100 bandwidth, plus the fixed cost
+    t = float(a100.iteration_time_s(_load(a100, 1.0, 0.0, 1.0)))
+    assert t == pytest.approx(arch.weight_bytes("bf16") / (2.039e12 * 0.70) + 1e-3, rel=0.05)

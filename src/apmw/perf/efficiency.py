@@ -17,6 +17,13 @@ Default values were measured from aiconfigurator's vLLM 0.24.0 GEMM tables
   batch x context >= 64k tokens) -- bf16 KV 0.67 / 0.76, fp8 KV 0.33 / 0.45.
 The defaults are the H100/H200 means. 4-bit weights and KV have no measured table:
 they take the fp8 figures (ASSUMPTION: dequantising kernels stream no better).
+
+A100 (Ampere) has its own bf16 figures, measured from Vidur's linear-layer tables
+(``../shared/data/profiles/vidur/compute/a100``, microsoft/vidur@7d47513, MIT; same
+script): weight-streaming bandwidth 0.70 and large-GEMM compute 0.72. On H100 the same
+Vidur measurement gives 0.76 / 0.71 against aiconfigurator's 0.80 / 0.80, so the two
+sources agree within about 10 %. Other GPUs with only a spec sheet (B200, MI300X, ...)
+take the Hopper defaults.
 """
 
 from __future__ import annotations
@@ -60,3 +67,19 @@ class Efficiency:
 
 
 DEFAULT_EFFICIENCY = Efficiency()
+
+# Per-GPU roofline efficiencies where a measured table says more than the Hopper defaults.
+EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
+    "A100-SXM4-80GB": Efficiency(
+        bandwidth=0.70,
+        bandwidth_by_dtype={**DEFAULT_EFFICIENCY.bandwidth_by_dtype, "bf16": 0.70, "fp16": 0.70},
+        flops={**DEFAULT_EFFICIENCY.flops, "bf16": 0.72, "fp16": 0.72},
+        source="A100 bf16 efficiencies from Vidur's linear-layer tables (bench/derive_efficiencies.py); "
+               "other figures are the Hopper defaults",
+    ),
+}
+
+
+def efficiency_for_gpu(gpu_name: str) -> Efficiency:
+    """The roofline efficiencies for a catalogue GPU: its own where measured, else the defaults."""
+    return EFFICIENCY_BY_GPU.get(gpu_name, DEFAULT_EFFICIENCY)

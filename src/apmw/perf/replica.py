@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from apmw.arch import Architecture, load_architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import ApmwError
-from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import DEFAULT_ENGINE, CalibratedStepModel, calibration_gap
 from apmw.perf.step import StepModel
@@ -70,12 +70,16 @@ class Replica:
 
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
-                     efficiency: Efficiency = DEFAULT_EFFICIENCY, engine: str = DEFAULT_ENGINE,
+                     efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
                      calibrated: bool = True, attention_data_parallel: bool = False) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
     Read ``.source`` on the result (``calibrated`` or ``roofline``) to know which.
+    ``efficiency`` defaults to the GPU's own measured roofline efficiencies
+    (:func:`apmw.perf.efficiency.efficiency_for_gpu`).
     """
+    if efficiency is None:
+        efficiency = efficiency_for_gpu(gpu.name)
     if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                    efficiency=efficiency, attention_data_parallel=attention_data_parallel,
@@ -84,7 +88,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
                      efficiency=efficiency, attention_data_parallel=attention_data_parallel)
 
 
-def replica_from_spec(spec: Spec, efficiency: Efficiency = DEFAULT_EFFICIENCY, calibrated: bool = True) -> Replica:
+def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True) -> Replica:
     """A replica for the spec; its step model is ``calibrated`` where measured tables cover it.
 
     Pass ``calibrated=False`` to force the roofline (e.g. to compare the two paths).

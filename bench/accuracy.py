@@ -1,6 +1,6 @@
 """How right are apmw's step times? Predict every benchmark row we can model and compare.
 
-Run:  python bench/accuracy.py [--data ../shared/data/benchmarks] [--rows] [--fit] [--write-docs]
+Run:  python bench/accuracy.py [--data ../shared/data/benchmarks] [--rows] [--fit] [--write-docs] [--write-fixture]
 
 Rows (all from ../shared/data/benchmarks, see its README for provenance and licences):
 
@@ -409,6 +409,24 @@ def _running(row: Row) -> int:
     return row.predicted.get("running_requests", row.concurrency) if row.predicted else row.concurrency
 
 
+FIXTURE = ROOT / "tests" / "fixtures" / "accuracy" / "inferencemax_gptoss_h200.csv"
+
+
+def write_fixture(rows: list[Row], path: Path = FIXTURE) -> None:
+    """The regression subset from the shared benchmarks: InferenceMAX gpt-oss-120b on H200 (held out)."""
+    keep = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "H200" and "gpt-oss" in r.model
+            and r.predicted]
+    out = pd.DataFrame([{
+        "label": r.label, "model": r.model, "gpu": r.gpu, "tp": r.tp, "weight_dtype": r.note.split("/")[0],
+        "kv_dtype": r.note.split("/")[1], "engine": r.engine, "isl": r.isl, "osl": r.osl,
+        "length_spread": round(r.length_spread, 6), "concurrency": r.concurrency,
+        "measured_ttft_s": round(r.measured["ttft_s"], 6), "measured_tpot_s": round(r.measured["tpot_s"], 6),
+        "measured_output_tokens_per_s_per_gpu": round(r.measured["output_tokens_per_s_per_gpu"], 3),
+    } for r in keep])
+    out.to_csv(path, index=False)
+    print(f"wrote {len(out)} rows to {path.relative_to(ROOT)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="apmw accuracy against published benchmarks")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
@@ -416,6 +434,8 @@ def main() -> None:
     ap.add_argument("--isl-scale", type=float, default=1.0, help="scale the assumed MLPerf input lengths")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
     ap.add_argument("--write-docs", action="store_true", help="rewrite the result tables in docs/accuracy.md")
+    ap.add_argument("--write-fixture", action="store_true",
+                    help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
     args = ap.parse_args()
     rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + published_rows()
     if args.fit:
@@ -440,6 +460,8 @@ def main() -> None:
     print(report(rows, args.isl_scale))
     if args.write_docs:
         write_docs(rows)
+    if args.write_fixture:
+        write_fixture(rows)
     print(f"\n{per_row_ms:.1f} ms per row prediction (including model load)")
 
 

@@ -118,8 +118,15 @@ class Prediction:
 def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
             concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
             max_batch: int | None = None, calibrated: bool = True,
-            length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None) -> Prediction:
-    """Predict a fixed-concurrency benchmark point (see the module docstring)."""
+            length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
+            requests_per_client: int = 10) -> Prediction:
+    """Predict a fixed-concurrency benchmark point (see the module docstring).
+
+    ``requests_per_client`` is the benchmark's prompt count over its concurrency (InferenceMAX:
+    10); the first wave, which arrives all at once, weighs ``1 / requests_per_client`` of TTFT.
+    """
+    if requests_per_client < 1:
+        raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
     _check(tp, isl, osl, concurrency, engine, token_budget)
     arch = load_architecture(model)
     _check_model(arch, tp, isl, osl)
@@ -128,7 +135,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
     p = predict_with(step, isl, osl, concurrency, token_budget,
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
-                     request_overhead_s=overhead_s, length_spread=length_spread, engine=engine)
+                     requests_per_client=requests_per_client, request_overhead_s=overhead_s,
+                     length_spread=length_spread, engine=engine)
     power_w = float(node_power_w(step.gpus, replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w,
                                                             spec_gpu.busy_power_w) / step.gpus))
     throughput = p.output_tokens_per_s_per_gpu * step.gpus

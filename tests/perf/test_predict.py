@@ -181,3 +181,11 @@ def test_what_engines_refuse_is_a_clear_error(args, words):
     assert r.exit_code == 1 and "Traceback" not in r.output
     for w in words:
         assert w in r.output
+
+
+def test_the_first_wave_weighs_less_the_more_requests_each_client_sends():
+    ttft = [predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 128, requests_per_client=n).ttft_s
+            for n in (1, 10, 100)]
+    assert ttft[0] > ttft[1] > ttft[2]
+    with pytest.raises(PredictError, match="requests-per-client"):
+        predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 128, requests_per_client=0)

@@ -31,6 +31,10 @@ def predict(
     request_overhead_ms: Optional[float] = typer.Option(
         None, "--request-overhead-ms",
         help="client-seen TTFT outside the engine: HTTP, tokenising (default 40 ms; 0 for an in-process harness)"),
+    requests_per_client: int = typer.Option(
+        10, "--requests-per-client",
+        help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
+             "(InferenceMAX: 10)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields: see docs/accuracy.md)"),
 ) -> None:
@@ -41,7 +45,8 @@ def predict(
         p = run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, concurrency, engine=engine,
                 token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline,
                 length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
-                request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
+                request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
+                requests_per_client=requests_per_client)
     except ApmwError as exc:
         fail(str(exc))
     if as_json:

@@ -189,3 +189,16 @@ def test_the_first_wave_weighs_less_the_more_requests_each_client_sends():
     assert ttft[0] > ttft[1] > ttft[2]
     with pytest.raises(PredictError, match="requests-per-client"):
         predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 128, requests_per_client=0)
+
+
+def test_cli_sweeps_a_comma_list_of_concurrencies():
+    base = ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "1024", "--osl", "256"]
+    r = CliRunner().invoke(app, base + ["--concurrency", "1,8,64", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [d["concurrency"] for d in rows] == [1, 8, 64]
+    single = json.loads(CliRunner().invoke(app, base + ["--concurrency", "8", "--json"]).output)
+    assert rows[1]["tpot_s"] == single["tpot_s"] and rows[1]["ttft_s"] == single["ttft_s"]
+    assert rows[0]["tpot_s"] < rows[2]["tpot_s"]
+    r = CliRunner().invoke(app, base + ["--concurrency", "4,many"])
+    assert r.exit_code == 1 and "comma list" in r.output and "Traceback" not in r.output

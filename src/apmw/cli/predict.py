@@ -1,4 +1,4 @@
-"""`apmw predict`: one fixed-concurrency serving benchmark point."""
+"""`apmw predict`: a fixed-concurrency serving benchmark point, or a sweep over concurrency."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def predict(
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp4 on Blackwell)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
-    concurrency: int = typer.Option(..., "--concurrency", help="clients, each with one request in flight"),
+    concurrency: str = typer.Option(..., "--concurrency",
+                                    help="clients, each with one request in flight; a comma list (1,4,16,64) "
+                                         "sweeps them"),
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
@@ -41,14 +43,19 @@ def predict(
     """Predict mean TTFT, TPOT and throughput of a fixed-concurrency benchmark (InferenceMAX style)."""
     from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run
 
+    levels = _concurrency_levels(concurrency)
     try:
-        p = run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, concurrency, engine=engine,
-                token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline,
-                length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
-                request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
-                requests_per_client=requests_per_client)
+        ps = [run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, c, engine=engine,
+                  token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline,
+                  length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
+                  request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
+                  requests_per_client=requests_per_client) for c in levels]
     except ApmwError as exc:
         fail(str(exc))
+    if len(levels) > 1:
+        _sweep(ps, levels, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
+        return
+    p = ps[0]
     if as_json:
         emit_json(p.to_dict())
         return
@@ -65,3 +72,28 @@ def predict(
     table.add_row("source", p.source)
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")
+
+
+def _concurrency_levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--concurrency: '{text}' is not a whole number or a comma list of them (e.g. 1,4,16,64)")
+    if not levels:
+        fail("--concurrency: give at least one level")
+    return levels
+
+
+def _sweep(ps, levels: list[int], as_json: bool, title: str) -> None:
+    """One row per concurrency level; --json prints a list of prediction objects, each with its level."""
+    if as_json:
+        emit_json([{"concurrency": c, **p.to_dict()} for c, p in zip(levels, ps)])
+        return
+    table = Table(title=title)
+    for name in ("concurrency", "TTFT ms", "TPOT ms", "out tok/s/GPU", "running", "prompts", "tok/J"):
+        table.add_column(name, justify="right")
+    for c, p in zip(levels, ps):
+        table.add_row(str(c), f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
+                      f"{p.running_requests}", p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
+    out.print(table)
+    out.print(f"[dim]{ps[0].source_detail}[/]")

@@ -187,8 +187,10 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
                              arch.vocab_size / g, h)
     key = _attn_key(arch, g, kv_dtype)
     dec_key, dec_ctx_scale = key, 1.0
-    if engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and _KV_DTYPE[kv_dtype.lower()] == "fp8":
-        dec_key, dec_ctx_scale = _attn_key(arch, g, "bf16"), 0.5
+    bf16_key = _attn_key(arch, g, "bf16")
+    if (engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and _KV_DTYPE[kv_dtype.lower()] == "fp8"
+            and t.has("dec_" + bf16_key)):
+        dec_key, dec_ctx_scale = bf16_key, 0.5
     isl = t["ctx_isl"]
     # FLOPs of one causal batch-1 prefill of `isl` tokens on one rank, one layer.
     flops_rank_layer = 4 * heads * hd * isl * (isl + 1) / 2

@@ -10,29 +10,31 @@ over one request cycle:
 
 * running requests ``R = min(C, max_batch, KV fits)``; the other ``C - R`` queue, and
   each queued request waits ``(C/R - 1)`` request lifetimes (closed loop, FIFO);
-* whether prompts arrive spread out or in bursts depends on how much request lengths
-  vary (``length_spread``, the width of the length distribution as a share of the
-  mean). With equal lengths (``0``: vLLM ``bench serve``'s random dataset and
-  AIPerf/genai-perf by default, ``--ignore-eos``) every request of a wave finishes
-  within a few short decode iterations of the others, so the next wave arrives as a
-  burst and queues for the token budget; with varied lengths (InferenceMAX: uniform
-  in ``[0.8 L, L]``, its ``random_range_ratio: 0.8``) finishing times spread over
-  ``length_spread x osl`` iterations and prompts arrive spread out;
-* spread out (the wave's prompt tokens fit the budget over that window): a new prompt
-  is prefilled in ``n = ceil(isl / (budget - decoders))`` mixed iterations with the
-  other requests decoding; over one cycle the engine runs ``R*isl / chunk`` mixed
-  iterations and the rest are pure decode, so the time per output token is the
-  cycle-weighted mean of the two; TTFT = half an iteration of arrival wait + the ``n``
-  mixed iterations (+ queue wait); the first wave still arrives all at once: its mean
+* a benchmark client starts every request at once, and whether the requests stay in
+  step depends on how much their lengths vary (``length_spread``, the width of the length
+  distribution as a share of the mean). With equal lengths (``0``: vLLM ``bench serve``'s
+  random dataset and AIPerf/genai-perf by default, ``--ignore-eos``) the first wave splits
+  into groups of as many whole prompts as the budget takes, which start, finish and
+  return one packed iteration apart, so they stay in lock step (:func:`_lockstep_groups`).
+  With varied lengths (InferenceMAX: uniform in ``[0.8 L, L]``, its
+  ``random_range_ratio: 0.8``) finishing times spread over ``length_spread x osl``
+  iterations and prompts arrive spread out (:func:`_spread_out`). In between, the two
+  are blended by :func:`lockstep_share`, fitted to apmw's iteration-level simulator
+  (``bench/predict_vs_sim.py``);
+* spread out: a new prompt is prefilled in ``n = ceil(isl / (budget - decoders))`` mixed
+  iterations with the other requests decoding; over one cycle the engine runs
+  ``R*isl / chunk`` mixed iterations and the rest are pure decode, so the time per output
+  token is the cycle-weighted mean of the two; TTFT = half an iteration of arrival wait
+  + the ``n`` mixed iterations (+ queue wait when prefill-bound);
+* in lock step: each prompt waits half a decode iteration and its group's packed
+  iteration; a request decodes through the packed iterations of every other group;
+* either way the first wave arrives all at once and queues for the budget: its mean
   TTFT, ``(ceil(R*isl/budget) + 1)/2`` full-budget iterations, weighs
-  ``1/requests_per_client`` of the mean (InferenceMAX sends ``10 x concurrency``
-  prompts: its benchmark scripts' ``--num-prompts $((CONC * 10))``);
-* in bursts: a fluid queue at the token budget (:func:`_queued_wave`); each prompt
-  waits for the prompts ahead of it in full-budget iterations, and a decoding request
-  shares the packed iterations of the prompts behind it.
-  On NVIDIA's published NIM runs (equal lengths; ``bench/accuracy.py``) lock-step bursts
-  fit only the 8B 1000/1000 rows; elsewhere the waves spread out, so the default spread
-  is not 0 (``DEFAULT_LENGTH_SPREAD``).
+  ``1/requests_per_client`` of the mean (InferenceMAX sends ``10 x concurrency`` prompts:
+  its benchmark scripts' ``--num-prompts $((CONC * 10))``).
+  On NVIDIA's published NIM runs (equal lengths; ``bench/accuracy.py``) the spread-out
+  model fits TTFT better than lock step, so the default spread is 0.2, not 0
+  (``DEFAULT_LENGTH_SPREAD``).
 
 Every iteration time comes from :class:`apmw.perf.StepModel` (``calibrated`` from
 measured kernel tables where they cover the replica, ``roofline`` otherwise), with KV
@@ -79,8 +81,8 @@ REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
 # How much request lengths vary, as the width of their distribution over the mean
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
 # from [0.8 L, L] (width 0.2 L around 0.9 L), and NVIDIA's published NIM runs, whose
-# lengths are all equal, also behave as spread out rather than in lock-step bursts
-# (on its 79 rows spread 0 gives median |TTFT error| 83 %, 0.2 gives 36 %;
+# lengths are all equal, also behave as spread out rather than in lock-step groups
+# (on its 79 rows spread 0 gives median |TTFT error| 60 %, 0.2 gives 35 %;
 # `python bench/accuracy.py`).
 DEFAULT_LENGTH_SPREAD = 0.2
 
@@ -103,7 +105,8 @@ class Prediction:
     decode_iteration_s: float
     mixed_iteration_s: float
     mixed_iteration_share: float      # share of iterations that carry prompt tokens
-    prompts_arrive: str               # "in bursts" (queue for the token budget) or "spread out"
+    lockstep_share: float             # 1: requests move in lock-step groups (equal lengths); 0: spread out
+    prompts_arrive: str               # "in lock-step groups" (lockstep_share >= 0.5) or "spread out"
     source: str
     source_detail: str
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
@@ -186,8 +189,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
-    mean (0: every request has the same lengths; requests then finish and return
-    together, so every wave of prompts arrives as a burst).
+    mean (0: every request has the same lengths, and the requests move in lock-step groups).
     """
     if not 0.0 <= length_spread <= 2.0:
         raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
@@ -203,40 +205,28 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     capacity = max(token_budget - decoders, 1)          # prompt tokens one iteration can take
     own_mixed = math.ceil(isl / capacity)
     decode_iters = max(osl - 1, 0)
-    # A wave of `running` prompts arrives over `window` iterations: the spread of the
-    # requests' finishing times (length_spread x the output length, in iterations).
-    window = length_spread * osl
-    wave_iters = running * isl / token_budget            # full-budget iterations the wave needs
-    # Prompts arrive faster than the budget takes them. (A prefill-bound wave, one that
-    # needs more packed iterations than a request decodes, is the packed-cycle case below.)
-    queued = max(window, own_mixed) < wave_iters <= decode_iters
-    # Not prefill-bound: each prompt rides (in chunks) with the decoders. Prefill-bound
-    # (more prompt tokens per cycle than the cycle's iterations can carry one prompt at a
-    # time): every iteration is packed to the budget and prompts queue for it.
+    wave_iters = running * isl / token_budget            # full-budget iterations a whole wave needs
+    lockstep = lockstep_share(running, length_spread * osl, wave_iters, decode_iters)
+    # Spread out and not prefill-bound: each prompt rides (in chunks) with the decoders.
+    # Prefill-bound (more prompt tokens per cycle than the cycle's iterations can carry one
+    # prompt at a time): every iteration is packed to the budget and prompts queue for it.
     chunk = min(isl, capacity)
-    if queued or running * isl / chunk > own_mixed + decode_iters:
+    if running * isl / chunk > own_mixed + decode_iters:
         chunk = capacity
-    mixed_per_cycle = running * isl / chunk
-    cycle_iters = max(own_mixed + decode_iters, mixed_per_cycle)
+    group = (capacity // isl) * isl if isl <= capacity else capacity    # a lock-step group's prompt tokens
     burst_chunk = min(token_budget, running * isl)
-    t_decode, t_mixed, t_burst = _iteration_times(step, running, decoders, chunk, burst_chunk, isl, osl)
-    if queued:
-        tpot, steady_ttft, share_mixed, t_bar = _queued_wave(isl, osl, token_budget, running, window,
-                                                             wave_iters, own_mixed, t_decode, t_burst)
-        burst_weight = 0.0          # every wave is (part of) a burst already
-    else:
-        share_mixed = min(mixed_per_cycle / cycle_iters, 1.0)
-        t_bar = share_mixed * t_mixed + (1 - share_mixed) * t_decode
-        tpot = t_bar if osl > 1 else 0.0
-        # a request waits half an iteration, then for its prompt's turn at the budget (the
-        # cycle's iterations not spent decoding it), then its own prefill iterations
-        prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-        steady_ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
-        burst_weight = 1.0 / max(requests_per_client, 1)
-    # first wave: all running requests arrive at once and queue for the token budget
+    t_decode, t_mixed, t_burst, t_group = _iteration_times(step, running, decoders, chunk, burst_chunk, group,
+                                                           isl, osl)
+    tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed)
+    if lockstep > 0:
+        lock = _lockstep_groups(isl, osl, capacity, running, own_mixed, t_decode, t_group)
+        tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
+                                          zip((tpot, steady_ttft, share_mixed), lock))
+    # the first wave arrives all at once and queues for the token budget; it weighs
+    # 1 / requests_per_client of the mean
     burst_ttft = (math.ceil(running * isl / token_budget) + 1) / 2 * t_burst
-    ttft_running = steady_ttft + (burst_ttft - steady_ttft) * burst_weight
-    ttft_running = max(ttft_running, steady_ttft) + request_overhead_s
+    ttft_running = steady_ttft + max(burst_ttft - steady_ttft, 0.0) / max(requests_per_client, 1)
+    ttft_running += request_overhead_s
     e2e_running = ttft_running + (osl - 1) * tpot
     queue_s = (concurrency / running - 1) * e2e_running
     throughput = running * osl / e2e_running
@@ -245,53 +235,90 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         output_tokens_per_s_per_gpu=throughput / step.gpus,
         total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
         running_requests=running, queued_requests=concurrency - running,
-        decode_iteration_s=t_decode, mixed_iteration_s=t_burst if queued else t_mixed,
-        mixed_iteration_share=share_mixed, prompts_arrive="in bursts" if queued else "spread out",
+        decode_iteration_s=t_decode, mixed_iteration_s=t_group if lockstep >= 0.5 else t_mixed,
+        mixed_iteration_share=share_mixed, lockstep_share=lockstep,
+        prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
         source=step.source, source_detail=step.source_detail,
     )
 
 
-def _queued_wave(isl: int, osl: int, budget: int, running: int, window: float, wave_iters: float,
-                 own_mixed: int, t_decode: float, t_burst: float) -> tuple[float, float, float, float]:
-    """TPOT, TTFT, packed-iteration share and mean iteration time when prompts queue for the budget.
+# How fast lock-step groups dissolve as request lengths spread: the lock-step share is
+# exp(-LOCKSTEP_DECAY * window / wave_iters), where window = length_spread x osl is the
+# spread of finishing times and wave_iters the full-budget iterations a wave needs.
+# FITTED to apmw's own iteration-level simulator (every client starting together, Llama-3.1-8B
+# on H200, 1024/512 tokens, spreads 0-0.2, concurrency 8-128; `python bench/predict_vs_sim.py`),
+# not to measurements: it makes the analytic prediction reproduce the simulated dynamics.
+LOCKSTEP_DECAY = 1.5
 
-    Fluid queue: the wave's ``running * isl`` prompt tokens arrive evenly over ``window``
-    iterations and are served ``budget`` per iteration. A prompt waits for the other
-    prompts ahead of it, on average ``((running - 1) * isl / budget - window) / 2``
-    full-budget iterations (with ``window = 0``, ``(k + 1) / 2`` for a burst needing
-    ``k`` iterations, the discrete burst mean), then for its own prefill. While decoding,
-    a request shares the iterations that prefill the prompts queued behind it: half the
-    wave's packed iterations for a burst, all of them when the window is as wide as the
-    queue.
+
+def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_iters: float) -> float:
+    """Share of the steady state in lock-step groups (1: equal lengths; 0: spread out)."""
+    if running <= 1 or wave_iters > decode_iters or wave_iters <= 0:
+        return 0.0      # one client, or a prefill-bound wave (every iteration packed anyway)
+    return math.exp(-LOCKSTEP_DECAY * window_iters / wave_iters)
+
+
+def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
+                t_mixed: float) -> tuple[float, float, float]:
+    """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
+
+    Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
+    the rest pure decode, so the time per output token is the cycle-weighted mean of the
+    two. A request waits half an iteration, then for its prompt's turn at the budget (the
+    cycle's iterations not spent decoding it; non-zero only when prefill-bound), then its
+    own ``own_mixed`` prefill iterations.
     """
-    wait_iters = max((running - 1) * isl / budget - window, 0.0) / 2
-    ttft = 0.5 * t_decode + wait_iters * t_burst + own_mixed * t_burst
-    behind = max(wave_iters - isl / budget, 0.0) * (0.5 + 0.5 * min(window / wave_iters, 1.0))
+    decode_iters = max(osl - 1, 0)
+    mixed_per_cycle = running * isl / chunk
+    cycle_iters = max(own_mixed + decode_iters, mixed_per_cycle)
+    share = min(mixed_per_cycle / cycle_iters, 1.0)
+    t_bar = share * t_mixed + (1 - share) * t_decode
+    prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
+    ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
+    return (t_bar if osl > 1 else 0.0), ttft, share
+
+
+def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, own_mixed: int, t_decode: float,
+                     t_full: float) -> tuple[float, float, float]:
+    """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
+
+    The first wave arrives at once and is prefilled a budget at a time, so it splits into
+    groups of ``capacity // isl`` whole prompts that start one packed iteration apart
+    (``t_full`` is that iteration's time). With
+    equal lengths they also finish and return one iteration apart, so the stagger holds:
+    each group's prompts fill their own packed iteration(s) after half a decode iteration
+    of waiting, and a request decodes through the packed iterations of every other group.
+    The iteration-level simulator (``apmw.sim``), started with every client at once, shows
+    this steady state (docs/accuracy.md).
+    """
     decode_iters = max(osl - 1, 1)
-    behind = min(behind, decode_iters)
-    tpot = ((decode_iters - behind) * t_decode + behind * t_burst) / decode_iters if osl > 1 else 0.0
-    cycle_iters = wave_iters + max(osl - 1, 0)
-    share = min(wave_iters / cycle_iters, 1.0) if cycle_iters > 0 else 0.0
-    return tpot, ttft, share, share * t_burst + (1 - share) * t_decode
+    group = capacity // isl                              # whole prompts per packed iteration
+    packed = running / group if group else running * isl / capacity     # packed iterations per cycle
+    others = min(max(packed - own_mixed, 0.0), decode_iters)
+    ttft = 0.5 * t_decode + own_mixed * t_full
+    tpot = ((decode_iters - others) * t_decode + others * t_full) / decode_iters if osl > 1 else 0.0
+    share = min(packed / (decode_iters + own_mixed), 1.0)
+    return tpot, ttft, share
 
 
 def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
-                     isl: int, osl: int) -> tuple[float, float, float]:
-    """Decode-only, steady mixed (one prompt chunk) and first-wave (full budget) iteration times.
+                     group: float, isl: int, osl: int) -> tuple[float, float, float, float]:
+    """Decode-only, steady mixed (one prompt chunk), first-wave (full budget) and lock-step
+    group (whole prompts filling the budget) iteration times.
 
     Decoding requests read KV at their mean context ``isl + osl/2``; a prompt chunk
     attends its own prefix (mean ``isl/2``).
     """
     a = step.arch
     ctx = isl + osl / 2
-    dec = np.array([running, decoders, running / 2], dtype=float)   # a burst: half the wave already decodes
-    pre = np.array([0.0, chunk, burst_chunk])
+    dec = np.array([running, decoders, running / 2, decoders], dtype=float)   # a burst: half the wave decodes
+    pre = np.array([0.0, chunk, burst_chunk, group])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
                          attention_flops=dec * attn_dec + pre * attn_pre)
     t = step.iteration_time_s(load)
-    return float(t[0]), float(t[1]), float(t[2])
+    return float(t[0]), float(t[1]), float(t[2]), float(t[3])
 
 
 def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float) -> float:

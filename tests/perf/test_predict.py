@@ -85,26 +85,32 @@ def test_open_loop_obeys_littles_law():
         predict_open_loop(step, 800, 128, 1e5, 8192, 2048)
 
 
-def test_equal_lengths_make_prompts_arrive_in_bursts():
-    # With every request the same length a whole wave finishes together and its prompts
-    # queue for the token budget: TTFT is the burst mean, (k + 1) / 2 full-budget
-    # iterations for a wave needing k of them; varied lengths spread the wave out.
+def test_equal_lengths_move_in_lock_step_groups():
+    # With every request the same length the first wave's groups (as many whole prompts as the
+    # budget takes) stay one packed iteration apart: each prompt waits half a decode iteration
+    # and its group's packed iteration, and decodes through every other group's. Varied lengths
+    # dissolve the groups (apmw's simulator agrees: bench/predict_vs_sim.py).
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
     from apmw.predict import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H100"), 1, "fp8", "fp8", engine="trtllm")
-    burst = predict_with(step, 1000, 1000, 100, 8192, 2048, length_spread=0.0)
-    spread = predict_with(step, 1000, 1000, 100, 8192, 2048, length_spread=1.0)
-    assert burst.prompts_arrive == "in bursts" and spread.prompts_arrive == "spread out"
-    k = 100 * 1000 / 8192
-    expected = 0.5 * burst.decode_iteration_s + ((k - 1000 / 8192) / 2 + 1) * burst.mixed_iteration_s
-    assert burst.ttft_s == pytest.approx(expected, rel=1e-9)
-    assert burst.ttft_s > 3 * spread.ttft_s
-    # the packed iterations a request shares while decoding raise its TPOT above pure decode
-    assert burst.decode_iteration_s < burst.tpot_s < burst.mixed_iteration_s
-    # one request alone never queues, whatever the spread
+    lock = predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
+    spread = predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
+    assert lock.prompts_arrive == "in lock-step groups" and lock.lockstep_share == 1.0
+    assert spread.prompts_arrive == "spread out" and spread.lockstep_share < 1e-6
+    assert lock.ttft_s == pytest.approx(0.5 * lock.decode_iteration_s + lock.mixed_iteration_s, rel=1e-6)
+    assert lock.ttft_s > 3 * spread.ttft_s
+    # the other 100/8 - 1 groups' packed iterations raise the time per output token
+    others = 100 / 8 - 1
+    expected = ((999 - others) * lock.decode_iteration_s + others * lock.mixed_iteration_s) / 999
+    assert lock.tpot_s == pytest.approx(expected, rel=1e-9)
+    # a little spread dissolves the groups smoothly
+    ttft = [predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=f).ttft_s
+            for f in (0.0, 0.005, 0.01, 0.02, 0.05)]
+    assert ttft == sorted(ttft, reverse=True)
+    # one request alone never groups, whatever the spread
     single = predict_with(step, 1000, 1000, 1, 8192, 2048, length_spread=0.0)
     assert single.prompts_arrive == "spread out"
 
@@ -133,7 +139,7 @@ def test_cli_length_spread_and_request_overhead():
         r = CliRunner().invoke(app, base + extra)
         assert r.exit_code == 0, r.output
         runs[" ".join(extra)] = json.loads(r.output)
-    assert runs["--length-spread 0"]["prompts_arrive"] == "in bursts"
+    assert runs["--length-spread 0"]["prompts_arrive"] == "in lock-step groups"
     assert runs[""]["prompts_arrive"] == "spread out"
     from apmw.predict import REQUEST_OVERHEAD_S
     assert runs[""]["ttft_s"] - runs["--request-overhead-ms 0"]["ttft_s"] == pytest.approx(REQUEST_OVERHEAD_S["vllm"])

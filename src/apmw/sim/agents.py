@@ -60,8 +60,11 @@ class ClosedLoopAgents:
     """N agents, each a task at a time; records task, TTFT and TPOT figures in the window."""
 
     def __init__(self, spec: Spec, agents: int, rng: np.random.Generator, warmup_s: float, duration_s: float,
-                 drain_limit_s: float, tasks: Sequence[TaskShape] | None = None):
+                 drain_limit_s: float, tasks: Sequence[TaskShape] | None = None,
+                 start_spread_s: float | None = None):
         self.w, self.sv = spec.workload, spec.serving
+        # agents start uniformly over this many seconds (default: the warm-up); 0 starts them together
+        self.start_spread_s = warmup_s if start_spread_s is None else start_spread_s
         self.n = agents
         self.rng = rng
         self.warmup_s, self.duration_s = warmup_s, duration_s
@@ -95,7 +98,8 @@ class ClosedLoopAgents:
         self.engine = engine
         self.shared_kv_bytes = float(engine.arch.kv_bytes_for_context(self.w.system_prompt_tokens, engine.kv_dtype))
         # agents start spread over the warm-up so that they are not in phase
-        starts = self.rng.uniform(0.0, self.warmup_s, self.n) if self.warmup_s > 0 else np.zeros(self.n)
+        starts = (self.rng.uniform(0.0, self.start_spread_s, self.n) if self.start_spread_s > 0
+                  else np.zeros(self.n))
         for a, t in enumerate(starts.tolist()):
             self._start_task(a, t)
 

@@ -101,7 +101,8 @@ def unsupported(spec: Spec) -> str | None:
 def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | None = None, *,
              warmup_s: float | None = None, drain_limit_s: float | None = None, fast: bool = True,
              replica: Replica | None = None, progress: Callable[[float, float], None] | None = None,
-             check: bool = False, tasks: Sequence[TaskShape] | None = None) -> SimResult:
+             check: bool = False, tasks: Sequence[TaskShape] | None = None,
+             start_together: bool = False) -> SimResult:
     """Simulate ``agents`` closed-loop agents on one replica of ``spec`` for ``duration_s`` simulated seconds.
 
     Agents start spread over the first ``warmup_s`` seconds (default a fifth of the
@@ -110,6 +111,8 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     ``duration_s``) so that long tasks are not censored; time averages cover the
     window. ``seed`` defaults to the spec's. ``fast=False`` runs the plain
     iteration-by-iteration reference. ``progress(now_s, end_s)`` is called now and then.
+    ``start_together=True`` starts every agent at time 0, as a fixed-concurrency benchmark
+    client does (statistics still cover the window after ``warmup_s``).
     ``check=True`` verifies the block and token accounting before every step (slow; tests).
     ``tasks`` replays the given task shapes (in order, cycling) instead of sampling the spec's workload.
     """
@@ -128,7 +131,8 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     drain_limit_s = duration_s if drain_limit_s is None else drain_limit_s
     replica = replica_from_spec(spec) if replica is None else replica
     rng = np.random.default_rng(seed)
-    driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s, tasks)
+    driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s, tasks,
+                              start_spread_s=0.0 if start_together else warmup_s)
     window = (warmup_s, duration_s)
     eng = Engine(replica, spec.serving, spec.workload.system_prompt_tokens, driver, fast=fast, window=window,
                  sample_dt_s=(duration_s - warmup_s) / TIMESERIES_POINTS, check=check)

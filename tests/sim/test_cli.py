@@ -67,3 +67,12 @@ def test_auto_sweep_brackets_the_plan_n_star(tmp_path):
     counts = auto_sweep(spec)
     n_star = plan(spec).agents_per_replica
     assert counts == sorted(counts) and counts[0] <= n_star <= counts[-1] and len(counts) >= 3
+
+
+def test_start_together_flag_reaches_the_simulator(tmp_path):
+    spec = _spec(tmp_path)
+    together = run(spec, "--agents", "4", "--duration-s", "200", "--json", "--start-together")
+    spread = run(spec, "--agents", "4", "--duration-s", "200", "--json")
+    assert together.returncode == 0 and spread.returncode == 0, together.stderr
+    a, b = json.loads(together.stdout), json.loads(spread.stdout)
+    assert a["completed_tasks"] > 0 and a["task_latency_s"] != b["task_latency_s"]

@@ -104,6 +104,9 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
     timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
     reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),
+    start_together: bool = typer.Option(False, "--start-together",
+                                        help="start every agent at time 0, as a benchmark client does "
+                                             "(default: spread over the warm-up)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay the sessions of this trace (any format "
                                          "apmw fit reads) instead of sampling the spec's workload"),
     trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),
@@ -116,7 +119,7 @@ def simulate(
         fail("give exactly one of --agents N or --agents-sweep a:b:step")
     try:
         s = load_spec(spec)
-        kw = dict(warmup_s=warmup_s, fast=not reference)
+        kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
         if trace is not None:
             s, kw["tasks"] = _replayed(s, trace, trace_format)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),

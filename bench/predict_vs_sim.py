@@ -5,8 +5,9 @@ Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300]
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
 statistics after the warm-up) and predict it (``apmw.predict.predict_with``, no request
-overhead, first wave excluded) for Llama-3.1-8B bf16 on one H200, 1024/512 tokens, at length
-spreads 0-0.2 (lengths uniform over +-spread/2 of the mean) and concurrency 8-128. This is
+overhead, first wave excluded) for Llama-3.1-8B bf16 on one H200: 1024/512 tokens at length
+spreads 0-0.2 (lengths uniform over +-spread/2 of the mean) and concurrency 8-128, and
+8192/1024 and 200/200 tokens at spreads 0 and 0.2, concurrency 4-64. This is
 where ``apmw.predict.LOCKSTEP_DECAY`` comes from; both sides use the same step model, so the
 comparison checks the queueing and batching dynamics, not the kernel times.
 """
@@ -29,14 +30,15 @@ from apmw.spec import spec_from_dict  # noqa: E402
 MODEL, GPU, ISL, OSL = "meta-llama/Meta-Llama-3.1-8B", "H200", 1024, 512
 
 
-def benchmark_spec(spread: float):
+def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None):
+    isl, osl = ISL if isl is None else isl, OSL if osl is None else osl
     def lengths(mean: int):
         if spread == 0:
             return mean
         return {"quantiles": {str(q): mean * (1 - spread / 2 + spread * q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)}}
     return spec_from_dict({
-        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": lengths(ISL),
-                     "output_tokens_per_call": lengths(OSL), "tool_wait_s": 0.0},
+        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": lengths(isl),
+                     "output_tokens_per_call": lengths(osl), "tool_wait_s": 0.0},
         "model": {"config": MODEL, "weight_dtype": "bf16", "kv_dtype": "bf16"},
         "hardware": {"gpu": GPU, "gpus_per_replica": 1},
         "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False},
@@ -49,20 +51,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration-s", type=float, default=300.0)
     args = ap.parse_args()
-    print(f"{'spread':>6} {'conc':>5} {'sim TTFT ms':>12} {'pred TTFT ms':>13} {'sim TPOT ms':>12} {'pred TPOT ms':>13}"
-          f" {'lock-step':>10}")
+    print(f"{'isl/osl':>10} {'spread':>6} {'conc':>5} {'sim TTFT ms':>12} {'pred TTFT ms':>13} {'sim TPOT ms':>12}"
+          f" {'pred TPOT ms':>13} {'lock-step':>10}")
     ttft_err, tpot_err = [], []
-    for spread in (0.0, 0.01, 0.02, 0.05, 0.2):
-        spec = benchmark_spec(spread)
+    cases = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
+    cases += [(isl, osl, spread, (4, 16, 64)) for isl, osl in ((8192, 1024), (200, 200)) for spread in (0.0, 0.2)]
+    for isl, osl, spread, levels in cases:
+        spec = benchmark_spec(spread, isl, osl)
         step = replica_from_spec(spec).step
-        for c in (8, 32, 64, 128):
+        for c in levels:
             sim = simulate(spec, c, duration_s=args.duration_s, seed=1, start_together=True).to_dict()
-            p = predict_with(step, ISL, OSL, c, 8192, 1024, requests_per_client=10**9, length_spread=spread)
+            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=10**9, length_spread=spread)
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
             ttft_err.append(abs(p.ttft_s / s_ttft - 1) * 100)
             tpot_err.append(abs(p.tpot_s / s_tpot - 1) * 100)
-            print(f"{spread:>6} {c:>5} {s_ttft * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f} {s_tpot * 1e3:>12.2f}"
-                  f" {p.tpot_s * 1e3:>13.2f} {p.lockstep_share:>10.2f}")
+            print(f"{f'{isl}/{osl}':>10} {spread:>6} {c:>5} {s_ttft * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}"
+                  f" {s_tpot * 1e3:>12.2f} {p.tpot_s * 1e3:>13.2f} {p.lockstep_share:>10.2f}")
     print(f"median |predict / simulate - 1|: TTFT {statistics.median(ttft_err):.1f} %, "
           f"TPOT {statistics.median(tpot_err):.1f} % ({len(ttft_err)} points)")
 

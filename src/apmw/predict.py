@@ -82,7 +82,7 @@ REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
 # from [0.8 L, L] (width 0.2 L around 0.9 L), and NVIDIA's published NIM runs, whose
 # lengths are all equal, also behave as spread out rather than in lock-step groups
-# (on its 79 rows spread 0 gives median |TTFT error| 60 %, 0.2 gives 35 %;
+# (on its 79 rows spread 0 gives median |TTFT error| 58 %, 0.2 gives 32 %;
 # `python bench/accuracy.py`).
 DEFAULT_LENGTH_SPREAD = 0.2
 
@@ -213,13 +213,16 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     chunk = min(isl, capacity)
     if running * isl / chunk > own_mixed + decode_iters:
         chunk = capacity
-    group = (capacity // isl) * isl if isl <= capacity else capacity    # a lock-step group's prompt tokens
+    # lock-step groups: as many whole prompts as the budget takes (the last group holds the rest)
+    per_group = min(capacity // isl, running)
+    group = per_group * isl if per_group else capacity
+    rest = (running % per_group) * isl if per_group else 0
     burst_chunk = min(token_budget, running * isl)
-    t_decode, t_mixed, t_burst, t_group = _iteration_times(step, running, decoders, chunk, burst_chunk, group,
-                                                           isl, osl)
+    t_decode, t_mixed, t_burst, t_group, t_rest = _iteration_times(step, running, decoders, chunk, burst_chunk,
+                                                                   group, rest, isl, osl)
     tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed)
     if lockstep > 0:
-        lock = _lockstep_groups(isl, osl, capacity, running, own_mixed, t_decode, t_group)
+        lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest)
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
     # the first wave arrives all at once and queues for the token budget; it weighs
@@ -266,7 +269,7 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     the rest pure decode, so the time per output token is the cycle-weighted mean of the
     two. A request waits half an iteration, then for its prompt's turn at the budget (the
     cycle's iterations not spent decoding it; non-zero only when prefill-bound), then its
-    own ``own_mixed`` prefill iterations.
+    own ``own_mixed`` prefill iterations, the last of which carries only the remainder.
     """
     decode_iters = max(osl - 1, 0)
     mixed_per_cycle = running * isl / chunk
@@ -274,35 +277,49 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + own_mixed * t_mixed
+    ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed)
     return (t_bar if osl > 1 else 0.0), ttft, share
 
 
-def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, own_mixed: int, t_decode: float,
-                     t_full: float) -> tuple[float, float, float]:
+def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_chunk: float) -> float:
+    """A prompt's own prefill: its ``iterations`` each cost a decode iteration, plus the prompt
+    tokens' share of a ``chunk``-token iteration (the last chunk is only the remainder)."""
+    return iterations * t_decode + isl / chunk * (t_chunk - t_decode)
+
+
+def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
+                     t_decode: float, t_group: float, t_rest: float) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
-    groups of ``capacity // isl`` whole prompts that start one packed iteration apart
-    (``t_full`` is that iteration's time). With
-    equal lengths they also finish and return one iteration apart, so the stagger holds:
-    each group's prompts fill their own packed iteration(s) after half a decode iteration
-    of waiting, and a request decodes through the packed iterations of every other group.
+    groups of ``per_group`` whole prompts (the last group holds the rest) that start one
+    packed iteration apart (``t_group``, ``t_rest``: those iterations' times). With equal
+    lengths they also finish and return one iteration apart, so the stagger holds: each
+    group's prompts fill their own packed iteration after half a decode iteration of
+    waiting, and a request decodes through the packed iterations of every other group.
+    Prompts longer than the budget (``per_group == 0``) each take ``own_mixed`` iterations.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
-    this steady state (docs/accuracy.md).
+    this steady state (``bench/predict_vs_sim.py``).
     """
     decode_iters = max(osl - 1, 1)
-    group = capacity // isl                              # whole prompts per packed iteration
-    packed = running / group if group else running * isl / capacity     # packed iterations per cycle
-    others = min(max(packed - own_mixed, 0.0), decode_iters)
-    ttft = 0.5 * t_decode + own_mixed * t_full
-    tpot = ((decode_iters - others) * t_decode + others * t_full) / decode_iters if osl > 1 else 0.0
+    if per_group:
+        full, rest = divmod(running, per_group)
+        groups = [(full * per_group, t_group)] + ([(rest, t_rest)] if rest else [])
+    else:
+        groups = [(running, _own_prefill_s(isl, capacity, own_mixed, t_decode, t_group))]
+    # requests in each group, and the extra time its packed iteration(s) add over a decode iteration
+    extra = [(n, t - t_decode, (n / per_group if per_group else n)) for n, t in groups]
+    ttft = 0.5 * t_decode + sum(n * t for n, t in groups) / running
+    packed_extra = sum(k * x for _, x, k in extra)                   # all groups' packed iterations
+    own_extra = sum(n * x for n, x, _ in extra) / running            # a request's own group's
+    tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
+    packed = sum(k for *_, k in extra) * (1 if per_group else own_mixed)
     share = min(packed / (decode_iters + own_mixed), 1.0)
     return tpot, ttft, share
 
 
 def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
-                     group: float, isl: int, osl: int) -> tuple[float, float, float, float]:
+                     group: float, rest: float, isl: int, osl: int) -> tuple[float, float, float, float, float]:
     """Decode-only, steady mixed (one prompt chunk), first-wave (full budget) and lock-step
     group (whole prompts filling the budget) iteration times.
 
@@ -311,14 +328,14 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     """
     a = step.arch
     ctx = isl + osl / 2
-    dec = np.array([running, decoders, running / 2, decoders], dtype=float)   # a burst: half the wave decodes
-    pre = np.array([0.0, chunk, burst_chunk, group])
+    dec = np.array([running, decoders, running / 2, decoders, decoders], dtype=float)  # a burst: half decodes
+    pre = np.array([0.0, chunk, burst_chunk, group, rest])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
                          attention_flops=dec * attn_dec + pre * attn_pre)
     t = step.iteration_time_s(load)
-    return float(t[0]), float(t[1]), float(t[2]), float(t[3])
+    return float(t[0]), float(t[1]), float(t[2]), float(t[3]), float(t[4])
 
 
 def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float) -> float:

@@ -96,15 +96,15 @@ def test_equal_lengths_move_in_lock_step_groups():
     from apmw.predict import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H100"), 1, "fp8", "fp8", engine="trtllm")
-    lock = predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
-    spread = predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
+    # 96 clients, 8 whole 1000-token prompts per packed iteration: 12 groups
+    lock = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
+    spread = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
     assert lock.prompts_arrive == "in lock-step groups" and lock.lockstep_share == 1.0
     assert spread.prompts_arrive == "spread out" and spread.lockstep_share < 1e-6
     assert lock.ttft_s == pytest.approx(0.5 * lock.decode_iteration_s + lock.mixed_iteration_s, rel=1e-6)
     assert lock.ttft_s > 3 * spread.ttft_s
-    # the other 100/8 - 1 groups' packed iterations raise the time per output token
-    others = 100 / 8 - 1
-    expected = ((999 - others) * lock.decode_iteration_s + others * lock.mixed_iteration_s) / 999
+    # the other 11 groups' packed iterations raise the time per output token
+    expected = lock.decode_iteration_s + 11 * (lock.mixed_iteration_s - lock.decode_iteration_s) / 999
     assert lock.tpot_s == pytest.approx(expected, rel=1e-9)
     # a little spread dissolves the groups smoothly
     ttft = [predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=f).ttft_s

@@ -29,16 +29,16 @@ def predict(
     length_spread: Optional[float] = typer.Option(
         None, "--length-spread",
         help="width of the request-length distribution over its mean (0: all requests equal, "
-             "prompts then arrive in lock-step bursts; default 0.2)"),
+             "they then move in lock-step groups; default 0.2)"),
     request_overhead_ms: Optional[float] = typer.Option(
         None, "--request-overhead-ms",
-        help="client-seen TTFT outside the engine: HTTP, tokenising (default 40 ms; 0 for an in-process harness)"),
+        help="client-seen TTFT outside the engine: HTTP, tokenising (default 25 ms; 0 for an in-process harness)"),
     requests_per_client: int = typer.Option(
         10, "--requests-per-client",
         help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
              "(InferenceMAX: 10)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields: see docs/accuracy.md)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a fixed-concurrency benchmark (InferenceMAX style)."""
     from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run

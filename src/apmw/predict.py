@@ -297,24 +297,28 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     lengths they also finish and return one iteration apart, so the stagger holds: each
     group's prompts fill their own packed iteration after half a decode iteration of
     waiting, and a request decodes through the packed iterations of every other group.
-    Prompts longer than the budget (``per_group == 0``) each take ``own_mixed`` iterations.
+    Prompts longer than the budget (``per_group == 0``) each span ``own_mixed`` packed
+    iterations, shared with their neighbours' chunks.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
     this steady state (``bench/predict_vs_sim.py``).
     """
     decode_iters = max(osl - 1, 1)
     if per_group:
         full, rest = divmod(running, per_group)
-        groups = [(full * per_group, t_group)] + ([(rest, t_rest)] if rest else [])
+        # (requests, their group's packed iteration time, packed iterations of that kind per cycle)
+        groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
+        own_s = sum(n * t for n, t, _ in groups) / running
+        own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
     else:
-        groups = [(running, _own_prefill_s(isl, capacity, own_mixed, t_decode, t_group))]
-    # requests in each group, and the extra time its packed iteration(s) add over a decode iteration
-    extra = [(n, t - t_decode, (n / per_group if per_group else n)) for n, t in groups]
-    ttft = 0.5 * t_decode + sum(n * t for n, t in groups) / running
-    packed_extra = sum(k * x for _, x, k in extra)                   # all groups' packed iterations
-    own_extra = sum(n * x for n, x, _ in extra) / running            # a request's own group's
+        # prompts longer than the budget: every iteration is packed, each prompt sharing its
+        # ``own_mixed`` iterations with its neighbours' chunks
+        groups = [(running, t_group, running * isl / capacity)]
+        own_s = own_mixed * t_group
+        own_extra = isl / capacity * (t_group - t_decode)
+    ttft = 0.5 * t_decode + own_s
+    packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
-    packed = sum(k for *_, k in extra) * (1 if per_group else own_mixed)
-    share = min(packed / (decode_iters + own_mixed), 1.0)
+    share = min(sum(k for *_, k in groups) / (decode_iters + own_mixed), 1.0)
     return tpot, ttft, share
 
 

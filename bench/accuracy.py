@@ -384,22 +384,15 @@ def write_docs(rows: list[Row], path: Path = DOCS) -> None:
 
 
 def report(rows: list[Row], isl_scale: float) -> str:
-    mod = [r for r in rows if r.predicted]
     skipped = [r for r in rows if not r.predicted]
-    dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
-    published = [r for r in mod if r.source == "Published"]
-    lines = [f"Rows modelled: {len(mod)} of {len(rows)} (input-length scale {isl_scale}).", "",
+    tables = doc_tables(rows)
+    lines = [f"Rows modelled: {len(rows) - len(skipped)} of {len(rows)} (input-length scale {isl_scale}).", "",
              "Cells: median |error| % / mean |error| % / median signed error % (n rows). "
              "Signed error = predicted / measured - 1.", "",
-             "### Dense models at fixed concurrency (published NIM and GPUStack runs, held out)", ""]
-    lines += table(published, lambda r: "all published rows")
-    lines += table(published, lambda r: f"{r.label.split()[0]} {r.model.split('/')[-1]} tp{r.tp} {r.engine}")[2:]
-    lines += table([r for r in published if r.concurrency <= _running(r)],
-                   lambda r: "published, concurrency within the batch/KV limit")[2:]
-    lines += ["", "### Dense models on H100/H200 (MLPerf, calibrated path), by split", ""]
-    lines += table(dense, lambda r: r.split)
-    lines += ["", "### By model, GPU, engine and scenario", ""]
-    lines += table(mod, lambda r: f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}")
+             "### Dense models at fixed concurrency (published NIM and GPUStack runs, held out)", "",
+             *tables["published"],
+             "", "### Dense models on H100/H200 (MLPerf, calibrated path), by split", "", *tables["mlperf-split"],
+             "", "### By model, GPU, engine and scenario", "", *tables["by-group"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)

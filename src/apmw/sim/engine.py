@@ -293,12 +293,14 @@ class Engine:
     def _in_window(self) -> bool:
         return self.window[0] <= self.now < self.window[1]
 
-    def _account(self, t: float, decode: int, running: int, kv_tokens_s: float, compute_share: float = 0.0) -> None:
+    def _account(self, t: float, decode: int, running: int, kv_tokens_s: float,
+                 load: IterationLoad | None = None) -> None:
         st = self.stats
         st.iterations += 1
         if self._in_window():
             st.busy_s += t
-            st.compute_bound_s += compute_share * t
+            if load is not None:        # the roofline's compute-bound share, priced only when it counts
+                st.compute_bound_s += float(self.step.compute_share(load)) * t
             st.decode_batch_s += decode * t
             st.running_batch_s += running * t
             st.kv_tokens_s += kv_tokens_s
@@ -391,7 +393,7 @@ class Engine:
         prefill_tokens = int(n_act[pre].sum())
         load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
         t = float(self.step.iteration_time_s(load))
-        self._account(t, decode, len(kv), t * self.kv_tokens, float(self.step.compute_share(load)))
+        self._account(t, decode, len(kv), t * self.kv_tokens, load)
         self.now += t
         st = self.stats
         st.prefill_tokens += prefill_tokens
@@ -483,7 +485,6 @@ class Engine:
         load = IterationLoad(float(b), 0.0, kv_bytes, attn)
         t = np.asarray(self.step.iteration_time_s(load), dtype=float)
         t = np.broadcast_to(t, j.shape)
-        share = np.broadcast_to(np.asarray(self.step.compute_share(load), dtype=float), j.shape)
         ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
         stop = self._stop_time()
         first = int(np.searchsorted(ends, stop, side="left"))
@@ -495,6 +496,7 @@ class Engine:
         st = self.stats
         if self._in_window():
             st.busy_s += total_t
+            share = np.broadcast_to(np.asarray(self.step.compute_share(load), dtype=float), j.shape)
             st.compute_bound_s += float((share[:k] * t).sum())
             st.decode_batch_s += b * total_t
             st.running_batch_s += b * total_t

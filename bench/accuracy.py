@@ -55,7 +55,7 @@ from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
 from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, REQUEST_OVERHEAD_S,  # noqa: E402
                           kv_fit_requests,
-                          predict_open_loop, predict_with, replica_power_w)
+                          predict, predict_open_loop, predict_with, replica_power_w)
 
 LLAMA2_70B = str(ROOT / "tests" / "fixtures" / "accuracy" / "meta-llama--Llama-2-70b-chat-hf.json")
 # Mean input lengths: llama2-70b's (OpenOrca) is FITTED on the v4.1 Offline rows
@@ -420,6 +420,35 @@ def write_fixture(rows: list[Row], path: Path = FIXTURE) -> None:
     print(f"wrote {len(out)} rows to {path.relative_to(ROOT)}")
 
 
+def first_wave_ratios(rows: list[Row]) -> str:
+    """Measured TTFT over the TTFT of a whole first wave, for the published runs below saturation.
+
+    The first wave is every client's prompt queueing for the token budget at once
+    (``apmw.predict.predict`` with ``requests_per_client=1`` and no request overhead). A ratio
+    near 1 means the run behaves as if every cycle were a first wave; the steady state of a
+    long run is far below it. Rows at concurrency under 5 or with queued requests are skipped.
+    """
+    out = []
+    by_model: dict[str, list[float]] = {}
+    for r in rows:
+        if r.source != "Published" or r.concurrency < 5:
+            continue
+        wdt, kvd = r.note.split("/")
+        kw = dict(engine=r.engine, length_spread=DEFAULT_LENGTH_SPREAD if r.length_spread is None else r.length_spread,
+                  request_overhead_s=0.0)
+        wave = predict(r.model, r.gpu, r.tp, wdt, kvd, r.isl, r.osl, r.concurrency, requests_per_client=1, **kw)
+        if wave.queued_requests:
+            continue
+        ratio = r.measured["ttft_s"] / wave.ttft_s
+        by_model.setdefault(f"{r.scenario} {r.model}", []).append(ratio)
+        out.append(f"{r.label:58} measured {r.measured['ttft_s'] * 1e3:8.1f} ms  first wave "
+                   f"{wave.ttft_s * 1e3:8.1f} ms  ratio {ratio:5.2f}")
+    for name, v in by_model.items():
+        q1, med, q3 = np.percentile(v, [25, 50, 75])
+        out.append(f"{name}: measured / first-wave TTFT median {med:.2f} (quartiles {q1:.2f}-{q3:.2f}, n={len(v)})")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="apmw accuracy against published benchmarks")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
@@ -427,6 +456,8 @@ def main() -> None:
     ap.add_argument("--isl-scale", type=float, default=1.0, help="scale the assumed MLPerf input lengths")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
     ap.add_argument("--write-docs", action="store_true", help="rewrite the result tables in docs/accuracy.md")
+    ap.add_argument("--first-wave", action="store_true",
+                    help="print the published runs' measured TTFT over a whole first wave's (docs/accuracy.md)")
     ap.add_argument("--write-fixture", action="store_true",
                     help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
     args = ap.parse_args()
@@ -451,6 +482,8 @@ def main() -> None:
                                   if m in r.measured and m in r.predicted)
                 print(f"{r.split:8} {r.path:10} {r.label:58} {cells}")
     print(report(rows, args.isl_scale))
+    if args.first_wave:
+        print(first_wave_ratios(rows))
     if args.write_docs:
         write_docs(rows)
     if args.write_fixture:

@@ -267,9 +267,10 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
     the rest pure decode, so the time per output token is the cycle-weighted mean of the
-    two. A request waits half an iteration, then for its prompt's turn at the budget (the
-    cycle's iterations not spent decoding it; non-zero only when prefill-bound), then its
-    own ``own_mixed`` prefill iterations, the last of which carries only the remainder.
+    two. A request waits half an iteration (none when it runs alone), then for its prompt's
+    turn at the budget (the cycle's iterations not spent decoding it; non-zero only when
+    prefill-bound), then its own ``own_mixed`` prefill iterations, the last of which carries
+    only the remainder.
     """
     decode_iters = max(osl - 1, 0)
     mixed_per_cycle = running * isl / chunk
@@ -277,8 +278,19 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    ttft = 0.5 * t_bar + prompt_queue_iters * t_bar + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed)
+    ttft = (arrival_wait_s(t_bar, running) + prompt_queue_iters * t_bar
+            + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed))
     return (t_bar if osl > 1 else 0.0), ttft, share
+
+
+def arrival_wait_s(t_iter_s: float, running: int) -> float:
+    """How long a new prompt waits for the iteration in progress to end.
+
+    With other requests running it arrives anywhere in an iteration: half of one on average.
+    A lone client's prompt finds the engine idle (its previous request has ended), so it
+    starts at once.
+    """
+    return 0.0 if running <= 1 else 0.5 * t_iter_s
 
 
 def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_chunk: float) -> float:
@@ -332,7 +344,8 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     """
     a = step.arch
     ctx = isl + osl / 2
-    dec = np.array([running, decoders, running / 2, decoders, decoders], dtype=float)  # a burst: half decodes
+    # a first wave: while it is prefilled, the prompts before one decode: (running - 1)/2 on average
+    dec = np.array([running, decoders, decoders / 2, decoders, decoders], dtype=float)
     pre = np.array([0.0, chunk, burst_chunk, group, rest])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))

@@ -27,6 +27,25 @@ def test_longer_prompts_raise_ttft():
     assert b > 3 * a
 
 
+def test_a_lone_client_finds_the_engine_idle():
+    # concurrency 1: the previous request has ended, so the prompt starts at once; TTFT is the
+    # request overhead plus the prompt's own prefill iteration, with no wait for another's
+    import numpy as np
+
+    from apmw.arch import load_architecture
+    from apmw.perf import IterationLoad, build_step_model, resolve_gpu
+
+    arch = load_architecture(LLAMA8)
+    step = build_step_model(arch, resolve_gpu("H100"), 1, "fp8", "fp8", engine="vllm")
+    isl = 2000
+    load = IterationLoad(decode_seqs=np.array([0.0]), prefill_tokens=np.array([float(isl)]),
+                         kv_read_bytes=np.array([0.0]),
+                         attention_flops=np.array([isl * float(arch.attention_flops_per_token(isl / 2))]))
+    prefill_s = float(step.iteration_time_s(load)[0])
+    p = predict(LLAMA8, "H100", 1, "fp8", "fp8", isl, 100, 1, request_overhead_s=0.01)
+    assert p.ttft_s == pytest.approx(0.01 + prefill_s, rel=1e-9)
+
+
 def test_concurrency_beyond_the_batch_limit_queues():
     p = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1000, 100, 64, max_batch=16)
     assert p.running_requests == 16 and p.queued_requests == 48

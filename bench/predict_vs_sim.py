@@ -57,64 +57,48 @@ def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None
     })
 
 
-def steady_state(duration_s: float) -> list[float]:
-    """Statistics after the warm-up: the steady state, without the first wave. Returns |TTFT errors|."""
+WHOLE_RUN_PROMPTS_PER_CLIENT = 10
+
+
+def compare(name: str, cases, requests_per_client: int, run_s) -> None:
+    """Predict and simulate each (isl, osl, spread, concurrency levels) case; print a table and the medians.
+
+    ``run_s(prediction)`` gives ``(duration_s, warmup_s)`` of the simulated run.
+    """
+    print(f"\n{name}")
     print(f"{'isl/osl':>10} {'spread':>6} {'conc':>5} {'sim TTFT ms':>12} {'pred TTFT ms':>13} {'sim TPOT ms':>12}"
           f" {'pred TPOT ms':>13} {'lock-step':>10}")
     ttft_err, tpot_err = [], []
-    cases = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
-    cases += [(isl, osl, spread, (4, 16, 64)) for isl, osl in ((8192, 1024), (200, 200)) for spread in (0.0, 0.2)]
     for isl, osl, spread, levels in cases:
         spec = benchmark_spec(spread, isl, osl)
         step = replica_from_spec(spec).step
         for c in levels:
-            sim = simulate(spec, c, duration_s=duration_s, seed=1, start_together=True).to_dict()
-            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=10**9, length_spread=spread)
+            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=requests_per_client,
+                             length_spread=spread)
+            duration_s, warmup_s = run_s(p)
+            sim = simulate(spec, c, duration_s=duration_s, warmup_s=warmup_s, seed=1, start_together=True).to_dict()
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
             ttft_err.append(abs(p.ttft_s / s_ttft - 1) * 100)
             tpot_err.append(abs(p.tpot_s / s_tpot - 1) * 100)
             print(f"{f'{isl}/{osl}':>10} {spread:>6} {c:>5} {s_ttft * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}"
                   f" {s_tpot * 1e3:>12.2f} {p.tpot_s * 1e3:>13.2f} {p.lockstep_share:>10.2f}")
-    print(f"steady state: median |predict / simulate - 1|: TTFT {statistics.median(ttft_err):.1f} %, "
+    print(f"{name}: median |predict / simulate - 1|: TTFT {statistics.median(ttft_err):.1f} %, "
           f"TPOT {statistics.median(tpot_err):.1f} % ({len(ttft_err)} points)")
-    return ttft_err
-
-
-WHOLE_RUN_PROMPTS_PER_CLIENT = 10
-
-
-def whole_runs() -> list[float]:
-    """Whole benchmarks, first wave included: ten request lifetimes from a simultaneous start."""
-    print(f"\nwhole runs ({WHOLE_RUN_PROMPTS_PER_CLIENT} prompts per client, first wave included)")
-    print(f"{'isl/osl':>10} {'spread':>6} {'conc':>5} {'sim TTFT ms':>12} {'pred TTFT ms':>13} {'sim TPOT ms':>12}"
-          f" {'pred TPOT ms':>13}")
-    ttft_err, tpot_err = [], []
-    cases = [(ISL, OSL, 0.2, (8, 32, 64, 128, 256)), (ISL, OSL, 0.0, (8, 32, 128)),
-             (8192, 1024, 0.2, (4, 16, 64)), (200, 200, 0.2, (16, 64, 256))]
-    for isl, osl, spread, levels in cases:
-        spec = benchmark_spec(spread, isl, osl)
-        step = replica_from_spec(spec).step
-        for c in levels:
-            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=WHOLE_RUN_PROMPTS_PER_CLIENT,
-                             length_spread=spread)
-            sim = simulate(spec, c, duration_s=WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, warmup_s=0.0, seed=1,
-                           start_together=True).to_dict()
-            s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
-            ttft_err.append(abs(p.ttft_s / s_ttft - 1) * 100)
-            tpot_err.append(abs(p.tpot_s / s_tpot - 1) * 100)
-            print(f"{f'{isl}/{osl}':>10} {spread:>6} {c:>5} {s_ttft * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}"
-                  f" {s_tpot * 1e3:>12.2f} {p.tpot_s * 1e3:>13.2f}")
-    print(f"whole runs: median |predict / simulate - 1|: TTFT {statistics.median(ttft_err):.1f} %, "
-          f"TPOT {statistics.median(tpot_err):.1f} % ({len(ttft_err)} points)")
-    return ttft_err
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration-s", type=float, default=300.0, help="simulated seconds per steady-state point")
     args = ap.parse_args()
-    steady_state(args.duration_s)
-    whole_runs()
+    # steady state: statistics after the default warm-up (a fifth of the run), first wave excluded
+    steady = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
+    steady += [(isl, osl, spread, (4, 16, 64)) for isl, osl in ((8192, 1024), (200, 200)) for spread in (0.0, 0.2)]
+    compare("steady state", steady, 10**9, lambda p: (args.duration_s, 0.2 * args.duration_s))
+    # whole runs: ten request lifetimes from a simultaneous start, every request counted
+    whole = [(ISL, OSL, 0.2, (8, 32, 64, 128, 256)), (ISL, OSL, 0.0, (8, 32, 128)),
+             (8192, 1024, 0.2, (4, 16, 64)), (200, 200, 0.2, (16, 64, 256))]
+    compare(f"whole runs ({WHOLE_RUN_PROMPTS_PER_CLIENT} prompts per client, first wave included)", whole,
+            WHOLE_RUN_PROMPTS_PER_CLIENT, lambda p: (WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, 0.0))
 
 
 if __name__ == "__main__":

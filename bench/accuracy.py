@@ -141,6 +141,37 @@ def imax_rows(data: Path) -> list[Row]:
     return rows
 
 
+SILICON = ROOT / "bench" / "data" / "aiconfigurator_silicon_sample.csv"
+SILICON_ENGINES = {"vllm", "sglang", "trtllm"}
+
+
+def silicon_rows(path: Path = SILICON) -> list[Row]:
+    """NVIDIA's measured fixed-concurrency runs in aiconfigurator's ``silicon_sample.csv`` (bench/data/SOURCES.md).
+
+    All held out. Only aggregated serving on H100/H200 with plain tensor parallelism (no
+    expert parallelism, no attention data parallelism) is predicted: that is what apmw
+    models. The file gives no KV dtype; vLLM and SGLang default to the activations' dtype,
+    so bf16 KV is ASSUMED. The length spread is the default (the file does not say).
+    """
+    if not path.exists():
+        return []
+    d = pd.read_csv(path)
+    d = d[d.system.isin(["h100_sxm", "h200_sxm"]) & (d["mode"] == "agg") & d.backend.isin(SILICON_ENGINES)]
+    rows = []
+    for r in d.itertuples():
+        conc = int(str(r.silicon_data_source).split("silicon_concurrency=")[1].split(";")[0])
+        gpu = r.system.split("_")[0].upper()
+        plain_tp = (r.attention_dp_size == 1) and (pd.isna(r.moe_ep_size) or r.moe_ep_size == 1)
+        rows.append(Row(source="aiconfigurator silicon", split="held-out", model=r.model_path, gpu=gpu,
+                        engine=r.backend, tp=int(r.tp_size), scenario=f"fixed-concurrency ({r.backend} {r.backend_version if isinstance(r.backend_version, str) else 'version not given'})",
+                        isl=int(r.isl), osl=int(r.osl), rate_per_replica=None, concurrency=conc,
+                        measured={"ttft_s": r.silicon_ttft_ms / 1e3, "tpot_s": r.silicon_tpot_ms / 1e3},
+                        label=f"{gpu} {r.model_path.split('/')[-1]} {r.backend} {r.backend_version if isinstance(r.backend_version, str) else ''} tp{int(r.tp_size)} "
+                              f"{int(r.isl)}/{int(r.osl)} c{conc}",
+                        note=f"{r.precision}/bf16" if plain_tp else "not modelled: expert or attention data parallelism"))
+    return rows
+
+
 PUBLISHED = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
 
 
@@ -222,8 +253,11 @@ def predict_row(row: Row) -> None:
         except ApmwError as exc:
             row.predicted, row.note = None, f"not modelled: {exc}"
         return
+    if row.note.startswith("not modelled"):
+        row.predicted = None
+        return
     try:
-        if row.source in ("InferenceMAX", "Published"):
+        if row.source in ("InferenceMAX", "Published", "aiconfigurator silicon"):
             wdt, kvd = row.note.split("/")
         else:
             wdt, kvd = "fp8", "fp8"
@@ -285,7 +319,8 @@ def table(rows: list[Row], by) -> list[str]:
             groups.setdefault(by(r), []).append(r)
     for k in sorted(groups):
         g = groups[k]
-        lines.append(f"| {k} | {g[0].path} | " + " | ".join(summary(g, m) for m in METRICS) + " |")
+        path = g[0].path if len({r.path for r in g}) == 1 else "mixed"
+        lines.append(f"| {k} | {path} | " + " | ".join(summary(g, m) for m in METRICS) + " |")
     return lines
 
 
@@ -367,7 +402,11 @@ def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
                  lambda r: "published, concurrency within the batch/KV limit")[2:]
     by = table(mod, lambda r: f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}")
     by = [line.replace("meta-llama--Llama-2-70b-chat-hf.json", "Llama-2-70b") for line in by]
-    return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by}
+    silicon = [r for r in mod if r.source == "aiconfigurator silicon"]
+    sil = table(silicon, lambda r: "all modelled silicon rows")
+    sil += table(silicon, lambda r: f"{r.gpu} {r.model.split('/')[-1]} {r.scenario.split('(')[1].rstrip(')')} "
+                                    f"tp{r.tp} {r.path}")[2:]
+    return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil}
 
 
 def write_docs(rows: list[Row], path: Path = DOCS) -> None:
@@ -392,7 +431,9 @@ def report(rows: list[Row], isl_scale: float) -> str:
              "### Dense models at fixed concurrency (published NIM and GPUStack runs, held out)", "",
              *tables["published"],
              "", "### Dense models on H100/H200 (MLPerf, calibrated path), by split", "", *tables["mlperf-split"],
-             "", "### By model, GPU, engine and scenario", "", *tables["by-group"]]
+             "", "### By model, GPU, engine and scenario", "", *tables["by-group"],
+             "", "### NVIDIA's measured runs in aiconfigurator's silicon_sample.csv (held out)", "",
+             *tables["silicon"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)
@@ -461,7 +502,7 @@ def main() -> None:
     ap.add_argument("--write-fixture", action="store_true",
                     help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
     args = ap.parse_args()
-    rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + published_rows()
+    rows = mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + published_rows() + silicon_rows()
     if args.fit:
         isl = fit_isl(rows, LLAMA2_70B)
         for r in rows:

@@ -1,7 +1,7 @@
 """Regression guard: median |TPOT| and |TTFT| error on published fixed-concurrency runs.
 
 The rows are every published dense-model run in bench/data/published_dense_fixed_concurrency.csv
-(NVIDIA NIM Llama-3.1-8B / Llama-3.3-70B and GPUStack Qwen3-8B on H100; sources and
+(NVIDIA NIM Llama-3.1-8B / Llama-3.3-70B, GPUStack Qwen3-8B and NVIDIA's Qwen3-32B on H100; sources and
 assumptions in bench/data/SOURCES.md), predicted through ``apmw.predict.predict``, the
 function behind ``apmw predict``. The bounds are the figures documented in
 docs/accuracy.md (``python bench/accuracy.py``) plus a little room; the test fails if
@@ -18,9 +18,9 @@ from apmw.predict import predict
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
-# docs/accuracy.md: median |TPOT error| 6.9 %, |TTFT error| 33.3 % on these 86 rows.
+# docs/accuracy.md: median |TPOT error| 6.8 %, |TTFT error| 27.4 % on these 91 rows.
 MAX_MEDIAN_TPOT_ERROR_PCT = 7.5
-MAX_MEDIAN_TTFT_ERROR_PCT = 34.5
+MAX_MEDIAN_TTFT_ERROR_PCT = 29.0
 
 
 def _errors() -> tuple[list[float], list[float]]:
@@ -38,7 +38,7 @@ def _errors() -> tuple[list[float], list[float]]:
 
 def test_median_errors_on_published_runs_do_not_rise_above_documented_figures():
     tpot, ttft = _errors()
-    assert len(tpot) == 86
+    assert len(tpot) == 91
     assert statistics.median(tpot) <= MAX_MEDIAN_TPOT_ERROR_PCT
     assert statistics.median(ttft) <= MAX_MEDIAN_TTFT_ERROR_PCT
 

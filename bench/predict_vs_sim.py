@@ -1,6 +1,6 @@
 """Does `apmw predict`'s analytic fixed-concurrency model reproduce apmw's iteration-level simulator?
 
-Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300]
+Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--client-gap] [--inferencemax]
 
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
@@ -40,7 +40,10 @@ from apmw.spec import spec_from_dict  # noqa: E402
 MODEL, GPU, ISL, OSL = "meta-llama/Meta-Llama-3.1-8B", "H200", 1024, 512
 
 
-def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None):
+def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None, *, model: str = MODEL,
+                   gpu: str = GPU, tp: int = 1, dtype: str = "bf16", engine: str = "vllm", client_gap_s: float = 0.0):
+    """A fixed-concurrency benchmark as single-call tasks: lengths uniform over +-spread/2 of the mean,
+    and ``client_gap_s`` between a request's end and its client's next prompt (a tool wait)."""
     isl, osl = ISL if isl is None else isl, OSL if osl is None else osl
     def lengths(mean: int):
         if spread == 0:
@@ -48,13 +51,35 @@ def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None
         return {"quantiles": {str(q): mean * (1 - spread / 2 + spread * q) for q in (0.0, 0.25, 0.5, 0.75, 1.0)}}
     return spec_from_dict({
         "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": lengths(isl),
-                     "output_tokens_per_call": lengths(osl), "tool_wait_s": 0.0},
-        "model": {"config": MODEL, "weight_dtype": "bf16", "kv_dtype": "bf16"},
-        "hardware": {"gpu": GPU, "gpus_per_replica": 1},
-        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False},
+                     "output_tokens_per_call": lengths(osl), "tool_wait_s": client_gap_s},
+        "model": {"config": model, "weight_dtype": dtype, "kv_dtype": dtype},
+        "hardware": {"gpu": gpu, "gpus_per_replica": tp},
+        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": engine},
         "slo": {"task_latency_p95_s": 1e6},
         "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 2.0},
     })
+
+
+def client_gap() -> None:
+    """How a client's round trip (end of one request to its next prompt) moves simulated TTFT.
+
+    Llama-3.1-8B fp8 on one H100 with the TensorRT-LLM rules, 1000/1000 tokens: equal lengths
+    (lock-step groups) and spread 0.2; statistics over the second half of 40 request lifetimes.
+    """
+    print("\nclient round trip: simulated steady-state TTFT (ms) by gap between a request's end and the next prompt")
+    gaps = (0.0, 0.002, 0.01, 0.02)
+    print(f"{'spread':>6} {'conc':>5} " + " ".join(f"{f'gap {g * 1e3:g} ms':>12}" for g in gaps))
+    for spread in (0.0, 0.2):
+        for c in (25, 100, 250):
+            cells = []
+            for gap in gaps:
+                spec = benchmark_spec(spread, 1000, 1000, model=MODEL, gpu="H100", dtype="fp8", engine="trtllm",
+                                      client_gap_s=gap)
+                step = replica_from_spec(spec).step
+                life = predict_with(step, 1000, 1000, c, 8192, 1024, length_spread=spread, engine="trtllm").e2e_latency_s
+                sim = simulate(spec, c, duration_s=40 * life, warmup_s=20 * life, seed=1, start_together=True)
+                cells.append(sim.to_dict()["ttft_s"]["mean"] * 1e3)
+            print(f"{spread:>6} {c:>5} " + " ".join(f"{x:>12.1f}" for x in cells))
 
 
 WHOLE_RUN_PROMPTS_PER_CLIENT = 10
@@ -86,9 +111,31 @@ def compare(name: str, cases, requests_per_client: int, run_s) -> None:
           f"TPOT {statistics.median(tpot_err):.1f} % ({len(ttft_err)} points)")
 
 
+def inferencemax_whole_runs() -> None:
+    """gpt-oss-120b (MXFP4) on two H100s, vLLM, InferenceMAX's setting: lengths uniform in [0.8 L, L],
+    ten prompts per client from a simultaneous start, every request counted; no request overhead."""
+    print("\nInferenceMAX whole runs, gpt-oss-120b TP2 on H100 (TTFT ms, no request overhead)")
+    print(f"{'isl/osl':>10} {'conc':>5} {'sim TTFT ms':>12} {'pred TTFT ms':>13}")
+    for isl, osl in ((1024, 1024), (8192, 1024)):
+        mi, mo = round(0.9 * isl), round(0.9 * osl)
+        spec = benchmark_spec(0.2 / 0.9, mi, mo, model="openai/gpt-oss-120b", gpu="H100", tp=2, dtype="fp4")
+        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"kv_dtype": "bf16"})})
+        step = replica_from_spec(spec).step
+        for c in (4, 16, 64):
+            p = predict_with(step, mi, mo, c, 8192, 1024, requests_per_client=WHOLE_RUN_PROMPTS_PER_CLIENT,
+                             length_spread=0.2 / 0.9)
+            sim = simulate(spec, c, duration_s=WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, warmup_s=0.0, seed=1,
+                           start_together=True).to_dict()
+            print(f"{f'{isl}/{osl}':>10} {c:>5} {sim['ttft_s']['mean'] * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration-s", type=float, default=300.0, help="simulated seconds per steady-state point")
+    ap.add_argument("--client-gap", action="store_true",
+                    help="also simulate the effect of a client's round trip on TTFT (about 2 minutes)")
+    ap.add_argument("--inferencemax", action="store_true",
+                    help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
     args = ap.parse_args()
     # steady state: statistics after the default warm-up (a fifth of the run), first wave excluded
     steady = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
@@ -99,6 +146,10 @@ def main() -> None:
              (8192, 1024, 0.2, (4, 16, 64)), (200, 200, 0.2, (16, 64, 256))]
     compare(f"whole runs ({WHOLE_RUN_PROMPTS_PER_CLIENT} prompts per client, first wave included)", whole,
             WHOLE_RUN_PROMPTS_PER_CLIENT, lambda p: (WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, 0.0))
+    if args.client_gap:
+        client_gap()
+    if args.inferencemax:
+        inferencemax_whole_runs()
 
 
 if __name__ == "__main__":

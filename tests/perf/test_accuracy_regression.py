@@ -47,19 +47,26 @@ def test_median_errors_on_published_runs_do_not_rise_above_documented_figures():
 # H200 (vLLM, MXFP4 experts on the calibrated MoE path), copied by
 # `python bench/accuracy.py --write-fixture` (source and licence: tests/fixtures/accuracy/README.md).
 GPTOSS_H200 = ROOT / "tests" / "fixtures" / "accuracy" / "inferencemax_gptoss_h200.csv"
-# docs/accuracy.md: median |TPOT error| 3.7 %, |output tokens/s per GPU error| 4.7 % on these rows.
-MAX_GPTOSS_TPOT_ERROR_PCT = 4.5
+# docs/accuracy.md: median |TPOT error| 4.4 %, |TTFT error| 6.9 %, |output tokens/s per GPU error| 4.8 %
+# on these rows, predicted with InferenceMAX's own request overhead (17.5 ms, fitted on its h100
+# rows with the served MoE ceiling: bench/accuracy.py HARNESS_OVERHEAD_S, `--fit`).
+INFERENCEMAX_REQUEST_OVERHEAD_S = 0.0175
+MAX_GPTOSS_TPOT_ERROR_PCT = 5.0
+MAX_GPTOSS_TTFT_ERROR_PCT = 8.5
 MAX_GPTOSS_THROUGHPUT_ERROR_PCT = 5.5
 
 
 def test_gpt_oss_on_h200_stays_within_the_documented_errors():
-    tpot, thr = [], []
+    tpot, ttft, thr = [], [], []
     for r in csv.DictReader(GPTOSS_H200.open()):
         p = predict(r["model"], r["gpu"], int(r["tp"]), r["weight_dtype"], r["kv_dtype"], int(r["isl"]),
-                    int(r["osl"]), int(r["concurrency"]), engine=r["engine"], length_spread=float(r["length_spread"]))
+                    int(r["osl"]), int(r["concurrency"]), engine=r["engine"], length_spread=float(r["length_spread"]),
+                    request_overhead_s=INFERENCEMAX_REQUEST_OVERHEAD_S)
         assert p.source == "calibrated"
         tpot.append(abs(p.tpot_s / float(r["measured_tpot_s"]) - 1) * 100)
+        ttft.append(abs(p.ttft_s / float(r["measured_ttft_s"]) - 1) * 100)
         thr.append(abs(p.output_tokens_per_s_per_gpu / float(r["measured_output_tokens_per_s_per_gpu"]) - 1) * 100)
     assert len(tpot) == 51
     assert statistics.median(tpot) <= MAX_GPTOSS_TPOT_ERROR_PCT
+    assert statistics.median(ttft) <= MAX_GPTOSS_TTFT_ERROR_PCT
     assert statistics.median(thr) <= MAX_GPTOSS_THROUGHPUT_ERROR_PCT

@@ -163,7 +163,10 @@ def test_trtllm_reads_fp8_kv_at_the_bf16_kernels_bandwidth():
         trt._attention_s(load, load.decode_seqs, load.prefill_tokens)[0], rel=1e-9)
 
 
-def test_moe_layers_come_from_the_measured_fused_moe_table():
+def test_moe_layers_come_from_the_measured_fused_moe_table(monkeypatch):
+    from apmw.perf import calibrated
+
+    monkeypatch.setattr(calibrated, "SERVED_MOE_TFLOPS_PER_GPU", None)     # the table alone
     t = load_tables("H200-SXM-141GB")
     arch = load_architecture("openai/gpt-oss-120b")
     step = build_step_model(arch, get_gpu("H200"), 1, "fp4", "bf16")
@@ -188,6 +191,24 @@ def test_moe_layers_come_from_the_measured_fused_moe_table():
                          attention_flops=np.zeros(3))
     t_iter = step.iteration_time_s(load)
     assert np.all(np.diff(t_iter) > 0)
+
+
+def test_served_moe_ceiling_slows_prefill_sized_batches_only(monkeypatch):
+    # the routed experts' GEMMs run no faster than SERVED_MOE_TFLOPS_PER_GPU per GPU: prefill-sized
+    # batches (8k tokens: the table's 413 TFLOP/s at TP 1) are capped, decode-sized ones keep the table
+    from apmw.perf import calibrated
+
+    arch = load_architecture("openai/gpt-oss-120b")
+    t = load_tables("H200-SXM-141GB")
+    monkeypatch.setattr(calibrated, "SERVED_MOE_TFLOPS_PER_GPU", None)
+    table = build_step_model(arch, get_gpu("H200"), 1, "fp4", "bf16").curves
+    monkeypatch.setattr(calibrated, "SERVED_MOE_TFLOPS_PER_GPU", 150.0)
+    capped = build_step_model(arch, get_gpu("H200"), 1, "fp4", "bf16").curves
+    i, k = int(np.flatnonzero(table.m == 8192)[0]), int(np.flatnonzero(table.m == 8)[0])
+    flops = 8192 * arch.experts_per_token * 6 * arch.hidden_size * arch.expert_intermediate_size
+    moe = t["moe_mxfp4_2880_2880_4_128_tp1"][int(np.flatnonzero(t["moe_tokens"] == 8192)[0])]
+    assert capped.layers_gemm_s[i] - table.layers_gemm_s[i] == pytest.approx(36 * (flops / 150e12 - moe), rel=1e-6)
+    assert capped.layers_gemm_s[k] == table.layers_gemm_s[k]
 
 
 def test_sliding_window_layers_read_only_the_window():

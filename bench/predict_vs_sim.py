@@ -1,6 +1,6 @@
 """Does `apmw predict`'s analytic fixed-concurrency model reproduce apmw's iteration-level simulator?
 
-Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--client-gap] [--inferencemax]
+Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--client-gap] [--inferencemax] [--open-loop]
 
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+import numpy as np  # noqa: E402
 
 from apmw.perf import replica_from_spec  # noqa: E402
 from apmw.predict import predict_with  # noqa: E402
@@ -129,11 +131,43 @@ def inferencemax_whole_runs() -> None:
             print(f"{f'{isl}/{osl}':>10} {c:>5} {sim['ttft_s']['mean'] * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}")
 
 
+def open_loop() -> None:
+    """Poisson arrivals (vLLM bench serve --request-rate, MLPerf Server): ``apmw predict --request-rate``
+    (apmw.predict.predict_open_loop, no request overhead) against the simulator's open loop, 3,000
+    requests at 20-90 % of the predicted capacity (Llama-3.1-8B bf16 on one H200)."""
+    from apmw.predict import kv_fit_requests, predict_open_loop
+    from apmw.sim import simulate_open_loop
+
+    print("\nopen loop (Poisson arrivals): TTFT and TPOT, ms")
+    print(f"{'isl/osl':>10} {'load':>5} {'req/s':>6} {'sim TTFT':>9} {'pred TTFT':>10} {'sim TPOT':>9} {'pred TPOT':>10}")
+    ttft_err, tpot_err = [], []
+    for isl, osl in ((1024, 512), (300, 300)):
+        spec = benchmark_spec(0.0, isl, osl)
+        step = replica_from_spec(spec).step
+        cap = min(1024, kv_fit_requests(step, isl, osl))
+        max_rate = cap / predict_with(step, isl, osl, cap, 8192, 1024, 10**9, length_spread=1.0).e2e_latency_s
+        n = 3000
+        prompt, out = np.full(n, isl), np.full(n, osl)
+        for load in (0.2, 0.5, 0.8, 0.9):
+            rate = load * max_rate
+            p = predict_open_loop(step, isl, osl, rate, 8192, 1024)
+            sim = simulate_open_loop(spec, prompt, out, rate, seed=1).to_dict()
+            s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
+            ttft_err.append(p.ttft_s / s_ttft - 1)
+            tpot_err.append(p.tpot_s / s_tpot - 1)
+            print(f"{f'{isl}/{osl}':>10} {load:>5} {rate:>6.1f} {s_ttft * 1e3:>9.1f} {p.ttft_s * 1e3:>10.1f}"
+                  f" {s_tpot * 1e3:>9.2f} {p.tpot_s * 1e3:>10.2f}")
+    print(f"open loop: predict / simulate - 1: TTFT {min(ttft_err):+.0%} to {max(ttft_err):+.0%}, "
+          f"TPOT {min(tpot_err):+.0%} to {max(tpot_err):+.0%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration-s", type=float, default=300.0, help="simulated seconds per steady-state point")
     ap.add_argument("--client-gap", action="store_true",
                     help="also simulate the effect of a client's round trip on TTFT (about 2 minutes)")
+    ap.add_argument("--open-loop", action="store_true",
+                    help="also compare apmw predict --request-rate with the simulator's open loop (about 1 minute)")
     ap.add_argument("--inferencemax", action="store_true",
                     help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
     args = ap.parse_args()
@@ -150,6 +184,8 @@ def main() -> None:
         client_gap()
     if args.inferencemax:
         inferencemax_whole_runs()
+    if args.open_loop:
+        open_loop()
 
 
 if __name__ == "__main__":

@@ -131,17 +131,57 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     if requests_per_client < 1:
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
     _check(tp, isl, osl, concurrency, engine, token_budget)
-    arch = load_architecture(model)
-    _check_model(arch, tp, isl, osl)
-    spec_gpu = resolve_gpu(gpu)
-    step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated)
+    step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
     overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
     p = predict_with(step, isl, osl, concurrency, token_budget,
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
                      length_spread=length_spread, engine=engine)
-    power_w = float(node_power_w(step.gpus, replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w,
-                                                            spec_gpu.busy_power_w) / step.gpus))
+    return _with_power(step, spec_gpu, p, isl, osl)
+
+
+def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
+                 request_rate_per_s: float, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
+                 max_batch: int | None = None, calibrated: bool = True,
+                 request_overhead_s: float | None = None) -> Prediction:
+    """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
+    (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`.
+
+    The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
+    """
+    _check(tp, isl, osl, 1, engine, token_budget)
+    if not request_rate_per_s > 0:
+        raise PredictError(f"--request-rate must be positive (got {request_rate_per_s:g} requests/s)")
+    step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
+    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
+    if overhead_s < 0:
+        raise PredictError(f"--request-overhead-ms must not be negative (got {overhead_s * 1e3:g})")
+    p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
+                          DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine)
+    # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
+    # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
+    busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
+    p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s)
+    return _with_power(step, spec_gpu, p, isl, osl, busy_share)
+
+
+def _replica_step(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
+                  engine: str, calibrated: bool):
+    arch = load_architecture(model)
+    _check_model(arch, tp, isl, osl)
+    spec_gpu = resolve_gpu(gpu)
+    return build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated), spec_gpu
+
+
+def _with_power(step: StepModel, spec_gpu, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> Prediction:
+    """Fill the phase-aware replica power (GPUs plus host share) and output tokens per joule.
+
+    ``busy_share`` is the share of time the engine has work (1 in a closed loop); the GPUs
+    draw their idle power the rest of the time.
+    """
+    busy_w = replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w, spec_gpu.busy_power_w) / step.gpus
+    gpu_w = busy_share * busy_w + (1.0 - busy_share) * spec_gpu.idle_power_w
+    power_w = float(node_power_w(step.gpus, gpu_w))
     throughput = p.output_tokens_per_s_per_gpu * step.gpus
     return replace(p, replica_power_w=power_w, output_tokens_per_j=throughput / power_w)
 
@@ -401,16 +441,22 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
     lo, hi = 1, cap
     e_hi, p_hi = excess(hi)
     if e_hi > 0:
-        raise PredictError(f"{arrival_rate_per_s:.2f} requests/s exceeds the replica's capacity "
-                           f"({hi / p_hi.e2e_latency_s:.2f}/s at {hi} running requests)")
+        raise PredictError(f"{arrival_rate_per_s:.2f} requests/s exceeds the replica's capacity of "
+                           f"{hi / p_hi.e2e_latency_s:.2f} requests/s ({hi} running requests, the batch or KV "
+                           f"limit): the queue would grow without bound; lower the rate or give the replica "
+                           f"more GPUs")
     e_lo, p_lo = excess(lo)
     if e_lo <= 0:
-        return p_lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        e_mid, p_mid = excess(mid)
-        if e_mid > 0:
-            lo, e_lo, p_lo = mid, e_mid, p_mid
-        else:
-            hi, e_hi, p_hi = mid, e_mid, p_mid
-    return p_hi
+        p = p_lo
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            e_mid, p_mid = excess(mid)
+            if e_mid > 0:
+                lo, e_lo, p_lo = mid, e_mid, p_mid
+            else:
+                hi, e_hi, p_hi = mid, e_mid, p_mid
+        p = p_hi
+    # open loop: every offered request is served, so throughput is the offered load
+    out_per_gpu = arrival_rate_per_s * osl / step.gpus
+    return replace(p, output_tokens_per_s_per_gpu=out_per_gpu, total_tokens_per_s_per_gpu=out_per_gpu * (isl + osl) / osl)

@@ -227,3 +227,39 @@ def test_cli_sweeps_a_comma_list_of_concurrencies():
     assert rows[0]["tpot_s"] < rows[2]["tpot_s"]
     r = CliRunner().invoke(app, base + ["--concurrency", "4,many"])
     assert r.exit_code == 1 and "comma list" in r.output and "Traceback" not in r.output
+
+
+def test_request_rate_predicts_an_open_loop_point():
+    r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "1024", "--osl", "512",
+                                 "--request-rate", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["request_rate_per_s"] == 8.0
+    # open loop: every offered request is served, so output throughput is the offered load
+    assert d["output_tokens_per_s_per_gpu"] == pytest.approx(8 * 512)
+    # Little's law: requests in the engine = rate x time in the engine (less the client-side overhead)
+    assert d["running_requests"] == pytest.approx(8 * (d["e2e_latency_s"] - 0.025), rel=0.05)
+
+
+def test_higher_request_rate_means_slower_tokens_and_a_busier_engine():
+    from apmw.predict import predict_rate
+
+    ps = [predict_rate(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 512, r) for r in (0.05, 2, 8, 14)]
+    assert [p.tpot_s for p in ps] == sorted(p.tpot_s for p in ps)
+    assert [p.running_requests for p in ps] == sorted(p.running_requests for p in ps)
+    # at 0.05 requests/s the engine idles most of the time and draws near idle power; one closed-loop
+    # client keeps it busy all the time
+    one_client = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 512, 1).replica_power_w
+    assert ps[0].replica_power_w < 0.8 * one_client
+
+
+def test_request_rate_beyond_capacity_or_with_concurrency_is_a_clear_error():
+    base = ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "1024", "--osl", "512"]
+    r = CliRunner().invoke(app, base + ["--request-rate", "500"])
+    assert r.exit_code == 1 and "exceeds the replica's capacity" in r.output and "lower the rate" in r.output
+    r = CliRunner().invoke(app, base + ["--request-rate", "5", "--concurrency", "4"])
+    assert r.exit_code == 1 and "not both" in r.output
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 1 and "not neither" in r.output
+    r = CliRunner().invoke(app, base + ["--request-rate", "fast"])
+    assert r.exit_code == 1 and "is not a number" in r.output

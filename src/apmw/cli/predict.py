@@ -1,4 +1,4 @@
-"""`apmw predict`: a fixed-concurrency serving benchmark point, or a sweep over concurrency."""
+"""`apmw predict`: a serving benchmark point at a fixed concurrency or a request rate, or a sweep over either."""
 
 from __future__ import annotations
 
@@ -20,9 +20,13 @@ def predict(
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp4 on Blackwell)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
-    concurrency: str = typer.Option(..., "--concurrency",
-                                    help="clients, each with one request in flight; a comma list (1,4,16,64) "
-                                         "sweeps them"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency",
+                                              help="clients, each with one request in flight; a comma list "
+                                                   "(1,4,16,64) sweeps them"),
+    request_rate: Optional[str] = typer.Option(
+        None, "--request-rate",
+        help="instead of --concurrency: Poisson arrivals, requests/s per replica (vLLM bench serve "
+             "--request-rate, MLPerf Server); a comma list sweeps them"),
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
@@ -42,26 +46,37 @@ def predict(
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
-    """Predict mean TTFT, TPOT and throughput of a fixed-concurrency benchmark (InferenceMAX style)."""
-    from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run
+    """Predict mean TTFT, TPOT and throughput of a serving benchmark: fixed concurrency (InferenceMAX
+    style) or Poisson arrivals at a request rate."""
+    from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run, predict_rate
 
-    levels = _concurrency_levels(concurrency)
+    if (concurrency is None) == (request_rate is None):
+        fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "
+             + ("both" if concurrency else "neither"))
+    by_rate = request_rate is not None
+    levels = _rate_levels(request_rate) if by_rate else _concurrency_levels(concurrency)
+    common = dict(engine=engine, token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch,
+                  calibrated=not roofline,
+                  request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     try:
-        ps = [run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, c, engine=engine,
-                  token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch, calibrated=not roofline,
-                  length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
-                  request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
-                  requests_per_client=requests_per_client) for c in levels]
+        if by_rate:
+            ps = [predict_rate(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, r, **common) for r in levels]
+        else:
+            ps = [run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, c,
+                      length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
+                      requests_per_client=requests_per_client, **common) for c in levels]
     except ApmwError as exc:
         fail(str(exc))
+    key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
-        _sweep(ps, levels, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
+        _sweep(ps, levels, key, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
         return
     p = ps[0]
     if as_json:
-        emit_json(p.to_dict())
+        emit_json({key: levels[0], **p.to_dict()} if by_rate else p.to_dict())
         return
-    table = Table(title=f"{model} on {tp} x {gpu}, {isl}/{osl} tokens, concurrency {concurrency} ({engine})")
+    load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]}"
+    table = Table(title=f"{model} on {tp} x {gpu}, {isl}/{osl} tokens, {load} ({engine})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
@@ -86,16 +101,27 @@ def _concurrency_levels(text: str) -> list[int]:
     return levels
 
 
-def _sweep(ps, levels: list[int], as_json: bool, title: str) -> None:
-    """One row per concurrency level; --json prints a list of prediction objects, each with its level."""
+def _rate_levels(text: str) -> list[float]:
+    try:
+        levels = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--request-rate: '{text}' is not a number or a comma list of them (e.g. 1,2.5,5)")
+    if not levels:
+        fail("--request-rate: give at least one rate")
+    return levels
+
+
+def _sweep(ps, levels: list, key: str, as_json: bool, title: str) -> None:
+    """One row per level; --json prints a list of prediction objects, each with its level under ``key``."""
     if as_json:
-        emit_json([{"concurrency": c, **p.to_dict()} for c, p in zip(levels, ps)])
+        emit_json([{key: c, **p.to_dict()} for c, p in zip(levels, ps)])
         return
     table = Table(title=title)
-    for name in ("concurrency", "TTFT ms", "TPOT ms", "out tok/s/GPU", "running", "prompts", "tok/J"):
+    for name in ("requests/s" if key == "request_rate_per_s" else "concurrency", "TTFT ms", "TPOT ms",
+                 "out tok/s/GPU", "running", "prompts", "tok/J"):
         table.add_column(name, justify="right")
     for c, p in zip(levels, ps):
-        table.add_row(str(c), f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
+        table.add_row(f"{c:g}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
                       f"{p.running_requests}", p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
     out.print(table)
     out.print(f"[dim]{ps[0].source_detail}[/]")

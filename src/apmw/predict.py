@@ -225,11 +225,14 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
                  max_batch: int, requests_per_client: int = 10, request_overhead_s: float = 0.0,
-                 length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm") -> Prediction:
+                 length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm",
+                 poisson_arrivals: bool = False) -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
     mean (0: every request has the same lengths, and the requests move in lock-step groups).
+    ``poisson_arrivals`` prices prompts that arrive as a Poisson stream (the open loop of
+    :func:`predict_open_loop`) rather than as completions free slots (see :func:`_spread_out`).
     """
     if not 0.0 <= length_spread <= 2.0:
         raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
@@ -260,7 +263,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     burst_chunk = min(token_budget, running * isl)
     t_decode, t_mixed, t_burst, t_group, t_rest = _iteration_times(step, running, decoders, chunk, burst_chunk,
                                                                    group, rest, isl, osl)
-    tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed)
+    tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
+                                                 room=max(capacity / chunk - 1, 0.0) if poisson_arrivals else None)
     if lockstep > 0:
         lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest)
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
@@ -302,7 +306,7 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
 
 
 def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
-                t_mixed: float) -> tuple[float, float, float]:
+                t_mixed: float, room: float | None = None) -> tuple[float, float, float]:
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
@@ -311,6 +315,13 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     turn at the budget (the cycle's iterations not spent decoding it; non-zero only when
     prefill-bound), then its own ``own_mixed`` prefill iterations, the last of which carries
     only the remainder.
+
+    ``room`` (other prompts' chunks the budget leaves room for) switches to Poisson arrivals:
+    a prompt then lands in an iteration picked by length (the wait is ``E[T^2] / 2E[T]``, the
+    inspection paradox) and shares its first iteration with the prompts that arrived during
+    the same one (``rate x E[T^2] / E[T]`` of them, at most ``room``). Fitted to nothing: the
+    simulator's open loop agrees (``bench/predict_vs_sim.py --open-loop``). Prompts that follow
+    completions (a closed loop) keep the plain half-iteration wait.
     """
     decode_iters = max(osl - 1, 0)
     mixed_per_cycle = running * isl / chunk
@@ -318,8 +329,14 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    ttft = (arrival_wait_s(t_bar, running) + prompt_queue_iters * t_bar
-            + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed))
+    wait, others = arrival_wait_s(t_bar, running), 0.0
+    if room is not None and running > 1:
+        wait = (share * t_mixed ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        if prompt_queue_iters == 0:
+            rate_per_s = running / (cycle_iters * t_bar)
+            others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
+    ttft = (wait + prompt_queue_iters * t_bar + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed)
+            + others * (t_mixed - t_decode))
     return (t_bar if osl > 1 else 0.0), ttft, share
 
 
@@ -424,8 +441,9 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
 
     The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
     find it by bisection on the fixed-concurrency model (no first-wave burst: arrivals
-    are spread). Queueing from Poisson bunching is not modelled, so TTFT is the
-    spread-arrival TTFT. Raises :class:`PredictError` when the rate exceeds capacity.
+    are spread), with Poisson arrival timing for TTFT (inspection paradox, prompts sharing an
+    iteration; :func:`_spread_out`). Fluctuations of ``N`` itself are not modelled (a fluid
+    steady state). Raises :class:`PredictError` when the rate exceeds capacity.
     """
     if arrival_rate_per_s <= 0:
         raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
@@ -435,7 +453,7 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
 
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
-                         engine=engine)
+                         engine=engine, poisson_arrivals=True)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

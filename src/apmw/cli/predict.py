@@ -54,7 +54,8 @@ def predict(
         fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "
              + ("both" if concurrency else "neither"))
     by_rate = request_rate is not None
-    levels = _rate_levels(request_rate) if by_rate else _concurrency_levels(concurrency)
+    levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
+              else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     common = dict(engine=engine, token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch,
                   calibrated=not roofline,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -91,23 +92,15 @@ def predict(
     out.print(f"[dim]{p.source_detail}[/]")
 
 
-def _concurrency_levels(text: str) -> list[int]:
+def _levels(text: str, option: str, kind, example: str) -> list:
+    """A comma list of levels for ``option`` (whole numbers for --concurrency, numbers for --request-rate)."""
     try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
+        levels = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        fail(f"--concurrency: '{text}' is not a whole number or a comma list of them (e.g. 1,4,16,64)")
+        noun = "whole number" if kind is int else "number"
+        fail(f"{option}: '{text}' is not a {noun} or a comma list of them (e.g. {example})")
     if not levels:
-        fail("--concurrency: give at least one level")
-    return levels
-
-
-def _rate_levels(text: str) -> list[float]:
-    try:
-        levels = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        fail(f"--request-rate: '{text}' is not a number or a comma list of them (e.g. 1,2.5,5)")
-    if not levels:
-        fail("--request-rate: give at least one rate")
+        fail(f"{option}: give at least one level")
     return levels
 
 

@@ -105,3 +105,13 @@ def test_open_loop_prediction_prices_poisson_arrivals_like_the_simulator():
     p = predict_open_loop(step, 300, 300, rate, 8192, 1024)
     assert p.ttft_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.12)
     assert p.tpot_s == pytest.approx(sim["tpot_s"]["mean"], rel=0.06)
+
+
+def test_plan_ttft_tail_includes_the_wait_behind_other_prompts():
+    """Support-chat's first prompts are long and heavy-tailed (p95 39k tokens): a prompt often waits
+    for another's chunked prefill. The plan's TTFT p95 prices that wait (an M/G/1 prefill queue)
+    and lands within 20 % of the simulated one at N = 20; it used to be 32 % low."""
+    s = load_spec(EXAMPLES / "support-chat.yaml")
+    analytic = plan(s, agents=20).to_dict()
+    sim = simulate(s, 20, duration_s=15000, seed=1).to_dict()
+    assert analytic["ttft_p95_s"] == pytest.approx(sim["ttft_s"]["p95"], rel=0.20)

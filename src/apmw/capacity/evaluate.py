@@ -12,6 +12,10 @@ from the workload itself (steps per task, tokens per call, tool waits) plus
 queueing; iteration-to-iteration jitter of the engine is what ``apmw simulate``
 adds. The mean of ``R_s`` over sessions equals the closed-loop mean by construction.
 
+TTFT is a call's wait for a batch slot, its wait behind other prompts' prefill (an M/G/1
+queue: :func:`prefill_queue_wait`) and its own prefill; the mean prefill wait also joins the
+per-call queue time of the task.
+
 Resident KV follows from Little's law: each agent holds on average
 ``KV-byte-seconds per session / R`` bytes, so the replica holds ``N`` times that
 plus the shared prefix once. The memory check uses a 95th percentile: agents are
@@ -84,11 +88,39 @@ def _prefill_wait(curve: EngineCurve, think: float, agents: int, stage: PrefillS
     return loop, wait, min(rho, 1.0)
 
 
+# Highest share of time the prefill queue may be busy in the M/G/1 term below; the closed loop
+# already bounds the engine's throughput, this only keeps the formula finite.
+MAX_PREFILL_QUEUE_UTILISATION = 0.95
+
+
+def prefill_queue_wait(s: SessionSample, calls_per_s: float, per_prefill_token_s: float, base_s: float,
+                       budget_tokens: int, seed: int) -> tuple[float, np.ndarray, float]:
+    """Wait behind other prompts' prefill in a chunked-prefill engine: mean, per-call samples, utilisation.
+
+    The engine gives waiting prompts its token budget first come, first served, so a prompt
+    waits for the prompt tokens ahead of it: an M/G/1 queue whose service is a call's prefill
+    (its tokens at the marginal cost per prefill token, plus its share of each packed
+    iteration's base time). Pollaczek-Khinchine gives the mean wait,
+    ``lambda E[S^2] / (2 (1 - rho))``; a call waits at all with probability ``rho`` and then
+    for an exponential time (the usual M/G/1 tail approximation). Heavy-tailed prompts make
+    ``E[S^2]`` large. Checked against ``apmw simulate`` on the bundled examples (docs/simulate.md).
+    """
+    svc = s.call_prefill_tokens_sample * (per_prefill_token_s + base_s / budget_tokens)
+    rho = min(calls_per_s * float(svc.mean()), MAX_PREFILL_QUEUE_UTILISATION)
+    if rho <= 0:
+        return 0.0, np.zeros(len(svc)), 0.0
+    mean = calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho))
+    rng = np.random.default_rng(seed)
+    waits = np.where(rng.random(len(svc)) < rho, rng.exponential(mean / rho, len(svc)), 0.0)
+    return mean, waits, rho
+
+
 def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float, agents: int,
              prefill: PrefillStage | None = None) -> Evaluation:
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
     (``curve`` must then be decode-only)."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
+    aggregated = prefill is None
     prefill_wait, prefill_util = 0.0, None
     if prefill is None:
         loop = solve_at(curve, think, agents)
@@ -96,12 +128,18 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         loop, prefill_wait, prefill_util = _prefill_wait(curve, think, agents, prefill,
                                                          s.call_prefill_tokens * prefill.transfer_per_token_s)
     wq, t_pf, t_dec = loop.queue_per_call_s, loop.prefill_iteration_s, loop.decode_iteration_s
+    slot_wait = wq
+    prefill_waits = np.zeros(len(s.call_prefill_tokens_sample))
     if prefill is None:
         # A prefill iteration costs a decode iteration plus its chunk's tokens: split the mean
         # prefill iteration so that each call pays for its own prompt (long prompts, long TTFT).
         chunk = s.call_prefill_tokens / s.call_prefill_iters
         per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
         t_base = t_pf - per_prefill_token * chunk
+        # ... and waits behind the prompts that arrived before it
+        prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
+                                                            t_base, spec.serving.max_batched_tokens, spec.seed)
+        wq = wq + prefill_wait
     else:
         per_prefill_token = prefill.per_token_s + prefill.transfer_per_token_s
         t_base = prefill.per_iteration_s
@@ -124,8 +162,12 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     kv_mean = agents * per_agent_kv + s.shared_prefix_kv_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
 
-    ttft = (wq * s.call_queue_exp + s.call_prefill_iters_sample * t_base
-            + s.call_prefill_tokens_sample * per_prefill_token)
+    if aggregated:
+        ttft = (slot_wait * s.call_queue_exp + prefill_waits + s.call_prefill_iters_sample * t_base
+                + s.call_prefill_tokens_sample * per_prefill_token)
+    else:
+        ttft = (wq * s.call_queue_exp + s.call_prefill_iters_sample * t_base
+                + s.call_prefill_tokens_sample * per_prefill_token)
     ttft_p95 = float(np.quantile(ttft, 0.95))
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
     slo = spec.slo

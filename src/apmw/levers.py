@@ -101,7 +101,13 @@ def _with(spec: Spec, section: str, **changes) -> Spec:
 
 def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan], Spec | None]:
     def change(spec: Spec, _: Plan) -> Spec | None:
-        return _with(spec, "model", kv_dtype=target) if spec.model.kv_dtype in lower_than else None
+        if spec.model.kv_dtype not in lower_than:
+            return None
+        # a 4-bit KV cache needs FP4 tensor cores and kernels (NVFP4 KV: Blackwell); a GPU whose
+        # catalogue row has no FP4 rate (Hopper, Ampere, MI300X) cannot run it
+        if target == "fp4" and resolve_gpu(spec.hardware.gpu).fp4_flops is None:
+            return None
+        return _with(spec, "model", kv_dtype=target)
     return change
 
 

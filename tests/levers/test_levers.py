@@ -95,3 +95,14 @@ def test_verify_rechecks_the_top_levers_in_the_simulator():
             assert "does not model" in v["skipped"]
         else:
             assert v["agents"] == r.agents_per_replica_after and v["completed_tasks"] > 0
+
+
+def test_a_4bit_kv_cache_is_offered_only_on_gpus_with_fp4():
+    # NVFP4 KV needs Blackwell: on an H100 (no FP4 rate in the catalogue) the lever is not
+    # applicable; on a B200 it is
+    d = long_context_long_waits()
+    d["model"]["kv_dtype"] = "fp8"
+    for gpu, offered in (("H100", False), ("B200", True)):
+        d["hardware"]["gpu"] = gpu
+        names = {r.lever for r in evaluate_levers(spec_from_dict(d))}
+        assert ("kv_fp4" in names) is offered, gpu

@@ -50,7 +50,8 @@ import numpy as np
 
 from apmw.arch import load_architecture
 from apmw.errors import ApmwError
-from apmw.perf import IterationLoad, StepModel, build_step_model, memory_budget, node_power_w, resolve_gpu
+from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
+                       resolve_gpu)
 from apmw.perf.calibrated import ENGINE_OVERHEAD_S
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
@@ -132,7 +133,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
     _check(tp, isl, osl, concurrency, engine, token_budget)
     step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
-    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
+    overhead_s = _request_overhead_s(engine, request_overhead_s)
     p = predict_with(step, isl, osl, concurrency, token_budget,
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
@@ -153,9 +154,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     if not request_rate_per_s > 0:
         raise PredictError(f"--request-rate must be positive (got {request_rate_per_s:g} requests/s)")
     step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
-    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
-    if overhead_s < 0:
-        raise PredictError(f"--request-overhead-ms must not be negative (got {overhead_s * 1e3:g})")
+    overhead_s = _request_overhead_s(engine, request_overhead_s)
     p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
                           DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
@@ -163,6 +162,13 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
     p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s)
     return _with_power(step, spec_gpu, p, isl, osl, busy_share)
+
+
+def _request_overhead_s(engine: str, request_overhead_s: float | None) -> float:
+    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
+    if overhead_s < 0:
+        raise PredictError(f"--request-overhead-ms must not be negative (got {overhead_s * 1e3:g})")
+    return overhead_s
 
 
 def _replica_step(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
@@ -418,12 +424,10 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
     The engine is busy all the time it has requests; the compute-bound share comes from
     the roofline terms of its decode and mixed iterations, weighted by their time.
     """
-    from apmw.perf import activity_power_w
-
     a = step.arch
     r = p.running_requests
     ctx = isl + osl / 2
-    chunk = min(isl, max(8192 - (r - 1), 1))
+    chunk = min(isl, max(DEFAULT_TOKEN_BUDGET - (r - 1), 1))
     dec = np.array([r, r - 1], dtype=float)
     pre = np.array([0.0, chunk])
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,

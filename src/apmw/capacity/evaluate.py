@@ -120,7 +120,6 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
     (``curve`` must then be decode-only)."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
-    aggregated = prefill is None
     prefill_wait, prefill_util = 0.0, None
     if prefill is None:
         loop = solve_at(curve, think, agents)
@@ -128,31 +127,30 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         loop, prefill_wait, prefill_util = _prefill_wait(curve, think, agents, prefill,
                                                          s.call_prefill_tokens * prefill.transfer_per_token_s)
     wq, t_pf, t_dec = loop.queue_per_call_s, loop.prefill_iteration_s, loop.decode_iteration_s
-    slot_wait = wq
-    prefill_waits = np.zeros(len(s.call_prefill_tokens_sample))
     if prefill is None:
         # A prefill iteration costs a decode iteration plus its chunk's tokens: split the mean
         # prefill iteration so that each call pays for its own prompt (long prompts, long TTFT).
         chunk = s.call_prefill_tokens / s.call_prefill_iters
         per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
         t_base = t_pf - per_prefill_token * chunk
-        # ... and waits behind the prompts that arrived before it
+        # ... and waits for a batch slot, then behind the prompts that arrived before it
         prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
                                                             t_base, spec.serving.max_batched_tokens, spec.seed)
-        wq = wq + prefill_wait
+        ttft_wait = wq * s.call_queue_exp + prefill_waits
     else:
         per_prefill_token = prefill.per_token_s + prefill.transfer_per_token_s
         t_base = prefill.per_iteration_s
         t_pf = (t_base * s.call_prefill_iters + per_prefill_token * s.call_prefill_tokens) / s.call_prefill_iters
-        wq = wq + prefill_wait
+        ttft_wait = (wq + prefill_wait) * s.call_queue_exp
+    wq = wq + prefill_wait
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
     p50, p95, p99 = np.quantile(samples, [0.5, 0.95, 0.99])
     queue = wq * s.mean_calls
-    prefill = float(session_prefill.mean())
+    prefill_s = float(session_prefill.mean())
     decode = float(s.decode_iters.mean()) * t_dec
     tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
-    mean_r = queue + prefill + decode + tool + transfer
+    mean_r = queue + prefill_s + decode + tool + transfer
 
     per_agent_kv = float((s.kv_q.mean() * wq + s.kv_prefill.mean() * t_pf + s.kv_decode.mean() * t_dec
                           + s.kv_tool.mean()) / mean_r)
@@ -162,12 +160,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     kv_mean = agents * per_agent_kv + s.shared_prefix_kv_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
 
-    if aggregated:
-        ttft = (slot_wait * s.call_queue_exp + prefill_waits + s.call_prefill_iters_sample * t_base
-                + s.call_prefill_tokens_sample * per_prefill_token)
-    else:
-        ttft = (wq * s.call_queue_exp + s.call_prefill_iters_sample * t_base
-                + s.call_prefill_tokens_sample * per_prefill_token)
+    ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     ttft_p95 = float(np.quantile(ttft, 0.95))
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
     slo = spec.slo
@@ -178,7 +171,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         agents=agents, loop=loop,
         task_latency_mean_s=mean_r, task_latency_p50_s=float(p50), task_latency_p95_s=float(p95),
         task_latency_p99_s=float(p99),
-        queue_s=queue, prefill_s=prefill, decode_s=decode, tool_s=tool, kv_transfer_s=transfer,
+        queue_s=queue, prefill_s=prefill_s, decode_s=decode, tool_s=tool, kv_transfer_s=transfer,
         ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
         kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
         session_throughput_per_s=agents / mean_r,

@@ -138,7 +138,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
                      length_spread=length_spread, engine=engine)
-    return _with_power(step, spec_gpu, p, isl, osl)
+    return _with_power(step, spec_gpu, p, isl, osl, token_budget)
 
 
 def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
@@ -161,7 +161,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
     p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s)
-    return _with_power(step, spec_gpu, p, isl, osl, busy_share)
+    return _with_power(step, spec_gpu, p, isl, osl, token_budget, busy_share)
 
 
 def _request_overhead_s(engine: str, request_overhead_s: float | None) -> float:
@@ -179,13 +179,15 @@ def _replica_step(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: st
     return build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated), spec_gpu
 
 
-def _with_power(step: StepModel, spec_gpu, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> Prediction:
+def _with_power(step: StepModel, spec_gpu, p: Prediction, isl: int, osl: int, token_budget: int,
+                busy_share: float = 1.0) -> Prediction:
     """Fill the phase-aware replica power (GPUs plus host share) and output tokens per joule.
 
     ``busy_share`` is the share of time the engine has work (1 in a closed loop); the GPUs
     draw their idle power the rest of the time.
     """
-    busy_w = replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w, spec_gpu.busy_power_w) / step.gpus
+    busy_w = replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w, spec_gpu.busy_power_w,
+                             token_budget) / step.gpus
     gpu_w = busy_share * busy_w + (1.0 - busy_share) * spec_gpu.idle_power_w
     power_w = float(node_power_w(step.gpus, gpu_w))
     throughput = p.output_tokens_per_s_per_gpu * step.gpus
@@ -194,7 +196,7 @@ def _with_power(step: StepModel, spec_gpu, p: Prediction, isl: int, osl: int, bu
 
 def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
     for name, v in (("--tp", tp), ("--isl", isl), ("--osl", osl), ("--concurrency", concurrency),
-                    ("token budget", token_budget)):
+                    ("--token-budget", token_budget)):
         if v < 1:
             raise PredictError(f"{name} must be at least 1 (got {v})")
     if engine not in ENGINE_OVERHEAD_S:
@@ -418,16 +420,19 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     return float(t[0]), float(t[1]), float(t[2]), float(t[3]), float(t[4])
 
 
-def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float) -> float:
+def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float,
+                    token_budget: int = DEFAULT_TOKEN_BUDGET) -> float:
     """Mean GPU power of a replica in the predicted steady state (phase-aware, apmw.perf.power).
 
     The engine is busy all the time it has requests; the compute-bound share comes from
-    the roofline terms of its decode and mixed iterations, weighted by their time.
+    the roofline terms of its decode and mixed iterations, weighted by their time. A mixed
+    iteration carries one prompt chunk of at most what ``token_budget`` leaves beside the
+    decoders (the prediction's own budget: a small budget keeps prefill memory-bound).
     """
     a = step.arch
     r = p.running_requests
     ctx = isl + osl / 2
-    chunk = min(isl, max(DEFAULT_TOKEN_BUDGET - (r - 1), 1))
+    chunk = min(isl, max(token_budget - (r - 1), 1))
     dec = np.array([r, r - 1], dtype=float)
     pre = np.array([0.0, chunk])
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,

@@ -200,6 +200,8 @@ def test_power_and_tokens_per_joule():
 @pytest.mark.parametrize("args, words", [
     (["--model", "Qwen/Qwen3-32B", "--tp", "3", "--isl", "100"], ["--tp 3", "64 attention heads"]),
     (["--model", LLAMA8, "--isl", "200000"], ["200,100", "131,072", "max_position_embeddings"]),
+    # 0 is a user error, not a request for the default budget
+    (["--model", LLAMA8, "--isl", "1000", "--token-budget", "0"], ["--token-budget must be at least 1", "got 0"]),
 ])
 def test_what_engines_refuse_is_a_clear_error(args, words):
     r = CliRunner().invoke(app, ["predict", "--gpu", "H200", "--osl", "100", "--concurrency", "4", *args])
@@ -263,3 +265,20 @@ def test_request_rate_beyond_capacity_or_with_concurrency_is_a_clear_error():
     assert r.exit_code == 1 and "not neither" in r.output
     r = CliRunner().invoke(app, base + ["--request-rate", "fast"])
     assert r.exit_code == 1 and "is not a number" in r.output
+
+
+def test_power_follows_the_token_budget_of_the_prediction():
+    """A small budget splits prompts into small chunks, which are far less compute-bound than
+    a whole 4k prompt: the replica's power must price the chunks the prediction ran."""
+    from apmw.predict import _replica_step, replica_power_w
+
+    kw = dict(engine="trtllm")
+    small = predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, token_budget=256, **kw)
+    step, gpu = _replica_step(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, "trtllm", True)
+    whole_prompt_w = replica_power_w(step, small, 4096, 256, gpu.idle_power_w, gpu.busy_power_w, token_budget=8192)
+    assert small.mixed_iteration_share == 1.0          # every iteration carries a chunk
+    assert small.replica_power_w < 0.9 * whole_prompt_w
+    # the default budget is unchanged by passing it explicitly
+    default = predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, **kw)
+    assert default.replica_power_w == predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, token_budget=8192,
+                                              **kw).replica_power_w

@@ -56,8 +56,8 @@ def predict(
     by_rate = request_rate is not None
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
-    common = dict(engine=engine, token_budget=token_budget or DEFAULT_TOKEN_BUDGET, max_batch=max_batch,
-                  calibrated=not roofline,
+    common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
+                  max_batch=max_batch, calibrated=not roofline,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     try:
         if by_rate:

@@ -86,6 +86,26 @@ def test_model_name_forms():
     assert load_config("gpt-oss-120b")[0]["model_type"] == "gpt_oss"
 
 
+@pytest.mark.parametrize("served, base", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "meta-llama/Meta-Llama-3.1-8B"),
+    ("RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8-dynamic", "meta-llama/Meta-Llama-3.1-70B"),
+    ("Qwen/Qwen3-32B-FP8", "Qwen/Qwen3-32B"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B"),
+])
+def test_the_checkpoint_a_user_serves_reads_its_base_config_and_says_so(served, base):
+    cfg, source = load_config(served)
+    assert cfg == load_config(base)[0]
+    assert source.startswith(load_config(base)[1]) and f"read for '{served}'" in source
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3.2-3B-Instruct", "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF",
+                                  "Qwen/Qwen3-14B-FP8", "Llama-3.1-8B-Instruct-v2"])
+def test_other_models_are_not_guessed(name):
+    with pytest.raises(UnknownNameError):
+        load_config(name)
+
+
 def test_unknown_model_suggests_closest():
     with pytest.raises(UnknownNameError) as err:
         load_config("Llama-3.1-7B")

@@ -5,6 +5,12 @@ A user can also pass a path to any ``config.json``. Names resolve case-insensiti
 from the full name, the file stem, or the bare name (with or without the ``Meta-``
 prefix and ``-Instruct`` suffix), so "Llama-3.1-70B" finds
 "meta-llama/Meta-Llama-3.1-70B".
+
+A derived checkpoint (an instruct or chat tune, a quantised re-upload such as
+"nvidia/Llama-3.1-8B-Instruct-FP8", another organisation's copy) has its base model's
+architecture, so the name a user serves also resolves: checkpoint tags are stripped
+(:data:`CHECKPOINT_TAGS`), then the organisation. The weight dtype is not taken from the
+name (``--weight-dtype`` says it). The source line names the bundled config that was read.
 """
 
 from __future__ import annotations
@@ -19,6 +25,20 @@ from apmw.errors import ConfigError, UnknownNameError
 _MODELS_DIR = Path(__file__).parent / "data" / "models"
 _BUNDLE_SOURCE = ("bundled HF config.json copy from ai-dynamo/aiconfigurator@095f58a5 "
                   "(Apache-2.0)")
+
+
+# Name tags of derived checkpoints that keep the base architecture: tunes (instruct, chat,
+# base) and the quantisation tags of the usual re-uploads (NVIDIA ModelOpt "-FP8"/"-NVFP4",
+# Red Hat / Neural Magic "-FP8-dynamic", "-w8a8", "-quantized.w4a16", AWQ, GPTQ).
+CHECKPOINT_TAGS = ("-instruct", "-chat", "-base", "-hf", "-fp8-dynamic", "-fp8-block", "-fp8", "-nvfp4",
+                   "-fp4", "-mxfp4", "-w8a8", "-w4a16", "-quantized.w8a8", "-quantized.w4a16", "-awq", "-gptq",
+                   "-int4", "-int8")
+
+# Released models whose config.json has the architecture of a bundled one under another name.
+# Llama 3.3 70B: vocab 128,256, hidden 8,192, MLP 28,672, 80 layers, 64 heads, 8 KV heads,
+# 131,072 positions, as Llama 3.1 70B (oumi-ai/oumi configs/recipes/llama3_3/README.md and
+# llama3_1/README.md, Apache-2.0; the NIM accuracy rows assume the same, bench/data/SOURCES.md).
+SAME_ARCHITECTURE = {"llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B"}
 
 
 @lru_cache(maxsize=1)
@@ -57,8 +77,30 @@ def model_names() -> list[str]:
 
 
 def resolve_model_name(name: str) -> str | None:
-    """Bundled model name for ``name`` (any accepted form), or None."""
-    return _lookup().get(name.strip().lower())
+    """Bundled model name for ``name`` (any accepted form, or a derived checkpoint's), or None."""
+    found = _resolve(name)
+    return found[0] if found else None
+
+
+def _resolve(name: str) -> tuple[str, str] | None:
+    """(bundled name, why that config stands for ``name``: empty for the model itself), or None."""
+    key = name.strip().lower()
+    table = _lookup()
+    if key in table:
+        return table[key], ""
+    stripped = key
+    while True:
+        tag = next((t for t in CHECKPOINT_TAGS if stripped.endswith(t)), None)
+        if tag is None:
+            break
+        stripped = stripped[: -len(tag)]
+    for form in (stripped, stripped.split("/", 1)[-1]):
+        bare = form.split("/", 1)[-1].removeprefix("meta-")
+        if form in table:
+            return table[form], "a derived checkpoint keeps its base model's architecture"
+        if bare in SAME_ARCHITECTURE:
+            return SAME_ARCHITECTURE[bare], "its config.json has the same architecture"
+    return None
 
 
 def load_config(name_or_path: str) -> tuple[dict, str]:
@@ -70,10 +112,12 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return _read_json(path), f"file {path.resolve()}"
-    full = resolve_model_name(name_or_path)
-    if full is None:
+    found = _resolve(name_or_path)
+    if found is None:
         raise UnknownNameError(_unknown_message(name_or_path))
-    return _read_json(_bundled_files()[full]), f"{_BUNDLE_SOURCE}: {full}"
+    full, why = found
+    read_as = f" (read for '{name_or_path.strip()}': {why})" if why else ""
+    return _read_json(_bundled_files()[full]), f"{_BUNDLE_SOURCE}: {full}{read_as}"
 
 
 def _read_json(path: Path) -> dict:

@@ -32,6 +32,7 @@ import numpy as np
 
 from apmw.catalog.models import load_config, resolve_model_name
 from apmw.errors import ConfigError, UnknownNameError
+from apmw.spec.model import dtype_key
 
 # Nominal bytes per element.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
@@ -171,6 +172,17 @@ class Architecture:
 
     def _kv_bytes_per_layer_token(self, kv_dtype: str) -> float:
         return self.kv_elements_per_token_per_layer * _kv_storage(kv_dtype)
+
+
+def canonical_dtype(dtype: str, what: str) -> str:
+    """apmw's name for ``dtype`` ("bfloat16" -> "bf16", apmw.spec.model.DTYPE_SPELLINGS); a clear
+    error for unknown ones."""
+    key = str(dtype_key(dtype))
+    if key in DTYPE_BYTES:
+        return key
+    hint = (" ('auto' depends on the checkpoint: vLLM's follows the model's activation dtype, bf16 "
+            "even for most fp8 checkpoints; say which)") if key == "auto" else ""
+    raise UnknownNameError(f"unknown {what} dtype '{dtype}'; use one of: {', '.join(DTYPE_BYTES)}{hint}")
 
 
 def _storage(table: dict[str, float], dtype: str, what: str) -> float:

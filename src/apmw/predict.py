@@ -48,11 +48,11 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from apmw.arch import load_architecture
+from apmw.arch import canonical_dtype, load_architecture
 from apmw.errors import ApmwError
 from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
                        resolve_gpu)
-from apmw.perf.calibrated import ENGINE_OVERHEAD_S
+from apmw.perf.calibrated import ENGINE_OVERHEAD_S, canonical_engine
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
 # token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
@@ -131,6 +131,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     """
     if requests_per_client < 1:
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
+    engine = canonical_engine(engine)
     _check(tp, isl, osl, concurrency, engine, token_budget)
     step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
     overhead_s = _request_overhead_s(engine, request_overhead_s)
@@ -150,6 +151,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
 
     The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
     """
+    engine = canonical_engine(engine)
     _check(tp, isl, osl, 1, engine, token_budget)
     if not request_rate_per_s > 0:
         raise PredictError(f"--request-rate must be positive (got {request_rate_per_s:g} requests/s)")
@@ -176,6 +178,7 @@ def _replica_step(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: st
     arch = load_architecture(model)
     _check_model(arch, tp, isl, osl)
     spec_gpu = resolve_gpu(gpu)
+    weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
     return build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated), spec_gpu
 
 

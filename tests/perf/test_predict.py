@@ -282,3 +282,14 @@ def test_power_follows_the_token_budget_of_the_prediction():
     default = predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, **kw)
     assert default.replica_power_w == predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, token_budget=8192,
                                               **kw).replica_power_w
+
+
+def test_names_as_nvidia_smi_hf_and_the_engines_write_them():
+    """What a user copies from nvidia-smi, a config.json and an engine's docs predicts the same point."""
+    canonical = predict(LLAMA8, "H100", 1, "bf16", "fp8", 1024, 256, 16, engine="trtllm")
+    spelled = predict("meta-llama/Llama-3.1-8B-Instruct", "NVIDIA H100 80GB HBM3", 1, "bfloat16", "fp8_e4m3",
+                      1024, 256, 16, engine="TensorRT-LLM")
+    assert spelled == canonical
+    r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "100", "--osl", "10",
+                                 "--concurrency", "1", "--kv-dtype", "auto"])
+    assert r.exit_code == 1 and "'auto' depends on the checkpoint" in r.output

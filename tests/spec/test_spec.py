@@ -109,3 +109,19 @@ def test_validation_errors_carry_the_file_line(tmp_path):
         load_spec(p)
     assert f"line {line}: serving.max_batch" in str(info.value)
     assert str(p) in str(info.value)
+
+
+def test_dtype_and_engine_spellings_of_hf_and_the_engines_are_accepted():
+    d = small_spec_dict()
+    d["model"].update(weight_dtype="bfloat16", kv_dtype="fp8_e4m3")
+    d["serving"]["engine"] = "TensorRT-LLM"
+    spec = spec_from_dict(d)
+    assert (spec.model.weight_dtype, spec.model.kv_dtype, spec.serving.engine) == ("bf16", "fp8", "trtllm")
+
+
+@pytest.mark.parametrize("section, key, value", [("serving", "engine", "tgi"), ("model", "kv_dtype", "auto")])
+def test_unknown_dtype_or_engine_is_still_an_error(section, key, value):
+    d = small_spec_dict()
+    d[section][key] = value
+    with pytest.raises(SpecError, match=key):
+        spec_from_dict(d)

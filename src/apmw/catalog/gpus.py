@@ -28,6 +28,7 @@ _ALIASES = {
     "h100sxm": "H100-SXM5-80GB",
     "h100sxm5": "H100-SXM5-80GB",
     "h10080gb": "H100-SXM5-80GB",
+    "h10080gbhbm3": "H100-SXM5-80GB",   # nvidia-smi's name for the SXM5 part
     "h100pcie": "H100-PCIe-80GB",
     "h200": "H200-SXM-141GB",
     "h200sxm": "H200-SXM-141GB",
@@ -146,9 +147,19 @@ def gpu_names() -> list[str]:
     return list(_catalogue())
 
 
+# Vendor words that `nvidia-smi --query-gpu=name` ("NVIDIA H200") and rocm-smi ("AMD Instinct
+# MI300X") put before the model; stripped when the full string is not known.
+_VENDOR_PREFIXES = ("nvidia", "amdinstinct", "amd")
+
+
 def get_gpu(name: str) -> GpuSpec:
-    """Look up a GPU by catalogue name or short alias ("H100", "b200"), ignoring case."""
-    canonical = _lookup().get(_norm(name))
+    """Look up a GPU by catalogue name, short alias ("H100", "b200") or the name nvidia-smi
+    prints ("NVIDIA H100 80GB HBM3"), ignoring case."""
+    key = _norm(name)
+    canonical = _lookup().get(key)
+    for prefix in _VENDOR_PREFIXES:
+        if canonical is None and key.startswith(prefix):
+            canonical = _lookup().get(key.removeprefix(prefix))
     if canonical is None:
         raise UnknownNameError(_unknown_message(name))
     return _catalogue()[canonical]

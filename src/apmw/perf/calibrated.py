@@ -38,6 +38,7 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, StepModel
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
+from apmw.spec.model import engine_key
 
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
@@ -60,6 +61,13 @@ _TP_SIZES = (1, 2, 4, 8)
 # (the fit runs to the grid edge and the held-out TPOT error has the opposite sign).
 ENGINE_OVERHEAD_S = {"vllm": 0.5e-3, "sglang": 1.0e-3, "trtllm": 1.0e-3}
 DEFAULT_ENGINE = "vllm"
+
+
+def canonical_engine(engine: str) -> str:
+    """apmw's name for an engine ("TensorRT-LLM" -> "trtllm", apmw.spec.model.ENGINE_SPELLINGS);
+    unknown names pass through unchanged (the caller's check reports them)."""
+    key = engine_key(engine)
+    return key if key in ENGINE_OVERHEAD_S else engine
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
 # The fused-MoE tables (vLLM 0.24 kernels, synthetic power-law 1.01 routing) reach 310-440
 # TFLOP/s per GPU at prefill sizes (8-16k tokens), but served MoE prefill is slower: gpt-oss

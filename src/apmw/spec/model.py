@@ -9,11 +9,35 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from apmw.spec.distribution import Constant, Distribution
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+
+# Other spellings of apmw's dtypes: HF ``torch_dtype``, vLLM ``--dtype`` and
+# ``--kv-cache-dtype`` (fp8_e4m3, fp8_e5m2), and the 4-bit block formats (NVFP4, MXFP4).
+DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                   "float8_e4m3fn": "fp8", "e4m3": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
+# Other ways engines are written ("vLLM", "TensorRT-LLM", "trtllm-serve"), once case and
+# punctuation are dropped.
+ENGINE_SPELLINGS = {"tensorrtllm": "trtllm", "trtllmserve": "trtllm", "tensorrt": "trtllm"}
+
+
+def dtype_key(dtype: object) -> object:
+    """apmw's spelling of a dtype ("bfloat16" -> "bf16"); anything else is returned as given."""
+    if not isinstance(dtype, str):
+        return dtype
+    key = dtype.strip().lower()
+    return DTYPE_SPELLINGS.get(key, key)
+
+
+def engine_key(engine: object) -> object:
+    """apmw's spelling of an engine ("TensorRT-LLM" -> "trtllm"); anything else is returned as given."""
+    if not isinstance(engine, str):
+        return engine
+    key = "".join(ch for ch in engine.lower() if ch.isalnum())
+    return ENGINE_SPELLINGS.get(key, key)
 
 
 class _Section(BaseModel):
@@ -68,6 +92,8 @@ class Model(_Section):
     config: str = Field(description="path to a HuggingFace config.json, or a bundled name (apmw model --list)")
     weight_dtype: Dtype = "bf16"
     kv_dtype: Dtype = "bf16"
+
+    _spellings = field_validator("weight_dtype", "kv_dtype", mode="before")(dtype_key)
 
 
 class GpuOverride(_Section):
@@ -130,6 +156,11 @@ class Serving(_Section):
         "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
     )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_spelling(cls, v: object) -> object:
+        return engine_key(v)
     max_batched_tokens: int = Field(
         default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"
     )

@@ -53,7 +53,8 @@ from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
 from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
-from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, REQUEST_OVERHEAD_S,  # noqa: E402
+from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT, DEFAULT_TOKEN_BUDGET,  # noqa: E402
+                          REQUEST_OVERHEAD_S,
                           kv_fit_requests,
                           predict, predict_open_loop, predict_with, replica_power_w)
 
@@ -94,7 +95,7 @@ class Row:
     constraints: tuple[float, float] | None = None   # MLPerf (ttft_s, tpot_s) limits
     gpus: int = 1
     length_spread: float | None = None   # None: apmw.predict's default
-    requests_per_client: int = 10         # the harness's prompts / concurrency (apmw.predict's default)
+    requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT   # the harness's prompts / concurrency
     request_overhead_s: float | None = None   # None: HARNESS_OVERHEAD_S or apmw's default
 
 
@@ -183,7 +184,8 @@ def silicon_rows(path: Path = SILICON) -> list[Row]:
 PUBLISHED = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
 
 
-def published_rows(path: Path = PUBLISHED, nim_requests_per_client: int = 10) -> list[Row]:
+def published_rows(path: Path = PUBLISHED,
+                   nim_requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT) -> list[Row]:
     """Published fixed-concurrency runs of dense models (NVIDIA NIM, GPUStack; bench/data/SOURCES.md).
 
     All held out. NIM runs use equal lengths (the default length spread applies);
@@ -202,8 +204,14 @@ def published_rows(path: Path = PUBLISHED, nim_requests_per_client: int = 10) ->
                         measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3},
                         label=f"{r.source} {r.model_reported} tp{r.tp} {round(r.isl)}/{round(r.osl)} c{r.concurrency}",
                         note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread,
-                        requests_per_client=nim_requests_per_client if r.source.startswith("nim") else 10))
+                        requests_per_client=(nim_requests_per_client if r.source.startswith("nim")
+                                             else DEFAULT_REQUESTS_PER_CLIENT)))
     return rows
+
+
+def is_nim(row: Row) -> bool:
+    """A published NVIDIA NIM run (its label starts with the source, e.g. 'nim-1.8.0')."""
+    return row.source == "Published" and row.label.startswith("nim-")
 
 
 def _step(row: Row, tp: int, wdt: str, kvd: str):
@@ -518,7 +526,7 @@ def main() -> None:
                     help="print the published runs' measured TTFT over a whole first wave's (docs/accuracy.md)")
     ap.add_argument("--write-fixture", action="store_true",
                     help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
-    ap.add_argument("--nim-requests-per-client", type=int, default=10,
+    ap.add_argument("--nim-requests-per-client", type=int, default=DEFAULT_REQUESTS_PER_CLIENT,
                     help="prompts per client in the NIM runs (NVIDIA's benchmarking guide: 3, the first wave "
                          "included; default: apmw's 10)")
     ap.add_argument("--nim-overhead-ms", type=float, default=None,
@@ -533,7 +541,7 @@ def main() -> None:
             + published_rows(nim_requests_per_client=args.nim_requests_per_client) + silicon_rows())
     if args.nim_overhead_ms is not None:
         for r in rows:
-            if r.scenario.endswith("(nim-1.8.0)"):
+            if is_nim(r):
                 r.request_overhead_s = args.nim_overhead_ms / 1e3
     if args.fit:
         isl = fit_isl(rows, LLAMA2_70B)

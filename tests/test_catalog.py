@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -100,10 +101,42 @@ def test_the_checkpoint_a_user_serves_reads_its_base_config_and_says_so(served, 
 
 
 @pytest.mark.parametrize("name", ["meta-llama/Llama-3.2-3B-Instruct", "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF",
-                                  "Qwen/Qwen3-14B-FP8", "Llama-3.1-8B-Instruct-v2"])
+                                  "Qwen/Qwen3-14B-FP8", "Llama-3.1-8B-Instruct-v2",
+                                  # paths are files or directories, never hub ids to guess from
+                                  "./Llama-3.1-8B-Instruct", "/models/Llama-3.3-70B-Instruct",
+                                  "ckpt/meta-llama/Llama-3.1-8B-Instruct", "~/Llama-3.1-8B-Instruct"])
 def test_other_models_are_not_guessed(name):
     with pytest.raises(UnknownNameError):
         load_config(name)
+
+
+def test_a_checkpoint_directory_reads_its_own_config(tmp_path, monkeypatch):
+    """A downloaded checkpoint named like a bundled model is read from disk, not from the bundle."""
+    from apmw.arch import load_architecture
+
+    ckpt = tmp_path / "models" / "Llama-3.1-8B-Instruct"
+    ckpt.mkdir(parents=True)
+    cfg = dict(load_config("meta-llama/Meta-Llama-3.1-8B")[0], num_hidden_layers=16)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.chdir(tmp_path)
+    for form in ("models/Llama-3.1-8B-Instruct", str(ckpt), "models/Llama-3.1-8B-Instruct/config.json"):
+        arch = load_architecture(form)
+        assert (arch.num_layers, arch.name) == (16, "Llama-3.1-8B-Instruct"), form
+        assert arch.source.startswith("file "), form
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="without a config.json"):
+        load_config("empty")
+
+
+@pytest.mark.parametrize("name, dtype", [("nvidia/Llama-3.1-8B-Instruct-FP8", "fp8"),
+                                         ("nvidia/Llama-3.3-70B-Instruct-NVFP4", "fp4"),
+                                         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "int8"),
+                                         ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "int4"),
+                                         ("meta-llama/Llama-3.1-8B-Instruct", None), ("Qwen/Qwen3-32B", None)])
+def test_the_weight_dtype_a_checkpoint_name_states(name, dtype):
+    from apmw.catalog.models import checkpoint_weight_dtype
+
+    assert checkpoint_weight_dtype(name) == dtype
 
 
 def test_unknown_model_suggests_closest():

@@ -32,7 +32,7 @@ import numpy as np
 
 from apmw.catalog.models import load_config, resolve_model_name
 from apmw.errors import ConfigError, UnknownNameError
-from apmw.spec.model import dtype_key
+from apmw.spec.model import AUTO_DTYPE_HINT, dtype_key
 
 # Nominal bytes per element.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
@@ -180,8 +180,7 @@ def canonical_dtype(dtype: str, what: str) -> str:
     key = str(dtype_key(dtype))
     if key in DTYPE_BYTES:
         return key
-    hint = (" ('auto' depends on the checkpoint: vLLM's follows the model's activation dtype, bf16 "
-            "even for most fp8 checkpoints; say which)") if key == "auto" else ""
+    hint = f" ({AUTO_DTYPE_HINT})" if key == "auto" else ""
     raise UnknownNameError(f"unknown {what} dtype '{dtype}'; use one of: {', '.join(DTYPE_BYTES)}{hint}")
 
 
@@ -538,17 +537,22 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
 
 
 def load_architecture(name_or_path: str) -> Architecture:
-    """Architecture for a bundled model name or a path to a HuggingFace config.json."""
+    """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json."""
     cfg, source = load_config(name_or_path)
-    name = resolve_model_name(name_or_path) if not Path(name_or_path).is_file() else None
+    name = resolve_model_name(name_or_path) if not Path(name_or_path).expanduser().exists() else None
     return architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
 
 
 def _name_from_path(path: str) -> str:
-    """A config.json is named after its directory (HF layout), other files after their
-    stem; a bundled-style stem 'org--name' becomes 'org/name'."""
-    p = Path(path)
-    stem = p.parent.name if p.stem == "config" and p.parent.name else p.stem
+    """A checkpoint directory and its config.json are named after the directory (HF layout),
+    other files after their name less ``.json``; a bundled-style 'org--name' becomes 'org/name'."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        stem = p.resolve().name
+    elif p.name == "config.json" and p.parent.name:
+        stem = p.parent.name
+    else:
+        stem = p.name.removesuffix(".json")     # not .stem: "Llama-3.1-8B" has a dot
     return stem.replace("--", "/", 1)
 
 

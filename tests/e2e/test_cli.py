@@ -137,3 +137,13 @@ def test_plan_verify_puts_simulation_beside_the_plan():
     v = json.loads(r.stdout)["verify"]
     assert v["completed_tasks"] > 100
     assert v["simulated_over_analytic"]["mean"] == pytest.approx(1.0, abs=0.1)
+
+
+def test_plan_reads_a_served_checkpoint_id_and_notes_a_dtype_slip(tmp_path):
+    """The hub id a user serves reads its base config; an -NVFP4 id priced at fp8 gets a note on
+    stderr, and stdout stays one JSON document."""
+    r = run("plan", str(_spec_with(tmp_path, "config: deepseek-ai/DeepSeek-V3",
+                                   "config: nvidia/DeepSeek-V3-NVFP4")), "--json")
+    _no_traceback(r)
+    assert r.returncode == 0 and json.loads(r.stdout)["agents_per_replica"] >= 1
+    assert "names fp4 weights, but fp8 weights are priced" in " ".join(r.stderr.split())

@@ -278,10 +278,6 @@ def test_power_follows_the_token_budget_of_the_prediction():
     whole_prompt_w = replica_power_w(step, small, 4096, 256, gpu.idle_power_w, gpu.busy_power_w, token_budget=8192)
     assert small.mixed_iteration_share == 1.0          # every iteration carries a chunk
     assert small.replica_power_w < 0.9 * whole_prompt_w
-    # the default budget is unchanged by passing it explicitly
-    default = predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, **kw)
-    assert default.replica_power_w == predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, token_budget=8192,
-                                              **kw).replica_power_w
 
 
 def test_names_as_nvidia_smi_hf_and_the_engines_write_them():
@@ -293,3 +289,24 @@ def test_names_as_nvidia_smi_hf_and_the_engines_write_them():
     r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "100", "--osl", "10",
                                  "--concurrency", "1", "--kv-dtype", "auto"])
     assert r.exit_code == 1 and "'auto' depends on the checkpoint" in r.output
+
+
+def test_a_checkpoint_named_for_other_weights_gets_a_note_and_the_model_source():
+    args = ["predict", "--gpu", "H100", "--isl", "1000", "--osl", "100", "--concurrency", "8",
+            "--model", "nvidia/Llama-3.1-8B-Instruct-FP8"]
+    slip = CliRunner().invoke(app, args)
+    assert slip.exit_code == 0
+    assert "names fp8 weights, but bf16 weights are priced" in slip.output
+    assert "read for 'nvidia/Llama-3.1-8B-Instruct-FP8'" in " ".join(slip.output.split())
+    meant = CliRunner().invoke(app, [*args, "--weight-dtype", "fp8"])
+    assert meant.exit_code == 0 and "note:" not in meant.output
+
+
+def test_the_cli_default_prompts_per_client_is_the_library_default():
+    import inspect
+
+    from apmw.cli.predict import predict as cli_predict
+    from apmw.predict import DEFAULT_REQUESTS_PER_CLIENT
+
+    assert inspect.signature(cli_predict).parameters["requests_per_client"].default.default == \
+        DEFAULT_REQUESTS_PER_CLIENT

@@ -119,9 +119,11 @@ def test_dtype_and_engine_spellings_of_hf_and_the_engines_are_accepted():
     assert (spec.model.weight_dtype, spec.model.kv_dtype, spec.serving.engine) == ("bf16", "fp8", "trtllm")
 
 
-@pytest.mark.parametrize("section, key, value", [("serving", "engine", "tgi"), ("model", "kv_dtype", "auto")])
-def test_unknown_dtype_or_engine_is_still_an_error(section, key, value):
+@pytest.mark.parametrize("section, key, value, why", [("serving", "engine", "tgi", "should be 'vllm'"),
+                                                      ("model", "kv_dtype", "auto", "'auto' depends on the checkpoint")])
+def test_unknown_dtype_or_engine_is_still_an_error(section, key, value, why):
     d = small_spec_dict()
     d[section][key] = value
-    with pytest.raises(SpecError, match=key):
+    with pytest.raises(SpecError, match=key) as err:
         spec_from_dict(d)
+    assert why in str(err.value)

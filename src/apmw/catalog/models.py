@@ -8,9 +8,11 @@ prefix and ``-Instruct`` suffix), so "Llama-3.1-70B" finds
 
 A derived checkpoint (an instruct or chat tune, a quantised re-upload such as
 "nvidia/Llama-3.1-8B-Instruct-FP8", another organisation's copy) has its base model's
-architecture, so the name a user serves also resolves: checkpoint tags are stripped
-(:data:`CHECKPOINT_TAGS`), then the organisation. The weight dtype is not taken from the
-name (``--weight-dtype`` says it). The source line names the bundled config that was read.
+architecture, so the hub id a user serves also resolves: checkpoint tags are stripped
+(:data:`CHECKPOINT_TAGS`), then the organisation. File-system paths never resolve this way
+(a directory is read as a checkpoint: its ``config.json``). The weight dtype is not taken
+from the name (``--weight-dtype`` says it; :func:`checkpoint_weight_dtype` lets the CLI
+note a mismatch). The source line names the bundled config that was read.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ _BUNDLE_SOURCE = ("bundled HF config.json copy from ai-dynamo/aiconfigurator@095
                   "(Apache-2.0)")
 
 
-# Name tags of derived checkpoints that keep the base architecture: tunes (instruct, chat,
-# base) and the quantisation tags of the usual re-uploads (NVIDIA ModelOpt "-FP8"/"-NVFP4",
-# Red Hat / Neural Magic "-FP8-dynamic", "-w8a8", "-quantized.w4a16", AWQ, GPTQ).
-CHECKPOINT_TAGS = ("-instruct", "-chat", "-base", "-hf", "-fp8-dynamic", "-fp8-block", "-fp8", "-nvfp4",
-                   "-fp4", "-mxfp4", "-w8a8", "-w4a16", "-quantized.w8a8", "-quantized.w4a16", "-awq", "-gptq",
-                   "-int4", "-int8")
+# Name tags of derived checkpoints that keep the base architecture, with the weight dtype the
+# tag names (None: a tune, not a quantisation): instruct / chat / base tunes, and the tags of the
+# usual re-uploads (NVIDIA ModelOpt "-FP8" / "-NVFP4", Red Hat / Neural Magic "-FP8-dynamic",
+# "-quantized.w8a8" (INT8 W8A8) and "-quantized.w4a16", AWQ and GPTQ (4-bit weights)).
+CHECKPOINT_TAGS = {"-instruct": None, "-chat": None, "-base": None, "-hf": None,
+                   "-fp8-dynamic": "fp8", "-fp8-block": "fp8", "-fp8": "fp8", "-nvfp4": "fp4", "-fp4": "fp4",
+                   "-mxfp4": "fp4", "-quantized.w8a8": "int8", "-quantized.w4a16": "int4", "-w8a8": "int8",
+                   "-w4a16": "int4", "-awq": "int4", "-gptq": "int4", "-int4": "int4", "-int8": "int8"}
 
 # Released models whose config.json has the architecture of a bundled one under another name.
 # Llama 3.3 70B: vocab 128,256, hidden 8,192, MLP 28,672, 80 layers, 64 heads, 8 KV heads,
@@ -88,12 +92,10 @@ def _resolve(name: str) -> tuple[str, str] | None:
     table = _lookup()
     if key in table:
         return table[key], ""
-    stripped = key
-    while True:
-        tag = next((t for t in CHECKPOINT_TAGS if stripped.endswith(t)), None)
-        if tag is None:
-            break
-        stripped = stripped[: -len(tag)]
+    stripped, _ = _strip_tags(key)
+    # derived checkpoints are hub ids ("org/name" or "name"), never file-system paths
+    if stripped.startswith((".", "/", "~")) or stripped.count("/") > 1:
+        return None
     for form in (stripped, stripped.split("/", 1)[-1]):
         bare = form.split("/", 1)[-1].removeprefix("meta-")
         if form in table:
@@ -103,6 +105,25 @@ def _resolve(name: str) -> tuple[str, str] | None:
     return None
 
 
+def _strip_tags(key: str) -> tuple[str, str | None]:
+    """``key`` without its trailing checkpoint tags, and the weight dtype the tags name (or None)."""
+    dtype = None
+    while True:
+        tag = next((t for t in CHECKPOINT_TAGS if key.endswith(t)), None)
+        if tag is None:
+            return key, dtype
+        key = key[: -len(tag)]
+        dtype = dtype or CHECKPOINT_TAGS[tag]
+
+
+def checkpoint_weight_dtype(name: str) -> str | None:
+    """The weight dtype a checkpoint's name states ("...-FP8" -> "fp8"), or None when it states none
+    (a bundled name, a tune, a file). apmw takes the dtype from ``--weight-dtype``; callers compare."""
+    if Path(name).expanduser().exists():
+        return None
+    return _strip_tags(name.strip().lower())[1]
+
+
 def load_config(name_or_path: str) -> tuple[dict, str]:
     """Return (config dict, source description) for a file path or a bundled name.
 
@@ -110,6 +131,11 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     UnknownNameError listing the closest bundled names.
     """
     path = Path(name_or_path).expanduser()
+    if path.is_dir():       # a downloaded checkpoint: its config.json (HF layout)
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{path}: a directory without a config.json; pass the checkpoint directory "
+                              "that holds config.json, the file itself, or a bundled name")
+        path = path / "config.json"
     if path.is_file():
         return _read_json(path), f"file {path.resolve()}"
     found = _resolve(name_or_path)

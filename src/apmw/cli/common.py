@@ -24,3 +24,20 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def emit_json(obj: object) -> None:
     """One JSON document on stdout (NaN/inf are bugs, so they raise)."""
     sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def note(message: str) -> None:
+    """A remark on stderr that does not stop the verb (stdout stays clean for --json)."""
+    err.print(f"[yellow]note:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
+    """Say so when a checkpoint's name states other weights than the dtype being priced
+    ("...-FP8" priced at bf16): the dtype is the user's to give, but a mismatch is usually a slip."""
+    from apmw.catalog.models import checkpoint_weight_dtype
+    from apmw.spec.model import dtype_key
+
+    named = checkpoint_weight_dtype(model)
+    if named and named != dtype_key(weight_dtype):
+        note(f"'{model}' names {named} weights, but {weight_dtype} weights are priced; give "
+             f"--weight-dtype {named} (weight_dtype: {named} in a spec) if that is what it serves")

@@ -7,17 +7,18 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, out
+from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, out
 from apmw.errors import ApmwError
 
 
 @app.command()
 def predict(
-    model: str = typer.Option(..., "--model", help="bundled model name or path to a HF config.json"),
-    gpu: str = typer.Option(..., "--gpu", help="catalogue GPU (apmw model --gpus lists them)"),
+    model: str = typer.Option(..., "--model", help="bundled model name, a derived checkpoint's hub id "
+                              "(meta-llama/Llama-3.1-8B-Instruct), or a path to a HF config.json or checkpoint directory"),
+    gpu: str = typer.Option(..., "--gpu", help="catalogue GPU or the name nvidia-smi prints (apmw model --gpus lists them)"),
     tp: int = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica"),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ..."),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp4 on Blackwell)"),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency",
@@ -27,7 +28,7 @@ def predict(
         None, "--request-rate",
         help="instead of --concurrency: Poisson arrivals, requests/s per replica (vLLM bench serve "
              "--request-rate, MLPerf Server); a comma list sweeps them"),
-    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm"),
+    engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm (TensorRT-LLM also read)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
     length_spread: Optional[float] = typer.Option(
@@ -37,10 +38,11 @@ def predict(
     request_overhead_ms: Optional[float] = typer.Option(
         None, "--request-overhead-ms",
         help="client-seen TTFT outside the engine: HTTP, tokenising (default 25 ms; 0 for an in-process harness). "
-             "Published harnesses range from 5 ms (NIM) to about 200 ms; to measure yours, run concurrency 1 "
+             "Published harnesses range from about 1.5 ms (NIM, local client) to about 200 ms; "
+             "to measure yours, run concurrency 1 "
              "with a short prompt and subtract this prediction's TTFT at --request-overhead-ms 0"),
     requests_per_client: int = typer.Option(
-        10, "--requests-per-client",
+        10, "--requests-per-client",   # apmw.predict.DEFAULT_REQUESTS_PER_CLIENT (imported lazily)
         help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
              "(InferenceMAX: 10)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
@@ -59,6 +61,7 @@ def predict(
     common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
                   max_batch=max_batch, calibrated=not roofline,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
+    note_checkpoint_dtype(model, weight_dtype)
     try:
         if by_rate:
             ps = [predict_rate(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, r, **common) for r in levels]
@@ -71,6 +74,8 @@ def predict(
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
         _sweep(ps, levels, key, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
+        if not as_json:
+            _print_model_source(model)
         return
     p = ps[0]
     if as_json:
@@ -90,6 +95,14 @@ def predict(
     table.add_row("source", p.source)
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")
+    _print_model_source(model)
+
+
+def _print_model_source(model: str) -> None:
+    """Which config.json the architecture came from (a derived checkpoint reads its base model's)."""
+    from apmw.catalog.models import load_config
+
+    out.print(f"[dim]model: {load_config(model)[1]}[/]")
 
 
 def _levels(text: str, option: str, kind, example: str) -> list:

@@ -18,10 +18,15 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 # Other spellings of apmw's dtypes: HF ``torch_dtype``, vLLM ``--dtype`` and
 # ``--kv-cache-dtype`` (fp8_e4m3, fp8_e5m2), and the 4-bit block formats (NVFP4, MXFP4).
 DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                   "float8_e4m3fn": "fp8", "e4m3": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
+                   "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8", "nvfp4": "fp4",
+                   "mxfp4": "fp4"}
+# vLLM's `--kv-cache-dtype auto` follows the model's activation dtype, which is bf16 for most fp8
+# checkpoints too: it cannot be read from a weight dtype, so apmw asks for the dtype itself.
+AUTO_DTYPE_HINT = ("'auto' depends on the checkpoint: vLLM's follows the model's activation dtype, bf16 even for "
+                   "most fp8 checkpoints; say which")
 # Other ways engines are written ("vLLM", "TensorRT-LLM", "trtllm-serve"), once case and
 # punctuation are dropped.
-ENGINE_SPELLINGS = {"tensorrtllm": "trtllm", "trtllmserve": "trtllm", "tensorrt": "trtllm"}
+ENGINE_SPELLINGS = {"tensorrtllm": "trtllm", "trtllmserve": "trtllm"}
 
 
 def dtype_key(dtype: object) -> object:
@@ -30,6 +35,14 @@ def dtype_key(dtype: object) -> object:
         return dtype
     key = dtype.strip().lower()
     return DTYPE_SPELLINGS.get(key, key)
+
+
+def _dtype_field(dtype: object) -> object:
+    """A spec dtype in apmw's spelling; 'auto' is refused with the reason."""
+    key = dtype_key(dtype)
+    if key == "auto":
+        raise ValueError(AUTO_DTYPE_HINT)
+    return key
 
 
 def engine_key(engine: object) -> object:
@@ -89,11 +102,12 @@ class Workload(_Section):
 class Model(_Section):
     """The served model: a HF ``config.json`` path or a bundled name, and its dtypes."""
 
-    config: str = Field(description="path to a HuggingFace config.json, or a bundled name (apmw model --list)")
+    config: str = Field(description="path to a HuggingFace config.json or checkpoint directory, a bundled name "
+                        "(apmw model --list), or a derived checkpoint's hub id (meta-llama/Llama-3.1-8B-Instruct)")
     weight_dtype: Dtype = "bf16"
     kv_dtype: Dtype = "bf16"
 
-    _spellings = field_validator("weight_dtype", "kv_dtype", mode="before")(dtype_key)
+    _spellings = field_validator("weight_dtype", "kv_dtype", mode="before")(_dtype_field)
 
 
 class GpuOverride(_Section):
@@ -156,11 +170,6 @@ class Serving(_Section):
         "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
     )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
-
-    @field_validator("engine", mode="before")
-    @classmethod
-    def _engine_spelling(cls, v: object) -> object:
-        return engine_key(v)
     max_batched_tokens: int = Field(
         default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"
     )
@@ -186,6 +195,11 @@ class Serving(_Section):
     )
     speculative: Speculative | None = None
     disaggregation: Disaggregation | None = None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_spelling(cls, v: object) -> object:
+        return engine_key(v)
 
     @model_validator(mode="after")
     def _ttl(self) -> "Serving":

@@ -40,7 +40,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -184,15 +184,13 @@ def silicon_rows(path: Path = SILICON) -> list[Row]:
 PUBLISHED = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
 
 
-def published_rows(path: Path = PUBLISHED,
-                   nim_requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT) -> list[Row]:
+def published_rows(path: Path = PUBLISHED) -> list[Row]:
     """Published fixed-concurrency runs of dense models (NVIDIA NIM, GPUStack; bench/data/SOURCES.md).
 
     All held out. NIM runs use equal lengths (the default length spread applies);
-    GPUStack's ShareGPT lengths vary by more than their mean (spread 1.0).
-    ``nim_requests_per_client``: NVIDIA's guide sends 3 x concurrency requests per level, the
-    first simultaneous wave included; whether the published runs did is not stated
-    (bench/data/SOURCES.md), so apmw's default (10) is kept unless asked.
+    GPUStack's ShareGPT lengths vary by more than their mean (spread 1.0). Every run gets
+    apmw's default prompts per client and request overhead; `main` sets NIM's on request
+    (``--nim-requests-per-client``, ``--nim-overhead-ms``).
     """
     d = pd.read_csv(path)
     rows = []
@@ -203,9 +201,7 @@ def published_rows(path: Path = PUBLISHED,
                         rate_per_replica=None, concurrency=int(r.concurrency),
                         measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3},
                         label=f"{r.source} {r.model_reported} tp{r.tp} {round(r.isl)}/{round(r.osl)} c{r.concurrency}",
-                        note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread,
-                        requests_per_client=(nim_requests_per_client if r.source.startswith("nim")
-                                             else DEFAULT_REQUESTS_PER_CLIENT)))
+                        note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread))
     return rows
 
 
@@ -538,11 +534,14 @@ def main() -> None:
     if args.nim_requests_per_client < 1:
         ap.error(f"--nim-requests-per-client must be at least 1 (got {args.nim_requests_per_client})")
     rows = (mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data)
-            + published_rows(nim_requests_per_client=args.nim_requests_per_client) + silicon_rows())
-    if args.nim_overhead_ms is not None:
-        for r in rows:
-            if is_nim(r):
-                r.request_overhead_s = args.nim_overhead_ms / 1e3
+            + published_rows() + silicon_rows())
+    # NVIDIA's guide sends 3 x concurrency requests per level, the first simultaneous wave
+    # included; whether the published runs did is not stated (bench/data/SOURCES.md), so
+    # apmw's defaults hold unless asked
+    for r in filter(is_nim, rows):
+        r.requests_per_client = args.nim_requests_per_client
+        if args.nim_overhead_ms is not None:
+            r.request_overhead_s = args.nim_overhead_ms / 1e3
     if args.fit:
         isl = fit_isl(rows, LLAMA2_70B)
         for r in rows:

@@ -1,6 +1,7 @@
 """Does `apmw predict`'s analytic fixed-concurrency model reproduce apmw's iteration-level simulator?
 
-Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--client-gap] [--inferencemax] [--open-loop]
+Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--engine vllm|sglang|trtllm] [--client-gap]
+     [--inferencemax] [--open-loop]
 
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
@@ -87,7 +88,7 @@ def client_gap() -> None:
 WHOLE_RUN_PROMPTS_PER_CLIENT = 10
 
 
-def compare(name: str, cases, requests_per_client: int, run_s) -> None:
+def compare(name: str, cases, requests_per_client: int, run_s, engine: str = "vllm") -> None:
     """Predict and simulate each (isl, osl, spread, concurrency levels) case; print a table and the medians.
 
     ``run_s(prediction)`` gives ``(duration_s, warmup_s)`` of the simulated run.
@@ -97,11 +98,11 @@ def compare(name: str, cases, requests_per_client: int, run_s) -> None:
           f" {'pred TPOT ms':>13} {'lock-step':>10}")
     ttft_err, tpot_err = [], []
     for isl, osl, spread, levels in cases:
-        spec = benchmark_spec(spread, isl, osl)
+        spec = benchmark_spec(spread, isl, osl, engine=engine)
         step = replica_from_spec(spec).step
         for c in levels:
             p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=requests_per_client,
-                             length_spread=spread)
+                             length_spread=spread, engine=engine)
             duration_s, warmup_s = run_s(p)
             sim = simulate(spec, c, duration_s=duration_s, warmup_s=warmup_s, seed=1, start_together=True).to_dict()
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
@@ -131,7 +132,7 @@ def inferencemax_whole_runs() -> None:
             print(f"{f'{isl}/{osl}':>10} {c:>5} {sim['ttft_s']['mean'] * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}")
 
 
-def open_loop() -> None:
+def open_loop(engine: str = "vllm") -> None:
     """Poisson arrivals (vLLM bench serve --request-rate, MLPerf Server): ``apmw predict --request-rate``
     (apmw.predict.predict_open_loop, no request overhead) against the simulator's open loop, 3,000
     requests at 20-90 % of the predicted capacity (Llama-3.1-8B bf16 on one H200)."""
@@ -142,15 +143,16 @@ def open_loop() -> None:
     print(f"{'isl/osl':>10} {'load':>5} {'req/s':>6} {'sim TTFT':>9} {'pred TTFT':>10} {'sim TPOT':>9} {'pred TPOT':>10}")
     ttft_err, tpot_err = [], []
     for isl, osl in ((1024, 512), (300, 300)):
-        spec = benchmark_spec(0.0, isl, osl)
+        spec = benchmark_spec(0.0, isl, osl, engine=engine)
         step = replica_from_spec(spec).step
         cap = min(1024, kv_fit_requests(step, isl, osl))
-        max_rate = cap / predict_with(step, isl, osl, cap, 8192, 1024, 10**9, length_spread=1.0).e2e_latency_s
+        max_rate = cap / predict_with(step, isl, osl, cap, 8192, 1024, 10**9, length_spread=1.0,
+                                      engine=engine).e2e_latency_s
         n = 3000
         prompt, out = np.full(n, isl), np.full(n, osl)
         for load in (0.2, 0.5, 0.8, 0.9):
             rate = load * max_rate
-            p = predict_open_loop(step, isl, osl, rate, 8192, 1024)
+            p = predict_open_loop(step, isl, osl, rate, 8192, 1024, engine=engine)
             sim = simulate_open_loop(spec, prompt, out, rate, seed=1).to_dict()
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
             ttft_err.append(p.ttft_s / s_ttft - 1)
@@ -170,22 +172,25 @@ def main() -> None:
                     help="also compare apmw predict --request-rate with the simulator's open loop (about 1 minute)")
     ap.add_argument("--inferencemax", action="store_true",
                     help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
+    ap.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"),
+                    help="the engine's scheduling rules on both sides (sglang: prefill first, apmw.perf.scheduling)")
     args = ap.parse_args()
     # steady state: statistics after the default warm-up (a fifth of the run), first wave excluded
     steady = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
     steady += [(isl, osl, spread, (4, 16, 64)) for isl, osl in ((8192, 1024), (200, 200)) for spread in (0.0, 0.2)]
-    compare("steady state", steady, 10**9, lambda p: (args.duration_s, 0.2 * args.duration_s))
+    compare("steady state", steady, 10**9, lambda p: (args.duration_s, 0.2 * args.duration_s), args.engine)
     # whole runs: ten request lifetimes from a simultaneous start, every request counted
     whole = [(ISL, OSL, 0.2, (8, 32, 64, 128, 256)), (ISL, OSL, 0.0, (8, 32, 128)),
              (8192, 1024, 0.2, (4, 16, 64)), (200, 200, 0.2, (16, 64, 256))]
     compare(f"whole runs ({WHOLE_RUN_PROMPTS_PER_CLIENT} prompts per client, first wave included)", whole,
-            WHOLE_RUN_PROMPTS_PER_CLIENT, lambda p: (WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, 0.0))
+            WHOLE_RUN_PROMPTS_PER_CLIENT, lambda p: (WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, 0.0),
+            args.engine)
     if args.client_gap:
         client_gap()
     if args.inferencemax:
         inferencemax_whole_runs()
     if args.open_loop:
-        open_loop()
+        open_loop(args.engine)
 
 
 if __name__ == "__main__":

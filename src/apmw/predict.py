@@ -29,9 +29,14 @@ over one request cycle:
 * in lock step: each prompt waits half a decode iteration and its group's packed
   iteration; a request decodes through the packed iterations of every other group;
 * either way the first wave arrives all at once and queues for the budget: its mean
-  TTFT, ``(ceil(R*isl/budget) + 1)/2`` full-budget iterations, weighs
-  ``1/requests_per_client`` of the mean (InferenceMAX sends ``10 x concurrency`` prompts:
-  its benchmark scripts' ``--num-prompts $((CONC * 10))``).
+  TTFT, about ``(ceil(R*isl/budget) + 1)/2`` full-budget iterations (the last holds only
+  the remainder: :func:`wave_mean_ttft_s`), weighs ``1/requests_per_client`` of the mean
+  (InferenceMAX sends ``10 x concurrency`` prompts: its benchmark scripts'
+  ``--num-prompts $((CONC * 10))``);
+* engines that run prefill alone and first (SGLang's default; :mod:`apmw.perf.scheduling`)
+  give a prompt the whole budget and stall every decoder for its prefill iterations
+  (:func:`_prefill_first`); with equal lengths nobody decodes until the whole wave is
+  prefilled, so every cycle repeats the first wave.
   On NVIDIA's published NIM runs (equal lengths; ``bench/accuracy.py``) the spread-out
   model fits TTFT better than lock step, so the default spread is 0.2, not 0
   (``DEFAULT_LENGTH_SPREAD``).
@@ -53,6 +58,7 @@ from apmw.errors import ApmwError
 from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
                        resolve_gpu)
 from apmw.perf.calibrated import ENGINE_OVERHEAD_S, canonical_engine
+from apmw.perf.scheduling import mixes_prefill_with_decode
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
 # token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
@@ -113,6 +119,9 @@ class Prediction:
     mixed_iteration_share: float      # share of iterations that carry prompt tokens
     lockstep_share: float             # 1: requests move in lock-step groups (equal lengths); 0: spread out
     prompts_arrive: str               # "in lock-step groups" (lockstep_share >= 0.5) or "spread out"
+    # True: prompt chunks ride beside the decodes (vLLM, TensorRT-LLM); False: prefill iterations
+    # run alone and first (SGLang's default; apmw.perf.scheduling)
+    prefill_mixed_with_decode: bool
     source: str
     source_detail: str
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
@@ -128,11 +137,13 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
             max_batch: int | None = None, calibrated: bool = True,
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
-            requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT) -> Prediction:
+            requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     ``requests_per_client`` is the benchmark's prompt count over its concurrency (InferenceMAX:
     10); the first wave, which arrives all at once, weighs ``1 / requests_per_client`` of TTFT.
+    ``mixed_prefill`` overrides whether the engine mixes prompt chunks into decode iterations
+    (None: the engine's default, :func:`apmw.perf.scheduling.mixes_prefill_with_decode`).
     """
     if requests_per_client < 1:
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
@@ -143,14 +154,14 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     p = predict_with(step, isl, osl, concurrency, token_budget,
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
-                     length_spread=length_spread, engine=engine)
+                     length_spread=length_spread, engine=engine, mixed_prefill=mixed_prefill)
     return _with_power(step, spec_gpu, p, isl, osl, token_budget)
 
 
 def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
                  request_rate_per_s: float, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_batch: int | None = None, calibrated: bool = True,
-                 request_overhead_s: float | None = None) -> Prediction:
+                 request_overhead_s: float | None = None, mixed_prefill: bool | None = None) -> Prediction:
     """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
     (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`.
 
@@ -163,7 +174,8 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
     overhead_s = _request_overhead_s(engine, request_overhead_s)
     p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
-                          DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine)
+                          DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine,
+                          mixed_prefill=mixed_prefill)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
     # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
@@ -243,13 +255,15 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                  max_batch: int, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  request_overhead_s: float = 0.0,
                  length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm",
-                 poisson_arrivals: bool = False) -> Prediction:
+                 poisson_arrivals: bool = False, mixed_prefill: bool | None = None) -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
     mean (0: every request has the same lengths, and the requests move in lock-step groups).
     ``poisson_arrivals`` prices prompts that arrive as a Poisson stream (the open loop of
     :func:`predict_open_loop`) rather than as completions free slots (see :func:`_spread_out`).
+    ``mixed_prefill`` (None: the engine's default) says whether prompt chunks ride beside the
+    decodes or run in prefill iterations of their own, first (SGLang; :func:`_prefill_first`).
     """
     if not 0.0 <= length_spread <= 2.0:
         raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
@@ -262,33 +276,44 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
     running = min(concurrency, max_batch, fit)
     decoders = running - 1
-    capacity = max(token_budget - decoders, 1)          # prompt tokens one iteration can take
+    mixed = mixes_prefill_with_decode(engine, mixed_prefill)
+    # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
+    # when prefill iterations run alone
+    capacity = max(token_budget - decoders, 1) if mixed else token_budget
     own_mixed = math.ceil(isl / capacity)
     decode_iters = max(osl - 1, 0)
     wave_iters = running * isl / token_budget            # full-budget iterations a whole wave needs
-    lockstep = lockstep_share(running, length_spread * osl, wave_iters, decode_iters)
+    lockstep = lockstep_share(running, length_spread * osl, wave_iters, decode_iters, mixed)
     # Spread out and not prefill-bound: each prompt rides (in chunks) with the decoders.
     # Prefill-bound (more prompt tokens per cycle than the cycle's iterations can carry one
     # prompt at a time): every iteration is packed to the budget and prompts queue for it.
+    # Prefill first never is: its prefill iterations add to the cycle instead of filling it.
     chunk = min(isl, capacity)
-    if running * isl / chunk > own_mixed + decode_iters:
+    if mixed and running * isl / chunk > own_mixed + decode_iters:
         chunk = capacity
     # lock-step groups: as many whole prompts as the budget takes (the last group holds the rest)
     per_group = min(capacity // isl, running)
     group = per_group * isl if per_group else capacity
     rest = (running % per_group) * isl if per_group else 0
     burst_chunk = min(token_budget, running * isl)
-    t_decode, t_mixed, t_burst, t_group, t_rest = _iteration_times(step, running, decoders, chunk, burst_chunk,
-                                                                   group, rest, isl, osl)
-    tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
-                                                 room=max(capacity / chunk - 1, 0.0) if poisson_arrivals else None)
+    wave_rest = running * isl % token_budget             # the first wave's last, partial iteration
+    # the iterations that carry prompts: beside every other running request, or alone
+    t_decode, t_mixed, t_burst, t_group, t_rest, t_pair, t_wave_rest = _iteration_times(
+        step, running, decoders if mixed else 0, chunk, burst_chunk, group, rest, isl, osl, wave_rest)
+    burst_ttft = wave_mean_ttft_s(running, isl, token_budget, t_burst, t_wave_rest)
+    room = max(capacity / chunk - 1, 0.0) if poisson_arrivals else None
+    if mixed:
+        tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
+                                                     room=room)
+    else:
+        tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_pair, room)
     if lockstep > 0:
-        lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest)
+        lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
+                                mixed=mixed, wave_s=(burst_ttft, t_burst))
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
     # the first wave arrives all at once and queues for the token budget; it weighs
     # 1 / requests_per_client of the mean
-    burst_ttft = (math.ceil(running * isl / token_budget) + 1) / 2 * t_burst
     ttft_running = steady_ttft + max(burst_ttft - steady_ttft, 0.0) / max(requests_per_client, 1)
     ttft_running += request_overhead_s
     e2e_running = ttft_running + (osl - 1) * tpot
@@ -302,7 +327,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         decode_iteration_s=t_decode, mixed_iteration_s=t_group if lockstep >= 0.5 else t_mixed,
         mixed_iteration_share=share_mixed, lockstep_share=lockstep,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
-        source=step.source, source_detail=step.source_detail,
+        prefill_mixed_with_decode=mixed, source=step.source, source_detail=step.source_detail,
     )
 
 
@@ -315,10 +340,24 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
 LOCKSTEP_DECAY = 1.5
 
 
-def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_iters: float) -> float:
+# Prefill first (SGLang) keeps a whole wave together only while its requests finish in the
+# same iteration: a prompt that comes back alone is prefilled at once, and the wave comes
+# apart. The lock-step share is then 1 / (1 + (window / PREFILL_FIRST_LOCKSTEP_ITERS)^2)
+# (window = length_spread x osl iterations). FITTED to apmw's simulator like LOCKSTEP_DECAY
+# (Llama-3.1-8B bf16 on H200, 1024/512 tokens, spreads 0.01-0.2, concurrency 8-128; shares
+# 0.01-0.07 at spreads 0.01-0.05 and none to see at 0.2; `python bench/predict_vs_sim.py --engine sglang`).
+PREFILL_FIRST_LOCKSTEP_ITERS = 1.2
+
+
+def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_iters: float,
+                   mixed: bool = True) -> float:
     """Share of the steady state in lock-step groups (1: equal lengths; 0: spread out)."""
-    if running <= 1 or wave_iters > decode_iters or wave_iters <= 0:
-        return 0.0      # one client, or a prefill-bound wave (every iteration packed anyway)
+    if running <= 1 or wave_iters <= 0:
+        return 0.0      # one client
+    if not mixed:
+        return 1.0 / (1.0 + (window_iters / PREFILL_FIRST_LOCKSTEP_ITERS) ** 2)
+    if wave_iters > decode_iters:
+        return 0.0      # a prefill-bound wave (every iteration packed anyway)
     return math.exp(-LOCKSTEP_DECAY * window_iters / wave_iters)
 
 
@@ -357,6 +396,40 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     return (t_bar if osl > 1 else 0.0), ttft, share
 
 
+def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
+                   t_pair: float, room: float | None = None) -> tuple[float, float, float]:
+    """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
+
+    Over one request cycle the engine runs ``osl - 1`` decode iterations and, for every
+    running request's prompt, ``isl / chunk`` prefill iterations with no decoder in them.
+    A new prompt waits only for the iteration in progress (half of one on average; none
+    when it runs alone), then for its own prefill iterations: decode never goes first. A
+    decoding request stalls through the prefill iterations of the other ``running - 1``
+    prompts of its cycle, so they add ``(running - 1) * isl / chunk * t_prefill`` to its
+    decode time.
+
+    ``room`` switches to Poisson arrivals as in :func:`_spread_out`: the wait is
+    ``E[T^2] / 2E[T]``, and the prompts that arrived during the same iteration share its
+    prefill batch, each adding one more prompt's cost (``t_pair - t_prefill``) and sharing
+    the stall it puts on the decoders.
+    """
+    decode_iters = max(osl - 1, 0)
+    prefill_per_cycle = running * isl / chunk
+    share = prefill_per_cycle / max(prefill_per_cycle + decode_iters, 1e-12)
+    t_bar = share * t_prefill + (1 - share) * t_decode
+    wait, others = arrival_wait_s(t_bar, running), 0.0
+    if room is not None and running > 1:
+        wait = (share * t_prefill ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        rate_per_s = running / ((prefill_per_cycle + decode_iters) * t_bar)
+        others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
+    extra_s = max(t_pair - t_prefill, 0.0)          # one more prompt in a prefill batch
+    ttft = wait + isl / chunk * t_prefill + others * extra_s
+    # prompts that share a batch share its stall
+    stall_s = (running - 1) * isl / chunk * (t_prefill + others * extra_s) / (1 + others)
+    tpot = t_decode + stall_s / decode_iters if decode_iters else 0.0
+    return tpot, ttft, share
+
+
 def arrival_wait_s(t_iter_s: float, running: int) -> float:
     """How long a new prompt waits for the iteration in progress to end.
 
@@ -374,7 +447,8 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
 
 
 def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
-                     t_decode: float, t_group: float, t_rest: float) -> tuple[float, float, float]:
+                     t_decode: float, t_group: float, t_rest: float, mixed: bool = True,
+                     wave_s: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
@@ -387,46 +461,78 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     iterations, shared with their neighbours' chunks.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
     this steady state (``bench/predict_vs_sim.py``).
+
+    When prefill runs alone and first (``mixed=False``, SGLang) nobody decodes until the whole
+    wave is prefilled, in full-budget iterations, so the requests decode, finish and return
+    together: every cycle repeats the first wave (``wave_s``: its mean TTFT and one full
+    iteration's time), and a request decodes after waiting for the wave's later prefill
+    iterations (the simulator shows this too).
     """
     decode_iters = max(osl - 1, 1)
+    if not mixed:
+        # prefill first: the whole wave is prefilled before anyone decodes, so it decodes, finishes
+        # and comes back together, and every cycle starts with a whole wave of prompts
+        iters = math.ceil(running * isl / capacity)
+        wave_ttft, t_full = wave_s
+        # from its first token to its decode: the rest of the wave's prefill, about (iters - 1)/2 iterations
+        tpot = t_decode + (iters - 1) / 2 * t_full / decode_iters if osl > 1 else 0.0
+        return tpot, wave_ttft, iters / (iters + decode_iters)
+    base = t_decode                         # what a decoder would spend anyway in a packed iteration
     if per_group:
         full, rest = divmod(running, per_group)
         # (requests, their group's packed iteration time, packed iterations of that kind per cycle)
         groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
         own_s = sum(n * t for n, t, _ in groups) / running
-        own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
+        own_extra = sum(n * (t - base) for n, t, _ in groups) / running
     else:
         # prompts longer than the budget: every iteration is packed, each prompt sharing its
         # ``own_mixed`` iterations with its neighbours' chunks
         groups = [(running, t_group, running * isl / capacity)]
         own_s = own_mixed * t_group
-        own_extra = isl / capacity * (t_group - t_decode)
+        own_extra = isl / capacity * (t_group - base)
     ttft = 0.5 * t_decode + own_s
-    packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
+    packed_extra = sum(k * (t - base) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
-    share = min(sum(k for *_, k in groups) / (decode_iters + own_mixed), 1.0)
+    packed = sum(k for *_, k in groups)
+    share = min(packed / (decode_iters + own_mixed), 1.0)
     return tpot, ttft, share
 
 
-def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
-                     group: float, rest: float, isl: int, osl: int) -> tuple[float, float, float, float, float]:
-    """Decode-only, steady mixed (one prompt chunk), first-wave (full budget) and lock-step
-    group (whole prompts filling the budget) iteration times.
+def wave_mean_ttft_s(running: int, isl: int, token_budget: int, t_full_s: float, t_last_s: float) -> float:
+    """Mean TTFT of ``running`` prompts that arrive at once and are prefilled a budget at a time.
 
+    Prompt ``j`` gets its first token at the end of the iteration its last token lands in;
+    every iteration is full (``t_full_s``) but the last, which holds the remainder
+    (``t_last_s``; the same when the wave fills it).
+    """
+    full = running * isl // token_budget
+    if running * isl % token_budget == 0:
+        t_last_s = t_full_s
+    lands = (np.arange(1, running + 1, dtype=np.int64) * isl - 1) // token_budget
+    ttft = np.where(lands < full, (lands + 1) * t_full_s, full * t_full_s + t_last_s)
+    return float(ttft.mean())
+
+
+def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
+                     group: float, rest: float, isl: int, osl: int, wave_rest: float) -> tuple[float, ...]:
+    """Decode-only, steady mixed (one prompt chunk), first-wave (full budget), lock-step
+    group (whole prompts filling the budget), two-chunk and first-wave last (``wave_rest``
+    tokens) iteration times.
+
+    ``decoders`` ride in the iterations that carry prompts (0 when prefill runs alone).
     Decoding requests read KV at their mean context ``isl + osl/2``; a prompt chunk
     attends its own prefix (mean ``isl/2``).
     """
     a = step.arch
     ctx = isl + osl / 2
     # a first wave: while it is prefilled, the prompts before one decode: (running - 1)/2 on average
-    dec = np.array([running, decoders, decoders / 2, decoders, decoders], dtype=float)
-    pre = np.array([0.0, chunk, burst_chunk, group, rest])
+    dec = np.array([running, decoders, decoders / 2, decoders, decoders, decoders, decoders / 2], dtype=float)
+    pre = np.array([0.0, chunk, burst_chunk, group, rest, 2 * chunk, wave_rest])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
                          attention_flops=dec * attn_dec + pre * attn_pre)
-    t = step.iteration_time_s(load)
-    return float(t[0]), float(t[1]), float(t[2]), float(t[3]), float(t[4])
+    return tuple(float(x) for x in step.iteration_time_s(load))
 
 
 def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float,
@@ -441,8 +547,9 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
     a = step.arch
     r = p.running_requests
     ctx = isl + osl / 2
-    chunk = min(isl, max(token_budget - (r - 1), 1))
-    dec = np.array([r, r - 1], dtype=float)
+    beside = r - 1 if p.prefill_mixed_with_decode else 0      # decoders in an iteration that carries a prompt
+    chunk = min(isl, max(token_budget - beside, 1))
+    dec = np.array([r, beside], dtype=float)
     pre = np.array([0.0, chunk])
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
                          attention_flops=dec * float(a.attention_flops_per_token(ctx))
@@ -454,7 +561,7 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
 
 
 def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
-                      max_batch: int, engine: str = "vllm") -> Prediction:
+                      max_batch: int, engine: str = "vllm", mixed_prefill: bool | None = None) -> Prediction:
     """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
 
     The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
@@ -471,7 +578,7 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
 
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
-                         engine=engine, poisson_arrivals=True)
+                         engine=engine, poisson_arrivals=True, mixed_prefill=mixed_prefill)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

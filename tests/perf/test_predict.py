@@ -310,3 +310,49 @@ def test_the_cli_default_prompts_per_client_is_the_library_default():
 
     assert inspect.signature(cli_predict).parameters["requests_per_client"].default.default == \
         DEFAULT_REQUESTS_PER_CLIENT
+
+
+def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():
+    # SGLang runs a prefill batch instead of the decode batch whenever prompts wait
+    # (apmw.perf.scheduling): a prompt waits only for the iteration in progress, and each
+    # decoder sits through the other clients' prefill iterations.
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_with
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16", engine="sglang")
+    args = (step, 200, 200, 256, 8192, 2048)
+    first = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang")
+    mixed = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang", mixed_prefill=True)
+    assert not first.prefill_mixed_with_decode and mixed.prefill_mixed_with_decode
+    t_pre, t_dec = first.mixed_iteration_s, first.decode_iteration_s      # a 200-token prefill iteration alone
+    assert first.lockstep_share < 0.002             # widely varied lengths: spread out
+    assert first.tpot_s == pytest.approx(t_dec + 255 * t_pre / 199, rel=0.005)
+    assert first.tpot_s > 1.2 * mixed.tpot_s          # 255 stalls of a whole forward pass
+    share = 256 / (256 + 199)
+    t_bar = share * t_pre + (1 - share) * t_dec
+    assert first.ttft_s == pytest.approx(0.5 * t_bar + t_pre, rel=0.005)
+    assert first.ttft_s < mixed.ttft_s                # no decoders ride in its prefill iteration
+
+
+def test_the_first_wave_counts_its_partial_last_iteration():
+    from apmw.predict import wave_mean_ttft_s
+
+    # ten 1024-token prompts, 8192-token budget: eight land in the first iteration, two in a second
+    # that holds only their 2048 tokens
+    assert wave_mean_ttft_s(10, 1024, 8192, 1.0, 0.25) == pytest.approx((8 * 1.0 + 2 * 1.25) / 10)
+    assert wave_mean_ttft_s(16, 1024, 8192, 1.0, 0.25) == pytest.approx(1.5)     # two full iterations
+    assert wave_mean_ttft_s(3, 1024, 8192, 1.0, 0.4) == pytest.approx(0.4)       # one partial iteration
+
+
+def test_cli_prefill_first_and_mixed_prefill_override_the_engine():
+    base = ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "1000", "--osl", "1000",
+            "--concurrency", "64", "--json"]
+    got = {}
+    for extra in (["--engine", "sglang"], ["--engine", "sglang", "--mixed-prefill"], ["--prefill-first"], []):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code == 0, r.output
+        got[" ".join(extra)] = json.loads(r.output)["prefill_mixed_with_decode"]
+    assert got == {"--engine sglang": False, "--engine sglang --mixed-prefill": True, "--prefill-first": False,
+                   "": True}

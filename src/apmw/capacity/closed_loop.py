@@ -47,6 +47,10 @@ class EngineCurve:
     iterations_per_call: float
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
+    # the part of a call's prefill iteration its own chunk does not pay for: a decode
+    # iteration's when chunks ride beside decodes (None), the rest of a prefill iteration
+    # when prefill runs alone (the tangent at the mean load: _prefill_first_curve)
+    prefill_fixed_s: np.ndarray | None = None
 
 
 # Iterations carry at most this many prefilling calls in the mixture below; the
@@ -54,7 +58,8 @@ class EngineCurve:
 MAX_PREFILLS_PER_ITERATION = 32
 
 
-def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False) -> EngineCurve:
+def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False,
+                 mixed: bool = True) -> EngineCurve:
     """Iteration times at each batch size ``b``.
 
     Of ``b`` running calls, each is in a prefill iteration with probability
@@ -65,6 +70,9 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
     A call sees two kinds of iteration: its own prefill iterations (itself plus
     ``Binom(b-1, q)`` other prefills) and its decode iterations (``Binom(b-1, q)``
     other prefills); their mix over a call's life averages to the engine's mean.
+
+    ``mixed=False`` (prefill first, SGLang: :mod:`apmw.perf.scheduling`) prices the other kind
+    of engine with the same mixture: see :func:`_prefill_first_curve`.
     """
     # decode_only: prefill runs on another instance (disaggregation), iterations only decode
     iters = max(s.call_decode_iters, 1e-9) if decode_only else s.call_prefill_iters + s.call_decode_iters
@@ -92,6 +100,8 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
         share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
         return (t * weight).sum(axis=1), share
 
+    if not mixed and not decode_only:
+        return _prefill_first_curve(step, s, b[:, 0], q, iters, chunk, chunk_attn, others, weight)
     t_prefill, share_prefill = mean_time(others + 1)
     t_decode, share_decode = mean_time(others)
     t = q * t_prefill + (1 - q) * t_decode
@@ -102,6 +112,53 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
                        iterations_per_call=iters, compute_share=share, decoding=decoding)
+
+
+def _prefill_first_curve(step: StepModel, s: SessionSample, b: np.ndarray, q: float, iters: float, chunk: float,
+                         chunk_attn: float, others: np.ndarray, weight: np.ndarray) -> EngineCurve:
+    """The engine curve when prefill iterations run alone and first (SGLang).
+
+    Of ``b`` running calls, ``K ~ Binom(b-1, q)`` others are prefilling, as in the mixed
+    curve. A prefill iteration carries the call's chunk and those of the others
+    (``m = 1 + E[K]`` chunks, no decoder); a decode iteration carries the ``d = b - E[K]``
+    decoders and no chunk. Calls complete at ``mu = 1 / (PF t_p / m + D t_d / d)``: each
+    pays its share of the prefill iterations and of the decode iterations that advance it.
+    A call's residence at batch ``b`` is ``b / mu``; what its own prefill iterations do not
+    take of it is its time per output token, stalls behind the others' prefills included.
+    """
+    col = b[:, None]
+    verify = s.decode_tokens_per_iteration
+
+    def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        load = IterationLoad(
+            decode_seqs=decode * verify,
+            prefill_tokens=prefills * chunk,
+            kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
+            attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
+        )
+        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(weight)
+        share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
+        return (t * weight).sum(axis=1), share
+
+    zero = np.zeros_like(others)
+    t_pre, share_pre = mean_time(zero, others + 1)
+    t_dec, share_dec = mean_time(col - others, zero)
+    # the prefill iteration's part that is not the call's own chunk, read off the tangent at
+    # the mean load (one more chunk's cost): weights read, overheads, the others' chunks
+    t_more, _ = mean_time(zero, others + 2)
+    fixed = np.maximum(2 * t_pre - t_more, 0.0)
+    expected_others = (others * weight).sum(axis=1)
+    m, d = 1.0 + expected_others, b - expected_others
+    pre_s = s.call_prefill_iters * t_pre / m          # engine time per completed call, prefilling
+    dec_s = s.call_decode_iters * t_dec / d           # ... and decoding
+    per_call_s = pre_s + dec_s
+    residence = b * per_call_s
+    per_token = (residence - s.call_prefill_iters * t_pre) / max(s.call_decode_iters, 1e-9)
+    return EngineCurve(batch=b, iteration_s=residence / iters, prefill_iteration_s=t_pre,
+                       decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
+                       decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
+                       compute_share=(pre_s * share_pre + dec_s * share_dec) / per_call_s,
+                       decoding=dec_s / per_call_s * d, prefill_fixed_s=fixed)
 
 
 @dataclass(frozen=True)
@@ -122,6 +179,7 @@ class LoopState:
     think_per_call_s: float          # Z
     batch_distribution: np.ndarray   # P(b = 0..max_batch)
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
+    prefill_fixed_s: float | None = None  # see EngineCurve.prefill_fixed_s
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
@@ -169,4 +227,5 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
         iteration_p95_s=iteration_p95,
+        prefill_fixed_s=None if curve.prefill_fixed_s is None else float((flow * curve.prefill_fixed_s[idx]).sum()),
     )

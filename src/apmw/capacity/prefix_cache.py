@@ -31,6 +31,7 @@ from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.errors import ApmwError
 from apmw.capacity.sessions import SessionSample, sample_session_pair, sample_sessions
 from apmw.perf import Replica
+from apmw.perf.scheduling import mixes_prefill_with_decode
 from apmw.spec import Spec
 
 # Fixed-point iterations on the miss share, and the change at which they stop.
@@ -127,7 +128,9 @@ class ClosedLoopModel:
         self.spec, self.replica, self.miss_sample = spec, replica, sample
         self.max_batch = max_batch or spec.serving.max_batch
         self.prefill = prefill_stage(spec, replica, sample)
-        self.miss_curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None)
+        self.mixed = mixes_prefill_with_decode(spec.serving.engine, spec.serving.mixed_prefill)
+        self.miss_curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
+                                       mixed=self.mixed)
         self.cache = LruSurvival.from_sample(sample)
         if self.prefill is not None and len(self.cache.wait_s):
             raise ApmwError("serving.disaggregation together with a policy that frees contexts at tool waits "
@@ -137,7 +140,7 @@ class ClosedLoopModel:
         if len(self.cache.wait_s):
             self.hit_sample = hit_sample or sample_sessions(spec, replica.arch, sessions=sample.sessions,
                                                             freed_contexts_hit=True)
-            self.hit_curve = engine_curve(replica.step, self.hit_sample, self.max_batch)
+            self.hit_curve = engine_curve(replica.step, self.hit_sample, self.max_batch, mixed=self.mixed)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",
                      "kv_decode", "kv_tool")
             self._hit_means = {n: float(getattr(self.hit_sample, n).mean()) for n in names}

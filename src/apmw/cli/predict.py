@@ -45,6 +45,10 @@ def predict(
         10, "--requests-per-client",   # apmw.predict.DEFAULT_REQUESTS_PER_CLIENT (imported lazily)
         help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
              "(InferenceMAX: 10)"),
+    mixed_prefill: Optional[bool] = typer.Option(
+        None, "--mixed-prefill/--prefill-first",
+        help="whether prompt chunks ride in decode iterations (default: the engine's; vllm and trtllm mix, "
+             "sglang runs prefill alone and first unless started with --enable-mixed-chunk)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
@@ -59,7 +63,7 @@ def predict(
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
-                  max_batch=max_batch, calibrated=not roofline,
+                  max_batch=max_batch, calibrated=not roofline, mixed_prefill=mixed_prefill,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype)
     try:
@@ -90,6 +94,7 @@ def predict(
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
     table.add_row("prompts arrive", p.prompts_arrive)
+    table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
     table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)

@@ -21,6 +21,11 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
    (:meth:`apmw.perf.StepModel.iteration_time_s`, the same function ``apmw plan``
    uses) for its decode sequences, prefill tokens, KV bytes read and attention FLOPs.
 
+**Prefill first** (SGLang's default, ``serving.engine: sglang`` unless
+``serving.mixed_prefill``): an iteration carries either prompts (rule 1 for sequences still
+prefilling, then rule 2, the whole budget theirs) or, only when no prompt can run, every
+decode; never both (:mod:`apmw.perf.scheduling`).
+
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
 and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
+from apmw.perf.scheduling import mixes_prefill_with_decode
 from apmw.sim.kvcache import BlockPool
 from apmw.spec import Serving
 
@@ -160,6 +166,7 @@ class Engine:
         self.kv_dtype = step.kv_dtype
         self.max_batch = serving.max_batch
         self.max_tokens = serving.max_batched_tokens
+        self.prefill_first = not mixes_prefill_with_decode(serving.engine, serving.mixed_prefill)
         self.caching = serving.prefix_caching
         kv_block_bytes = step.kv_bytes_per_token * BLOCK_TOKENS
         self.pool = BlockPool(int(replica.kv_capacity_bytes // kv_block_bytes), self.caching)
@@ -322,11 +329,13 @@ class Engine:
     def _blocks_vec(self, tokens: np.ndarray) -> np.ndarray:
         return -(-tokens // BLOCK_TOKENS) - self.sb
 
-    def _schedule_running(self, budget: int) -> tuple[np.ndarray, int, bool]:
+    def _schedule_running(self, budget: int, prompts: bool = True, decodes: bool = True
+                          ) -> tuple[np.ndarray, int, bool]:
         """Tokens each running sequence computes this iteration (in order, within the budget), its blocks
-        allocated; spills pins, then preempts from the back, when the pool runs short."""
+        allocated; spills pins, then preempts from the back, when the pool runs short. ``prompts`` and
+        ``decodes`` say which running sequences this iteration may carry (both when mixed)."""
         r, pool = self.running, self.pool
-        want = np.where(r.pre, r.total - r.kv, 1)
+        want = np.where(r.pre, r.total - r.kv if prompts else 0, 1 if decodes else 0)
         before = np.cumsum(want) - want
         n = np.clip(budget - before, 0, want)
         need = np.where(n > 0, self._blocks_vec(r.kv + n) - r.own, 0)
@@ -339,6 +348,9 @@ class Engine:
         i = 0
         n = np.zeros(len(r), dtype=np.int64)
         while i < len(r):
+            if (r.pre[i] and not prompts) or (not r.pre[i] and not decodes):
+                i += 1
+                continue
             ni = min(int(r.total[i] - r.kv[i]), budget)
             if ni <= 0:
                 break
@@ -361,12 +373,13 @@ class Engine:
             break
         return n[:len(r)], budget, preempted
 
-    def step_once(self) -> bool:
-        """One iteration by the rules above; False when nothing could be scheduled."""
+    def _schedule(self, prompts: bool = True, decodes: bool = True, admit: bool = True) -> np.ndarray:
+        """Tokens per running sequence this iteration (rule 1), then admissions (rule 2) appended."""
         r = self.running
         budget = self.max_tokens
-        n, budget, preempted = self._schedule_running(budget) if len(r) else (np.zeros(0, np.int64), budget, False)
-        if not preempted:
+        n, budget, preempted = (self._schedule_running(budget, prompts, decodes) if len(r)
+                                else (np.zeros(0, np.int64), budget, False))
+        if not preempted and admit:
             added = []
             while self.waiting and budget > 0 and len(r) < self.max_batch:
                 plan = self._admission(self.waiting[0], budget)
@@ -381,6 +394,19 @@ class Engine:
                 budget -= ni
             if added:
                 n = np.concatenate((n, np.array(added, dtype=np.int64)))
+        return n
+
+    def step_once(self) -> bool:
+        """One iteration by the rules above; False when nothing could be scheduled."""
+        r = self.running
+        if self.prefill_first:
+            # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is
+            # one, decoding only when there is none (apmw.perf.scheduling)
+            n = self._schedule(decodes=False)
+            if not (n > 0).any():
+                n = self._schedule(prompts=False, admit=False)
+        else:
+            n = self._schedule()
         active = n > 0
         if not active.any():
             return False
@@ -441,7 +467,7 @@ class Engine:
         b = len(r)
         if b == 0 or b > self.max_tokens or r.pre.any():
             return False
-        budget = self.max_tokens - b
+        budget = self.max_tokens if self.prefill_first else self.max_tokens - b
         if self.waiting and b < self.max_batch and budget > 0 and (
                 self._admission(self.waiting[0], budget) or self._spillable()):
             return False

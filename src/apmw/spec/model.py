@@ -169,6 +169,11 @@ class Serving(_Section):
         "overhead; for trtllm also fp8-KV attention at bf16 bandwidth and kv_memory_fraction read as a share "
         "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
     )
+    mixed_prefill: bool | None = Field(
+        default=None,
+        description="whether prompt chunks ride in the same iteration as decodes; unset: the engine's default "
+        "(vllm, trtllm: yes; sglang: no, a prefill batch runs alone and first [SGLang --enable-mixed-chunk])",
+    )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
     max_batched_tokens: int = Field(
         default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"

@@ -1,0 +1,69 @@
+"""SGLang's scheduler (prefill first, never mixed with decode) in the simulator, against `apmw predict`."""
+
+from __future__ import annotations
+
+import pytest
+
+import apmw.sim.engine as engine_module
+from apmw.perf import IterationLoad, replica_from_spec
+from apmw.perf.scheduling import mixes_prefill_with_decode
+from apmw.predict import predict_with
+from apmw.sim import simulate
+from apmw.spec import spec_from_dict
+from tests.sim.helpers import spec
+
+
+def test_which_engines_mix_prefill_with_decode():
+    assert mixes_prefill_with_decode("vllm") and mixes_prefill_with_decode("trtllm")
+    assert not mixes_prefill_with_decode("sglang")
+    assert mixes_prefill_with_decode("sglang", mixed=True)        # SGLang --enable-mixed-chunk
+    assert not mixes_prefill_with_decode("vllm", mixed=False)
+
+
+def _iteration_kinds(monkeypatch, s) -> set[tuple[bool, bool]]:
+    """(carries decodes, carries prompt tokens) of every simulated iteration."""
+    kinds = set()
+
+    def recording(decode_seqs, prefill_tokens, kv_read_bytes, attention_flops):
+        kinds.add((bool(decode_seqs > 0), bool(prefill_tokens > 0)))
+        return IterationLoad(decode_seqs, prefill_tokens, kv_read_bytes, attention_flops)
+
+    monkeypatch.setattr(engine_module, "IterationLoad", recording)
+    simulate(s, 8, duration_s=120, seed=3)
+    return kinds
+
+
+def test_sglang_iterations_carry_prompts_or_decodes_never_both(monkeypatch):
+    assert (True, True) in _iteration_kinds(monkeypatch, spec(engine="vllm"))
+    kinds = _iteration_kinds(monkeypatch, spec(engine="sglang"))
+    assert (True, True) not in kinds and {(True, False), (False, True)} <= kinds
+    assert (True, True) in _iteration_kinds(monkeypatch, spec(engine="sglang", mixed_prefill=True))
+
+
+def _benchmark(engine: str):
+    """Equal-length 1024/512 requests on Llama-3.1-8B bf16, one H200: a fixed-concurrency benchmark."""
+    return spec_from_dict({
+        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": 1024,
+                     "output_tokens_per_call": 512, "tool_wait_s": 0.0},
+        "model": {"config": "meta-llama/Meta-Llama-3.1-8B", "weight_dtype": "bf16", "kv_dtype": "bf16"},
+        "hardware": {"gpu": "H200", "gpus_per_replica": 1},
+        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": engine},
+        "slo": {"task_latency_p95_s": 1e6},
+        "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 2.0},
+    })
+
+
+def test_equal_lengths_under_prefill_first_repeat_the_whole_wave_every_cycle():
+    # 32 clients x 1024 tokens = four full prefill iterations before anyone decodes; they then
+    # finish together and come back together, so every cycle's TTFT is the first wave's.
+    sims = {}
+    for engine in ("sglang", "vllm"):
+        s = _benchmark(engine)
+        sims[engine] = simulate(s, 32, duration_s=60, warmup_s=20, seed=1, start_together=True).to_dict()
+    step = replica_from_spec(_benchmark("sglang")).step
+    p = predict_with(step, 1024, 512, 32, 8192, 1024, requests_per_client=10**9, length_spread=0.0, engine="sglang")
+    assert p.lockstep_share == 1.0 and not p.prefill_mixed_with_decode
+    assert sims["sglang"]["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.01)
+    assert sims["sglang"]["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.01)
+    # vLLM's mixed groups stay one packed iteration apart instead: a third of the TTFT
+    assert sims["vllm"]["ttft_s"]["mean"] < 0.5 * sims["sglang"]["ttft_s"]["mean"]

@@ -1,7 +1,7 @@
 """Does `apmw predict`'s analytic fixed-concurrency model reproduce apmw's iteration-level simulator?
 
 Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--engine vllm|sglang|trtllm] [--client-gap]
-     [--inferencemax] [--open-loop]
+     [--inferencemax] [--open-loop] [--kv-limit]
 
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
@@ -163,6 +163,32 @@ def open_loop(engine: str = "vllm") -> None:
           f"TPOT {min(tpot_err):+.0%} to {max(tpot_err):+.0%}")
 
 
+def kv_limit() -> None:
+    """Concurrency beyond the KV limit, vLLM's admission by need on both sides: Llama-3.1-70B fp8 on one
+    H200 (and 8B with 8k prompts), lengths spread 0.2, steady state over the last 24 of 30 predicted
+    request cycles. ``full fit``: requests that fit at full length (isl + osl), what apmw assumed
+    before session 5; ``pred R``: the running requests predicted (mean context isl + osl/2)."""
+    from apmw.predict import kv_fit_requests
+
+    print("\nbeyond the KV limit (vLLM): TTFT s, TPOT ms, running requests, preemptions per completed request")
+    print(f"{'model':>5} {'isl/osl':>10} {'conc':>5} {'full fit':>8} {'pred R':>6} {'sim R':>6} {'sim TTFT':>9}"
+          f" {'pred TTFT':>10} {'sim TPOT':>9} {'pred TPOT':>10} {'preempt':>8}")
+    cases = [("70B", 1024, 1024, (128, 192, 256, 384)), ("8B", 8192, 1024, (128, 256, 512)),
+             ("70B", 200, 2000, (128, 256, 512)), ("70B", 4096, 512, (64, 128, 256))]
+    for size, isl, osl, levels in cases:
+        spec = benchmark_spec(0.2, isl, osl, model=f"meta-llama/Meta-Llama-3.1-{size}", gpu="H200", dtype="fp8")
+        step = replica_from_spec(spec).step
+        full = kv_fit_requests(step, isl, osl, "vllm", full_length=True)
+        for c in levels:
+            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2)
+            sim = simulate(spec, c, duration_s=30 * p.e2e_latency_s * c / p.running_requests, seed=1,
+                           start_together=True).to_dict()
+            preempt = sim["preemptions"] / max(sim["completed_tasks"], 1)
+            print(f"{size:>5} {f'{isl}/{osl}':>10} {c:>5} {full:>8} {p.running_requests:>6} {sim['decode_batch_mean']:>6.0f}"
+                  f" {sim['ttft_s']['mean']:>9.2f} {p.ttft_s:>10.2f} {sim['tpot_s']['mean'] * 1e3:>9.1f}"
+                  f" {p.tpot_s * 1e3:>10.1f} {preempt:>8.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration-s", type=float, default=300.0, help="simulated seconds per steady-state point")
@@ -174,6 +200,8 @@ def main() -> None:
                     help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
     ap.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"),
                     help="the engine's scheduling rules on both sides (sglang: prefill first, apmw.perf.scheduling)")
+    ap.add_argument("--kv-limit", action="store_true",
+                    help="also compare concurrency beyond the KV limit, vLLM's admission by need (about 1 minute)")
     args = ap.parse_args()
     # steady state: statistics after the default warm-up (a fifth of the run), first wave excluded
     steady = [(ISL, OSL, spread, (8, 32, 64, 128)) for spread in (0.0, 0.01, 0.02, 0.05, 0.2)]
@@ -191,6 +219,8 @@ def main() -> None:
         inferencemax_whole_runs()
     if args.open_loop:
         open_loop(args.engine)
+    if args.kv_limit:
+        kv_limit()
 
 
 if __name__ == "__main__":

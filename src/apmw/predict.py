@@ -8,7 +8,10 @@ SGLang and TensorRT-LLM do), a batch limit and a KV-memory limit. We predict the
 state with one step-time model (the same one ``apmw plan`` uses), as a fluid balance
 over one request cycle:
 
-* running requests ``R = min(C, max_batch, KV fits)``; the other ``C - R`` queue, and
+* running requests ``R = min(C, max_batch, KV fits)``, where a running request holds
+  ``isl + osl/2`` of KV on average in engines that admit by need (vLLM, SGLang) and
+  ``isl + osl`` in TensorRT-LLM, which reserves to the end (:mod:`apmw.perf.scheduling`;
+  the recompute of requests preempted at that limit is not priced); the other ``C - R`` queue, and
   each queued request waits ``(C/R - 1)`` request lifetimes (closed loop, FIFO);
 * a benchmark client starts every request at once, and whether the requests stay in
   step depends on how much their lengths vary (``length_spread``, the width of the length
@@ -58,7 +61,7 @@ from apmw.errors import ApmwError
 from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
                        resolve_gpu)
 from apmw.perf.calibrated import ENGINE_OVERHEAD_S, canonical_engine
-from apmw.perf.scheduling import mixes_prefill_with_decode
+from apmw.perf.scheduling import kv_tokens_per_running_request, mixes_prefill_with_decode
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
 # token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
@@ -234,8 +237,8 @@ def _check_model(arch, tp: int, isl: int, osl: int) -> None:
                            f"shorten --isl/--osl, or pass a config.json whose window is extended")
 
 
-def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -> int:
-    """How many requests at full length (isl + osl) the replica's KV pool holds.
+def kv_pool_bytes(step: StepModel, engine: str = "vllm") -> float:
+    """The replica's KV pool.
 
     vLLM and SGLang give the KV pool what is left of a share of the whole HBM
     (``gpu_memory_utilization`` / ``mem_fraction_static``); TensorRT-LLM gives it a share
@@ -247,8 +250,21 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm") -
     if not mem.fits:
         raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit on "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or a smaller --weight-dtype")
-    per_request = step.kv_bytes_per_token * (isl + osl) * step.kv_replication
-    return max(int(mem.kv_capacity_bytes // per_request), 0)
+    return mem.kv_capacity_bytes
+
+
+def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm", full_length: bool = False) -> int:
+    """How many requests run at once before the KV pool is full.
+
+    A running request counts as the engine counts it when admitting the next
+    (:func:`apmw.perf.scheduling.kv_tokens_per_running_request`): vLLM and SGLang admit by
+    need, so requests whose progress is spread out hold ``isl + osl/2`` on average;
+    TensorRT-LLM reserves ``isl + osl``. ``full_length``: requests at ``isl + osl`` whatever
+    the engine (does one request fit at all?).
+    """
+    tokens = isl + osl if full_length else kv_tokens_per_running_request(isl, osl, engine)
+    per_request = step.kv_bytes_per_token * tokens * step.kv_replication
+    return max(int(kv_pool_bytes(step, engine) // per_request), 0)
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
@@ -270,11 +286,10 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                            f"every request has the same lengths")
     if request_overhead_s < 0:
         raise PredictError(f"--request-overhead-ms must not be negative (got {request_overhead_s * 1e3:g})")
-    fit = kv_fit_requests(step, isl, osl, engine)
-    if fit < 1:
+    if kv_fit_requests(step, isl, osl, engine, full_length=True) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
-    running = min(concurrency, max_batch, fit)
+    running = min(concurrency, max_batch, kv_fit_requests(step, isl, osl, engine))
     decoders = running - 1
     mixed = mixes_prefill_with_decode(engine, mixed_prefill)
     # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
@@ -572,9 +587,9 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
     """
     if arrival_rate_per_s <= 0:
         raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
-    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine))
-    if cap < 1:
+    if kv_fit_requests(step, isl, osl, engine, full_length=True) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
+    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine))
 
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,

@@ -12,6 +12,20 @@
   (sglang/srt/managers/scheduler.py, "Run prefill first if possible"). Mixing is opt-in
   (``--enable-mixed-chunk``, ``ServerArgs.enable_mixed_chunk = False``). So a prompt never
   waits behind decodes, and every prefill iteration stalls every decoder for its whole length.
+
+And how an engine admits a request when KV memory is short:
+
+* **By need** (vLLM, SGLang): a request is admitted when the blocks for its prompt are free;
+  when decoding later runs out of blocks, vLLM preempts the newest request (recompute) and
+  SGLang retracts some (``retract_decode``). Running requests hold their context so far:
+  ``isl + osl/2`` on average when their progress is spread out. SGLang also keeps back a
+  share of each running request's remaining output (``new_token_ratio``, decaying from 0.7 to
+  0.7 x 0.14 = 0.098 over 600 steps: ``SGLANG_INIT_NEW_TOKEN_RATIO``,
+  ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``); we take the floor.
+* **Reserved to the end** (TensorRT-LLM's default ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``):
+  a request is admitted only if the pool can hold its prompt and all its output tokens, so a
+  running request holds ``isl + osl``. NVIDIA's NIM Llama-3.3-70B runs saturate where this
+  puts them (docs/accuracy.md).
 """
 
 from __future__ import annotations
@@ -28,3 +42,19 @@ def mixes_prefill_with_decode(engine: str, mixed: bool | None = None) -> bool:
     if mixed is not None:
         return mixed
     return engine not in PREFILL_FIRST_ENGINES
+
+
+# Engines that reserve a request's KV to its last output token before admitting it.
+FULL_RESERVATION_ENGINES = frozenset({"trtllm"})
+# SGLang's floor on the reserved share of a running request's remaining output tokens:
+# SGLANG_INIT_NEW_TOKEN_RATIO (0.7) x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14), sglang/srt/environ.py.
+SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+
+
+def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:
+    """KV tokens the engine counts against its pool per running request, on average over the
+    requests' spread-out progress, when it decides whether another fits (module docstring)."""
+    if engine in FULL_RESERVATION_ENGINES:
+        return isl + osl
+    reserve = SGLANG_MIN_NEW_TOKEN_RATIO if engine == "sglang" else 0.0
+    return isl + osl / 2 * (1 + reserve)

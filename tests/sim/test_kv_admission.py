@@ -1,0 +1,58 @@
+"""How many requests run at the KV limit: engines that admit by need (vLLM) against the simulator,
+which admits the same way, and TensorRT-LLM's reservation to the last token."""
+
+from __future__ import annotations
+
+import pytest
+
+from apmw.perf import replica_from_spec
+from apmw.perf.scheduling import kv_tokens_per_running_request
+from apmw.predict import kv_fit_requests, predict_with
+from apmw.sim import simulate
+from apmw.spec import spec_from_dict
+
+
+def test_what_a_running_request_holds_by_engine():
+    assert kv_tokens_per_running_request(1000, 400, "vllm") == 1200        # its context so far, on average
+    assert kv_tokens_per_running_request(1000, 400, "trtllm") == 1400      # reserved to its last token
+    assert 1200 < kv_tokens_per_running_request(1000, 400, "sglang") < 1230  # plus new_token_ratio's floor
+
+
+def _benchmark(isl: int, osl: int):
+    """Llama-3.1-70B fp8 on one H200 (about 55 GB of KV), lengths spread +-10 %."""
+    q = lambda mean: {"quantiles": {str(x): mean * (0.9 + 0.2 * x) for x in (0.0, 0.25, 0.5, 0.75, 1.0)}}  # noqa: E731
+    return spec_from_dict({
+        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": q(isl),
+                     "output_tokens_per_call": q(osl), "tool_wait_s": 0.0},
+        "model": {"config": "meta-llama/Meta-Llama-3.1-70B", "weight_dtype": "fp8", "kv_dtype": "fp8"},
+        "hardware": {"gpu": "H200", "gpus_per_replica": 1},
+        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": "vllm"},
+        "slo": {"task_latency_p95_s": 1e6},
+        "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 2.0},
+    })
+
+
+def test_vllm_runs_as_many_requests_as_fit_on_average_not_at_full_length():
+    # 4096/512 tokens: about 79 requests fit at full length, 83 at their mean context; at
+    # concurrency 128 the rest queue. Reserving full lengths put the queue 5 % too long here and
+    # many times too long where outputs are long (1024/1024 at concurrency 256: 37 s for 8 s).
+    spec = _benchmark(4096, 512)
+    step = replica_from_spec(spec).step
+    assert kv_fit_requests(step, 4096, 512, "vllm", full_length=True) < kv_fit_requests(step, 4096, 512, "vllm")
+    p = predict_with(step, 4096, 512, 128, 8192, 1024, requests_per_client=10**9, length_spread=0.2)
+    sim = simulate(spec, 128, duration_s=30 * p.e2e_latency_s * 128 / p.running_requests, seed=1,
+                   start_together=True).to_dict()
+    assert sim["decode_batch_mean"] == pytest.approx(p.running_requests, rel=0.05)
+    assert sim["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.1)
+    assert sim["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.1)
+
+
+def test_between_the_two_fits_vllm_runs_everyone_and_tensorrt_llm_queues():
+    # (TensorRT-LLM's pool is a share of the free memory, so larger: its full-length fit is the bar)
+    step = replica_from_spec(_benchmark(1024, 1024)).step
+    c = kv_fit_requests(step, 1024, 1024, "trtllm") + 10
+    assert c <= kv_fit_requests(step, 1024, 1024, "vllm")
+    vllm = predict_with(step, 1024, 1024, c, 8192, 1024, engine="vllm")
+    trt = predict_with(step, 1024, 1024, c, 8192, 2048, engine="trtllm")
+    assert vllm.queued_requests == 0 and vllm.running_requests == c
+    assert trt.queued_requests > 0

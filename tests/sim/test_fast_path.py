@@ -18,6 +18,10 @@ CASES = {
     "offload": (spec(tool_wait_kv_policy="offload", offload_bandwidth_bytes_per_s=2e9), 6),
     "no prefix caching, small batch": (spec(prefix_caching=False, max_batch=4, max_batched_tokens=512), 8),
     "sliding-window model": (spec_with(model="openai/gpt-oss-20b"), 6),
+    "SGLang: prefill first, tight memory": (spec(engine="sglang", tool_wait_kv_policy="evict",
+                                                 kv_memory_fraction=kv_fraction_for(12000)), 10),
+    "TensorRT-LLM: reserved to the end, tight memory": (spec(engine="trtllm", kv_memory_fraction=kv_fraction_for(12000)),
+                                                        10),
 }
 
 

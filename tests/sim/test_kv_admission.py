@@ -56,3 +56,23 @@ def test_between_the_two_fits_vllm_runs_everyone_and_tensorrt_llm_queues():
     trt = predict_with(step, 1024, 1024, c, 8192, 2048, engine="trtllm")
     assert vllm.queued_requests == 0 and vllm.running_requests == c
     assert trt.queued_requests > 0
+
+
+def test_tensorrt_llm_reserves_to_the_last_token_in_the_simulator_too():
+    # between the two fits: vLLM's engine runs everyone, TensorRT-LLM's runs its full-length fit,
+    # queues the rest and never preempts; apmw predict agrees on both
+    base = _benchmark(1024, 1024)
+    spec = base.model_copy(update={"serving": base.serving.model_copy(update={"engine": "trtllm",
+                                                                             "kv_memory_fraction": 0.9})})
+    step = replica_from_spec(spec).step
+    c = kv_fit_requests(step, 1024, 1024, "vllm") - 5
+    p = predict_with(step, 1024, 1024, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="trtllm")
+    sims = {}
+    for engine in ("trtllm", "vllm"):
+        s = spec.model_copy(update={"serving": spec.serving.model_copy(update={"engine": engine})})
+        sims[engine] = simulate(s, c, duration_s=20 * p.e2e_latency_s, seed=1, start_together=True).to_dict()
+    assert sims["trtllm"]["preemptions"] == 0 and sims["vllm"]["preemptions"] > 0
+    assert sims["vllm"]["decode_batch_mean"] > 1.1 * sims["trtllm"]["decode_batch_mean"]
+    assert p.queued_requests > 0
+    assert sims["trtllm"]["decode_batch_mean"] == pytest.approx(p.running_requests, rel=0.05)
+    assert sims["trtllm"]["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.15)

@@ -26,6 +26,10 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
 prefilling, then rule 2, the whole budget theirs) or, only when no prompt can run, every
 decode; never both (:mod:`apmw.perf.scheduling`).
 
+**Reserved to the end** (``serving.engine: trtllm``, TensorRT-LLM's ``GUARANTEED_NO_EVICT``):
+rule 2 admits a sequence only if the pool can also hold every running sequence, and it,
+to their last output tokens, so nothing is ever preempted.
+
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
 and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
@@ -46,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
-from apmw.perf.scheduling import mixes_prefill_with_decode
+from apmw.perf.scheduling import FULL_RESERVATION_ENGINES, mixes_prefill_with_decode
 from apmw.sim.kvcache import BlockPool
 from apmw.spec import Serving
 
@@ -167,6 +171,7 @@ class Engine:
         self.max_batch = serving.max_batch
         self.max_tokens = serving.max_batched_tokens
         self.prefill_first = not mixes_prefill_with_decode(serving.engine, serving.mixed_prefill)
+        self.reserve_to_end = serving.engine in FULL_RESERVATION_ENGINES
         self.caching = serving.prefix_caching
         kv_block_bytes = step.kv_bytes_per_token * BLOCK_TOKENS
         self.pool = BlockPool(int(replica.kv_capacity_bytes // kv_block_bytes), self.caching)
@@ -268,10 +273,22 @@ class Engine:
             if seq.host_tokens > kv:
                 kv = min(seq.host_tokens, seq.total - 1)
         n = min(seq.total - kv, budget)
-        new = self.blocks_for(kv + n) - (seq.own if seq.retained else reuse)
-        if new > self.pool.capacity - self.pool.used - reuse:
+        held = seq.own if seq.retained else reuse
+        new = self.blocks_for(kv + n) - held
+        free = self.pool.capacity - self.pool.used - reuse
+        if new > free:
             return None
+        if self.reserve_to_end and (self.blocks_for(seq.total + seq.out - seq.generated) - held
+                                    + self._blocks_still_needed() > free):
+            return None         # TensorRT-LLM: only what the pool can hold to every last token
         return kv, reuse, new, n
+
+    def _blocks_still_needed(self) -> int:
+        """Blocks the running sequences will still take before their last token."""
+        r = self.running
+        if not len(r):
+            return 0
+        return int(np.maximum(self._blocks_vec(r.total + r.out - r.gen) - r.own, 0).sum())
 
     def _admit(self, seq: Seq, plan) -> int:
         kv, reuse, new, n = plan

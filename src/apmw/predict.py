@@ -117,6 +117,9 @@ class Prediction:
     total_tokens_per_s_per_gpu: float
     running_requests: int
     queued_requests: int
+    # what caps the running requests: "concurrency" (nobody queues), "max_batch" or "kv_memory"
+    running_limited_by: str
+    kv_tokens_per_running_request: float   # what the engine counts per running request (apmw.perf.scheduling)
     decode_iteration_s: float
     mixed_iteration_s: float
     mixed_iteration_share: float      # share of iterations that carry prompt tokens
@@ -289,7 +292,9 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     if kv_fit_requests(step, isl, osl, engine, full_length=True) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
-    running = min(concurrency, max_batch, kv_fit_requests(step, isl, osl, engine))
+    kv_fit = kv_fit_requests(step, isl, osl, engine)
+    running = min(concurrency, max_batch, kv_fit)
+    limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
     mixed = mixes_prefill_with_decode(engine, mixed_prefill)
     # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
@@ -338,7 +343,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         ttft_s=ttft_running + queue_s, tpot_s=tpot, e2e_latency_s=e2e_running + queue_s,
         output_tokens_per_s_per_gpu=throughput / step.gpus,
         total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
-        running_requests=running, queued_requests=concurrency - running,
+        running_requests=running, queued_requests=concurrency - running, running_limited_by=limited_by,
+        kv_tokens_per_running_request=kv_tokens_per_running_request(isl, osl, engine),
         decode_iteration_s=t_decode, mixed_iteration_s=t_group if lockstep >= 0.5 else t_mixed,
         mixed_iteration_share=share_mixed, lockstep_share=lockstep,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",

@@ -356,3 +356,21 @@ def test_cli_prefill_first_and_mixed_prefill_override_the_engine():
         got[" ".join(extra)] = json.loads(r.output)["prefill_mixed_with_decode"]
     assert got == {"--engine sglang": False, "--engine sglang --mixed-prefill": True, "--prefill-first": False,
                    "": True}
+
+
+def test_the_prediction_says_what_caps_the_running_requests():
+    base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-70B", "--gpu", "H200", "--weight-dtype", "fp8",
+            "--kv-dtype", "fp8", "--isl", "1024", "--osl", "1024"]
+    caps = {}
+    for extra in (["--concurrency", "8"], ["--concurrency", "64", "--max-batch", "32"], ["--concurrency", "400"],
+                  ["--concurrency", "400", "--engine", "trtllm"]):
+        r = CliRunner().invoke(app, base + extra + ["--json"])
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)
+        caps[" ".join(extra)] = (d["running_limited_by"], d["kv_tokens_per_running_request"])
+    assert caps["--concurrency 8"][0] == "concurrency"
+    assert caps["--concurrency 64 --max-batch 32"][0] == "max_batch"
+    assert caps["--concurrency 400"] == ("kv_memory", 1536.0)
+    assert caps["--concurrency 400 --engine trtllm"] == ("kv_memory", 2048.0)
+    r = CliRunner().invoke(app, base + ["--concurrency", "400"])
+    assert "KV memory" in r.output and "preemptions not priced" in r.output

@@ -93,6 +93,8 @@ def predict(
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
+    if p.queued_requests:
+        table.add_row("running capped by", _cap(p, engine))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
@@ -101,6 +103,19 @@ def predict(
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")
     _print_model_source(model)
+
+
+def _cap(p, engine: str) -> str:
+    """Why the rest queue: the batch limit, or KV memory as the engine counts it."""
+    if p.running_limited_by != "kv_memory":
+        return "--max-batch"
+    from apmw.perf.calibrated import canonical_engine
+    from apmw.perf.scheduling import FULL_RESERVATION_ENGINES
+
+    held = f"{p.kv_tokens_per_running_request:,.0f} KV tokens each"
+    if canonical_engine(engine) in FULL_RESERVATION_ENGINES:
+        return f"KV memory ({held}, reserved to the last token)"
+    return f"KV memory ({held} on average; preemptions not priced)"
 
 
 def _print_model_source(model: str) -> None:

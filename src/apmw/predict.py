@@ -318,7 +318,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     burst_chunk = min(token_budget, running * isl)
     wave_rest = running * isl % token_budget             # the first wave's last, partial iteration
     # the iterations that carry prompts: beside every other running request, or alone
-    t_decode, t_mixed, t_burst, t_group, t_rest, t_pair, t_wave_rest = _iteration_times(
+    t_decode, t_mixed, t_burst, t_group, t_rest, t_two_chunks, t_wave_rest = _iteration_times(
         step, running, decoders if mixed else 0, chunk, burst_chunk, group, rest, isl, osl, wave_rest)
     burst_ttft = wave_mean_ttft_s(running, isl, token_budget, t_burst, t_wave_rest)
     room = max(capacity / chunk - 1, 0.0) if poisson_arrivals else None
@@ -326,10 +326,11 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
                                                      room=room)
     else:
-        tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_pair, room)
+        tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_two_chunks,
+                                                        room)
     if lockstep > 0:
         lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
-                                mixed=mixed, wave_s=(burst_ttft, t_burst))
+                                mixed=mixed, wave_ttft_s=burst_ttft, t_full_s=t_burst)
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
     # the first wave arrives all at once and queues for the token budget; it weighs
@@ -365,8 +366,9 @@ LOCKSTEP_DECAY = 1.5
 # same iteration: a prompt that comes back alone is prefilled at once, and the wave comes
 # apart. The lock-step share is then 1 / (1 + (window / PREFILL_FIRST_LOCKSTEP_ITERS)^2)
 # (window = length_spread x osl iterations). FITTED to apmw's simulator like LOCKSTEP_DECAY
-# (Llama-3.1-8B bf16 on H200, 1024/512 tokens, spreads 0.01-0.2, concurrency 8-128; shares
-# 0.01-0.07 at spreads 0.01-0.05 and none to see at 0.2; `python bench/predict_vs_sim.py --engine sglang`).
+# (Llama-3.1-8B bf16 on H200, 1024/512 tokens, spreads 0.01-0.2, concurrency 8-128): the
+# simulated shares were 0.01-0.07 at spreads 0.01-0.05 and none to see at 0.2; this form gives
+# 0.052 at 0.01, 0.002 at 0.05 and nothing at 0.2 (`python bench/predict_vs_sim.py --engine sglang`).
 PREFILL_FIRST_LOCKSTEP_ITERS = 1.2
 
 
@@ -376,6 +378,8 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
     if running <= 1 or wave_iters <= 0:
         return 0.0      # one client
     if not mixed:
+        if decode_iters <= 0:
+            return 0.0  # no decode to wait for: each request comes back alone, right after its prefill
         return 1.0 / (1.0 + (window_iters / PREFILL_FIRST_LOCKSTEP_ITERS) ** 2)
     if wave_iters > decode_iters:
         return 0.0      # a prefill-bound wave (every iteration packed anyway)
@@ -414,11 +418,15 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
             others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
     ttft = (wait + prompt_queue_iters * t_bar + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed)
             + others * (t_mixed - t_decode))
+    if not decode_iters and running > 1 and room is None:
+        # nothing to decode (one output token): requests come back as soon as they are
+        # prefilled and queue behind every other client's prompt, so TTFT is the whole cycle
+        ttft = max(ttft, cycle_iters * t_bar)
     return (t_bar if osl > 1 else 0.0), ttft, share
 
 
 def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
-                   t_pair: float, room: float | None = None) -> tuple[float, float, float]:
+                   t_two_chunks: float, room: float | None = None) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
 
     Over one request cycle the engine runs ``osl - 1`` decode iterations and, for every
@@ -431,7 +439,7 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
 
     ``room`` switches to Poisson arrivals as in :func:`_spread_out`: the wait is
     ``E[T^2] / 2E[T]``, and the prompts that arrived during the same iteration share its
-    prefill batch, each adding one more prompt's cost (``t_pair - t_prefill``) and sharing
+    prefill batch, each adding one more prompt's cost (``t_two_chunks - t_prefill``) and sharing
     the stall it puts on the decoders.
     """
     decode_iters = max(osl - 1, 0)
@@ -442,13 +450,17 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     if room is not None and running > 1:
         wait = (share * t_prefill ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
         rate_per_s = running / ((prefill_per_cycle + decode_iters) * t_bar)
+        # 2 x wait is the mean length of the iteration a Poisson arrival lands in (length-biased)
         others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
-    extra_s = max(t_pair - t_prefill, 0.0)          # one more prompt in a prefill batch
+    extra_s = max(t_two_chunks - t_prefill, 0.0)    # one more prompt in a prefill batch
     ttft = wait + isl / chunk * t_prefill + others * extra_s
     # prompts that share a batch share its stall
     stall_s = (running - 1) * isl / chunk * (t_prefill + others * extra_s) / (1 + others)
-    tpot = t_decode + stall_s / decode_iters if decode_iters else 0.0
-    return tpot, ttft, share
+    if not decode_iters:
+        # nothing to decode (one output token): a request comes back as soon as it is prefilled,
+        # so its prompt queues behind every other client's instead of stalling their decodes
+        return 0.0, isl / chunk * t_prefill + others * extra_s + stall_s, share
+    return t_decode + stall_s / decode_iters, ttft, share
 
 
 def arrival_wait_s(t_iter_s: float, running: int) -> float:
@@ -469,7 +481,8 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
 
 def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
                      t_decode: float, t_group: float, t_rest: float, mixed: bool = True,
-                     wave_s: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float, float]:
+                     wave_ttft_s: float | None = None, t_full_s: float | None = None
+                     ) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
@@ -485,8 +498,8 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
 
     When prefill runs alone and first (``mixed=False``, SGLang) nobody decodes until the whole
     wave is prefilled, in full-budget iterations, so the requests decode, finish and return
-    together: every cycle repeats the first wave (``wave_s``: its mean TTFT and one full
-    iteration's time), and a request decodes after waiting for the wave's later prefill
+    together: every cycle repeats the first wave (``wave_ttft_s``: its mean TTFT; ``t_full_s``:
+    one full prefill iteration), and a request decodes after waiting for the wave's later prefill
     iterations (the simulator shows this too).
     """
     decode_iters = max(osl - 1, 1)
@@ -494,25 +507,25 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
         # prefill first: the whole wave is prefilled before anyone decodes, so it decodes, finishes
         # and comes back together, and every cycle starts with a whole wave of prompts
         iters = math.ceil(running * isl / capacity)
-        wave_ttft, t_full = wave_s
+        if wave_ttft_s is None or t_full_s is None:
+            raise ValueError("prefill-first lock step needs the first wave's TTFT and full iteration time")
         # from its first token to its decode: the rest of the wave's prefill, about (iters - 1)/2 iterations
-        tpot = t_decode + (iters - 1) / 2 * t_full / decode_iters if osl > 1 else 0.0
-        return tpot, wave_ttft, iters / (iters + decode_iters)
-    base = t_decode                         # what a decoder would spend anyway in a packed iteration
+        tpot = t_decode + (iters - 1) / 2 * t_full_s / decode_iters if osl > 1 else 0.0
+        return tpot, wave_ttft_s, iters / (iters + decode_iters)
     if per_group:
         full, rest = divmod(running, per_group)
         # (requests, their group's packed iteration time, packed iterations of that kind per cycle)
         groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
         own_s = sum(n * t for n, t, _ in groups) / running
-        own_extra = sum(n * (t - base) for n, t, _ in groups) / running
+        own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
     else:
         # prompts longer than the budget: every iteration is packed, each prompt sharing its
         # ``own_mixed`` iterations with its neighbours' chunks
         groups = [(running, t_group, running * isl / capacity)]
         own_s = own_mixed * t_group
-        own_extra = isl / capacity * (t_group - base)
+        own_extra = isl / capacity * (t_group - t_decode)
     ttft = 0.5 * t_decode + own_s
-    packed_extra = sum(k * (t - base) for _, t, k in groups)     # all groups' packed iterations
+    packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
     packed = sum(k for *_, k in groups)
     share = min(packed / (decode_iters + own_mixed), 1.0)

@@ -26,11 +26,15 @@ BASE = {
 KV_BYTES_PER_TOKEN = 131072
 
 
-def kv_fraction_for(tokens: int) -> float:
-    """serving.kv_memory_fraction that leaves about ``tokens`` tokens of KV for the BASE model and GPU."""
+def kv_fraction_for(tokens: int, engine: str = "vllm") -> float:
+    """serving.kv_memory_fraction that leaves about ``tokens`` tokens of KV for the BASE model and GPU
+    (for TensorRT-LLM the fraction is a share of the memory free after weights and workspace)."""
     from apmw.perf import replica_from_spec
 
     r = replica_from_spec(spec_from_dict(BASE))
+    if engine == "trtllm":
+        free = r.gpu.hbm_bytes - r.step.weight_bytes - r.memory.workspace_bytes
+        return math.ceil(tokens * KV_BYTES_PER_TOKEN / free * 1e5) / 1e5
     need = r.step.weight_bytes + r.memory.workspace_bytes + tokens * KV_BYTES_PER_TOKEN
     return math.ceil(need / r.gpu.hbm_bytes * 1e5) / 1e5
 

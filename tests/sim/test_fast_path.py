@@ -20,8 +20,9 @@ CASES = {
     "sliding-window model": (spec_with(model="openai/gpt-oss-20b"), 6),
     "SGLang: prefill first, tight memory": (spec(engine="sglang", tool_wait_kv_policy="evict",
                                                  kv_memory_fraction=kv_fraction_for(12000)), 10),
-    "TensorRT-LLM: reserved to the end, tight memory": (spec(engine="trtllm", kv_memory_fraction=kv_fraction_for(12000)),
-                                                        10),
+    "TensorRT-LLM: reserved to the end, tight memory": (
+        spec(engine="trtllm", kv_memory_fraction=kv_fraction_for(8000, "trtllm")), 10),
+    "SGLang: more running than the token budget": (spec(engine="sglang", max_batched_tokens=16), 40),
 }
 
 

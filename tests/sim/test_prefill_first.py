@@ -40,11 +40,15 @@ def test_sglang_iterations_carry_prompts_or_decodes_never_both(monkeypatch):
     assert (True, True) in _iteration_kinds(monkeypatch, spec(engine="sglang", mixed_prefill=True))
 
 
-def _benchmark(engine: str):
-    """Equal-length 1024/512 requests on Llama-3.1-8B bf16, one H200: a fixed-concurrency benchmark."""
+def _benchmark(engine: str, isl: int = 1024, osl: int = 512, spread: float = 0.0):
+    """A fixed-concurrency benchmark on Llama-3.1-8B bf16, one H200: lengths uniform over +-spread/2
+    of the mean (equal at 0)."""
+    def lengths(mean: int):
+        return mean if not spread else {"quantiles": {str(q): mean * (1 - spread / 2 + spread * q)
+                                                      for q in (0.0, 0.25, 0.5, 0.75, 1.0)}}
     return spec_from_dict({
-        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": 1024,
-                     "output_tokens_per_call": 512, "tool_wait_s": 0.0},
+        "workload": {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": lengths(isl),
+                     "output_tokens_per_call": lengths(osl), "tool_wait_s": 0.0},
         "model": {"config": "meta-llama/Meta-Llama-3.1-8B", "weight_dtype": "bf16", "kv_dtype": "bf16"},
         "hardware": {"gpu": "H200", "gpus_per_replica": 1},
         "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": engine},
@@ -67,3 +71,27 @@ def test_equal_lengths_under_prefill_first_repeat_the_whole_wave_every_cycle():
     assert sims["sglang"]["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.01)
     # vLLM's mixed groups stay one packed iteration apart instead: a third of the TTFT
     assert sims["vllm"]["ttft_s"]["mean"] < 0.5 * sims["sglang"]["ttft_s"]["mean"]
+
+
+def test_spread_out_prompts_stall_every_decoder_as_predicted():
+    # 200/200 tokens, lengths spread 0.2, 64 clients: each decoder sits through the others'
+    # prefill iterations; the simulator's TPOT (not a formula) is the reference
+    s = _benchmark("sglang", 200, 200, spread=0.2)
+    step = replica_from_spec(s).step
+    p = predict_with(step, 200, 200, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="sglang")
+    mixed = predict_with(step, 200, 200, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2,
+                         engine="sglang", mixed_prefill=True)
+    sim = simulate(s, 64, duration_s=120, warmup_s=30, seed=1, start_together=True).to_dict()
+    assert sim["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.05)
+    assert p.tpot_s > 1.15 * mixed.tpot_s
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_one_output_token_queues_behind_every_other_prompt(engine):
+    # no decode: a request comes back as soon as it is prefilled, so at 64 clients x 1024 tokens
+    # (eight full iterations) every prompt waits for all the others
+    s = _benchmark(engine, 1024, 1)
+    step = replica_from_spec(s).step
+    p = predict_with(step, 1024, 1, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine=engine)
+    sim = simulate(s, 64, duration_s=60, seed=1, start_together=True).to_dict()
+    assert sim["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.05)

@@ -47,10 +47,6 @@ class EngineCurve:
     iterations_per_call: float
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
-    # the part of a call's prefill iteration its own chunk does not pay for: a decode
-    # iteration's when chunks ride beside decodes (None), the rest of a prefill iteration
-    # when prefill runs alone (the tangent at the mean load: _prefill_first_curve)
-    prefill_fixed_s: np.ndarray | None = None
 
 
 # Iterations carry at most this many prefilling calls in the mixture below; the
@@ -143,10 +139,6 @@ def _prefill_first_curve(step: StepModel, s: SessionSample, b: np.ndarray, q: fl
     zero = np.zeros_like(others)
     t_pre, share_pre = mean_time(zero, others + 1)
     t_dec, share_dec = mean_time(col - others, zero)
-    # the prefill iteration's part that is not the call's own chunk, read off the tangent at
-    # the mean load (one more chunk's cost): weights read, overheads, the others' chunks
-    t_more, _ = mean_time(zero, others + 2)
-    fixed = np.maximum(2 * t_pre - t_more, 0.0)
     expected_others = (others * weight).sum(axis=1)
     m, d = 1.0 + expected_others, b - expected_others
     pre_s = s.call_prefill_iters * t_pre / m          # engine time per completed call, prefilling
@@ -158,7 +150,7 @@ def _prefill_first_curve(step: StepModel, s: SessionSample, b: np.ndarray, q: fl
                        decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
                        decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
                        compute_share=(pre_s * share_pre + dec_s * share_dec) / per_call_s,
-                       decoding=dec_s / per_call_s * d, prefill_fixed_s=fixed)
+                       decoding=dec_s / per_call_s * d)
 
 
 @dataclass(frozen=True)
@@ -179,7 +171,6 @@ class LoopState:
     think_per_call_s: float          # Z
     batch_distribution: np.ndarray   # P(b = 0..max_batch)
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
-    prefill_fixed_s: float | None = None  # see EngineCurve.prefill_fixed_s
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
@@ -227,5 +218,4 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
         iteration_p95_s=iteration_p95,
-        prefill_fixed_s=None if curve.prefill_fixed_s is None else float((flow * curve.prefill_fixed_s[idx]).sum()),
     )

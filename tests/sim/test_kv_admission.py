@@ -15,7 +15,8 @@ from apmw.spec import spec_from_dict
 def test_what_a_running_request_holds_by_engine():
     assert kv_tokens_per_running_request(1000, 400, "vllm") == 1200        # its context so far, on average
     assert kv_tokens_per_running_request(1000, 400, "trtllm") == 1400      # reserved to its last token
-    assert 1200 < kv_tokens_per_running_request(1000, 400, "sglang") < 1230  # plus new_token_ratio's floor
+    # plus SGLang's new_token_ratio as retractions at the limit reset it: half the output and 20 steps
+    assert kv_tokens_per_running_request(1000, 400, "sglang") == pytest.approx(1000 + 200 * (1 + 0.5 + 20 / 400))
 
 
 def _benchmark(isl: int, osl: int):
@@ -76,3 +77,33 @@ def test_tensorrt_llm_reserves_to_the_last_token_in_the_simulator_too():
     assert p.queued_requests > 0
     assert sims["trtllm"]["decode_batch_mean"] == pytest.approx(p.running_requests, rel=0.05)
     assert sims["trtllm"]["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.15)
+
+
+def test_sglang_keeps_back_what_its_retractions_reset_new_token_ratio_to(monkeypatch):
+    # past the KV limit the simulated SGLang engine (its new_token_ratio adapting as SGLang's does)
+    # runs about as many requests as apmw predict counts, with few retractions: 4096/512 tokens
+    import numpy as np
+
+    import apmw.sim.engine as engine_module
+    import apmw.sim.run as run_module
+
+    base = _benchmark(4096, 512)
+    spec = base.model_copy(update={"serving": base.serving.model_copy(update={"engine": "sglang"})})
+    step = replica_from_spec(spec).step
+    c = kv_fit_requests(step, 4096, 512, "sglang") + 40
+    p = predict_with(step, 4096, 512, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="sglang")
+    running = []
+
+    class Counting(engine_module.Engine):
+        def step_once(self):
+            done = super().step_once()
+            running.append((self.now, len(self.running)))
+            return done
+
+    monkeypatch.setattr(run_module, "Engine", Counting)
+    duration_s = 30 * p.e2e_latency_s * c / p.running_requests
+    sim = simulate(spec, c, duration_s=duration_s, seed=1, start_together=True).to_dict()
+    late = np.array([n for t, n in running if t > duration_s / 5])
+    assert late.mean() == pytest.approx(p.running_requests, rel=0.05)
+    assert sim["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.1)
+    assert sim["preemptions"] < 0.1 * sim["completed_tasks"]

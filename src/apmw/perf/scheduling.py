@@ -19,9 +19,8 @@ And how an engine admits a request when KV memory is short:
   when decoding later runs out of blocks, vLLM preempts the newest request (recompute) and
   SGLang retracts some (``retract_decode``). Running requests hold their context so far:
   ``isl + osl/2`` on average when their progress is spread out. SGLang also keeps back a
-  share of each running request's remaining output (``new_token_ratio``, decaying from 0.7 to
-  0.7 x 0.14 = 0.098 over 600 steps: ``SGLANG_INIT_NEW_TOKEN_RATIO``,
-  ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``); we take the floor.
+  share of each running request's remaining output (``new_token_ratio``, below), which at the
+  KV limit hovers about the share its retractions reset it to.
 * **Reserved to the end** (TensorRT-LLM's default ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``):
   a request is admitted only if the pool can hold its prompt and all its output tokens, so a
   running request holds ``isl + osl``. NVIDIA's NIM Llama-3.3-70B runs saturate where this
@@ -46,15 +45,33 @@ def mixes_prefill_with_decode(engine: str, mixed: bool | None = None) -> bool:
 
 # Engines that reserve a request's KV to its last output token before admitting it.
 FULL_RESERVATION_ENGINES = frozenset({"trtllm"})
-# SGLang's floor on the reserved share of a running request's remaining output tokens:
-# SGLANG_INIT_NEW_TOKEN_RATIO (0.7) x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14), sglang/srt/environ.py.
+# SGLang's new_token_ratio, the share of a running request's remaining output tokens it keeps
+# back when admitting (sglang/srt/environ.py, managers/scheduler.py): it starts at
+# SGLANG_INIT_NEW_TOKEN_RATIO (0.7), falls by (0.7 - floor) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+# (600) every decode step to the floor 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14), and after a
+# retraction is reset to (tokens decoded + SGLANG_RETRACT_DECODE_STEPS (20) per request) / (their
+# max new tokens) over the requests still running (ScheduleBatch.retract_decode).
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
 SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+
+
+def reserved_output_share(engine: str, osl: float | None = None) -> float:
+    """Share of a running request's remaining output tokens the engine keeps KV back for when
+    admitting another, at the KV limit: all of it (TensorRT-LLM), none (vLLM). SGLang's share
+    adapts (new_token_ratio above); at the limit it keeps retracting, and each retraction resets
+    the share to the survivors' decoded share plus 20 steps: with progress spread out,
+    ``0.5 + 20 / osl``."""
+    if engine in FULL_RESERVATION_ENGINES:
+        return 1.0
+    if engine == "sglang":
+        return min(1.0, 0.5 + SGLANG_RETRACT_DECODE_STEPS / osl) if osl else SGLANG_INIT_NEW_TOKEN_RATIO
+    return 0.0
 
 
 def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:
-    """KV tokens the engine counts against its pool per running request, on average over the
-    requests' spread-out progress, when it decides whether another fits (module docstring)."""
-    if engine in FULL_RESERVATION_ENGINES:
-        return isl + osl
-    reserve = SGLANG_MIN_NEW_TOKEN_RATIO if engine == "sglang" else 0.0
-    return isl + osl / 2 * (1 + reserve)
+    """KV tokens the engine counts against its pool per running request at the KV limit, on
+    average over the requests' spread-out progress (context ``isl + osl/2`` plus the reserved
+    share of the ``osl/2`` still to come): what caps the running requests there."""
+    return isl + osl / 2 * (1 + reserved_output_share(engine, osl))

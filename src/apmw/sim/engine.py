@@ -26,9 +26,12 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
 prefilling, then rule 2, the whole budget theirs) or, only when no prompt can run, every
 decode; never both (:mod:`apmw.perf.scheduling`).
 
-**Reserved to the end** (``serving.engine: trtllm``, TensorRT-LLM's ``GUARANTEED_NO_EVICT``):
-rule 2 admits a sequence only if the pool can also hold every running sequence, and it,
-to their last output tokens, so nothing is ever preempted.
+**Reserved output** (:mod:`apmw.perf.scheduling`): rule 2 admits a sequence only if the pool
+can also hold a share of every running sequence's remaining output, and of its own.
+TensorRT-LLM (``GUARANTEED_NO_EVICT``) reserves all of it, so nothing is ever preempted;
+vLLM nothing; SGLang its ``new_token_ratio``: 0.7 at the start, a step lower every decode
+iteration down to 0.098, and reset after each preemption (retraction) to what the running
+sequences have decoded so far, plus 20 steps each, over their output lengths.
 
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
@@ -50,7 +53,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
-from apmw.perf.scheduling import FULL_RESERVATION_ENGINES, mixes_prefill_with_decode
+from apmw.perf.scheduling import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
+                                  SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS,
+                                  mixes_prefill_with_decode, reserved_output_share)
 from apmw.sim.kvcache import BlockPool
 from apmw.spec import Serving
 
@@ -171,7 +176,12 @@ class Engine:
         self.max_batch = serving.max_batch
         self.max_tokens = serving.max_batched_tokens
         self.prefill_first = not mixes_prefill_with_decode(serving.engine, serving.mixed_prefill)
-        self.reserve_to_end = serving.engine in FULL_RESERVATION_ENGINES
+        # the share of the running sequences' remaining output kept back at admission; SGLang's
+        # adapts (new_token_ratio): from 0.7 down a step per decode iteration, reset on retraction
+        self.adaptive_share = serving.engine == "sglang"
+        self.reserved_share = SGLANG_INIT_NEW_TOKEN_RATIO if self.adaptive_share else reserved_output_share(serving.engine)
+        if self.adaptive_share:
+            self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.caching = serving.prefix_caching
         kv_block_bytes = step.kv_bytes_per_token * BLOCK_TOKENS
         self.pool = BlockPool(int(replica.kv_capacity_bytes // kv_block_bytes), self.caching)
@@ -278,17 +288,19 @@ class Engine:
         free = self.pool.capacity - self.pool.used - reuse
         if new > free:
             return None
-        if self.reserve_to_end and (self.blocks_for(seq.total + seq.out - seq.generated) - held
-                                    + self._blocks_still_needed() > free):
-            return None         # TensorRT-LLM: only what the pool can hold to every last token
+        share = self.reserved_share
+        if share and (self.blocks_for(seq.total + int(share * (seq.out - seq.generated))) - held
+                      + self._reserved_blocks(share) > free):
+            return None         # TensorRT-LLM, SGLang: room kept back for the running sequences' output
         return kv, reuse, new, n
 
-    def _blocks_still_needed(self) -> int:
-        """Blocks the running sequences will still take before their last token."""
+    def _reserved_blocks(self, share: float) -> int:
+        """Blocks the running sequences will still take for ``share`` of their remaining output."""
         r = self.running
         if not len(r):
             return 0
-        return int(np.maximum(self._blocks_vec(r.total + r.out - r.gen) - r.own, 0).sum())
+        ahead = (share * (r.out - r.gen)).astype(np.int64)
+        return int(np.maximum(self._blocks_vec(r.total + ahead) - r.own, 0).sum())
 
     def _admit(self, seq: Seq, plan) -> int:
         kv, reuse, new, n = plan
@@ -388,6 +400,10 @@ class Engine:
                 i += 1
                 continue
             break
+        if preempted and self.adaptive_share and len(r):
+            # SGLang's retract_decode: reserve what the survivors have shown they decode
+            self.reserved_share = min(1.0, float(r.gen.sum() + SGLANG_RETRACT_DECODE_STEPS * len(r))
+                                      / max(float(r.out.sum()), 1.0))
         return n[:len(r)], budget, preempted
 
     def _schedule(self, prompts: bool = True, decodes: bool = True, admit: bool = True) -> np.ndarray:
@@ -433,6 +449,8 @@ class Engine:
         pre = r.pre[active]
         kv_bytes, attn = self._loads(kv, n_act, pre)
         decode = int(len(kv) - pre.sum())
+        if decode:
+            self._decay_share(1)
         prefill_tokens = int(n_act[pre].sum())
         load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
         t = float(self.step.iteration_time_s(load))
@@ -478,12 +496,19 @@ class Engine:
             t = min(t, self._next_sample)
         return t
 
+    def _decay_share(self, steps: int) -> None:
+        """SGLang's new_token_ratio falls a step per decode iteration, to its floor."""
+        if self.adaptive_share:
+            self.reserved_share = max(self.reserved_share - steps * self.share_decay, SGLANG_MIN_NEW_TOKEN_RATIO)
+
     def _fast_forward(self) -> bool:
         """Advance many all-decode iterations in one step; False when the plain step must run."""
         r = self.running
         b = len(r)
         if b == 0 or b > self.max_tokens or r.pre.any():
             return False
+        if self.adaptive_share and self.waiting and self.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
+            return False    # the share falls every iteration, so the queue head may fit at any one
         budget = self.max_tokens if self.prefill_first else self.max_tokens - b
         if self.waiting and b < self.max_batch and budget > 0 and (
                 self._admission(self.waiting[0], budget) or self._spillable()):
@@ -545,6 +570,7 @@ class Engine:
             st.running_batch_s += b * total_t
             st.kv_tokens_s += kv_tokens_s
         st.iterations += k
+        self._decay_share(k)
         self.pool.take(demand(k))
         st.max_blocks_used = max(st.max_blocks_used, self.pool.used)
         self.now = float(ends[k - 1])

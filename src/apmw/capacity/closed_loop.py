@@ -83,49 +83,9 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
 
     verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
 
-    def mean_time(prefills: np.ndarray) -> np.ndarray:
-        decode = b - prefills
-        load = IterationLoad(
-            decode_seqs=decode * verify,
-            prefill_tokens=prefills * chunk,
-            kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
-            attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
-        )
-        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction)
-        # time-weighted compute-bound share of these iterations (drives power)
-        share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
-        return (t * weight).sum(axis=1), share
-
-    if not mixed and not decode_only:
-        return _prefill_first_curve(step, s, b[:, 0], q, iters, chunk, chunk_attn, others, weight)
-    t_prefill, share_prefill = mean_time(others + 1)
-    t_decode, share_decode = mean_time(others)
-    t = q * t_prefill + (1 - q) * t_decode
-    share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
-    b = b[:, 0]
-    # time-weighted decoding sequences: prefill iterations are longer and carry one decoder fewer
-    decoding = (q * t_prefill * (b - 1) * (1 - q) + (1 - q) * t_decode * (1 + (b - 1) * (1 - q))) / t
-    return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
-                       completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
-                       iterations_per_call=iters, compute_share=share, decoding=decoding)
-
-
-def _prefill_first_curve(step: StepModel, s: SessionSample, b: np.ndarray, q: float, iters: float, chunk: float,
-                         chunk_attn: float, others: np.ndarray, weight: np.ndarray) -> EngineCurve:
-    """The engine curve when prefill iterations run alone and first (SGLang).
-
-    Of ``b`` running calls, ``K ~ Binom(b-1, q)`` others are prefilling, as in the mixed
-    curve. A prefill iteration carries the call's chunk and those of the others
-    (``m = 1 + E[K]`` chunks, no decoder); a decode iteration carries the ``d = b - E[K]``
-    decoders and no chunk. Calls complete at ``mu = 1 / (PF t_p / m + D t_d / d)``: each
-    pays its share of the prefill iterations and of the decode iterations that advance it.
-    A call's residence at batch ``b`` is ``b / mu``; what its own prefill iterations do not
-    take of it is its time per output token, stalls behind the others' prefills included.
-    """
-    col = b[:, None]
-    verify = s.decode_tokens_per_iteration
-
     def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Binomially weighted iteration time of ``decode`` decoders and ``prefills`` chunks,
+        and the iterations' time-weighted compute-bound share (drives power)."""
         load = IterationLoad(
             decode_seqs=decode * verify,
             prefill_tokens=prefills * chunk,
@@ -136,9 +96,36 @@ def _prefill_first_curve(step: StepModel, s: SessionSample, b: np.ndarray, q: fl
         share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
         return (t * weight).sum(axis=1), share
 
+    if not mixed and not decode_only:
+        return _prefill_first_curve(s, b[:, 0], iters, others, weight, mean_time)
+    t_prefill, share_prefill = mean_time(b - others - 1, others + 1)
+    t_decode, share_decode = mean_time(b - others, others)
+    t = q * t_prefill + (1 - q) * t_decode
+    share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
+    b = b[:, 0]
+    # time-weighted decoding sequences: prefill iterations are longer and carry one decoder fewer
+    decoding = (q * t_prefill * (b - 1) * (1 - q) + (1 - q) * t_decode * (1 + (b - 1) * (1 - q))) / t
+    return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
+                       completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
+                       iterations_per_call=iters, compute_share=share, decoding=decoding)
+
+
+def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: np.ndarray, weight: np.ndarray,
+                         mean_time) -> EngineCurve:
+    """The engine curve when prefill iterations run alone and first (SGLang).
+
+    Of ``b`` running calls, ``K ~ Binom(b-1, q)`` others are prefilling, as in the mixed
+    curve. A prefill iteration carries the call's chunk and those of the others
+    (``m = 1 + E[K]`` chunks, no decoder); a decode iteration carries the ``d = b - E[K]``
+    decoders and no chunk. Calls complete at ``mu = 1 / (PF t_p / m + D t_d / d)``: each
+    pays its share of the prefill iterations and of the decode iterations that advance it.
+    A call's residence at batch ``b`` is ``b / mu``; what its own prefill iterations do not
+    take of it is its time per output token, stalls behind the others' prefills included.
+    ``mean_time(decode, prefills)`` is :func:`engine_curve`'s weighted iteration time.
+    """
     zero = np.zeros_like(others)
     t_pre, share_pre = mean_time(zero, others + 1)
-    t_dec, share_dec = mean_time(col - others, zero)
+    t_dec, share_dec = mean_time(b[:, None] - others, zero)
     expected_others = (others * weight).sum(axis=1)
     m, d = 1.0 + expected_others, b - expected_others
     pre_s = s.call_prefill_iters * t_pre / m          # engine time per completed call, prefilling

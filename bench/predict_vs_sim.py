@@ -165,18 +165,21 @@ def open_loop(engine: str = "vllm") -> None:
 
 def kv_limit() -> None:
     """Concurrency beyond the KV limit, vLLM's admission by need on both sides: Llama-3.1-70B fp8 on one
-    H200 (and 8B with 8k prompts), lengths spread 0.2, steady state over the last 24 of 30 predicted
+    H200 (and 8B with 8k prompts; 70B on two H200s at 1k/8k), lengths spread 0.2, steady state over the last 24 of 30 predicted
     request cycles. ``full fit``: requests that fit at full length (isl + osl), what apmw assumed
     before session 5; ``pred R``: the running requests predicted (mean context isl + osl/2)."""
     from apmw.predict import kv_fit_requests
 
     print("\nbeyond the KV limit (vLLM): TTFT s, TPOT ms, running requests, preemptions per completed request")
-    print(f"{'model':>5} {'isl/osl':>10} {'conc':>5} {'full fit':>8} {'pred R':>6} {'sim R':>6} {'sim TTFT':>9}"
+    print(f"{'model':>7} {'isl/osl':>10} {'conc':>5} {'full fit':>8} {'pred R':>6} {'sim R':>6} {'sim TTFT':>9}"
           f" {'pred TTFT':>10} {'sim TPOT':>9} {'pred TPOT':>10} {'preempt':>8}")
-    cases = [("70B", 1024, 1024, (128, 192, 256, 384)), ("8B", 8192, 1024, (128, 256, 512)),
-             ("70B", 200, 2000, (128, 256, 512)), ("70B", 4096, 512, (64, 128, 256))]
-    for size, isl, osl, levels in cases:
-        spec = benchmark_spec(0.2, isl, osl, model=f"meta-llama/Meta-Llama-3.1-{size}", gpu="H200", dtype="fp8")
+    # (model size, GPUs, isl, osl, concurrency levels); the last is InferenceMAX's 1k/8k setting
+    cases = [("70B", 1, 1024, 1024, (128, 192, 256, 384)), ("8B", 1, 8192, 1024, (128, 256, 512)),
+             ("70B", 1, 200, 2000, (128, 256, 512)), ("70B", 1, 4096, 512, (64, 128, 256)),
+             ("70B", 2, 1024, 8192, (128, 256, 384))]
+    for size, tp, isl, osl, levels in cases:
+        spec = benchmark_spec(0.2, isl, osl, model=f"meta-llama/Meta-Llama-3.1-{size}", gpu="H200", tp=tp,
+                              dtype="fp8")
         step = replica_from_spec(spec).step
         full = kv_fit_requests(step, isl, osl, "vllm", full_length=True)
         for c in levels:
@@ -184,7 +187,7 @@ def kv_limit() -> None:
             sim = simulate(spec, c, duration_s=30 * p.e2e_latency_s * c / p.running_requests, seed=1,
                            start_together=True).to_dict()
             preempt = sim["preemptions"] / max(sim["completed_tasks"], 1)
-            print(f"{size:>5} {f'{isl}/{osl}':>10} {c:>5} {full:>8} {p.running_requests:>6} {sim['decode_batch_mean']:>6.0f}"
+            print(f"{f'{size} x{tp}':>7} {f'{isl}/{osl}':>10} {c:>5} {full:>8} {p.running_requests:>6} {sim['decode_batch_mean']:>6.0f}"
                   f" {sim['ttft_s']['mean']:>9.2f} {p.ttft_s:>10.2f} {sim['tpot_s']['mean'] * 1e3:>9.1f}"
                   f" {p.tpot_s * 1e3:>10.1f} {preempt:>8.2f}")
 

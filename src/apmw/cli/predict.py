@@ -33,8 +33,9 @@ def predict(
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
     length_spread: Optional[float] = typer.Option(
         None, "--length-spread",
-        help="width of the request-length distribution over its mean (0: all requests equal, "
-             "they then move in lock-step groups; default 0.2)"),
+        help="width of the request-length distribution over its mean (0: all requests equal, as with "
+             "vLLM bench serve's random dataset and --ignore-eos; they then move in lock-step groups, and "
+             "under SGLang's prefill-first scheduling the whole first wave repeats every cycle; default 0.2)"),
     request_overhead_ms: Optional[float] = typer.Option(
         None, "--request-overhead-ms",
         help="client-seen TTFT outside the engine: HTTP, tokenising (default 25 ms; 0 for an in-process harness). "

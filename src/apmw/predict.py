@@ -329,8 +329,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_two_chunks,
                                                         room)
     if lockstep > 0:
-        lock = _lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
-                                mixed=mixed, wave_ttft_s=burst_ttft, t_full_s=t_burst)
+        lock = (_lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest)
+                if mixed else _whole_waves(isl, osl, capacity, running, t_decode, burst_ttft, t_burst))
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
     # the first wave arrives all at once and queues for the token budget; it weighs
@@ -480,9 +480,7 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
 
 
 def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
-                     t_decode: float, t_group: float, t_rest: float, mixed: bool = True,
-                     wave_ttft_s: float | None = None, t_full_s: float | None = None
-                     ) -> tuple[float, float, float]:
+                     t_decode: float, t_group: float, t_rest: float) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
@@ -495,23 +493,8 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     iterations, shared with their neighbours' chunks.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
     this steady state (``bench/predict_vs_sim.py``).
-
-    When prefill runs alone and first (``mixed=False``, SGLang) nobody decodes until the whole
-    wave is prefilled, in full-budget iterations, so the requests decode, finish and return
-    together: every cycle repeats the first wave (``wave_ttft_s``: its mean TTFT; ``t_full_s``:
-    one full prefill iteration), and a request decodes after waiting for the wave's later prefill
-    iterations (the simulator shows this too).
     """
     decode_iters = max(osl - 1, 1)
-    if not mixed:
-        # prefill first: the whole wave is prefilled before anyone decodes, so it decodes, finishes
-        # and comes back together, and every cycle starts with a whole wave of prompts
-        iters = math.ceil(running * isl / capacity)
-        if wave_ttft_s is None or t_full_s is None:
-            raise ValueError("prefill-first lock step needs the first wave's TTFT and full iteration time")
-        # from its first token to its decode: the rest of the wave's prefill, about (iters - 1)/2 iterations
-        tpot = t_decode + (iters - 1) / 2 * t_full_s / decode_iters if osl > 1 else 0.0
-        return tpot, wave_ttft_s, iters / (iters + decode_iters)
     if per_group:
         full, rest = divmod(running, per_group)
         # (requests, their group's packed iteration time, packed iterations of that kind per cycle)
@@ -527,9 +510,25 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     ttft = 0.5 * t_decode + own_s
     packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
-    packed = sum(k for *_, k in groups)
-    share = min(packed / (decode_iters + own_mixed), 1.0)
+    share = min(sum(k for *_, k in groups) / (decode_iters + own_mixed), 1.0)
     return tpot, ttft, share
+
+
+def _whole_waves(isl: int, osl: int, capacity: int, running: int, t_decode: float, wave_ttft_s: float,
+                 t_full_s: float) -> tuple[float, float, float]:
+    """TPOT, TTFT and prefill-iteration share of equal-length requests when prefill runs alone
+    and first (SGLang).
+
+    Nobody decodes until the whole wave is prefilled, in full-budget iterations, so the
+    requests decode, finish and return together: every cycle repeats the first wave
+    (``wave_ttft_s``, its mean TTFT), and a request waits from its first token through the
+    rest of the wave's prefill, about ``(iterations - 1)/2`` of ``t_full_s``, before it decodes.
+    The simulator shows this steady state too (``bench/predict_vs_sim.py --engine sglang``).
+    """
+    decode_iters = max(osl - 1, 1)
+    iters = math.ceil(running * isl / capacity)
+    tpot = t_decode + (iters - 1) / 2 * t_full_s / decode_iters if osl > 1 else 0.0
+    return tpot, wave_ttft_s, iters / (iters + decode_iters)
 
 
 def wave_mean_ttft_s(running: int, isl: int, token_budget: int, t_full_s: float, t_last_s: float) -> float:

@@ -62,7 +62,8 @@ def reserved_output_share(engine: str, osl: float | None = None) -> float:
     admitting another, at the KV limit: all of it (TensorRT-LLM), none (vLLM). SGLang's share
     adapts (new_token_ratio above); at the limit it keeps retracting, and each retraction resets
     the share to the survivors' decoded share plus 20 steps: with progress spread out,
-    ``0.5 + 20 / osl``."""
+    ``0.5 + 20 / osl``. Without ``osl``, SGLang's starting share (the simulator adapts it from
+    there itself)."""
     if engine in FULL_RESERVATION_ENGINES:
         return 1.0
     if engine == "sglang":

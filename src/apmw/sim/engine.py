@@ -179,7 +179,7 @@ class Engine:
         # the share of the running sequences' remaining output kept back at admission; SGLang's
         # adapts (new_token_ratio): from 0.7 down a step per decode iteration, reset on retraction
         self.adaptive_share = serving.engine == "sglang"
-        self.reserved_share = SGLANG_INIT_NEW_TOKEN_RATIO if self.adaptive_share else reserved_output_share(serving.engine)
+        self.reserved_share = reserved_output_share(serving.engine)
         if self.adaptive_share:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.caching = serving.prefix_caching

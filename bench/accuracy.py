@@ -71,7 +71,7 @@ IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vl
 # Client-seen TTFT outside the engine, per benchmark harness where its training rows pin it
 # (`--fit`: InferenceMAX's, jointly with the served MoE ceiling); other sources use apmw's
 # default (apmw.predict.REQUEST_OVERHEAD_S).
-HARNESS_OVERHEAD_S = {"InferenceMAX": 0.0175}
+HARNESS_OVERHEAD_S = {"InferenceMAX": 0.0125}
 
 
 @dataclass
@@ -97,6 +97,9 @@ class Row:
     length_spread: float | None = None   # None: apmw.predict's default
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT   # the harness's prompts / concurrency
     request_overhead_s: float | None = None   # None: HARNESS_OVERHEAD_S or apmw's default
+    # whether the engine formed the next batch while the current one ran (None: the engine's
+    # default, apmw.perf.scheduling; False where the run's engine predates that scheduler)
+    overlap_scheduling: bool | None = None
 
 
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
@@ -118,13 +121,17 @@ def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
             measured |= {"ttft_s": r.ttft_mean_ns / 1e9, "tpot_s": r.tpot_mean_ns / 1e9}
         if not math.isnan(r.avg_system_power_w):
             measured["node_power_w"] = r.avg_system_power_w / r.number_of_nodes
+        # v4.1 (2024) predates TensorRT-LLM's PyTorch backend (0.17, 2025), whose feature the overlap
+        # scheduler is: its engines ran one batch at a time
+        overlap = False if r.round == "v4.1" else None
         rows.append(Row(source=f"MLPerf {r.round}", split="train" if r.round == "v4.1" else "held-out",
                         model=model, gpu=gpu, engine="vllm" if "vllm" in r.framework.lower() else "trtllm",
                         tp=tp, scenario=r.scenario,
                         isl=round(isl * isl_scale), osl=round(osl),
                         rate_per_replica=r.samples_per_s, concurrency=None, measured=measured,
                         label=f"{r.round} {r.submitter} {r.base} {r.scenario} {gpus}x{gpu}",
-                        constraints=(r.ttft_constraint_ns / 1e9, r.tpot_constraint_ns / 1e9), gpus=gpus))
+                        constraints=(r.ttft_constraint_ns / 1e9, r.tpot_constraint_ns / 1e9), gpus=gpus,
+                        overlap_scheduling=overlap))
     return rows
 
 
@@ -133,7 +140,7 @@ def imax_rows(data: Path) -> list[Row]:
     d = d[d.hw.isin(["h100", "h200"]) & d.model.isin(IMAX_MODELS) & ~d.disagg.fillna(False).astype(bool)]
     d = d[~d.dp_attention.fillna(False).astype(bool)]
     keys = ["hw", "model", "framework", "isl", "osl", "conc", "tp", "ep"]
-    g = d.groupby(keys, as_index=False)[["mean_ttft", "mean_tpot", "output_tput_per_gpu"]].median()
+    g = d.groupby(keys, as_index=False)[["mean_ttft", "median_ttft", "mean_tpot", "output_tput_per_gpu"]].median()
     rows = []
     for r in g.itertuples():
         model, wdt, kvd, engine = IMAX_MODELS[r.model]
@@ -144,7 +151,8 @@ def imax_rows(data: Path) -> list[Row]:
                         length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
                         measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
-                                  "output_tokens_per_s_per_gpu": r.output_tput_per_gpu},
+                                  "output_tokens_per_s_per_gpu": r.output_tput_per_gpu,
+                                  "median_ttft_s": r.median_ttft},
                         label=f"{r.hw} {model.split('/')[-1]} tp{int(r.tp)} ep{int(r.ep)} {r.isl}/{r.osl} c{r.conc}",
                         note=f"{wdt}/{kvd}"))
     return rows
@@ -196,12 +204,15 @@ def published_rows(path: Path = PUBLISHED) -> list[Row]:
     rows = []
     for r in d.itertuples():
         spread = 1.0 if r.source.startswith("gpustack") else None
+        # NIM 1.x served TensorRT-LLM through its legacy TensorRT-engine backend until 1.15 made the
+        # PyTorch backend (which has the overlap scheduler) the default (bench/data/SOURCES.md)
+        overlap = False if r.source.startswith("nim-") else None
         rows.append(Row(source="Published", split="held-out", model=r.model, gpu=r.gpu, engine=r.engine,
                         tp=int(r.tp), scenario=f"fixed-concurrency ({r.source})", isl=round(r.isl), osl=round(r.osl),
                         rate_per_replica=None, concurrency=int(r.concurrency),
                         measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3},
                         label=f"{r.source} {r.model_reported} tp{r.tp} {round(r.isl)}/{round(r.osl)} c{r.concurrency}",
-                        note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread))
+                        note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread, overlap_scheduling=overlap))
     return rows
 
 
@@ -238,7 +249,8 @@ def choose_tp(row: Row) -> tuple[int, object]:
                 score = -p.output_tokens_per_s_per_gpu
             else:
                 p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica / (row.gpus // tp),
-                                      DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, engine=row.engine)
+                                      DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, engine=row.engine,
+                                      overlap_scheduling=row.overlap_scheduling)
                 ok = p.ttft_s <= row.constraints[0] and p.tpot_s <= row.constraints[1]
                 if ok:
                     return tp, p
@@ -287,7 +299,7 @@ def predict_row(row: Row) -> None:
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
         elif row.rate_per_replica is not None:
             p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH,
-                                  engine=row.engine)
+                                  engine=row.engine, overlap_scheduling=row.overlap_scheduling)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
@@ -297,7 +309,8 @@ def predict_row(row: Row) -> None:
                              DEFAULT_MAX_BATCH[row.engine],
                              request_overhead_s=(row.request_overhead_s if row.request_overhead_s is not None else
                                                  HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine])),
-                             length_spread=spread, engine=row.engine, requests_per_client=row.requests_per_client)
+                             length_spread=spread, engine=row.engine, requests_per_client=row.requests_per_client,
+                             overlap_scheduling=row.overlap_scheduling)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                              "running_requests": p.running_requests}
@@ -411,7 +424,7 @@ DOCS = ROOT / "docs" / "accuracy.md"
 
 
 def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
-    """The three tables docs/accuracy.md quotes, keyed by their marker names."""
+    """The tables docs/accuracy.md quotes, keyed by their marker names."""
     mod = [r for r in rows if r.predicted]
     published = [r for r in mod if r.source == "Published"]
     dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
@@ -427,7 +440,8 @@ def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
     sil = table(silicon, lambda r: "all modelled silicon rows")
     sil += table(silicon, lambda r: f"{r.gpu} {r.model.split('/')[-1]} {r.scenario.split('(')[1].rstrip(')')} "
                                     f"tp{r.tp} {r.path}")[2:]
-    return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil}
+    return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil,
+            "steady-median": steady_state_ttft(rows)}
 
 
 def write_docs(rows: list[Row], path: Path = DOCS) -> None:
@@ -454,7 +468,9 @@ def report(rows: list[Row], isl_scale: float) -> str:
              "", "### Dense models on H100/H200 (MLPerf, calibrated path), by split", "", *tables["mlperf-split"],
              "", "### By model, GPU, engine and scenario", "", *tables["by-group"],
              "", "### NVIDIA's measured runs in aiconfigurator's silicon_sample.csv (held out)", "",
-             *tables["silicon"]]
+             *tables["silicon"],
+             "", "### Steady-state TTFT against InferenceMAX's measured median TTFT (no first wave)", "",
+             *tables["steady-median"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)
@@ -477,9 +493,58 @@ def write_fixture(rows: list[Row], path: Path = FIXTURE) -> None:
         "length_spread": round(r.length_spread, 6), "concurrency": r.concurrency,
         "measured_ttft_s": round(r.measured["ttft_s"], 6), "measured_tpot_s": round(r.measured["tpot_s"], 6),
         "measured_output_tokens_per_s_per_gpu": round(r.measured["output_tokens_per_s_per_gpu"], 3),
+        "measured_median_ttft_s": round(r.measured["median_ttft_s"], 6),
     } for r in keep])
     out.to_csv(path, index=False)
     print(f"wrote {len(out)} rows to {path.relative_to(ROOT)}")
+
+
+def steady_state_ttft(rows: list[Row]) -> list[str]:
+    """apmw's steady-state TTFT against InferenceMAX's measured *median* TTFT, with and without
+    overlap scheduling (apmw.perf.scheduling).
+
+    A run of ten prompts per client puts its first, simultaneous wave in the slowest tenth of
+    its TTFTs, so the median is a steady-state figure whatever the harness's prompt count: it
+    tests a prompt's wait and its own prefill alone. ``apmw.predict.predict_with`` with no first
+    wave (``requests_per_client`` unbounded) predicts it.
+    """
+    # each variant with the harness overhead its own fit gives on the h100 (training) mean TTFTs
+    overhead = {None: HARNESS_OVERHEAD_S["InferenceMAX"], False: _imax_overhead_s(rows, overlap=False)}
+    lines = ["| group | n | median abs % | median signed % | without overlap scheduling: abs % | signed % |",
+             "|---|---|---|---|---|---|"]
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.source == "InferenceMAX" and r.predicted and r.path == "calibrated":
+            groups.setdefault(f"{r.gpu} {r.model.split('/')[-1]} {r.engine}, {round(r.isl / 0.9)} prompt tokens",
+                              []).append(r)
+    for name in sorted(groups):
+        cells = []
+        for overlap in (None, False):
+            errs = []
+            for r in groups[name]:
+                steady = Row(**{**r.__dict__, "requests_per_client": 10**9, "overlap_scheduling": overlap,
+                                "request_overhead_s": overhead[overlap]})
+                predict_row(steady)
+                errs.append(steady.predicted["ttft_s"] / r.measured["median_ttft_s"] - 1)
+            cells += [f"{statistics.median(abs(e) for e in errs) * 100:.1f}", f"{statistics.median(errs) * 100:+.1f}"]
+        lines.append(f"| {name} | {len(groups[name])} | " + " | ".join(cells) + " |")
+    lines.append(f"\nHarness overhead: {overhead[None] * 1e3:.1f} ms with overlap scheduling, "
+                 f"{overhead[False] * 1e3:.1f} ms without (each fitted on the h100 rows' mean TTFT).")
+    return lines
+
+
+def _imax_overhead_s(rows: list[Row], overlap: bool | None) -> float:
+    """InferenceMAX's request overhead that best fits the h100 (training) rows' mean TTFT."""
+    train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train" and r.predicted]
+    best = (math.inf, 0.0)
+    for ms in np.arange(0.0, 50.1, 2.5):
+        errs = []
+        for r in train:
+            trial = Row(**{**r.__dict__, "overlap_scheduling": overlap, "request_overhead_s": ms * 1e-3})
+            predict_row(trial)
+            errs.append(abs(trial.predicted["ttft_s"] / r.measured["ttft_s"] - 1))
+        best = min(best, (statistics.median(errs), ms * 1e-3))
+    return best[1]
 
 
 def first_wave_ratios(rows: list[Row]) -> str:

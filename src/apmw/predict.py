@@ -28,9 +28,12 @@ over one request cycle:
   iterations with the other requests decoding; over one cycle the engine runs
   ``R*isl / chunk`` mixed iterations and the rest are pure decode, so the time per output
   token is the cycle-weighted mean of the two; TTFT = half an iteration of arrival wait
+  + one more where the engine schedules ahead (all three do by default: vLLM's async
+  scheduling, SGLang's and TensorRT-LLM's overlap schedulers, :mod:`apmw.perf.scheduling`)
   + the ``n`` mixed iterations (+ queue wait when prefill-bound);
-* in lock step: each prompt waits half a decode iteration and its group's packed
-  iteration; a request decodes through the packed iterations of every other group;
+* in lock step: each prompt waits half a decode iteration, the iteration already scheduled
+  (mostly the group before's packed one) and its group's packed iteration; a request decodes
+  through the packed iterations of every other group;
 * either way the first wave arrives all at once and queues for the budget: its mean
   TTFT, about ``(ceil(R*isl/budget) + 1)/2`` full-budget iterations (the last holds only
   the remainder: :func:`wave_mean_ttft_s`), weighs ``1/requests_per_client`` of the mean
@@ -61,7 +64,7 @@ from apmw.errors import ApmwError
 from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
                        resolve_gpu)
 from apmw.perf.calibrated import ENGINE_OVERHEAD_S, canonical_engine
-from apmw.perf.scheduling import kv_tokens_per_running_request, mixes_prefill_with_decode
+from apmw.perf.scheduling import iterations_scheduled_ahead, kv_tokens_per_running_request, mixes_prefill_with_decode
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
 # token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
@@ -81,7 +84,7 @@ WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 # Client-observed time to first token outside the engine's iterations: HTTP, chat
 # template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
 # from the published range, not a fit: NVIDIA NIM with a local AIPerf client about 1.4 ms
-# (its concurrency-1 rows less the predicted prefill), InferenceMAX's harness 17.5 ms
+# (its concurrency-1 rows less the predicted prefill), InferenceMAX's harness 12.5 ms
 # (fitted with the served MoE ceiling, bench/accuracy.py HARNESS_OVERHEAD_S), GPUStack's
 # Qwen3-8B on H100 about 50 ms (vLLM 0.11), 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2)
 # beyond the prefill (docs/accuracy.md). `--request-overhead-ms` overrides it; an
@@ -128,6 +131,10 @@ class Prediction:
     # True: prompt chunks ride beside the decodes (vLLM, TensorRT-LLM); False: prefill iterations
     # run alone and first (SGLang's default; apmw.perf.scheduling)
     prefill_mixed_with_decode: bool
+    # 1: the engine forms the next iteration's batch while the current one runs (vLLM async
+    # scheduling, SGLang's and TensorRT-LLM's overlap schedulers), so an arriving prompt waits one
+    # more iteration; 0: it joins the next (apmw.perf.scheduling)
+    iterations_scheduled_ahead: int
     source: str
     source_detail: str
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
@@ -143,13 +150,16 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
             max_batch: int | None = None, calibrated: bool = True,
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
-            requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None) -> Prediction:
+            requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
+            overlap_scheduling: bool | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     ``requests_per_client`` is the benchmark's prompt count over its concurrency (InferenceMAX:
     10); the first wave, which arrives all at once, weighs ``1 / requests_per_client`` of TTFT.
     ``mixed_prefill`` overrides whether the engine mixes prompt chunks into decode iterations
-    (None: the engine's default, :func:`apmw.perf.scheduling.mixes_prefill_with_decode`).
+    (None: the engine's default, :func:`apmw.perf.scheduling.mixes_prefill_with_decode`), and
+    ``overlap_scheduling`` whether it forms the next iteration's batch while the current one runs
+    (None: the engine's default, :func:`apmw.perf.scheduling.iterations_scheduled_ahead`).
     """
     if requests_per_client < 1:
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
@@ -160,14 +170,16 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     p = predict_with(step, isl, osl, concurrency, token_budget,
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
-                     length_spread=length_spread, engine=engine, mixed_prefill=mixed_prefill)
+                     length_spread=length_spread, engine=engine, mixed_prefill=mixed_prefill,
+                     overlap_scheduling=overlap_scheduling)
     return _with_power(step, spec_gpu, p, isl, osl, token_budget)
 
 
 def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
                  request_rate_per_s: float, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_batch: int | None = None, calibrated: bool = True,
-                 request_overhead_s: float | None = None, mixed_prefill: bool | None = None) -> Prediction:
+                 request_overhead_s: float | None = None, mixed_prefill: bool | None = None,
+                 overlap_scheduling: bool | None = None) -> Prediction:
     """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
     (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`.
 
@@ -181,7 +193,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     overhead_s = _request_overhead_s(engine, request_overhead_s)
     p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
                           DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine,
-                          mixed_prefill=mixed_prefill)
+                          mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
     # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
@@ -274,7 +286,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                  max_batch: int, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  request_overhead_s: float = 0.0,
                  length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm",
-                 poisson_arrivals: bool = False, mixed_prefill: bool | None = None) -> Prediction:
+                 poisson_arrivals: bool = False, mixed_prefill: bool | None = None,
+                 overlap_scheduling: bool | None = None) -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
@@ -283,6 +296,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     :func:`predict_open_loop`) rather than as completions free slots (see :func:`_spread_out`).
     ``mixed_prefill`` (None: the engine's default) says whether prompt chunks ride beside the
     decodes or run in prefill iterations of their own, first (SGLang; :func:`_prefill_first`).
+    ``overlap_scheduling`` (None: the engine's default) says whether a prompt that arrives at a
+    busy engine also waits for the iteration already scheduled (:func:`arrival_wait_s`).
     """
     if not 0.0 <= length_spread <= 2.0:
         raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
@@ -297,6 +312,7 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
     mixed = mixes_prefill_with_decode(engine, mixed_prefill)
+    ahead = iterations_scheduled_ahead(engine, overlap_scheduling)
     # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
     # when prefill iterations run alone
     capacity = max(token_budget - decoders, 1) if mixed else token_budget
@@ -324,12 +340,13 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
     room = max(capacity / chunk - 1, 0.0) if poisson_arrivals else None
     if mixed:
         tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
-                                                     room=room)
+                                                     room=room, ahead=ahead)
     else:
         tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_two_chunks,
-                                                        room)
+                                                        room, ahead=ahead)
     if lockstep > 0:
-        lock = (_lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest)
+        lock = (_lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
+                                 ahead=ahead)
                 if mixed else _whole_waves(isl, osl, capacity, running, t_decode, burst_ttft, t_burst))
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
@@ -349,7 +366,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         decode_iteration_s=t_decode, mixed_iteration_s=t_group if lockstep >= 0.5 else t_mixed,
         mixed_iteration_share=share_mixed, lockstep_share=lockstep,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
-        prefill_mixed_with_decode=mixed, source=step.source, source_detail=step.source_detail,
+        prefill_mixed_with_decode=mixed, iterations_scheduled_ahead=ahead,
+        source=step.source, source_detail=step.source_detail,
     )
 
 
@@ -387,12 +405,13 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
 
 
 def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
-                t_mixed: float, room: float | None = None) -> tuple[float, float, float]:
+                t_mixed: float, room: float | None = None, ahead: int = 0) -> tuple[float, float, float]:
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
     the rest pure decode, so the time per output token is the cycle-weighted mean of the
-    two. A request waits half an iteration (none when it runs alone), then for its prompt's
+    two. A request waits half an iteration and the ``ahead`` already scheduled
+    (:func:`arrival_wait_s`; none when it runs alone), then for its prompt's
     turn at the budget (the cycle's iterations not spent decoding it; non-zero only when
     prefill-bound), then its own ``own_mixed`` prefill iterations, the last of which carries
     only the remainder.
@@ -410,12 +429,15 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    wait, others = arrival_wait_s(t_bar, running), 0.0
+    if prompt_queue_iters > 0:
+        ahead = 0   # prefill-bound: prompts queue for the budget, and the queue, not the phase, sets the wait
+    wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
     if room is not None and running > 1:
-        wait = (share * t_mixed ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        residual = (share * t_mixed ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        wait = residual + ahead * t_bar
         if prompt_queue_iters == 0:
             rate_per_s = running / (cycle_iters * t_bar)
-            others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
+            others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)
     ttft = (wait + prompt_queue_iters * t_bar + _own_prefill_s(isl, chunk, own_mixed, t_decode, t_mixed)
             + others * (t_mixed - t_decode))
     if not decode_iters and running > 1 and room is None:
@@ -426,14 +448,14 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
 
 
 def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
-                   t_two_chunks: float, room: float | None = None) -> tuple[float, float, float]:
+                   t_two_chunks: float, room: float | None = None, ahead: int = 0) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
 
     Over one request cycle the engine runs ``osl - 1`` decode iterations and, for every
     running request's prompt, ``isl / chunk`` prefill iterations with no decoder in them.
-    A new prompt waits only for the iteration in progress (half of one on average; none
-    when it runs alone), then for its own prefill iterations: decode never goes first. A
-    decoding request stalls through the prefill iterations of the other ``running - 1``
+    A new prompt waits only for the iteration in progress (half of one on average) and the
+    ``ahead`` already scheduled (none when it runs alone), then for its own prefill
+    iterations: decode never goes first. A decoding request stalls through the prefill iterations of the other ``running - 1``
     prompts of its cycle, so they add ``(running - 1) * isl / chunk * t_prefill`` to its
     decode time.
 
@@ -446,12 +468,13 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     prefill_per_cycle = running * isl / chunk
     share = prefill_per_cycle / max(prefill_per_cycle + decode_iters, 1e-12)
     t_bar = share * t_prefill + (1 - share) * t_decode
-    wait, others = arrival_wait_s(t_bar, running), 0.0
+    wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
     if room is not None and running > 1:
-        wait = (share * t_prefill ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        residual = (share * t_prefill ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+        wait = residual + ahead * t_bar
         rate_per_s = running / ((prefill_per_cycle + decode_iters) * t_bar)
-        # 2 x wait is the mean length of the iteration a Poisson arrival lands in (length-biased)
-        others = min(rate_per_s * 2 * wait * (1 - 1 / running), running - 1, room)
+        # 2 x residual is the mean length of the iteration a Poisson arrival lands in (length-biased)
+        others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)
     extra_s = max(t_two_chunks - t_prefill, 0.0)    # one more prompt in a prefill batch
     ttft = wait + isl / chunk * t_prefill + others * extra_s
     # prompts that share a batch share its stall
@@ -463,14 +486,16 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     return t_decode + stall_s / decode_iters, ttft, share
 
 
-def arrival_wait_s(t_iter_s: float, running: int) -> float:
-    """How long a new prompt waits for the iteration in progress to end.
+def arrival_wait_s(t_iter_s: float, running: int, ahead: int = 0) -> float:
+    """How long a new prompt waits before its first iteration starts.
 
-    With other requests running it arrives anywhere in an iteration: half of one on average.
+    With other requests running it arrives anywhere in an iteration: it waits half of one on
+    average, and then the ``ahead`` iterations whose batches the engine had already formed
+    (1 under overlap or async scheduling: :func:`apmw.perf.scheduling.iterations_scheduled_ahead`).
     A lone client's prompt finds the engine idle (its previous request has ended), so it
     starts at once.
     """
-    return 0.0 if running <= 1 else 0.5 * t_iter_s
+    return 0.0 if running <= 1 else (0.5 + ahead) * t_iter_s
 
 
 def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_chunk: float) -> float:
@@ -480,7 +505,7 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
 
 
 def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
-                     t_decode: float, t_group: float, t_rest: float) -> tuple[float, float, float]:
+                     t_decode: float, t_group: float, t_rest: float, ahead: int = 0) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
@@ -489,6 +514,10 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     lengths they also finish and return one iteration apart, so the stagger holds: each
     group's prompts fill their own packed iteration after half a decode iteration of
     waiting, and a request decodes through the packed iterations of every other group.
+    Where the engine schedules ``ahead`` (:func:`arrival_wait_s`), a returning group also waits
+    for the iteration already scheduled: a decode iteration for the first group of a cycle, the
+    packed iteration of the group before for every later one (nothing when all the requests form
+    one group: they come back to an idle engine).
     Prompts longer than the budget (``per_group == 0``) each span ``own_mixed`` packed
     iterations, shared with their neighbours' chunks.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
@@ -501,13 +530,19 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
         groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
         own_s = sum(n * t for n, t, _ in groups) / running
         own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
+        first = per_group if full else running        # the first group's requests
     else:
         # prompts longer than the budget: every iteration is packed, each prompt sharing its
         # ``own_mixed`` iterations with its neighbours' chunks
         groups = [(running, t_group, running * isl / capacity)]
         own_s = own_mixed * t_group
         own_extra = isl / capacity * (t_group - t_decode)
-    ttft = 0.5 * t_decode + own_s
+        first = 1
+    # the iteration already scheduled when a group comes back: none when it is the only group (the
+    # engine is idle then); else a decode iteration for the first group of a cycle and the packed
+    # iteration of the group before for every later one
+    ahead_s = (first * t_decode + (running - first) * t_group) / running if first < running else 0.0
+    ttft = arrival_wait_s(t_decode, running) + ahead * ahead_s + own_s
     packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
     share = min(sum(k for *_, k in groups) / (decode_iters + own_mixed), 1.0)
@@ -594,7 +629,8 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
 
 
 def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
-                      max_batch: int, engine: str = "vllm", mixed_prefill: bool | None = None) -> Prediction:
+                      max_batch: int, engine: str = "vllm", mixed_prefill: bool | None = None,
+                      overlap_scheduling: bool | None = None) -> Prediction:
     """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
 
     The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
@@ -611,7 +647,8 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
 
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
-                         engine=engine, poisson_arrivals=True, mixed_prefill=mixed_prefill)
+                         engine=engine, poisson_arrivals=True, mixed_prefill=mixed_prefill,
+                         overlap_scheduling=overlap_scheduling)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

@@ -120,7 +120,16 @@ def test_equal_lengths_move_in_lock_step_groups():
     spread = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
     assert lock.prompts_arrive == "in lock-step groups" and lock.lockstep_share == 1.0
     assert spread.prompts_arrive == "spread out" and spread.lockstep_share < 1e-6
-    assert lock.ttft_s == pytest.approx(0.5 * lock.decode_iteration_s + lock.mixed_iteration_s, rel=1e-6)
+    t_dec, t_group = lock.decode_iteration_s, lock.mixed_iteration_s
+    # the engine schedules one iteration ahead (apmw.perf.scheduling), so a returning group also
+    # waits for the iteration already scheduled: a decode iteration for the first of the 12 groups,
+    # the packed iteration of the group before for the other 11
+    assert lock.iterations_scheduled_ahead == 1
+    assert lock.ttft_s == pytest.approx(0.5 * t_dec + (8 * t_dec + 88 * t_group) / 96 + t_group, rel=1e-6)
+    plain = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=0.0,
+                         overlap_scheduling=False)
+    assert plain.iterations_scheduled_ahead == 0
+    assert plain.ttft_s == pytest.approx(0.5 * t_dec + t_group, rel=1e-6)
     assert lock.ttft_s > 3 * spread.ttft_s
     # the other 11 groups' packed iterations raise the time per output token
     expected = lock.decode_iteration_s + 11 * (lock.mixed_iteration_s - lock.decode_iteration_s) / 999
@@ -332,7 +341,11 @@ def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():
     assert first.tpot_s > 1.2 * mixed.tpot_s          # 255 stalls of a whole forward pass
     share = 256 / (256 + 199)
     t_bar = share * t_pre + (1 - share) * t_dec
-    assert first.ttft_s == pytest.approx(0.5 * t_bar + t_pre, rel=0.005)
+    # half the iteration in progress and the one SGLang's overlap scheduler has already formed
+    assert first.ttft_s == pytest.approx(1.5 * t_bar + t_pre, rel=0.005)
+    plain = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang",
+                         overlap_scheduling=False)
+    assert plain.ttft_s == pytest.approx(0.5 * t_bar + t_pre, rel=0.005)
     assert first.ttft_s < mixed.ttft_s                # no decoders ride in its prefill iteration
 
 

@@ -50,6 +50,12 @@ def predict(
         None, "--mixed-prefill/--prefill-first",
         help="whether prompt chunks ride in decode iterations (default: the engine's; vllm and trtllm mix, "
              "sglang runs prefill alone and first unless started with --enable-mixed-chunk)"),
+    overlap_scheduling: Optional[bool] = typer.Option(
+        None, "--overlap-scheduling/--no-overlap-scheduling",
+        help="whether the engine forms the next iteration's batch while the current one runs, so a prompt "
+             "arriving at a busy engine waits one more iteration (default: yes for all three engines: vLLM "
+             "async scheduling, SGLang and TensorRT-LLM overlap schedulers; no: vLLM --no-async-scheduling, "
+             "SGLang --disable-overlap-schedule)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
@@ -65,6 +71,7 @@ def predict(
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
                   max_batch=max_batch, calibrated=not roofline, mixed_prefill=mixed_prefill,
+                  overlap_scheduling=overlap_scheduling,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype)
     try:
@@ -98,6 +105,8 @@ def predict(
         table.add_row("running capped by", _cap(p, engine))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
+    table.add_row("next batch formed", "while the current iteration runs" if p.iterations_scheduled_ahead
+                  else "after the current iteration")
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
     table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)

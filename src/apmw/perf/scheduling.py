@@ -25,6 +25,20 @@ And how an engine admits a request when KV memory is short:
   a request is admitted only if the pool can hold its prompt and all its output tokens, so a
   running request holds ``isl + osl``. NVIDIA's NIM Llama-3.3-70B runs saturate where this
   puts them (docs/accuracy.md).
+
+And when a prompt that arrives mid-iteration can first run:
+
+* **Scheduled one iteration ahead** (the default of all three): the scheduler forms the next
+  iteration's batch while the current one runs on the GPU, to hide its CPU time. vLLM's async
+  scheduling ("the scheduler operate[s] one step ahead of the current execution", vLLM PR
+  #19970; on unless a feature rules it out: ``SchedulerConfig.async_scheduling = None`` and
+  ``VllmConfig`` "Enable async scheduling unless there is an incompatible option"), SGLang's
+  overlap scheduler (``ServerArgs.disable_overlap_schedule = False``) and TensorRT-LLM's
+  (``disable_overlap_scheduler = False`` in its PyTorch backend's ``LlmArgs``). So a prompt
+  that arrives while iteration ``k`` runs misses ``k + 1`` too, whose batch is already fixed,
+  and first runs in ``k + 2``: it waits the rest of ``k`` and all of ``k + 1``. Without the
+  overlap (vLLM ``--no-async-scheduling``, SGLang ``--disable-overlap-schedule``) it runs in
+  ``k + 1``. An idle engine schedules an arriving prompt at once either way.
 """
 
 from __future__ import annotations
@@ -69,6 +83,20 @@ def reserved_output_share(engine: str, osl: float | None = None) -> float:
     if engine == "sglang":
         return min(1.0, 0.5 + SGLANG_RETRACT_DECODE_STEPS / osl) if osl else SGLANG_INIT_NEW_TOKEN_RATIO
     return 0.0
+
+
+# Engines whose default scheduler forms the next iteration's batch while the current one runs.
+OVERLAP_SCHEDULING_ENGINES = frozenset({"vllm", "sglang", "trtllm"})
+
+
+def iterations_scheduled_ahead(engine: str, overlap: bool | None = None) -> int:
+    """Iterations whose batches are already fixed when a prompt arrives at a busy engine, beyond
+    the one running: 1 with overlap (async) scheduling, 0 without. ``overlap`` overrides the
+    engine's default (vLLM ``--no-async-scheduling``, SGLang ``--disable-overlap-schedule``:
+    False)."""
+    if overlap is None:
+        overlap = engine in OVERLAP_SCHEDULING_ENGINES
+    return 1 if overlap else 0
 
 
 def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:

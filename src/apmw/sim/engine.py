@@ -33,6 +33,11 @@ vLLM nothing; SGLang its ``new_token_ratio``: 0.7 at the start, a step lower eve
 iteration down to 0.098, and reset after each preemption (retraction) to what the running
 sequences have decoded so far, plus 20 steps each, over their output lengths.
 
+**Scheduled ahead** (:mod:`apmw.perf.scheduling`; ``serving.overlap_scheduling``): vLLM's
+async scheduling and SGLang's and TensorRT-LLM's overlap schedulers form the next iteration's
+batch while the current one runs, so a busy engine's iteration takes only the sequences that
+had arrived when the iteration before it started; an idle engine takes an arrival at once.
+
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
 and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
@@ -55,7 +60,8 @@ import numpy as np
 from apmw.perf import IterationLoad, Replica
 from apmw.perf.scheduling import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
                                   SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS,
-                                  mixes_prefill_with_decode, reserved_output_share)
+                                  iterations_scheduled_ahead, mixes_prefill_with_decode,
+                                  reserved_output_share)
 from apmw.sim.kvcache import BlockPool
 from apmw.spec import Serving
 
@@ -182,6 +188,8 @@ class Engine:
         self.reserved_share = reserved_output_share(serving.engine)
         if self.adaptive_share:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ahead = iterations_scheduled_ahead(serving.engine, serving.overlap_scheduling)
+        self._last_start_s = 0.0          # when the iteration that ended last began
         self.caching = serving.prefix_caching
         kv_block_bytes = step.kv_bytes_per_token * BLOCK_TOKENS
         self.pool = BlockPool(int(replica.kv_capacity_bytes // kv_block_bytes), self.caching)
@@ -264,11 +272,19 @@ class Engine:
             held = self.pinned.get(agent)
             if held is not None and held[3] == token:
                 self._unpin(agent)
-        while self.arrivals and self.arrivals[0][0] <= now:
+        cutoff = self._arrival_cutoff_s()
+        while self.arrivals and self.arrivals[0][0] <= cutoff:
             seq = heapq.heappop(self.arrivals)[2]
             self.driver.on_arrival(seq)
             self.retained_waiting += seq.retained
             self.waiting.append(seq)
+
+    def _arrival_cutoff_s(self) -> float:
+        """Arrivals up to this time can join the next iteration. A busy engine that schedules
+        ahead formed that iteration's batch when the one just ended began; otherwise, now."""
+        if self.ahead and len(self.running):
+            return self._last_start_s
+        return self.now
 
     def _admission(self, seq: Seq, budget: int):
         """(kv_len after the hit, cached blocks reused, new blocks, tokens this iteration), or None."""
@@ -455,6 +471,7 @@ class Engine:
         load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
         t = float(self.step.iteration_time_s(load))
         self._account(t, decode, len(kv), t * self.kv_tokens, load)
+        self._last_start_s = self.now
         self.now += t
         st = self.stats
         st.prefill_tokens += prefill_tokens
@@ -574,6 +591,7 @@ class Engine:
         self.pool.take(demand(k))
         st.max_blocks_used = max(st.max_blocks_used, self.pool.used)
         self.now = float(ends[k - 1])
+        self._last_start_s = self.now - float(t[k - 1])
         st.decode_tokens += b * k
         st.generated_tokens += b * k
         self.kv_tokens += b * k

@@ -174,6 +174,12 @@ class Serving(_Section):
         description="whether prompt chunks ride in the same iteration as decodes; unset: the engine's default "
         "(vllm, trtllm: yes; sglang: no, a prefill batch runs alone and first [SGLang --enable-mixed-chunk])",
     )
+    overlap_scheduling: bool | None = Field(
+        default=None,
+        description="whether the scheduler forms the next iteration's batch while the current one runs, so a "
+        "prompt arriving at a busy engine waits one more iteration; unset: the engine's default (yes for all "
+        "three) [vLLM --async-scheduling; SGLang --disable-overlap-schedule turns it off]",
+    )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
     max_batched_tokens: int = Field(
         default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"

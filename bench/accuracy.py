@@ -121,11 +121,14 @@ def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
             measured |= {"ttft_s": r.ttft_mean_ns / 1e9, "tpot_s": r.tpot_mean_ns / 1e9}
         if not math.isnan(r.avg_system_power_w):
             measured["node_power_w"] = r.avg_system_power_w / r.number_of_nodes
-        # v4.1 (2024) predates TensorRT-LLM's PyTorch backend (0.17, 2025), whose feature the overlap
-        # scheduler is: its engines ran one batch at a time
-        overlap = False if r.round == "v4.1" else None
+        engine = "vllm" if "vllm" in r.framework.lower() else "trtllm"
+        # Engines that formed one batch at a time then: v4.1 (2024) predates TensorRT-LLM's
+        # PyTorch backend (0.17, 2025), whose feature the overlap scheduler is; vLLM turned async
+        # scheduling on by default only in late 2025 (vLLM PR #27614), after v5.1. Other v5.1
+        # TensorRT-LLM runs: the engine's default (the backend used is not stated).
+        overlap = False if r.round == "v4.1" or engine == "vllm" else None
         rows.append(Row(source=f"MLPerf {r.round}", split="train" if r.round == "v4.1" else "held-out",
-                        model=model, gpu=gpu, engine="vllm" if "vllm" in r.framework.lower() else "trtllm",
+                        model=model, gpu=gpu, engine=engine,
                         tp=tp, scenario=r.scenario,
                         isl=round(isl * isl_scale), osl=round(osl),
                         rate_per_replica=r.samples_per_s, concurrency=None, measured=measured,
@@ -204,9 +207,9 @@ def published_rows(path: Path = PUBLISHED) -> list[Row]:
     rows = []
     for r in d.itertuples():
         spread = 1.0 if r.source.startswith("gpustack") else None
-        # NIM 1.x served TensorRT-LLM through its legacy TensorRT-engine backend until 1.15 made the
-        # PyTorch backend (which has the overlap scheduler) the default (bench/data/SOURCES.md)
-        overlap = False if r.source.startswith("nim-") else None
+        # whether the run's engine formed the next batch while the current one ran, by its version
+        # (the file's overlap_scheduling column; empty: not known, the engine's default)
+        overlap = None if pd.isna(r.overlap_scheduling) else bool(r.overlap_scheduling)
         rows.append(Row(source="Published", split="held-out", model=r.model, gpu=r.gpu, engine=r.engine,
                         tp=int(r.tp), scenario=f"fixed-concurrency ({r.source})", isl=round(r.isl), osl=round(r.osl),
                         rate_per_replica=None, concurrency=int(r.concurrency),
@@ -245,7 +248,7 @@ def choose_tp(row: Row) -> tuple[int, object]:
                 n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
                 # MLPerf Offline issues every query at once; dataset lengths vary widely
                 p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9,
-                                 length_spread=1.0, engine=row.engine)
+                                 length_spread=1.0, engine=row.engine, overlap_scheduling=row.overlap_scheduling)
                 score = -p.output_tokens_per_s_per_gpu
             else:
                 p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica / (row.gpus // tp),
@@ -295,7 +298,7 @@ def predict_row(row: Row) -> None:
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
             p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0,
-                             engine=row.engine)
+                             engine=row.engine, overlap_scheduling=row.overlap_scheduling)
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
         elif row.rate_per_replica is not None:
             p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH,
@@ -562,7 +565,7 @@ def first_wave_ratios(rows: list[Row]) -> str:
             continue
         wdt, kvd = r.note.split("/")
         kw = dict(engine=r.engine, length_spread=DEFAULT_LENGTH_SPREAD if r.length_spread is None else r.length_spread,
-                  request_overhead_s=0.0)
+                  request_overhead_s=0.0, overlap_scheduling=r.overlap_scheduling)
         wave = predict(r.model, r.gpu, r.tp, wdt, kvd, r.isl, r.osl, r.concurrency, requests_per_client=1, **kw)
         if wave.queued_requests:
             continue

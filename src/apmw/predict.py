@@ -131,9 +131,11 @@ class Prediction:
     # True: prompt chunks ride beside the decodes (vLLM, TensorRT-LLM); False: prefill iterations
     # run alone and first (SGLang's default; apmw.perf.scheduling)
     prefill_mixed_with_decode: bool
-    # 1: the engine forms the next iteration's batch while the current one runs (vLLM async
-    # scheduling, SGLang's and TensorRT-LLM's overlap schedulers), so an arriving prompt waits one
-    # more iteration; 0: it joins the next (apmw.perf.scheduling)
+    # the engine's setting: 1 when it forms the next iteration's batch while the current one runs
+    # (vLLM async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), so a prompt arriving
+    # at a busy engine waits one more iteration; 0 when it joins the next (apmw.perf.scheduling).
+    # The wait charged is less where nothing is in flight (concurrency 1, a lock-step group coming
+    # back to an idle engine) or where prompts queue for the budget anyway (prefill-bound).
     iterations_scheduled_ahead: int
     source: str
     source_detail: str
@@ -405,7 +407,7 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
 
 
 def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
-                t_mixed: float, room: float | None = None, ahead: int = 0) -> tuple[float, float, float]:
+                t_mixed: float, room: float | None = None, ahead: float = 0.0) -> tuple[float, float, float]:
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
@@ -417,11 +419,12 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     only the remainder.
 
     ``room`` (other prompts' chunks the budget leaves room for) switches to Poisson arrivals:
-    a prompt then lands in an iteration picked by length (the wait is ``E[T^2] / 2E[T]``, the
-    inspection paradox) and shares its first iteration with the prompts that arrived during
-    the same one (``rate x E[T^2] / E[T]`` of them, at most ``room``). Fitted to nothing: the
-    simulator's open loop agrees (``bench/predict_vs_sim.py --open-loop``). Prompts that follow
-    completions (a closed loop) keep the plain half-iteration wait.
+    a prompt then lands in an iteration picked by length (the residual wait is ``E[T^2] / 2E[T]``,
+    the inspection paradox), waits the ``ahead`` iterations already scheduled, and shares its
+    first iteration with the prompts that arrived during the same one (``rate x E[T^2] / E[T]``
+    of them, at most ``room``). Fitted to nothing: the simulator's open loop agrees
+    (``bench/predict_vs_sim.py --open-loop``). Prompts that follow completions (a closed loop)
+    keep the plain half-iteration residual.
     """
     decode_iters = max(osl - 1, 0)
     mixed_per_cycle = running * isl / chunk
@@ -429,8 +432,9 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
-    if prompt_queue_iters > 0:
-        ahead = 0   # prefill-bound: prompts queue for the budget, and the queue, not the phase, sets the wait
+    # prefill-bound: prompts queue for the budget, and the queue, not the phase, sets the wait; the
+    # iteration scheduled ahead is part of that queue once it is an iteration deep (continuous)
+    ahead = max(ahead - prompt_queue_iters, 0.0)
     wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
     if room is not None and running > 1:
         residual = (share * t_mixed ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
@@ -448,19 +452,20 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
 
 
 def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
-                   t_two_chunks: float, room: float | None = None, ahead: int = 0) -> tuple[float, float, float]:
+                   t_two_chunks: float, room: float | None = None,
+                   ahead: float = 0.0) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
 
     Over one request cycle the engine runs ``osl - 1`` decode iterations and, for every
     running request's prompt, ``isl / chunk`` prefill iterations with no decoder in them.
     A new prompt waits only for the iteration in progress (half of one on average) and the
     ``ahead`` already scheduled (none when it runs alone), then for its own prefill
-    iterations: decode never goes first. A decoding request stalls through the prefill iterations of the other ``running - 1``
-    prompts of its cycle, so they add ``(running - 1) * isl / chunk * t_prefill`` to its
-    decode time.
+    iterations: decode never goes first. A decoding request stalls through the prefill
+    iterations of the other ``running - 1`` prompts of its cycle, so they add
+    ``(running - 1) * isl / chunk * t_prefill`` to its decode time.
 
     ``room`` switches to Poisson arrivals as in :func:`_spread_out`: the wait is
-    ``E[T^2] / 2E[T]``, and the prompts that arrived during the same iteration share its
+    ``E[T^2] / 2E[T]`` plus the ``ahead`` iterations, and the prompts that arrived during the same iteration share its
     prefill batch, each adding one more prompt's cost (``t_two_chunks - t_prefill``) and sharing
     the stall it puts on the decoders.
     """
@@ -486,7 +491,7 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     return t_decode + stall_s / decode_iters, ttft, share
 
 
-def arrival_wait_s(t_iter_s: float, running: int, ahead: int = 0) -> float:
+def arrival_wait_s(t_iter_s: float, running: int, ahead: float = 0.0) -> float:
     """How long a new prompt waits before its first iteration starts.
 
     With other requests running it arrives anywhere in an iteration: it waits half of one on
@@ -530,14 +535,14 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
         groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
         own_s = sum(n * t for n, t, _ in groups) / running
         own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
-        first = per_group if full else running        # the first group's requests
+        first = per_group                             # the first group's requests
     else:
         # prompts longer than the budget: every iteration is packed, each prompt sharing its
         # ``own_mixed`` iterations with its neighbours' chunks
         groups = [(running, t_group, running * isl / capacity)]
         own_s = own_mixed * t_group
         own_extra = isl / capacity * (t_group - t_decode)
-        first = 1
+        first = 1       # every prompt is a group of its own
     # the iteration already scheduled when a group comes back: none when it is the only group (the
     # engine is idle then); else a decode iteration for the first group of a cycle and the packed
     # iteration of the group before for every later one
@@ -558,6 +563,7 @@ def _whole_waves(isl: int, osl: int, capacity: int, running: int, t_decode: floa
     requests decode, finish and return together: every cycle repeats the first wave
     (``wave_ttft_s``, its mean TTFT), and a request waits from its first token through the
     rest of the wave's prefill, about ``(iterations - 1)/2`` of ``t_full_s``, before it decodes.
+    The wave comes back to an idle engine, so scheduling ahead adds no wait here.
     The simulator shows this steady state too (``bench/predict_vs_sim.py --engine sglang``).
     """
     decode_iters = max(osl - 1, 1)
@@ -672,4 +678,5 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
         p = p_hi
     # open loop: every offered request is served, so throughput is the offered load
     out_per_gpu = arrival_rate_per_s * osl / step.gpus
-    return replace(p, output_tokens_per_s_per_gpu=out_per_gpu, total_tokens_per_s_per_gpu=out_per_gpu * (isl + osl) / osl)
+    return replace(p, output_tokens_per_s_per_gpu=out_per_gpu,
+                   total_tokens_per_s_per_gpu=out_per_gpu * (isl + osl) / osl)

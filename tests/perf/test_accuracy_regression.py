@@ -28,10 +28,10 @@ def _errors() -> tuple[list[float], list[float]]:
     for r in csv.DictReader(ROWS.open()):
         # ShareGPT lengths (GPUStack) vary by more than their mean; NIM's are all equal
         kw = {"length_spread": 1.0} if r["source"].startswith("gpustack") else {}
-        if r["source"].startswith("nim-"):
-            # NIM 1.x served TensorRT-LLM through its legacy TensorRT-engine backend, which has no
-            # overlap scheduler (bench/data/SOURCES.md)
-            kw["overlap_scheduling"] = False
+        if r["overlap_scheduling"]:
+            # whether the run's engine formed the next batch while the current one ran, by its
+            # version (bench/data/SOURCES.md); empty: the engine's default
+            kw["overlap_scheduling"] = r["overlap_scheduling"] == "true"
         p = predict(r["model"], r["gpu"], int(r["tp"]), r["weight_dtype"], r["kv_dtype"], round(float(r["isl"])),
                     round(float(r["osl"])), int(r["concurrency"]), engine=r["engine"], **kw)
         assert p.source == "calibrated"

@@ -387,3 +387,55 @@ def test_the_prediction_says_what_caps_the_running_requests():
     assert caps["--concurrency 400 --engine trtllm"] == ("kv_memory", 2048.0)
     r = CliRunner().invoke(app, base + ["--concurrency", "400"])
     assert "KV memory" in r.output and "preemptions not priced" in r.output
+
+
+def test_the_wait_for_the_iteration_scheduled_ahead_fades_into_the_prefill_queue():
+    # Past the prefill-bound point prompts queue for the budget, and the queue, not the arrival's
+    # phase, sets the wait: the iteration scheduled ahead becomes part of it. TTFT never drops as
+    # clients are added (it used to fall by a third where the queue appeared).
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_with
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16")
+    ttft = [predict_with(step, 1024, 16, c, 2048, 1024, requests_per_client=10**9, length_spread=0.2).ttft_s
+            for c in range(28, 42)]
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(ttft, ttft[1:]))
+    deep = [predict_with(step, 1024, 16, 40, 2048, 1024, requests_per_client=10**9, length_spread=0.2,
+                         overlap_scheduling=o).ttft_s for o in (True, False)]
+    assert deep[0] == pytest.approx(deep[1])     # a queue iterations deep: the phase no longer matters
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_poisson_prompts_wait_one_more_mean_iteration_and_share_only_the_one_they_land_in(engine):
+    # Open loop: the prompts that share a prompt's first iteration are those that arrived during the
+    # iteration it landed in, so scheduling ahead adds exactly one mean iteration (the time per
+    # output token when spread out) and no extra sharing.
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import predict_with
+
+    step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16", engine=engine)
+    on, off = (predict_with(step, 300, 300, 96, 8192, 2048, requests_per_client=10**9, length_spread=1.0,
+                            engine=engine, poisson_arrivals=True, overlap_scheduling=o) for o in (True, False))
+    assert on.tpot_s == off.tpot_s
+    share = on.mixed_iteration_share      # iterations that carry prompts (prefill-only ones for SGLang)
+    mean_iteration = share * on.mixed_iteration_s + (1 - share) * on.decode_iteration_s
+    assert on.ttft_s - off.ttft_s == pytest.approx(mean_iteration, rel=1e-4)   # (a trace of lock step)
+
+
+def test_cli_and_rate_predictions_take_the_overlap_setting():
+    base = ["predict", "--model", LLAMA8, "--gpu", "H200", "--isl", "1000", "--osl", "200", "--json"]
+    got = {}
+    for load in (["--concurrency", "64"], ["--request-rate", "20"]):
+        for flag in ([], ["--no-overlap-scheduling"]):
+            r = CliRunner().invoke(app, base + load + flag)
+            assert r.exit_code == 0, r.output
+            d = json.loads(r.output)
+            got[(load[0], bool(flag))] = (d["iterations_scheduled_ahead"], d["ttft_s"])
+    for load in ("--concurrency", "--request-rate"):
+        (on_ahead, on_ttft), (off_ahead, off_ttft) = got[(load, False)], got[(load, True)]
+        assert (on_ahead, off_ahead) == (1, 0)
+        assert on_ttft > off_ttft

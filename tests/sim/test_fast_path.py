@@ -23,6 +23,13 @@ CASES = {
     "TensorRT-LLM: reserved to the end, tight memory": (
         spec(engine="trtllm", kv_memory_fraction=kv_fraction_for(8000, "trtllm")), 10),
     "SGLang: more running than the token budget": (spec(engine="sglang", max_batched_tokens=16), 40),
+    # the engines schedule one iteration ahead by default; the plain next-iteration rule is its own path
+    "no overlap scheduling, ample memory": (spec(overlap_scheduling=False), 8),
+    "no overlap scheduling, evict, tight memory": (spec(overlap_scheduling=False, tool_wait_kv_policy="evict",
+                                                        kv_memory_fraction=kv_fraction_for(12000)), 10),
+    "SGLang without its overlap scheduler, tight memory": (
+        spec(engine="sglang", overlap_scheduling=False, tool_wait_kv_policy="evict",
+             kv_memory_fraction=kv_fraction_for(12000)), 10),
 }
 
 

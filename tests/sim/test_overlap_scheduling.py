@@ -49,3 +49,37 @@ def test_an_idle_engine_takes_an_arrival_at_once():
     one = [predict_with(step, 1024, 512, 1, 8192, 1024, requests_per_client=10**9, overlap_scheduling=o).ttft_s
            for o in (True, False)]
     assert one[0] == one[1]
+
+
+def test_a_lone_lock_step_group_comes_back_to_an_idle_engine():
+    # equal lengths, four clients whose 200-token prompts all fit one iteration: they start, finish and
+    # come back together, to an engine with nothing in flight, so scheduling ahead costs them nothing
+    from apmw.perf import replica_from_spec as replica
+
+    ttft = {}
+    for overlap in (True, False):
+        s = _spec(overlap, spread=0.0)
+        s = s.model_copy(update={"workload": benchmark_spec(0.0, 200, 200).workload})
+        ttft[overlap] = simulate(s, 4, duration_s=60, warmup_s=15, seed=1, start_together=True).to_dict()["ttft_s"]["mean"]
+        p = predict_with(replica(s).step, 200, 200, 4, 8192, 1024, requests_per_client=10**9, length_spread=0.0,
+                         overlap_scheduling=overlap)
+        assert p.lockstep_share == 1.0
+        ttft[(overlap, "predict")] = p.ttft_s
+    assert ttft[True] == pytest.approx(ttft[False], rel=1e-9)
+    assert ttft[(True, "predict")] == ttft[(False, "predict")]
+
+
+def test_apmw_plan_prices_the_iteration_scheduled_ahead_like_the_simulator():
+    # coding-agent at 20 agents: the engine is always busy, so each call waits one more mean
+    # iteration before its prefill (about the time per output token) in the plan's TTFT and task
+    # latency; the simulator's TTFT p95 moves the same way (docs/simulate.md)
+    from apmw.capacity import plan
+    from apmw.spec import load_spec
+
+    s = load_spec(Path(__file__).resolve().parents[2] / "examples" / "coding-agent.yaml")
+    off = s.model_copy(update={"serving": s.serving.model_copy(update={"overlap_scheduling": False})})
+    a_on, a_off = plan(s, agents=20).to_dict(), plan(off, agents=20).to_dict()
+    iteration_s = a_on["time_per_output_token_s"]
+    assert a_on["ttft_p95_s"] - a_off["ttft_p95_s"] == pytest.approx(iteration_s, rel=0.1)
+    extra_task_s = a_on["task_latency_s"]["mean"] - a_off["task_latency_s"]["mean"]
+    assert extra_task_s == pytest.approx(a_on["calls_per_session"] * iteration_s, rel=0.2)

@@ -12,8 +12,9 @@ from the workload itself (steps per task, tokens per call, tool waits) plus
 queueing; iteration-to-iteration jitter of the engine is what ``apmw simulate``
 adds. The mean of ``R_s`` over sessions equals the closed-loop mean by construction.
 
-TTFT is a call's wait for a batch slot, its wait behind other prompts' prefill (an M/G/1
-queue: :func:`prefill_queue_wait`) and its own prefill; the mean prefill wait also joins the
+TTFT is a call's wait for a batch slot, for the iteration in flight and the one already
+scheduled (where the engine schedules ahead), its wait behind other prompts' prefill (an M/G/1
+queue: :func:`prefill_queue_wait`) and its own prefill; the mean of these waits also joins the
 per-call queue time of the task.
 
 Resident KV follows from Little's law: each agent holds on average
@@ -32,6 +33,7 @@ import numpy as np
 from apmw.capacity.closed_loop import EngineCurve, LoopState, solve_at
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.sessions import SessionSample
+from apmw.perf.scheduling import iterations_scheduled_ahead
 from apmw.spec import Spec
 from apmw.spec.distribution import Z95
 
@@ -139,7 +141,14 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         # ... and waits for a batch slot, then behind the prompts that arrived before it
         prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
                                                             t_base, spec.serving.max_batched_tokens, spec.seed)
-        ttft_wait = wq * s.call_queue_exp + prefill_waits
+        # a call that finds the engine busy waits for the iteration in flight (half of one on
+        # average) and, where the engine schedules ahead, for the one already scheduled
+        # (apmw.perf.scheduling; the simulator does the same). With disaggregated prefill (below)
+        # the prefill instance's own queue model stands in for it.
+        ahead = iterations_scheduled_ahead(spec.serving.engine, spec.serving.overlap_scheduling)
+        arrival_wait = loop.engine_utilisation * (0.5 + ahead) * loop.iteration_s
+        prefill_wait += arrival_wait
+        ttft_wait = wq * s.call_queue_exp + prefill_waits + arrival_wait
     else:
         per_prefill_token = prefill.per_token_s + prefill.transfer_per_token_s
         t_base = prefill.per_iteration_s

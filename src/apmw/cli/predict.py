@@ -53,9 +53,9 @@ def predict(
     overlap_scheduling: Optional[bool] = typer.Option(
         None, "--overlap-scheduling/--no-overlap-scheduling",
         help="whether the engine forms the next iteration's batch while the current one runs, so a prompt "
-             "arriving at a busy engine waits one more iteration (default: yes for all three engines: vLLM "
-             "async scheduling, SGLang and TensorRT-LLM overlap schedulers; no: vLLM --no-async-scheduling, "
-             "SGLang --disable-overlap-schedule)"),
+             "arriving at a busy engine waits one more iteration (default: yes, as current vLLM (async "
+             "scheduling), SGLang and TensorRT-LLM (overlap schedulers) do; no: vLLM before late 2025 or "
+             "--no-async-scheduling, SGLang --disable-overlap-schedule, TensorRT-LLM's legacy engine backend)"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:

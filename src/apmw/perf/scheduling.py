@@ -28,17 +28,19 @@ And how an engine admits a request when KV memory is short:
 
 And when a prompt that arrives mid-iteration can first run:
 
-* **Scheduled one iteration ahead** (the default of all three): the scheduler forms the next
-  iteration's batch while the current one runs on the GPU, to hide its CPU time. vLLM's async
-  scheduling ("the scheduler operate[s] one step ahead of the current execution", vLLM PR
-  #19970; on unless a feature rules it out: ``SchedulerConfig.async_scheduling = None`` and
+* **Scheduled one iteration ahead** (the default of all three in current versions): the
+  scheduler forms the next iteration's batch while the current one runs on the GPU, to hide its
+  CPU time. vLLM's async scheduling ("the scheduler operate[s] one step ahead of the current
+  execution", vLLM PR #19970, June 2025, opt-in at first; on by default since late 2025, PR
+  #27614, unless a feature rules it out: ``SchedulerConfig.async_scheduling = None`` and
   ``VllmConfig`` "Enable async scheduling unless there is an incompatible option"), SGLang's
   overlap scheduler (``ServerArgs.disable_overlap_schedule = False``) and TensorRT-LLM's
   (``disable_overlap_scheduler = False`` in its PyTorch backend's ``LlmArgs``). So a prompt
   that arrives while iteration ``k`` runs misses ``k + 1`` too, whose batch is already fixed,
   and first runs in ``k + 2``: it waits the rest of ``k`` and all of ``k + 1``. Without the
   overlap (vLLM ``--no-async-scheduling``, SGLang ``--disable-overlap-schedule``) it runs in
-  ``k + 1``. An idle engine schedules an arriving prompt at once either way.
+  ``k + 1``, as do vLLM before late 2025 without ``--async-scheduling`` and TensorRT-LLM's legacy
+  TensorRT-engine backend. An idle engine schedules an arriving prompt at once either way.
 """
 
 from __future__ import annotations

@@ -177,8 +177,10 @@ class Serving(_Section):
     overlap_scheduling: bool | None = Field(
         default=None,
         description="whether the scheduler forms the next iteration's batch while the current one runs, so a "
-        "prompt arriving at a busy engine waits one more iteration; unset: the engine's default (yes for all "
-        "three) [vLLM --async-scheduling; SGLang --disable-overlap-schedule turns it off]",
+        "call arriving at a busy engine waits one more iteration (apmw plan, simulate and predict); unset: the "
+        "engine's default, yes for current versions of all three [vLLM async scheduling, default since late 2025: "
+        "false for older vLLM or --no-async-scheduling; SGLang --disable-overlap-schedule; TensorRT-LLM's legacy "
+        "engine backend]",
     )
     max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
     max_batched_tokens: int = Field(

@@ -163,6 +163,26 @@ def open_loop(engine: str = "vllm") -> None:
           f"TPOT {min(tpot_err):+.0%} to {max(tpot_err):+.0%}")
 
 
+def scheduled_ahead() -> None:
+    """The extra wait of scheduling one iteration ahead (apmw.perf.scheduling): steady-state TTFT with
+    overlap scheduling less TTFT without it, predicted (one mean iteration) and simulated, Llama-3.1-8B
+    bf16 on one H200, lengths spread 0.2, 64 clients."""
+    print("\nscheduling one iteration ahead: extra steady-state TTFT (ms), overlap on less off, 64 clients")
+    print(f"{'engine':>7} {'isl/osl':>10} {'pred extra':>11} {'sim extra':>10} {'sim / pred':>11}")
+    for engine in ("vllm", "sglang", "trtllm"):
+        for isl, osl in ((1024, 512), (4096, 256)):
+            extra = {}
+            for overlap in (True, False):
+                s = benchmark_spec(0.2, isl, osl, engine=engine)
+                s = s.model_copy(update={"serving": s.serving.model_copy(update={"overlap_scheduling": overlap})})
+                p = predict_with(replica_from_spec(s).step, isl, osl, 64, 8192, 1024, requests_per_client=10**9,
+                                 length_spread=0.2, engine=engine, overlap_scheduling=overlap)
+                sim = simulate(s, 64, duration_s=60, warmup_s=15, seed=1, start_together=True).to_dict()
+                extra[overlap] = (p.ttft_s, sim["ttft_s"]["mean"])
+            pred, simulated = (extra[True][i] - extra[False][i] for i in (0, 1))
+            print(f"{engine:>7} {f'{isl}/{osl}':>10} {pred * 1e3:>11.1f} {simulated * 1e3:>10.1f} {simulated / pred:>11.2f}")
+
+
 def kv_limit() -> None:
     """Concurrency beyond the KV limit, vLLM's admission by need on both sides: Llama-3.1-70B fp8 on one
     H200 (and 8B with 8k prompts; 70B on two H200s at 1k/8k), lengths spread 0.2, steady state over the last 24 of 30 predicted
@@ -203,6 +223,9 @@ def main() -> None:
                     help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
     ap.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"),
                     help="the engine's scheduling rules on both sides (sglang: prefill first, apmw.perf.scheduling)")
+    ap.add_argument("--scheduled-ahead", action="store_true",
+                    help="also compare the extra wait of scheduling one iteration ahead, predicted and simulated "
+                         "(about 1 minute)")
     ap.add_argument("--kv-limit", action="store_true",
                     help="also compare concurrency beyond the KV limit, vLLM's admission by need (about 1 minute)")
     args = ap.parse_args()
@@ -222,6 +245,8 @@ def main() -> None:
         inferencemax_whole_runs()
     if args.open_loop:
         open_loop(args.engine)
+    if args.scheduled_ahead:
+        scheduled_ahead()
     if args.kv_limit:
         kv_limit()
 

@@ -137,6 +137,12 @@ class Prediction:
     # The wait charged is less where nothing is in flight (concurrency 1, a lock-step group coming
     # back to an idle engine) or where prompts queue for the budget anyway (prefill-bound).
     iterations_scheduled_ahead: int
+    # what the mean TTFT is made of (they sum to ttft_s): "steady_state", a prompt's wait for the
+    # iterations in flight and scheduled ahead, its turn at the budget and its own prefill, once the
+    # first wave is over; "first_wave", that wave's excess over the steady state weighted by
+    # 1 / requests_per_client; "request_overhead", outside the engine; "slot_queue", the wait for a
+    # running slot when the batch or KV limit caps the running requests
+    ttft_parts_s: dict
     source: str
     source_detail: str
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
@@ -199,7 +205,8 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
     # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
-    p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s)
+    p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s,
+                ttft_parts_s={**p.ttft_parts_s, "request_overhead": overhead_s})
     return _with_power(step, spec_gpu, p, isl, osl, token_budget, busy_share)
 
 
@@ -354,8 +361,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                                           zip((tpot, steady_ttft, share_mixed), lock))
     # the first wave arrives all at once and queues for the token budget; it weighs
     # 1 / requests_per_client of the mean
-    ttft_running = steady_ttft + max(burst_ttft - steady_ttft, 0.0) / max(requests_per_client, 1)
-    ttft_running += request_overhead_s
+    first_wave_s = max(burst_ttft - steady_ttft, 0.0) / max(requests_per_client, 1)
+    ttft_running = steady_ttft + first_wave_s + request_overhead_s
     e2e_running = ttft_running + (osl - 1) * tpot
     queue_s = (concurrency / running - 1) * e2e_running
     throughput = running * osl / e2e_running
@@ -369,6 +376,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         mixed_iteration_share=share_mixed, lockstep_share=lockstep,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
         prefill_mixed_with_decode=mixed, iterations_scheduled_ahead=ahead,
+        ttft_parts_s={"steady_state": steady_ttft, "first_wave": first_wave_s, "request_overhead": request_overhead_s,
+                      "slot_queue": queue_s},
         source=step.source, source_detail=step.source_detail,
     )
 

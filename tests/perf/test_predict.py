@@ -439,3 +439,25 @@ def test_cli_and_rate_predictions_take_the_overlap_setting():
         (on_ahead, on_ttft), (off_ahead, off_ttft) = got[(load, False)], got[(load, True)]
         assert (on_ahead, off_ahead) == (1, 0)
         assert on_ttft > off_ttft
+
+
+def test_the_ttft_parts_add_up_and_name_where_the_time_goes():
+    from apmw.predict import predict, predict_rate
+
+    # within the limits: the engine's steady state, the first wave's share and the overhead
+    p = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 64, request_overhead_s=0.02)
+    parts = p.ttft_parts_s
+    assert sum(parts.values()) == pytest.approx(p.ttft_s, rel=1e-12)
+    assert parts["request_overhead"] == 0.02 and parts["slot_queue"] == 0.0 and parts["first_wave"] > 0
+    steady = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 64, request_overhead_s=0.02,
+                     requests_per_client=10**9)
+    assert steady.ttft_parts_s["steady_state"] == pytest.approx(parts["steady_state"])
+    assert steady.ttft_parts_s["first_wave"] < 1e-6
+    # past the KV limit most of TTFT is the wait for a running slot
+    q = predict("meta-llama/Meta-Llama-3.1-70B", "H200", 1, "fp8", "fp8", 1024, 1024, 400)
+    assert q.queued_requests > 0 and q.ttft_parts_s["slot_queue"] > 0.5 * q.ttft_s
+    assert sum(q.ttft_parts_s.values()) == pytest.approx(q.ttft_s, rel=1e-12)
+    # open loop: the overhead is added outside the engine
+    r = predict_rate(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 5.0, request_overhead_s=0.03)
+    assert r.ttft_parts_s["request_overhead"] == 0.03
+    assert sum(r.ttft_parts_s.values()) == pytest.approx(r.ttft_s, rel=1e-12)

@@ -281,7 +281,9 @@ class Engine:
 
     def _arrival_cutoff_s(self) -> float:
         """Arrivals up to this time can join the next iteration. A busy engine that schedules
-        ahead formed that iteration's batch when the one just ended began; otherwise, now."""
+        ahead formed that iteration's batch when the one just ended began; otherwise, now. (The
+        idle case is also what keeps the loop live: with nothing running, no iteration would
+        ever move the cutoff past an arrival.)"""
         if self.ahead and len(self.running):
             return self._last_start_s
         return self.now

@@ -381,22 +381,33 @@ def fit_isl(rows: list[Row], model: str) -> int:
 def fit_moe_ceiling(rows: list[Row]) -> float:
     """Grid-search the served fused-MoE compute ceiling (TFLOP/s per GPU) on the InferenceMAX h100 rows,
     refitting InferenceMAX's harness overhead at each value (both move TTFT); keeps the best pair."""
-    train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train"]
     best = (math.inf, None, None)
     for tflops in [None, *np.arange(100.0, 400.1, 25.0)]:
         cal.SERVED_MOE_TFLOPS_PER_GPU = tflops
-        for ms in np.arange(0.0, 50.1, 2.5):
-            HARNESS_OVERHEAD_S["InferenceMAX"] = ms * 1e-3
-            for r in train:
-                predict_row(r)
-            score = statistics.median(abs(x) for x in errors(train, "ttft_s"))
-            if score < best[0]:
-                best = (score, tflops, ms * 1e-3)
+        score, overhead_s = fit_imax_overhead(rows)
+        if score < best[0]:
+            best = (score, tflops, overhead_s)
     cal.SERVED_MOE_TFLOPS_PER_GPU = best[1]
     HARNESS_OVERHEAD_S["InferenceMAX"] = best[2]
+    n = sum(r.source == "InferenceMAX" and r.split == "train" for r in rows)
     print(f"fitted served MoE ceiling: {best[1]} TFLOP/s per GPU, with InferenceMAX's request overhead "
-          f"{best[2] * 1e3:.1f} ms (train median |TTFT err| {best[0]:.1f}%, {len(train)} rows)")
+          f"{best[2] * 1e3:.1f} ms (train median |TTFT err| {best[0]:.1f}%, {n} rows)")
     return best[1]
+
+
+def fit_imax_overhead(rows: list[Row], overlap: bool | None = None) -> tuple[float, float]:
+    """(median |TTFT error| %, request overhead s) of the InferenceMAX request overhead (0-50 ms)
+    that best fits its h100 (training) rows' mean TTFT, predicted with ``overlap`` scheduling
+    (None: the engine's default)."""
+    train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train"]
+    best = (math.inf, 0.0)
+    for ms in np.arange(0.0, 50.1, 2.5):
+        trial = [Row(**{**r.__dict__, "overlap_scheduling": overlap, "request_overhead_s": ms * 1e-3})
+                 for r in train]
+        for r in trial:
+            predict_row(r)
+        best = min(best, (statistics.median(abs(x) for x in errors(trial, "ttft_s")), ms * 1e-3))
+    return best
 
 
 def fit_overhead(rows: list[Row], engine: str) -> float:
@@ -512,7 +523,7 @@ def steady_state_ttft(rows: list[Row]) -> list[str]:
     wave (``requests_per_client`` unbounded) predicts it.
     """
     # each variant with the harness overhead its own fit gives on the h100 (training) mean TTFTs
-    overhead = {None: HARNESS_OVERHEAD_S["InferenceMAX"], False: _imax_overhead_s(rows, overlap=False)}
+    overhead = {None: HARNESS_OVERHEAD_S["InferenceMAX"], False: fit_imax_overhead(rows, overlap=False)[1]}
     lines = ["| group | n | median abs % | median signed % | without overlap scheduling: abs % | signed % |",
              "|---|---|---|---|---|---|"]
     groups: dict[str, list[Row]] = {}
@@ -534,20 +545,6 @@ def steady_state_ttft(rows: list[Row]) -> list[str]:
     lines.append(f"\nHarness overhead: {overhead[None] * 1e3:.1f} ms with overlap scheduling, "
                  f"{overhead[False] * 1e3:.1f} ms without (each fitted on the h100 rows' mean TTFT).")
     return lines
-
-
-def _imax_overhead_s(rows: list[Row], overlap: bool | None) -> float:
-    """InferenceMAX's request overhead that best fits the h100 (training) rows' mean TTFT."""
-    train = [r for r in rows if r.source == "InferenceMAX" and r.split == "train" and r.predicted]
-    best = (math.inf, 0.0)
-    for ms in np.arange(0.0, 50.1, 2.5):
-        errs = []
-        for r in train:
-            trial = Row(**{**r.__dict__, "overlap_scheduling": overlap, "request_overhead_s": ms * 1e-3})
-            predict_row(trial)
-            errs.append(abs(trial.predicted["ttft_s"] / r.measured["ttft_s"] - 1))
-        best = min(best, (statistics.median(errs), ms * 1e-3))
-    return best[1]
 
 
 def first_wave_ratios(rows: list[Row]) -> str:

@@ -44,9 +44,11 @@ MODEL, GPU, ISL, OSL = "meta-llama/Meta-Llama-3.1-8B", "H200", 1024, 512
 
 
 def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None, *, model: str = MODEL,
-                   gpu: str = GPU, tp: int = 1, dtype: str = "bf16", engine: str = "vllm", client_gap_s: float = 0.0):
+                   gpu: str = GPU, tp: int = 1, dtype: str = "bf16", engine: str = "vllm", client_gap_s: float = 0.0,
+                   overlap_scheduling: bool | None = None):
     """A fixed-concurrency benchmark as single-call tasks: lengths uniform over +-spread/2 of the mean,
-    and ``client_gap_s`` between a request's end and its client's next prompt (a tool wait)."""
+    ``client_gap_s`` between a request's end and its client's next prompt (a tool wait), and the
+    engine's ``overlap_scheduling`` (None: its default)."""
     isl, osl = ISL if isl is None else isl, OSL if osl is None else osl
     def lengths(mean: int):
         if spread == 0:
@@ -57,7 +59,8 @@ def benchmark_spec(spread: float, isl: int | None = None, osl: int | None = None
                      "output_tokens_per_call": lengths(osl), "tool_wait_s": client_gap_s},
         "model": {"config": model, "weight_dtype": dtype, "kv_dtype": dtype},
         "hardware": {"gpu": gpu, "gpus_per_replica": tp},
-        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": engine},
+        "serving": {"max_batch": 1024, "max_batched_tokens": 8192, "prefix_caching": False, "engine": engine,
+                    "overlap_scheduling": overlap_scheduling},
         "slo": {"task_latency_p95_s": 1e6},
         "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 2.0},
     })
@@ -177,8 +180,7 @@ def scheduled_ahead() -> None:
             for duration_s, warmup_s in ((60, 15), (1200, 600)):
                 ttft = {}
                 for overlap in (True, False):
-                    s = benchmark_spec(0.2, isl, osl, engine=engine)
-                    s = s.model_copy(update={"serving": s.serving.model_copy(update={"overlap_scheduling": overlap})})
+                    s = benchmark_spec(0.2, isl, osl, engine=engine, overlap_scheduling=overlap)
                     p = predict_with(replica_from_spec(s).step, isl, osl, 64, 8192, 1024, requests_per_client=10**9,
                                      length_spread=0.2, engine=engine, overlap_scheduling=overlap)
                     sim = simulate(s, 64, duration_s=duration_s, warmup_s=warmup_s, seed=1, start_together=True)

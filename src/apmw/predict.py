@@ -446,8 +446,7 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     ahead = max(ahead - prompt_queue_iters, 0.0)
     wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
     if room is not None and running > 1:
-        residual = (share * t_mixed ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
-        wait = residual + ahead * t_bar
+        wait, residual = _poisson_wait_s(share, t_mixed, t_decode, ahead)
         if prompt_queue_iters == 0:
             rate_per_s = running / (cycle_iters * t_bar)
             others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)
@@ -484,8 +483,7 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     t_bar = share * t_prefill + (1 - share) * t_decode
     wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
     if room is not None and running > 1:
-        residual = (share * t_prefill ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
-        wait = residual + ahead * t_bar
+        wait, residual = _poisson_wait_s(share, t_prefill, t_decode, ahead)
         rate_per_s = running / ((prefill_per_cycle + decode_iters) * t_bar)
         # 2 x residual is the mean length of the iteration a Poisson arrival lands in (length-biased)
         others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)
@@ -512,6 +510,18 @@ def arrival_wait_s(t_iter_s: float, running: int, ahead: float = 0.0) -> float:
     return 0.0 if running <= 1 else (0.5 + ahead) * t_iter_s
 
 
+def _poisson_wait_s(share: float, t_prompt: float, t_decode: float, ahead: float) -> tuple[float, float]:
+    """A Poisson arrival's wait before its first iteration, and the residual part of it.
+
+    It lands in an iteration picked by length, so it waits out ``E[T^2] / 2E[T]`` of it (the
+    inspection paradox; ``share`` of the iterations carry prompts and take ``t_prompt``), then
+    the ``ahead`` iterations already scheduled, of mean length ``E[T]``.
+    """
+    t_bar = share * t_prompt + (1 - share) * t_decode
+    residual = (share * t_prompt ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
+    return residual + ahead * t_bar, residual
+
+
 def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_chunk: float) -> float:
     """A prompt's own prefill: its ``iterations`` each cost a decode iteration, plus the prompt
     tokens' share of a ``chunk``-token iteration (the last chunk is only the remainder)."""
@@ -519,7 +529,7 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
 
 
 def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
-                     t_decode: float, t_group: float, t_rest: float, ahead: int = 0) -> tuple[float, float, float]:
+                     t_decode: float, t_group: float, t_rest: float, ahead: float = 0.0) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from predict_vs_sim import benchmark_spec  # noqa: E402
 
 
-def _spec(overlap: bool, spread: float = 0.2):
-    s = benchmark_spec(spread)      # Llama-3.1-8B bf16 on one H200, 1024/512 tokens, vLLM's rules
-    return s.model_copy(update={"serving": s.serving.model_copy(update={"overlap_scheduling": overlap})})
+def _spec(overlap: bool, spread: float = 0.2, isl: int | None = None, osl: int | None = None):
+    # Llama-3.1-8B bf16 on one H200, 1024/512 tokens unless given, vLLM's rules
+    return benchmark_spec(spread, isl, osl, overlap_scheduling=overlap)
 
 
 def _ttft(overlap: bool, clients: int) -> float:
@@ -58,8 +58,7 @@ def test_a_lone_lock_step_group_comes_back_to_an_idle_engine():
 
     ttft = {}
     for overlap in (True, False):
-        s = _spec(overlap, spread=0.0)
-        s = s.model_copy(update={"workload": benchmark_spec(0.0, 200, 200).workload})
+        s = _spec(overlap, spread=0.0, isl=200, osl=200)
         ttft[overlap] = simulate(s, 4, duration_s=60, warmup_s=15, seed=1, start_together=True).to_dict()["ttft_s"]["mean"]
         p = predict_with(replica(s).step, 200, 200, 4, 8192, 1024, requests_per_client=10**9, length_spread=0.0,
                          overlap_scheduling=overlap)

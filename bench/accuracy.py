@@ -28,8 +28,8 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
 Hold-out: MLPerf v4.1 rows are the training split, v5.1 rows (newer software, other
 systems, and llama3.1-8b, which no v4.1 row has) and all InferenceMAX rows are held
 out. ``--fit`` refits the two candidates on the training split only: the OpenOrca mean
-input length (identified: 300) and the TensorRT-LLM per-iteration overhead (not
-identified: it runs to the grid edge; see ENGINE_OVERHEAD_S). Errors are reported for
+input length (identified: 300) and the TensorRT-LLM per-layer iteration overhead (not
+identified: it runs to the grid edge; see ENGINE_OVERHEAD_S_PER_LAYER). Errors are reported for
 both splits.
 """
 
@@ -226,7 +226,7 @@ def is_nim(row: Row) -> bool:
 
 def _step(row: Row, tp: int, wdt: str, kvd: str):
     return build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), tp, wdt, kvd,
-                            engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S else "vllm")
+                            engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm")
 
 
 def choose_tp(row: Row) -> tuple[int, object]:
@@ -293,7 +293,7 @@ def predict_row(row: Row) -> None:
         else:
             wdt, kvd = "fp8", "fp8"
         step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
-                                engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S else "vllm")
+                                engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm")
         row.path = step.source
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
@@ -411,7 +411,7 @@ def fit_imax_overhead(rows: list[Row], overlap: bool | None = None) -> tuple[flo
 
 
 def fit_overhead(rows: list[Row], engine: str) -> float:
-    """Grid-search the engine's per-iteration overhead (0-5 ms) on its calibrated training rows.
+    """Grid-search the engine's per-layer iteration overhead (0-140 us) on its calibrated training rows.
 
     The score adds the median |TPOT error| (Server) and the median |throughput error|
     (Offline): TPOT alone is degenerate near the Server knee, where any slower model
@@ -419,18 +419,18 @@ def fit_overhead(rows: list[Row], engine: str) -> float:
     """
     train = [r for r in rows if r.split == "train" and r.engine == engine]
     best = (math.inf, None)
-    for ms in np.arange(0.0, 5.01, 0.25):
-        if engine == "vllm" and ms > 2.0:
+    for us in np.arange(0.0, 140.1, 1.0):
+        if engine == "vllm" and us > 56.0:
             break
-        cal.ENGINE_OVERHEAD_S[engine] = ms * 1e-3
+        cal.ENGINE_OVERHEAD_S_PER_LAYER[engine] = us * 1e-6
         for r in train:
             predict_row(r)
         parts = [errors(train, "tpot_s"), errors(train, "output_tokens_per_s_per_gpu")]
         score = sum(statistics.median(abs(x) for x in e) for e in parts if e) if any(parts) else math.inf
         if score < best[0]:
-            best = (score, ms * 1e-3)
-    cal.ENGINE_OVERHEAD_S[engine] = best[1]
-    print(f"fitted {engine} overhead: {best[1] * 1e3:.2f} ms (train score {best[0]:.1f}, {len(train)} rows)")
+            best = (score, us * 1e-6)
+    cal.ENGINE_OVERHEAD_S_PER_LAYER[engine] = best[1]
+    print(f"fitted {engine} overhead: {best[1] * 1e6:.0f} us per layer (train score {best[0]:.1f}, {len(train)} rows)")
     return best[1]
 
 
@@ -613,7 +613,7 @@ def main() -> None:
             if r.model == LLAMA2_70B:
                 r.isl = round(isl * args.isl_scale)
         fit_overhead(rows, "trtllm")
-        cal.ENGINE_OVERHEAD_S["trtllm"] = 1e-3      # not identified (see its docstring): keep the default
+        cal.ENGINE_OVERHEAD_S_PER_LAYER["trtllm"] = 28e-6   # not identified (see its docstring): keep the default
         fit_overhead(rows, "vllm")                  # identified on the InferenceMAX h100 rows (calibrated MoE)
         fit_moe_ceiling(rows)
     t = time.perf_counter()

@@ -63,7 +63,7 @@ from apmw.arch import canonical_dtype, load_architecture
 from apmw.errors import ApmwError
 from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
                        resolve_gpu)
-from apmw.perf.calibrated import ENGINE_OVERHEAD_S, canonical_engine
+from apmw.perf.calibrated import ENGINE_OVERHEAD_S_PER_LAYER, canonical_engine
 from apmw.perf.scheduling import iterations_scheduled_ahead, kv_tokens_per_running_request, mixes_prefill_with_decode
 
 # Engine defaults that shape a fixed-concurrency run (each cited):
@@ -246,8 +246,8 @@ def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_bud
                     ("--token-budget", token_budget)):
         if v < 1:
             raise PredictError(f"{name} must be at least 1 (got {v})")
-    if engine not in ENGINE_OVERHEAD_S:
-        raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S)}")
+    if engine not in ENGINE_OVERHEAD_S_PER_LAYER:
+        raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")
 
 
 def _check_model(arch, tp: int, isl: int, osl: int) -> None:

@@ -64,15 +64,15 @@ def test_single_agent_step_time_is_the_weight_streaming_roofline():
     """Llama-3.1-8B bf16 on one H100 at batch 1: ~16 GB of weights streamed, plus the engine overhead.
 
     The calibrated step model serves this replica: the measured batch-1 bf16 GEMMs on H100
-    stream weights at ~0.80 of spec (bench/derive_efficiencies.py) and vLLM's per-iteration
-    overhead is fitted at 0.5 ms (apmw.perf.calibrated.ENGINE_OVERHEAD_S). The weight-streaming
-    roofline at that bandwidth stays the physical sanity bound (10%).
+    stream weights at ~0.80 of spec (bench/derive_efficiencies.py) and vLLM's overhead is
+    fitted per layer (apmw.perf.calibrated.ENGINE_OVERHEAD_S_PER_LAYER; 32 layers here). The
+    weight-streaming roofline at that bandwidth stays the physical sanity bound (10%).
     """
-    from apmw.perf.calibrated import ENGINE_OVERHEAD_S
+    from apmw.perf.calibrated import engine_overhead_s
 
     d = _plan(_deterministic(steps=2, new=100, out=200, tool=1.0), agents=1).to_dict()
-    weights = load_architecture("meta-llama/Meta-Llama-3.1-8B").weight_bytes("bf16")
-    expected = weights / (3.35e12 * 0.80) + ENGINE_OVERHEAD_S["vllm"]
+    arch = load_architecture("meta-llama/Meta-Llama-3.1-8B")
+    expected = arch.weight_bytes("bf16") / (3.35e12 * 0.80) + engine_overhead_s("vllm", arch.num_layers)
     assert d["time_per_output_token_s"] == pytest.approx(expected, rel=0.10)
 
 

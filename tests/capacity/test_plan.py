@@ -68,11 +68,10 @@ def test_single_agent_step_time_is_the_weight_streaming_roofline():
     fitted per layer (apmw.perf.calibrated.ENGINE_OVERHEAD_S_PER_LAYER; 32 layers here). The
     weight-streaming roofline at that bandwidth stays the physical sanity bound (10%).
     """
-    from apmw.perf.calibrated import engine_overhead_s
-
     d = _plan(_deterministic(steps=2, new=100, out=200, tool=1.0), agents=1).to_dict()
     arch = load_architecture("meta-llama/Meta-Llama-3.1-8B")
-    expected = arch.weight_bytes("bf16") / (3.35e12 * 0.80) + engine_overhead_s("vllm", arch.num_layers)
+    # 17 us per layer (vLLM, fitted) x 32 layers, written out so the test checks the model's sum
+    expected = arch.weight_bytes("bf16") / (3.35e12 * 0.80) + 32 * 17e-6
     assert d["time_per_output_token_s"] == pytest.approx(expected, rel=0.10)
 
 

@@ -54,6 +54,31 @@ def test_gemm_table_pools_a_measured_dip_to_its_mean_not_its_peak():
     assert stored_ms(512) == pytest.approx(RAW_H200_FP8_16384_8192[512], rel=1e-4)   # rising again: kept
 
 
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm"])
+def test_every_shipped_table_is_monotone_along_its_axes(gpu):
+    # scripts/build_calibration.py fits every table monotone (more tokens, batch, context or
+    # message size is never faster); the step model's monotonicity rests on it
+    from apmw.perf.tables import _DIR
+
+    z = np.load(_DIR / f"{gpu}.npz")
+    checked = 0
+    for key in z.files:
+        a = z[key]
+        if key.startswith("gemm_") and a.ndim == 3:
+            axes = (0,)                        # m
+        elif key.startswith("dec_") and a.ndim == 2:
+            axes = (0, 1)                      # batch, context
+        elif key.split("_")[0] in ("ctx", "ar", "moe") and key not in ("ctx_isl", "ar_size", "moe_tokens"):
+            axes = (a.ndim - 1,)               # prompt length, message size, tokens
+        else:
+            continue
+        for axis in axes:
+            d = np.diff(a, axis=axis)
+            assert np.all(d[np.isfinite(d)] >= 0), f"{gpu} {key} falls along axis {axis}"
+        checked += 1
+    assert checked > 500
+
+
 def test_gemm_interpolation_between_grid_points_is_between_neighbours():
     t = load_tables("H100-SXM5-80GB")
     lo, mid, hi = (gemm_latency_s(t, "fp8", n, 8192.0) for n in (12288.0, 14336.0, 16384.0))

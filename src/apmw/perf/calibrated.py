@@ -84,6 +84,8 @@ def canonical_engine(engine: str) -> str:
 def engine_overhead_s(engine: str, layers: int) -> float:
     """Fixed cost of one iteration of a ``layers``-layer model on ``engine`` (ENGINE_OVERHEAD_S_PER_LAYER)."""
     return ENGINE_OVERHEAD_S_PER_LAYER[engine] * layers
+
+
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
 # The fused-MoE tables (vLLM 0.24 kernels, synthetic power-law 1.01 routing) reach 310-440
 # TFLOP/s per GPU at prefill sizes (8-16k tokens), but served MoE prefill is slower: gpt-oss

@@ -47,8 +47,10 @@ class Efficiency:
     # Per-iteration fixed cost: kernel launches that CUDA graphs do not hide, the
     # scheduler's CPU work and sampling. 3 us of memory latency per access
     # (aiconfigurator mem_empirical_constant_latency) times ~4 kernels per layer
-    # is ~1 ms for an 80-layer model; we take 1 ms for any model. ASSUMPTION until
-    # the calibration issue fits it per engine.
+    # is ~1 ms for an 80-layer model; the roofline takes 1 ms for any model (ASSUMPTION).
+    # The calibrated path charges it per layer instead, fitted for vLLM
+    # (apmw.perf.calibrated.ENGINE_OVERHEAD_S_PER_LAYER); `apmw bench --calibrate` fits
+    # this figure for one measured model.
     fixed_s: float = 1.0e-3
     # Latency of one small TP all-reduce: vLLM's custom all-reduce under CUDA graphs takes
     # 4.4-4.8 us for messages up to 2k elements on 2, 4 and 8 H200s (aiconfigurator

@@ -24,8 +24,9 @@ ASSUMPTIONS = [
     "engine-level jitter is not in the analytic curve. Red points: p95 from the iteration-level simulator "
     "(apmw simulate) at half, one and one and a half times N*.",
     "Step time: calibrated on measured vLLM kernel tables where they cover the model and GPU, else a roofline "
-    "with efficiencies measured from the same tables (docs/accuracy.md); the 1 ms per-iteration overhead is "
-    "an assumption.",
+    "with efficiencies measured from the same tables (docs/accuracy.md). The engine's fixed cost per iteration "
+    "is a cost per layer on the calibrated path (vLLM's fitted, SGLang's and TensorRT-LLM's assumed) and 1 ms "
+    "per iteration, an assumption, on the roofline.",
     "GPU power: idle 15% of TDP, busy TDP (catalog/data/SOURCES.md); memory-bound decode draws a third of the "
     "idle-to-busy range (perf/power.py). Host: 125 W per GPU modelled, 575 W nameplate (DGX H100 datasheet).",
     "Contexts freed at tool waits ('evict', 'ttl') survive in the LRU prefix cache by the characteristic-time "

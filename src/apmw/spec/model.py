@@ -165,8 +165,8 @@ class Serving(_Section):
 
     engine: Literal["vllm", "sglang", "trtllm"] = Field(
         default="vllm",
-        description="the serving engine whose measured behaviour prices iterations: its per-iteration "
-        "overhead; for trtllm also fp8-KV attention at bf16 bandwidth and kv_memory_fraction read as a share "
+        description="the serving engine whose measured behaviour prices iterations: its fixed cost per layer "
+        "of each iteration; for trtllm also fp8-KV attention at bf16 bandwidth and kv_memory_fraction read as a share "
         "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
     )
     mixed_prefill: bool | None = Field(

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from apmw.capacity.prefix_cache import ClosedLoopModel, closed_loop_model
 from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
-from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.search import SearchResult, search
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
-from apmw.perf import Efficiency, DEFAULT_EFFICIENCY, Replica, replica_from_spec
+from apmw.perf import Efficiency, Replica, replica_from_spec
 from apmw.spec import Spec
 
 

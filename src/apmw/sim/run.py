@@ -11,7 +11,7 @@ import numpy as np
 from apmw.errors import ApmwError
 from apmw.perf import Replica, activity_power_w, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
-from apmw.sim.engine import BLOCK_TOKENS, Engine
+from apmw.sim.engine import Engine
 from apmw.sim.result import SimResult, percentiles
 from apmw.spec import Spec
 

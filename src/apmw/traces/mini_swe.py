@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from apmw.traces.records import NAN, Call, TraceError, CallStream, LineErrors, cell, require_counts
+from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, require_counts
 from apmw.traces.textio import open_text
 
 NAME = "mini-swe-agent"

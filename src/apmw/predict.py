@@ -75,8 +75,11 @@ DEFAULT_TOKEN_BUDGET = 8192
 # Running-sequence limit: vLLM V1 max_num_seqs=1024 on >=70 GiB GPUs (same function),
 # SGLang and TensorRT-LLM size theirs from memory (TRT-LLM max_batch_size default 2048).
 DEFAULT_MAX_BATCH = {"vllm": 1024, "sglang": 2048, "trtllm": 2048}
-# Share of HBM the engine may use (vLLM gpu_memory_utilization default 0.9) and per-GPU
-# workspace (aiconfigurator systems/h200_sxm.yaml other_mem 3.5 GiB), as in the Serving spec.
+# Share of HBM the engine may use (vLLM gpu_memory_utilization 0.9, its default for most of its
+# history and in every vLLM run in bench/data; vLLM PR #38284, April 2026, raised it to 0.92:
+# vllm/config/cache.py CacheConfig.gpu_memory_utilization) and per-GPU workspace
+# (aiconfigurator systems/h200_sxm.yaml other_mem 3.5 GiB), as in the Serving spec.
+# `--kv-memory-fraction` overrides it (engine meanings: kv_pool_bytes).
 KV_MEMORY_FRACTION = 0.9
 WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 
@@ -159,7 +162,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             max_batch: int | None = None, calibrated: bool = True,
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
-            overlap_scheduling: bool | None = None) -> Prediction:
+            overlap_scheduling: bool | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     ``requests_per_client`` is the benchmark's prompt count over its concurrency (InferenceMAX:
@@ -168,6 +171,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     (None: the engine's default, :func:`apmw.perf.scheduling.mixes_prefill_with_decode`), and
     ``overlap_scheduling`` whether it forms the next iteration's batch while the current one runs
     (None: the engine's default, :func:`apmw.perf.scheduling.iterations_scheduled_ahead`).
+    ``kv_memory_fraction`` is the engine's memory setting as :func:`kv_pool_bytes` reads it.
     """
     if requests_per_client < 1:
         raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
@@ -179,7 +183,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
                      DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
                      requests_per_client=requests_per_client, request_overhead_s=overhead_s,
                      length_spread=length_spread, engine=engine, mixed_prefill=mixed_prefill,
-                     overlap_scheduling=overlap_scheduling)
+                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction)
     return _with_power(step, spec_gpu, p, isl, osl, token_budget)
 
 
@@ -187,7 +191,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
                  request_rate_per_s: float, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
                  max_batch: int | None = None, calibrated: bool = True,
                  request_overhead_s: float | None = None, mixed_prefill: bool | None = None,
-                 overlap_scheduling: bool | None = None) -> Prediction:
+                 overlap_scheduling: bool | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
     """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
     (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`.
 
@@ -201,7 +205,8 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     overhead_s = _request_overhead_s(engine, request_overhead_s)
     p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
                           DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine,
-                          mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling)
+                          mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
+                          kv_memory_fraction=kv_memory_fraction)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
     # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
     busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
@@ -261,23 +266,31 @@ def _check_model(arch, tp: int, isl: int, osl: int) -> None:
                            f"shorten --isl/--osl, or pass a config.json whose window is extended")
 
 
-def kv_pool_bytes(step: StepModel, engine: str = "vllm") -> float:
+def kv_pool_bytes(step: StepModel, engine: str = "vllm", kv_memory_fraction: float = KV_MEMORY_FRACTION) -> float:
     """The replica's KV pool.
 
+    ``kv_memory_fraction`` is the engine's own memory setting, read as the engine reads it.
     vLLM and SGLang give the KV pool what is left of a share of the whole HBM
     (``gpu_memory_utilization`` / ``mem_fraction_static``); TensorRT-LLM gives it a share
     of the memory left after weights and activations (``KvCacheConfig.free_gpu_memory_fraction``,
     default 0.9: TensorRT-LLM docs, "How to Change KV Cache Behavior"), which is more.
     """
-    mem = memory_budget(step.gpu.hbm_bytes, step.gpus, KV_MEMORY_FRACTION, step.weight_bytes,
+    if not 0 < kv_memory_fraction <= 1:
+        raise PredictError(f"--kv-memory-fraction must be in (0, 1] (got {kv_memory_fraction:g}); it is the "
+                           f"engine's memory share, e.g. vLLM --gpu-memory-utilization 0.9")
+    mem = memory_budget(step.gpu.hbm_bytes, step.gpus, kv_memory_fraction, step.weight_bytes,
                         WORKSPACE_BYTES_PER_GPU, fraction_of_free=engine == "trtllm")
     if not mem.fits:
-        raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit on "
-                           f"{step.gpus} x {step.gpu.name}; use a larger --tp or a smaller --weight-dtype")
+        hint = "" if engine == "trtllm" else ", a larger --kv-memory-fraction"
+        raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit in "
+                           f"{kv_memory_fraction:g} of {step.gpus} x {step.gpu.name}'s memory with "
+                           f"{WORKSPACE_BYTES_PER_GPU / 2**30:.1f} GiB of workspace per GPU; use a larger --tp"
+                           f"{hint} or a smaller --weight-dtype")
     return mem.kv_capacity_bytes
 
 
-def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm", full_length: bool = False) -> int:
+def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm", full_length: bool = False,
+                    kv_memory_fraction: float = KV_MEMORY_FRACTION) -> int:
     """How many requests run at once before the KV pool is full.
 
     A running request counts as the engine counts it when admitting the next
@@ -288,7 +301,7 @@ def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm", f
     """
     tokens = isl + osl if full_length else kv_tokens_per_running_request(isl, osl, engine)
     per_request = step.kv_bytes_per_token * tokens * step.kv_replication
-    return max(int(kv_pool_bytes(step, engine) // per_request), 0)
+    return max(int(kv_pool_bytes(step, engine, kv_memory_fraction) // per_request), 0)
 
 
 def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
@@ -296,7 +309,8 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                  request_overhead_s: float = 0.0,
                  length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm",
                  poisson_arrivals: bool = False, mixed_prefill: bool | None = None,
-                 overlap_scheduling: bool | None = None) -> Prediction:
+                 overlap_scheduling: bool | None = None,
+                 kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
     """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
 
     ``length_spread`` is the width of the request-length distribution as a share of the
@@ -313,10 +327,10 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
                            f"every request has the same lengths")
     if request_overhead_s < 0:
         raise PredictError(f"--request-overhead-ms must not be negative (got {request_overhead_s * 1e3:g})")
-    if kv_fit_requests(step, isl, osl, engine, full_length=True) < 1:
+    if kv_fit_requests(step, isl, osl, engine, full_length=True, kv_memory_fraction=kv_memory_fraction) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
                            f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
-    kv_fit = kv_fit_requests(step, isl, osl, engine)
+    kv_fit = kv_fit_requests(step, isl, osl, engine, kv_memory_fraction=kv_memory_fraction)
     running = min(concurrency, max_batch, kv_fit)
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
@@ -655,7 +669,8 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
 
 def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
                       max_batch: int, engine: str = "vllm", mixed_prefill: bool | None = None,
-                      overlap_scheduling: bool | None = None) -> Prediction:
+                      overlap_scheduling: bool | None = None,
+                      kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
     """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
 
     The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
@@ -666,14 +681,14 @@ def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: f
     """
     if arrival_rate_per_s <= 0:
         raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
-    if kv_fit_requests(step, isl, osl, engine, full_length=True) < 1:
+    if kv_fit_requests(step, isl, osl, engine, full_length=True, kv_memory_fraction=kv_memory_fraction) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
-    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine))
+    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine, kv_memory_fraction=kv_memory_fraction))
 
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
                          engine=engine, poisson_arrivals=True, mixed_prefill=mixed_prefill,
-                         overlap_scheduling=overlap_scheduling)
+                         overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap

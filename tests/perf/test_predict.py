@@ -389,6 +389,35 @@ def test_the_prediction_says_what_caps_the_running_requests():
     assert "KV memory" in r.output and "preemptions not priced" in r.output
 
 
+
+def test_the_engines_memory_setting_sizes_the_kv_pool_as_the_engine_reads_it():
+    # vLLM --gpu-memory-utilization: a share of all HBM, so each +0.01 adds 1.41 GB of KV on an H200;
+    # TensorRT-LLM free_gpu_memory_fraction: a share of what is left after weights and workspace
+    from apmw.arch import load_architecture
+    from apmw.catalog.gpus import get_gpu
+    from apmw.perf import build_step_model
+    from apmw.predict import WORKSPACE_BYTES_PER_GPU, kv_pool_bytes
+
+    step = build_step_model(load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H200"), 1, "fp8", "fp8")
+    hbm = step.gpu.hbm_bytes
+    assert kv_pool_bytes(step, "vllm", 0.92) - kv_pool_bytes(step, "vllm", 0.90) == pytest.approx(0.02 * hbm)
+    free = hbm - WORKSPACE_BYTES_PER_GPU - step.weight_bytes
+    assert kv_pool_bytes(step, "trtllm", 0.5) == pytest.approx(0.5 * free)
+    # more memory for KV: more requests run at once, fewer queue, and the mean TTFT falls
+    base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-70B", "--gpu", "H200", "--weight-dtype", "fp8",
+            "--kv-dtype", "fp8", "--isl", "4096", "--osl", "1024", "--concurrency", "256", "--json"]
+    runs = {}
+    for fraction in (None, "0.9", "0.95"):
+        r = CliRunner().invoke(app, base + ([] if fraction is None else ["--kv-memory-fraction", fraction]))
+        assert r.exit_code == 0, r.output
+        runs[fraction] = json.loads(r.output)
+    assert runs[None] == runs["0.9"]                     # 0.9 is the default
+    assert runs["0.95"]["running_requests"] > runs["0.9"]["running_requests"]
+    assert runs["0.95"]["ttft_s"] < runs["0.9"]["ttft_s"]
+    for bad, words in (("1.5", "must be in (0, 1]"), ("0.45", "larger --kv-memory-fraction")):
+        r = CliRunner().invoke(app, base + ["--kv-memory-fraction", bad])
+        assert r.exit_code != 0 and words in r.output and "Traceback" not in r.output, r.output
+
 def test_the_wait_for_the_iteration_scheduled_ahead_fades_into_the_prefill_queue():
     # Past the prefill-bound point prompts queue for the budget, and the queue, not the arrival's
     # phase, sets the wait: the iteration scheduled ahead becomes part of it. TTFT never drops as

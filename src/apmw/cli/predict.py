@@ -56,12 +56,19 @@ def predict(
              "arriving at a busy engine waits one more iteration (default: yes, as current vLLM (async "
              "scheduling), SGLang and TensorRT-LLM (overlap schedulers) do; no: vLLM before late 2025 or "
              "--no-async-scheduling, SGLang --disable-overlap-schedule, TensorRT-LLM's legacy engine backend)"),
+    kv_memory_fraction: Optional[float] = typer.Option(
+        None, "--kv-memory-fraction",
+        help="the engine's memory setting, read as the engine reads it: vLLM --gpu-memory-utilization and SGLang "
+             "--mem-fraction-static (share of all GPU memory for weights, activations and KV), TensorRT-LLM "
+             "free_gpu_memory_fraction (share of the memory left after weights). Default 0.9, the default of all "
+             "three for most of their history; vLLM since April 2026 (PR #38284): 0.92"),
     roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a serving benchmark: fixed concurrency (InferenceMAX
     style) or Poisson arrivals at a request rate."""
-    from apmw.predict import DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, predict as run, predict_rate
+    from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, KV_MEMORY_FRACTION, predict as run,
+                              predict_rate)
 
     if (concurrency is None) == (request_rate is None):
         fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "
@@ -72,6 +79,7 @@ def predict(
     common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
                   max_batch=max_batch, calibrated=not roofline, mixed_prefill=mixed_prefill,
                   overlap_scheduling=overlap_scheduling,
+                  kv_memory_fraction=KV_MEMORY_FRACTION if kv_memory_fraction is None else kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype)
     try:

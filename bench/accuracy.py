@@ -155,6 +155,7 @@ def imax_rows(data: Path) -> list[Row]:
                         rate_per_replica=None, concurrency=int(r.conc),
                         measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
                                   "output_tokens_per_s_per_gpu": r.output_tput_per_gpu,
+                                  "replica_output_tokens_per_s": r.output_tput_per_gpu * r.tp,
                                   "median_ttft_s": r.median_ttft},
                         label=f"{r.hw} {model.split('/')[-1]} tp{int(r.tp)} ep{int(r.ep)} {r.isl}/{r.osl} c{r.conc}",
                         note=f"{wdt}/{kvd}"))
@@ -213,7 +214,9 @@ def published_rows(path: Path = PUBLISHED) -> list[Row]:
         rows.append(Row(source="Published", split="held-out", model=r.model, gpu=r.gpu, engine=r.engine,
                         tp=int(r.tp), scenario=f"fixed-concurrency ({r.source})", isl=round(r.isl), osl=round(r.osl),
                         rate_per_replica=None, concurrency=int(r.concurrency),
-                        measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3},
+                        measured={"ttft_s": r.ttft_ms / 1e3, "tpot_s": r.tpot_ms / 1e3,
+                                  **({} if pd.isna(r.output_tokens_per_s) else
+                                     {"replica_output_tokens_per_s": r.output_tokens_per_s})},
                         label=f"{r.source} {r.model_reported} tp{r.tp} {round(r.isl)}/{round(r.osl)} c{r.concurrency}",
                         note=f"{r.weight_dtype}/{r.kv_dtype}", length_spread=spread, overlap_scheduling=overlap))
     return rows
@@ -578,6 +581,41 @@ def first_wave_ratios(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+# Replica output rates (tokens/s) at which the rows are grouped by --by-rate.
+RATE_EDGES = (0, 2_000, 5_000, 10_000, float("inf"))
+
+
+def by_output_rate(rows: list[Row]) -> str:
+    """Signed TTFT and TPOT errors and predicted / measured replica throughput, grouped by the
+    measured output rate of the replica (tokens/s), for the fixed-concurrency runs that publish it.
+
+    An engine's server spends CPU on every output token (detokenising, streaming it back) outside the
+    GPU iterations apmw prices. If that cost is real, errors drift as the rate rises, whatever the
+    GPU or model: TTFT first (a new prompt waits behind the server's backlog), throughput once the
+    server saturates (docs/accuracy.md, "Where the model is weak").
+    """
+    groups: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    for r in rows:
+        rate = r.measured.get("replica_output_tokens_per_s")
+        if not (rate and r.predicted and r.concurrency) or r.predicted.get("ttft_s") is None:
+            continue
+        source = "NIM 1.8.0" if is_nim(r) else r.source
+        family = f"{source} {r.model.split('/')[-1]} {r.engine} ({r.path})"
+        band = next(i for i in range(len(RATE_EDGES) - 1) if rate < RATE_EDGES[i + 1])
+        predicted_rate = r.predicted["output_tokens_per_s_per_gpu"] * r.tp
+        groups.setdefault((family, band), []).append(
+            (r.predicted["ttft_s"] / r.measured["ttft_s"] - 1, r.predicted["tpot_s"] / r.measured["tpot_s"] - 1,
+             predicted_rate / rate))
+    lines = ["| runs | measured output tokens/s per replica | n | TTFT median signed % | TPOT median signed % "
+             "| predicted / measured throughput |", "|---|---|---|---|---|---|"]
+    for (family, band), v in sorted(groups.items()):
+        lo, hi = RATE_EDGES[band], RATE_EDGES[band + 1]
+        span = f"{lo:,.0f}+" if hi == float("inf") else f"{lo:,.0f}-{hi:,.0f}"
+        ttft, tpot, thr = (statistics.median(x[i] for x in v) for i in range(3))
+        lines.append(f"| {family} | {span} | {len(v)} | {ttft * 100:+.1f} | {tpot * 100:+.1f} | {thr:.2f} |")
+    return "\n".join(lines)
+
+
 def vllm_version_ratios(data: Path) -> str:
     """InferenceMAX's gpt-oss grid run on both vLLM 0.11.2 and 0.13.0: the newer over the older.
 
@@ -607,6 +645,8 @@ def main() -> None:
                     help="compare InferenceMAX's gpt-oss runs on vLLM 0.11.2 and 0.13.0 (docs/accuracy.md)")
     ap.add_argument("--first-wave", action="store_true",
                     help="print the published runs' measured TTFT over a whole first wave's (docs/accuracy.md)")
+    ap.add_argument("--by-rate", action="store_true",
+                    help="group the fixed-concurrency errors by the replica's measured output rate (docs/accuracy.md)")
     ap.add_argument("--write-fixture", action="store_true",
                     help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
     ap.add_argument("--nim-requests-per-client", type=int, default=DEFAULT_REQUESTS_PER_CLIENT,
@@ -654,6 +694,8 @@ def main() -> None:
         print(first_wave_ratios(rows))
     if args.vllm_versions:
         print(vllm_version_ratios(args.data))
+    if args.by_rate:
+        print(by_output_rate(rows))
     if args.write_docs:
         write_docs(rows)
     if args.write_fixture:

@@ -281,7 +281,9 @@ def kv_pool_bytes(step: StepModel, engine: str = "vllm", kv_memory_fraction: flo
     mem = memory_budget(step.gpu.hbm_bytes, step.gpus, kv_memory_fraction, step.weight_bytes,
                         WORKSPACE_BYTES_PER_GPU, fraction_of_free=engine == "trtllm")
     if not mem.fits:
-        hint = "" if engine == "trtllm" else ", a larger --kv-memory-fraction"
+        # a larger share helps only where the weights and workspace fit in all of the memory
+        whole = memory_budget(step.gpu.hbm_bytes, step.gpus, 1.0, step.weight_bytes, WORKSPACE_BYTES_PER_GPU)
+        hint = ", a larger --kv-memory-fraction" if engine != "trtllm" and whole.fits else ""
         raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit in "
                            f"{kv_memory_fraction:g} of {step.gpus} x {step.gpu.name}'s memory with "
                            f"{WORKSPACE_BYTES_PER_GPU / 2**30:.1f} GiB of workspace per GPU; use a larger --tp"

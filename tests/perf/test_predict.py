@@ -417,6 +417,9 @@ def test_the_engines_memory_setting_sizes_the_kv_pool_as_the_engine_reads_it():
     for bad, words in (("1.5", "must be in (0, 1]"), ("0.45", "larger --kv-memory-fraction")):
         r = CliRunner().invoke(app, base + ["--kv-memory-fraction", bad])
         assert r.exit_code != 0 and words in r.output and "Traceback" not in r.output, r.output
+    # bf16 weights (141 GB) outgrow a whole H100: no share of its memory helps, so none is offered
+    r = CliRunner().invoke(app, [*base[:4], "H100", "--weight-dtype", "bf16", *base[7:]])
+    assert r.exit_code != 0 and "larger --tp" in r.output and "--kv-memory-fraction" not in r.output, r.output
 
 def test_the_wait_for_the_iteration_scheduled_ahead_fades_into_the_prefill_queue():
     # Past the prefill-bound point prompts queue for the budget, and the queue, not the arrival's

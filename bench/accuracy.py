@@ -589,10 +589,10 @@ def by_output_rate(rows: list[Row]) -> str:
     """Signed TTFT and TPOT errors and predicted / measured replica throughput, grouped by the
     measured output rate of the replica (tokens/s), for the fixed-concurrency runs that publish it.
 
-    An engine's server spends CPU on every output token (detokenising, streaming it back) outside the
-    GPU iterations apmw prices. If that cost is real, errors drift as the rate rises, whatever the
-    GPU or model: TTFT first (a new prompt waits behind the server's backlog), throughput once the
-    server saturates (docs/accuracy.md, "Where the model is weak").
+    It tests one explanation of low TTFT at high load: a server cost per output token (detokenising,
+    streaming) outside the GPU iterations apmw prices would make errors drift with the rate whatever
+    the model. They drift for the NIM 8B and InferenceMAX's vLLM runs but not for the NIM 70B at the
+    same rates, so that cost alone is not it (docs/accuracy.md, "Where the model is weak").
     """
     groups: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for r in rows:

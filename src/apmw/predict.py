@@ -281,11 +281,13 @@ def kv_pool_bytes(step: StepModel, engine: str = "vllm", kv_memory_fraction: flo
     mem = memory_budget(step.gpu.hbm_bytes, step.gpus, kv_memory_fraction, step.weight_bytes,
                         WORKSPACE_BYTES_PER_GPU, fraction_of_free=engine == "trtllm")
     if not mem.fits:
-        # a larger share helps only where the weights and workspace fit in all of the memory
+        # TensorRT-LLM's share is of what the weights leave, so only the whole memory can be short; for
+        # the others a larger share helps where the weights and workspace fit in all of the memory
         whole = memory_budget(step.gpu.hbm_bytes, step.gpus, 1.0, step.weight_bytes, WORKSPACE_BYTES_PER_GPU)
-        hint = ", a larger --kv-memory-fraction" if engine != "trtllm" and whole.fits else ""
+        share = "" if engine == "trtllm" else f"{kv_memory_fraction:g} of "
+        hint = ", a larger --kv-memory-fraction" if share and whole.fits else ""
         raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit in "
-                           f"{kv_memory_fraction:g} of {step.gpus} x {step.gpu.name}'s memory with "
+                           f"{share}{step.gpus} x {step.gpu.name}'s memory with "
                            f"{WORKSPACE_BYTES_PER_GPU / 2**30:.1f} GiB of workspace per GPU; use a larger --tp"
                            f"{hint} or a smaller --weight-dtype")
     return mem.kv_capacity_bytes

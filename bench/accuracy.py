@@ -8,9 +8,14 @@ Rows (all from ../shared/data/benchmarks, see its README for provenance and lice
   and H200-SXM for the dense models (llama2-70b, llama3.1-8b): Poisson arrivals at the
   measured rate; we predict mean TTFT and mean TPOT (``apmw.predict.predict_open_loop``).
   Offline rows: we predict output tokens/s per GPU at the KV/batch limit.
-* InferenceMAX fixed-concurrency rows on h100/h200 (gpt-oss-120b with vLLM, DeepSeek-R1
-  with SGLang): mean TTFT, mean TPOT and output tokens/s per GPU (``apmw.predict``).
-  These are MoE/MLA models, so they take the ``roofline`` path.
+* InferenceMAX fixed-concurrency rows on h100/h200/b200 (gpt-oss-120b with vLLM, and on
+  b200 also with TensorRT-LLM; DeepSeek-R1 with SGLang): mean TTFT, mean TPOT and output
+  tokens/s per GPU (``apmw.predict``). gpt-oss takes the ``calibrated`` path on h100/h200 and
+  the scaled ``roofline`` (``apmw.perf.scaled``) on b200; DeepSeek-R1 (MLA) the plain roofline.
+* NVIDIA's silicon runs (bench/data/SOURCES.md) on H100/H200/B200/B300.
+
+``--plain-roofline`` predicts every row on the plain spec-sheet roofline instead (what apmw
+gave before ``apmw.perf.scaled``; how far it is from the calibrated path where both apply).
 
 What the rows do not say, and we therefore assume (each is a documented ASSUMPTION):
 * MLPerf replica layout: TensorRT-LLM, FP8 weights and FP8 KV (NVIDIA's MLPerf
@@ -53,6 +58,7 @@ from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
 from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
+from apmw.perf.scaled import ScaledStepModel  # noqa: E402
 from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT, DEFAULT_TOKEN_BUDGET,  # noqa: E402
                           REQUEST_OVERHEAD_S,
                           kv_fit_requests,
@@ -66,6 +72,11 @@ MLPERF_MODELS = {"llama2-70b": (LLAMA2_70B, 300), "llama3.1-8b": ("meta-llama/Me
 TRTLLM_MAX_BATCH = 2048     # TensorRT-LLM max_batch_size default (trtllm-build / trtllm-serve)
 IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vllm"),
                "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang")}
+# InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
+IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200"}
+IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm"}
+# --plain-roofline: predict on the plain spec-sheet roofline (build_step_model(calibrated=False))
+PLAIN_ROOFLINE = False
 
 
 # Client-seen TTFT outside the engine, per benchmark harness where its training rows pin it
@@ -140,16 +151,18 @@ def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
 
 def imax_rows(data: Path) -> list[Row]:
     d = pd.read_csv(data / "inferencemax" / "inferencemax_agg_bmk.csv")
-    d = d[d.hw.isin(["h100", "h200"]) & d.model.isin(IMAX_MODELS) & ~d.disagg.fillna(False).astype(bool)]
+    d = d[d.hw.isin(IMAX_GPUS) & d.model.isin(IMAX_MODELS) & d.framework.isin(IMAX_ENGINES)
+          & ~d.disagg.fillna(False).astype(bool)]
     d = d[~d.dp_attention.fillna(False).astype(bool)]
     keys = ["hw", "model", "framework", "isl", "osl", "conc", "tp", "ep"]
     g = d.groupby(keys, as_index=False)[["mean_ttft", "median_ttft", "mean_tpot", "output_tput_per_gpu"]].median()
     rows = []
     for r in g.itertuples():
-        model, wdt, kvd, engine = IMAX_MODELS[r.model]
+        model, wdt, kvd, _ = IMAX_MODELS[r.model]
+        engine = IMAX_ENGINES[r.framework]
         # InferenceMAX draws lengths uniformly from [0.8 L, L] (random_range_ratio 0.8):
         # mean 0.9 L, width 0.2 L.
-        rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model, gpu=r.hw.upper(), engine=engine,
+        rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model, gpu=IMAX_GPUS[r.hw], engine=engine,
                         tp=int(r.tp), scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
                         length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
@@ -169,7 +182,7 @@ SILICON_ENGINES = {"vllm", "sglang", "trtllm"}
 def silicon_rows(path: Path = SILICON) -> list[Row]:
     """NVIDIA's measured fixed-concurrency runs in aiconfigurator's ``silicon_sample.csv`` (bench/data/SOURCES.md).
 
-    All held out. Only aggregated serving on H100/H200 with plain tensor parallelism (no
+    All held out. Only aggregated serving on H100/H200/B200/B300 with plain tensor parallelism (no
     expert parallelism, no attention data parallelism) is predicted: that is what apmw
     models. The file gives no KV dtype; vLLM and SGLang default to the activations' dtype,
     so bf16 KV is ASSUMED. The length spread is the default (the file does not say).
@@ -177,7 +190,8 @@ def silicon_rows(path: Path = SILICON) -> list[Row]:
     if not path.exists():
         return []
     d = pd.read_csv(path)
-    d = d[d.system.isin(["h100_sxm", "h200_sxm"]) & (d["mode"] == "agg") & d.backend.isin(SILICON_ENGINES)]
+    d = d[d.system.isin(["h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm"]) & (d["mode"] == "agg")
+          & d.backend.isin(SILICON_ENGINES)]
     rows = []
     for r in d.itertuples():
         conc = int(str(r.silicon_data_source).split("silicon_concurrency=")[1].split(";")[0])
@@ -229,7 +243,13 @@ def is_nim(row: Row) -> bool:
 
 def _step(row: Row, tp: int, wdt: str, kvd: str):
     return build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), tp, wdt, kvd,
-                            engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm")
+                            engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
+                            calibrated=not PLAIN_ROOFLINE)
+
+
+def path_of(step) -> str:
+    """The step model's source, with the scaled roofline (apmw.perf.scaled) told apart from the plain one."""
+    return "roofline (scaled)" if isinstance(step, ScaledStepModel) else step.source
 
 
 def choose_tp(row: Row) -> tuple[int, object]:
@@ -274,7 +294,7 @@ def predict_row(row: Row) -> None:
     if row.source.startswith("MLPerf"):
         try:
             row.tp, p = choose_tp(row)
-            row.path = _step(row, row.tp, "fp8", "fp8").source
+            row.path = path_of(_step(row, row.tp, "fp8", "fp8"))
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
             if row.scenario != "Offline":
                 row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s}
@@ -296,8 +316,9 @@ def predict_row(row: Row) -> None:
         else:
             wdt, kvd = "fp8", "fp8"
         step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
-                                engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm")
-        row.path = step.source
+                                engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
+                                calibrated=not PLAIN_ROOFLINE)
+        row.path = path_of(step)
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
             p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0,
@@ -460,7 +481,42 @@ def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
     sil += table(silicon, lambda r: f"{r.gpu} {r.model.split('/')[-1]} {r.scenario.split('(')[1].rstrip(')')} "
                                     f"tp{r.tp} {r.path}")[2:]
     return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil,
-            "steady-median": steady_state_ttft(rows)}
+            "steady-median": steady_state_ttft(rows), "scaled": scaled_vs_plain(rows)}
+
+
+def scaled_vs_plain(rows: list[Row]) -> list[str]:
+    """The rows on the scaled roofline (apmw.perf.scaled), each also predicted on the plain one:
+    median |error| % (median signed %) of TPOT and TTFT per group, scaled then plain."""
+    global PLAIN_ROOFLINE
+    groups: dict[str, list[tuple[Row, Row]]] = {}
+    for r in rows:
+        if r.predicted and r.path == "roofline (scaled)" and "ttft_s" in r.predicted:
+            plain = Row(**{**r.__dict__, "predicted": None})
+            PLAIN_ROOFLINE = True
+            try:
+                predict_row(plain)
+            finally:
+                PLAIN_ROOFLINE = False
+            source = r.source.split()[0]
+            name = f"{source} {r.model.split('/')[-1]} {r.gpu} {r.engine} tp{r.tp}"
+            name = name.replace("meta-llama--Llama-2-70b-chat-hf.json", "Llama-2-70b")
+            groups.setdefault(name, []).append((r, plain))
+    lines = ["| group | n | TPOT scaled | TPOT plain | TTFT scaled | TTFT plain |", "|---|---|---|---|---|---|"]
+
+    def cell(rs: list[Row], metric: str) -> str:
+        e = errors(rs, metric)
+        return f"{statistics.median(abs(x) for x in e):.1f} ({statistics.median(e):+.1f})" if e else "-"
+
+    for name in sorted(groups):
+        pairs = groups[name]
+        scaled, plain = [p[0] for p in pairs], [p[1] for p in pairs]
+        lines.append(f"| {name} | {len(pairs)} | {cell(scaled, 'tpot_s')} | {cell(plain, 'tpot_s')} | "
+                     f"{cell(scaled, 'ttft_s')} | {cell(plain, 'ttft_s')} |")
+    every = [p for v in groups.values() for p in v]
+    lines.append(f"| all | {len(every)} | {cell([p[0] for p in every], 'tpot_s')} | "
+                 f"{cell([p[1] for p in every], 'tpot_s')} | {cell([p[0] for p in every], 'ttft_s')} | "
+                 f"{cell([p[1] for p in every], 'ttft_s')} |")
+    return lines
 
 
 def write_docs(rows: list[Row], path: Path = DOCS) -> None:
@@ -489,7 +545,9 @@ def report(rows: list[Row], isl_scale: float) -> str:
              "", "### NVIDIA's measured runs in aiconfigurator's silicon_sample.csv (held out)", "",
              *tables["silicon"],
              "", "### Steady-state TTFT against InferenceMAX's measured median TTFT (no first wave)", "",
-             *tables["steady-median"]]
+             *tables["steady-median"],
+             "", "### GPUs without tables: the scaled roofline against the plain one (median |error| %, signed)", "",
+             *tables["scaled"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)
@@ -637,6 +695,8 @@ def vllm_version_ratios(data: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description="apmw accuracy against published benchmarks")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
+    ap.add_argument("--plain-roofline", action="store_true",
+                    help="predict every row on the plain spec-sheet roofline (no tables, no scaling)")
     ap.add_argument("--fit", action="store_true", help="refit the TensorRT-LLM overhead on the v4.1 (train) rows")
     ap.add_argument("--isl-scale", type=float, default=1.0, help="scale the assumed MLPerf input lengths")
     ap.add_argument("--rows", action="store_true", help="print every row's prediction")
@@ -656,6 +716,8 @@ def main() -> None:
                     help="request overhead for the NIM runs (their concurrency-1 rows imply about 1.4 ms; "
                          "default: apmw's 25 ms)")
     args = ap.parse_args()
+    global PLAIN_ROOFLINE
+    PLAIN_ROOFLINE = args.plain_roofline
     if args.nim_overhead_ms is not None and args.nim_overhead_ms < 0:
         ap.error(f"--nim-overhead-ms must not be negative (got {args.nim_overhead_ms:g})")
     if args.nim_requests_per_client < 1:

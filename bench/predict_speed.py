@@ -23,6 +23,8 @@ CASES = [
     ("meta-llama/Meta-Llama-3.1-70B", "H200", 4, "fp8", "fp8", "trtllm"),
     ("openai/gpt-oss-120b", "H200", 2, "fp4", "bf16", "vllm"),
     ("deepseek-ai/DeepSeek-R1", "H200", 8, "fp8", "fp8", "sglang"),
+    # the scaled roofline (apmw.perf.scaled): H200's calibrated iteration scaled to the B200
+    ("meta-llama/Meta-Llama-3.1-70B", "B200", 2, "fp8", "fp8", "trtllm"),
 ]
 
 CHILD = """

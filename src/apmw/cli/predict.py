@@ -62,7 +62,7 @@ def predict(
              "--mem-fraction-static (share of all GPU memory for weights, activations and KV), TensorRT-LLM "
              "free_gpu_memory_fraction (share of the memory left after weights). Default 0.9, the default of all "
              "three for most of their history; vLLM since April 2026 (PR #38284): 0.92"),
-    roofline: bool = typer.Option(False, "--roofline", help="use the roofline even where tables cover the GPU"),
+    roofline: bool = typer.Option(False, "--roofline", help="use the plain spec-sheet roofline, even where tables cover the GPU or a measured relative scales to it"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object, or a list for a sweep (fields: see docs/accuracy.md)"),
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a serving benchmark: fixed concurrency (InferenceMAX

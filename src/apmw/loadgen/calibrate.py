@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.loadgen.bench import make_text
 from apmw.loadgen.client import BenchError, Client
-from apmw.perf import DEFAULT_EFFICIENCY, Efficiency, IterationLoad, replica_from_spec
+from apmw.perf import DEFAULT_EFFICIENCY, Efficiency, IterationLoad, StepModel, replica_from_spec
 from apmw.spec import Spec
 
 FORMAT = "apmw-calibration/1"
@@ -143,7 +143,9 @@ def efficiency_from_calibration(cal: dict, spec: Spec) -> Efficiency:
 
     def predict(x: np.ndarray) -> np.ndarray:
         eff = _efficiency(*np.exp(x), source="")
-        s = type(step)(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
+        # the plain roofline: its efficiencies are what a calibration fits (apmw plan reads them with
+        # calibrated=False)
+        s = StepModel(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
                        kv_dtype=step.kv_dtype, efficiency=eff)
         return np.array([float(s.iteration_time_s(ld)) for ld in loads])
 

@@ -288,6 +288,14 @@ class CalibratedStepModel(StepModel):
                 f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})")
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        return sum(self.iteration_parts_s(load))
+
+    def iteration_parts_s(self, load: IterationLoad) -> tuple[float, np.ndarray, np.ndarray]:
+        """(engine overhead, TP all-reduces, every other kernel) of one iteration, in seconds.
+
+        They sum to :meth:`iteration_time_s`; :mod:`apmw.perf.scaled` scales each part
+        differently when it carries this GPU's measured iteration to another GPU.
+        """
         c = self.curves
         decode = np.asarray(load.decode_seqs, dtype=float)
         prefill = np.asarray(load.prefill_tokens, dtype=float)
@@ -301,8 +309,8 @@ class CalibratedStepModel(StepModel):
         if self.gpus > 1:
             big = tokens * self.arch.hidden_size > c.ar_size[-1]
             comm = np.where(big, c.ar_s[-1] * tokens * self.arch.hidden_size / c.ar_size[-1], comm)
-        return (engine_overhead_s(self.engine, self.arch.num_layers) + gemm + lm + attn + comm
-                + c.elementwise_s_per_token * tokens)
+        kernels = gemm + lm + attn + c.elementwise_s_per_token * tokens
+        return engine_overhead_s(self.engine, self.arch.num_layers), comm + np.zeros_like(kernels), kernels
 
     def _attention_s(self, load: IterationLoad, decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
         """Decode attention from the measured (batch x context) table; prefill from the measured rate.

@@ -10,6 +10,7 @@ from apmw.errors import ApmwError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import DEFAULT_ENGINE, CalibratedStepModel, calibration_gap
+from apmw.perf.scaled import scaled_step_model
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Spec
 
@@ -84,6 +85,11 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                    efficiency=efficiency, attention_data_parallel=attention_data_parallel,
                                    engine=engine)
+    if calibrated:
+        scaled = scaled_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine,
+                                   attention_data_parallel)
+        if scaled is not None:
+            return scaled
     return StepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      efficiency=efficiency, attention_data_parallel=attention_data_parallel)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
-from apmw.perf import IterationLoad, Replica, build_step_model, memory_budget
+from apmw.perf import IterationLoad, Replica, StepModel, build_step_model, memory_budget
 from apmw.spec import Spec
 
 
@@ -43,7 +43,9 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     if d is None:
         return None
     step = build_step_model(replica.arch, replica.gpu, d.prefill_gpus, spec.model.weight_dtype, spec.model.kv_dtype,
-                            replica.step.efficiency, engine=spec.serving.engine)
+                            replica.step.efficiency, engine=spec.serving.engine,
+                            # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
+                            calibrated=type(replica.step) is not StepModel)
     mem = memory_budget(replica.gpu.hbm_bytes, d.prefill_gpus, spec.serving.kv_memory_fraction, step.weight_bytes,
                         spec.serving.workspace_bytes_per_gpu, fraction_of_free=spec.serving.engine == "trtllm")
     if not mem.fits:

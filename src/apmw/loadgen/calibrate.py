@@ -146,7 +146,7 @@ def efficiency_from_calibration(cal: dict, spec: Spec) -> Efficiency:
         # the plain roofline: its efficiencies are what a calibration fits (apmw plan reads them with
         # calibrated=False)
         s = StepModel(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
-                       kv_dtype=step.kv_dtype, efficiency=eff)
+                      kv_dtype=step.kv_dtype, efficiency=eff, attention_data_parallel=step.attention_data_parallel)
         return np.array([float(s.iteration_time_s(ld)) for ld in loads])
 
     x0 = np.log([max(float(measured.min()) / 2, 1e-5), DEFAULT_EFFICIENCY.bandwidth, DEFAULT_EFFICIENCY.flops["bf16"]])

@@ -85,7 +85,12 @@ def reference_gpu(gpu: GpuSpec) -> GpuSpec | None:
 class ScaledStepModel(StepModel):
     """A :class:`StepModel` whose iteration is ``reference``'s, scaled to this GPU (module docstring)."""
 
-    reference: CalibratedStepModel | None = field(default=None, compare=False, repr=False)
+    reference: CalibratedStepModel | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reference, CalibratedStepModel):
+            raise TypeError("ScaledStepModel needs the measured GPU's CalibratedStepModel as `reference` "
+                            "(apmw.perf.scaled.scaled_step_model builds one)")
 
     @property
     def source(self) -> str:
@@ -99,18 +104,25 @@ class ScaledStepModel(StepModel):
                 f"by the two spec sheets' roofline ratio per iteration; engine overhead "
                 f"{ref.iteration_parts_s(_EMPTY)[0] * 1e3:.2f} ms unscaled")
 
+    def reference_load(self, load: IterationLoad) -> IterationLoad:
+        """``load`` as the reference sees it: the same tokens, their KV in the reference's format."""
+        return replace(load, kv_read_bytes=np.asarray(load.kv_read_bytes, dtype=float)
+                       * self.reference.kv_bytes_per_token / self.kv_bytes_per_token)
+
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        return sum(self.iteration_parts_s(load))
+
+    def iteration_parts_s(self, load: IterationLoad) -> tuple[float, np.ndarray, np.ndarray]:
+        """(engine overhead, TP all-reduces, every other kernel): the reference's parts, scaled."""
         ref = self.reference
-        # the same tokens held in the reference's KV format
-        ref_load = replace(load, kv_read_bytes=np.asarray(load.kv_read_bytes, dtype=float)
-                           * ref.kv_bytes_per_token / self.kv_bytes_per_token)
+        ref_load = self.reference_load(load)
         overhead, comm, kernels = ref.iteration_parts_s(ref_load)
         # the rooflines of the rows the GEMMs compute: decode batches padded to a CUDA-graph size
         decode, prefill = np.broadcast_arrays(np.asarray(load.decode_seqs, dtype=float),
                                               np.asarray(load.prefill_tokens, dtype=float))
         padded = np.where(prefill > 0, decode, graph_padded(decode, prefill))
-        mem, compute = self.roofline_terms(replace(load, decode_seqs=padded))
-        ref_mem, ref_compute = StepModel.roofline_terms(ref, replace(ref_load, decode_seqs=padded))
+        mem, compute = _roofline_terms(self, replace(load, decode_seqs=padded))
+        ref_mem, ref_compute = _roofline_terms(ref, replace(ref_load, decode_seqs=padded))
         # the measured time splits between the two regimes as the reference's roofline terms do, and
         # each share scales by its own ratio: (mem_ref share) * mem / mem_ref + (compute share) *
         # compute / compute_ref, which is (mem + compute) / (mem_ref + compute_ref). The max of the
@@ -120,11 +132,40 @@ class ScaledStepModel(StepModel):
         # 3-13 %; the sum keeps the dips to about 1 % over tests/perf/test_scaled.py's grids, and
         # fits the held-out Blackwell runs better (docs/accuracy.md).
         kernels_ratio = (mem + compute) / np.maximum(ref_mem + ref_compute, 1e-30)
-        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+        tokens = decode + prefill
         ref_comm = StepModel.comm_time_s(ref, tokens)
         comm_ratio = np.divide(self.comm_time_s(tokens), ref_comm, out=np.zeros_like(ref_comm),
                                where=ref_comm > 0)
-        return overhead + comm * comm_ratio + kernels * kernels_ratio
+        return overhead, comm * comm_ratio, kernels * kernels_ratio
+
+
+def _roofline_terms(step: StepModel, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+    """(memory-bound, compute-bound) seconds of an iteration, each FLOP at the rate of the kernel
+    that runs it.
+
+    :meth:`StepModel.roofline_terms` prices every FLOP at the weight format's peak. Here attention
+    runs at the bf16 rate (FlashAttention computes in 16 bits whatever the KV format), and so do
+    the non-expert GEMMs of a 4-bit MoE checkpoint, which quantises only its experts (gpt-oss keeps
+    attention, router and LM head in bf16: apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE). Priced
+    at the weight format's peak, gpt-oss-120b's 8192-token prefill (TP 1) would run 5.8x faster on a
+    B200 (native fp4, 9 PFLOP/s) than on an H200 (W4A16 at the bf16 rate, 989 TFLOP/s); split so,
+    3.7x (tests/perf/test_scaled.py).
+    """
+    memory_s, _ = StepModel.roofline_terms(step, load)
+    a, gpu, eff = step.arch, step.gpu, step.efficiency
+    tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+    matmul_flops = a.flops_per_token() * tokens / step.gpus
+    attention_flops = np.asarray(load.attention_flops, dtype=float) / step.gpus
+    weight_rate = gpu.flops_for(step.weight_dtype) * eff.flops_for(step.weight_dtype)
+    bf16_rate = gpu.flops_for("bf16") * eff.flops_for("bf16")
+    four_bit_moe = a.num_experts > 1 and step.weight_dtype.lower() in ("fp4", "int4")
+    if four_bit_moe:
+        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+        expert_share = a.experts_per_token * expert_params / (a.active_params - a.embedding_params)
+        compute_s = matmul_flops * (expert_share / weight_rate + (1 - expert_share) / bf16_rate)
+    else:
+        compute_s = matmul_flops / weight_rate
+    return memory_s, compute_s + attention_flops / bf16_rate
 
 
 _EMPTY = IterationLoad(decode_seqs=1.0, prefill_tokens=0.0, kv_read_bytes=0.0, attention_flops=0.0)

@@ -6,8 +6,9 @@ GPUs that do have tables it misses what the calibrated model composes operator b
 operator: the per-layer engine overhead, small kernels, CUDA-graph padding, the fp8-KV
 attention kernel of each engine, the served MoE ceiling. Where it can be checked it is
 far off: forced onto H100/H200 it gives median |TTFT error| 42 % against the calibrated
-model's 28 % on the published dense runs, and -42..-49 % (signed) against 3..7 % on
-InferenceMAX's gpt-oss runs (`python bench/accuracy.py`, docs/accuracy.md).
+model's 28 % on the published dense runs, and a median signed TTFT error of -42 % (H100) and
+-49 % (H200) against -2 % and -4 % on InferenceMAX's gpt-oss runs
+(`python bench/accuracy.py --plain-roofline`, docs/accuracy.md).
 
 So a spec-sheet GPU that has a measured relative (``SCALED_FROM``) borrows that relative's
 calibrated iteration and scales it, part by part, by the ratio of the two GPUs' rooflines

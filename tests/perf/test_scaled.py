@@ -200,11 +200,11 @@ def _silicon_errors(plain: bool) -> tuple[list[float], list[float]]:
 
 def test_held_out_blackwell_runs_stay_within_the_documented_errors():
     """docs/accuracy.md: on these 138 rows the scaled roofline's median |TPOT error| is 16.9 % and
-    |TTFT error| 19.1 %; the plain roofline's 22.4 % and 59.9 %. The bounds leave a little room."""
+    |TTFT error| 19.1 %; the plain roofline's 23.2 % and 20.2 % (59.9 % before it took the served
+    MoE ceiling). The bounds leave a little room."""
     tpot, ttft = _silicon_errors(plain=False)
     assert len(ttft) == 138
     assert statistics.median(tpot) <= 18.0
     assert statistics.median(ttft) <= 20.5
-    plain_tpot, plain_ttft = _silicon_errors(plain=True)
-    assert statistics.median(plain_ttft) > 2 * statistics.median(ttft)
-    assert statistics.median(plain_tpot) > statistics.median(tpot)
+    plain_tpot, _ = _silicon_errors(plain=True)
+    assert statistics.median(plain_tpot) > statistics.median(tpot) + 3

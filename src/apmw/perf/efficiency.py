@@ -56,6 +56,13 @@ class Efficiency:
     # 4.4-4.8 us for messages up to 2k elements on 2, 4 and 8 H200s (aiconfigurator
     # comm/vllm/0.24.0/custom_allreduce_perf.parquet, backend vllm_graph).
     comm_latency_s: float = 4.5e-6
+    # Routed-expert GEMMs as served run no faster than this per GPU on Hopper (H100/H200):
+    # FITTED at 150 TFLOP/s on InferenceMAX's h100 gpt-oss TTFTs (apmw.perf.calibrated,
+    # SERVED_MOE_TFLOPS_PER_GPU, which takes this figure). The measured fused-MoE tables reach
+    # 310-440 TFLOP/s at prefill sizes, the plain roofline 57 % of the fp8 peak (1.1 PFLOP/s on an
+    # H200); served MoE prefill ran at neither. Other GPUs scale it by their dense bf16 peak over
+    # Hopper's 989 TFLOP/s (HOPPER_BF16_FLOPS; ASSUMPTION: served MoE kernels keep pace with it).
+    served_moe_flops_per_s: float | None = 150e12
     source: str = "roofline defaults from aiconfigurator vLLM 0.24.0 GEMM tables (bench/derive_efficiencies.py)"
 
     def bandwidth_for(self, weight_dtype: str) -> float:
@@ -69,6 +76,10 @@ class Efficiency:
 
 
 DEFAULT_EFFICIENCY = Efficiency()
+
+# Dense bf16 peak of the H100-SXM and H200-SXM (catalogue, NVIDIA datasheets): the GPUs the served
+# MoE ceiling was fitted on.
+HOPPER_BF16_FLOPS = 989e12
 
 # Per-GPU roofline efficiencies where a measured table says more than the Hopper defaults.
 EFFICIENCY_BY_GPU: dict[str, Efficiency] = {

@@ -21,7 +21,7 @@ import numpy as np
 
 from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec
-from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS, Efficiency
 
 # Activations cross the TP all-reduce in 16-bit (vLLM keeps activations in the model dtype).
 ACTIVATION_BYTES = 2
@@ -113,16 +113,54 @@ class StepModel:
         return 2 * self.arch.num_layers * per_allreduce
 
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
-        """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads."""
+        """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads.
+
+        Each FLOP runs at the rate of the kernel that computes it: the weight format's peak for
+        the GEMMs, the bf16 peak for attention (FlashAttention computes in 16 bits whatever the
+        KV format) and for the non-expert GEMMs of a 4-bit MoE checkpoint, which quantises only
+        its experts (gpt-oss keeps attention, router and LM head in bf16:
+        apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE).
+        """
         eff = self.efficiency
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * self.kv_replication
         bw = self.gpu.hbm_bandwidth_bytes_per_s
-        flops = (self.arch.flops_per_token() * tokens + np.asarray(load.attention_flops, dtype=float)) / self.gpus
         memory_s = (self.touched_weight_bytes(tokens) / (bw * eff.bandwidth_for(self.weight_dtype))
                     + kv_bytes / (bw * eff.kv_bandwidth_for(self.kv_dtype))) / self.gpus
-        compute_s = flops / (self.gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype))
+        expert_flops, dense_flops = self._matmul_flops(tokens)
+        attention_flops = np.asarray(load.attention_flops, dtype=float) / self.gpus
+        weight_rate = self.gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
+        bf16_rate = self.gpu.flops_for("bf16") * eff.flops_for("bf16")
+        dense_rate = bf16_rate if self.arch.num_experts > 1 and self._four_bit else weight_rate
+        compute_s = expert_flops / weight_rate + dense_flops / dense_rate + attention_flops / bf16_rate
         return memory_s, compute_s
+
+    @property
+    def _four_bit(self) -> bool:
+        return self.weight_dtype.lower() in ("fp4", "int4")
+
+    def _matmul_flops(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Matmul FLOPs per GPU of ``tokens`` tokens: (routed experts, everything else)."""
+        a = self.arch
+        flops = a.flops_per_token() * tokens / self.gpus
+        if a.num_experts <= 1 or a.experts_per_token >= a.num_experts:
+            return np.zeros_like(flops), flops
+        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+        share = a.experts_per_token * expert_params / (a.active_params - a.embedding_params)
+        return flops * share, flops * (1 - share)
+
+    def served_compute_s(self, load: IterationLoad) -> np.ndarray:
+        """The compute-bound seconds as served: routed-expert GEMMs run no faster than the served
+        MoE ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
+        _, compute_s = self.roofline_terms(load)
+        ceiling = self.efficiency.served_moe_flops_per_s
+        if not ceiling or self.arch.num_experts <= 1:
+            return compute_s
+        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+        expert_flops, _ = self._matmul_flops(tokens)
+        weight_rate = self.gpu.flops_for(self.weight_dtype) * self.efficiency.flops_for(self.weight_dtype)
+        served_rate = ceiling * self.gpu.bf16_flops / HOPPER_BF16_FLOPS
+        return compute_s + expert_flops * max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
 
     def compute_share(self, load: IterationLoad) -> np.ndarray:
         """Fraction of the iteration the roofline calls compute-bound (0..1); drives power."""
@@ -132,5 +170,5 @@ class StepModel:
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        memory_s, compute_s = self.roofline_terms(load)
-        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s)
+        memory_s, _ = self.roofline_terms(load)
+        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, self.served_compute_s(load))

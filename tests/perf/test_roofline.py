@@ -1,0 +1,72 @@
+"""The plain roofline (apmw.perf.StepModel): each FLOP at its kernel's rate, and the served MoE ceiling."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from apmw.arch import load_architecture
+from apmw.catalog.gpus import get_gpu
+from apmw.perf import DEFAULT_EFFICIENCY, IterationLoad, StepModel
+
+
+def _plain(model: str, gpu: str, gpus: int, weights: str, kv: str, **eff) -> StepModel:
+    return StepModel(arch=load_architecture(model), gpu=get_gpu(gpu), gpus=gpus, weight_dtype=weights, kv_dtype=kv,
+                     efficiency=replace(DEFAULT_EFFICIENCY, **eff))
+
+
+def _prefill(tokens: float, attention_flops: float = 0.0) -> IterationLoad:
+    return IterationLoad(decode_seqs=0.0, prefill_tokens=tokens, kv_read_bytes=0.0, attention_flops=attention_flops)
+
+
+def test_attention_runs_at_the_bf16_rate_whatever_the_weight_format():
+    step = _plain("meta-llama/Llama-3.1-8B-Instruct", "H200", 1, "fp8", "fp8")
+    _, gemms = step.roofline_terms(_prefill(4096.0))
+    _, both = step.roofline_terms(_prefill(4096.0, attention_flops=1e14))
+    bf16 = 989e12 * DEFAULT_EFFICIENCY.flops_for("bf16")
+    assert float(both - gemms) == pytest.approx(1e14 / bf16, rel=1e-9)
+    fp8 = 1978e12 * DEFAULT_EFFICIENCY.flops_for("fp8")
+    assert float(gemms) == pytest.approx(step.arch.flops_per_token() * 4096 / fp8, rel=1e-9)
+
+
+def test_a_4bit_moe_computes_only_its_experts_at_the_4bit_rate():
+    # gpt-oss quantises its experts to MXFP4 and keeps attention, router and LM head in bf16; on a
+    # B200 the experts run at the native fp4 peak and the rest at the bf16 peak
+    step = _plain("openai/gpt-oss-120b", "B200", 1, "fp4", "bf16")
+    a = step.arch
+    expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+    expert_flops = 2 * a.experts_per_token * expert_params * 8192
+    dense_flops = a.flops_per_token() * 8192 - expert_flops
+    _, compute = step.roofline_terms(_prefill(8192.0))
+    expected = (expert_flops / (9000e12 * DEFAULT_EFFICIENCY.flops_for("fp4"))
+                + dense_flops / (2250e12 * DEFAULT_EFFICIENCY.flops_for("bf16")))
+    assert float(compute) == pytest.approx(expected, rel=1e-9)
+
+
+def test_served_moe_ceiling_caps_routed_expert_gemms_and_scales_with_the_bf16_peak():
+    for gpu, bf16 in (("H200", 989e12), ("B200", 2250e12)):
+        capped = _plain("deepseek-ai/DeepSeek-V3", gpu, 8, "fp8", "fp8")
+        table = _plain("deepseek-ai/DeepSeek-V3", gpu, 8, "fp8", "fp8", served_moe_flops_per_s=None)
+        a = capped.arch
+        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+        expert_flops = 2 * a.experts_per_token * expert_params * 16384 / 8
+        rate = bf16 * 2 * DEFAULT_EFFICIENCY.flops_for("fp8")          # the fp8 peak is twice the bf16 one
+        ceiling = 150e12 * bf16 / 989e12
+        load = _prefill(16384.0)
+        extra = float(capped.served_compute_s(load) - table.served_compute_s(load))
+        assert extra == pytest.approx(expert_flops * (1 / ceiling - 1 / rate), rel=1e-9)
+        # a long prefill is compute-bound, so the iteration pays it in full
+        assert float(capped.iteration_time_s(load) - table.iteration_time_s(load)) == pytest.approx(extra, rel=1e-9)
+    # a decode step is bandwidth-bound: the ceiling does not move it
+    capped = _plain("deepseek-ai/DeepSeek-V3", "H200", 8, "fp8", "fp8")
+    table = _plain("deepseek-ai/DeepSeek-V3", "H200", 8, "fp8", "fp8", served_moe_flops_per_s=None)
+    decode = IterationLoad(decode_seqs=np.array([1.0, 32.0]), prefill_tokens=0.0,
+                           kv_read_bytes=np.array([1.0, 32.0]) * 4096 * capped.kv_bytes_per_token,
+                           attention_flops=0.0)
+    np.testing.assert_allclose(capped.iteration_time_s(decode), table.iteration_time_s(decode), rtol=1e-12)
+    # dense models have no routed experts
+    llama = _plain("meta-llama/Llama-3.1-8B-Instruct", "H200", 1, "fp8", "fp8")
+    load = _prefill(8192.0)
+    assert float(llama.served_compute_s(load)) == float(llama.roofline_terms(load)[1])

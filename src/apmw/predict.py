@@ -88,9 +88,10 @@ WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
 # template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
 # from the published range, not a fit: NVIDIA NIM with a local AIPerf client about 1.4 ms
 # (its concurrency-1 rows less the predicted prefill), InferenceMAX's harness 12.5 ms
-# (fitted with the served MoE ceiling, bench/accuracy.py HARNESS_OVERHEAD_S), GPUStack's
-# Qwen3-8B on H100 about 50 ms (vLLM 0.11), 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2)
-# beyond the prefill (docs/accuracy.md). `--request-overhead-ms` overrides it; an
+# (fitted with the served MoE ceiling, bench/accuracy.py HARNESS_OVERHEAD_S), NVIDIA's silicon
+# runs of MiniMax-M2.5 on vLLM 0.16 (H200, TP 4; bench/data) a median 30 ms over apmw's
+# engine-only TTFT (15 runs, session 9), GPUStack's Qwen3-8B on H100 about 50 ms (vLLM 0.11),
+# 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill (docs/accuracy.md). `--request-overhead-ms` overrides it; an
 # in-process harness (MLPerf LoadGen, trtllm-bench) has none.
 REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
 

@@ -1,0 +1,79 @@
+"""The README's numbers are what apmw prints today.
+
+Each figure in the README's worked example, its table of bundled examples, its levers line and
+its contrast paragraph is recomputed here from the bundled specs. A change to the step-time,
+power or capacity model that moves them fails this test until the README is regenerated
+(session 9 found the contrast paragraph two model changes stale).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apmw.capacity.plan import plan
+from apmw.contrast import contrast
+from apmw.levers import evaluate_levers, top_two
+from apmw.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+EXAMPLES = ("coding-agent", "support-chat", "deep-research")
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {name: plan(load_spec(ROOT / "examples" / f"{name}.yaml")) for name in EXAMPLES}
+
+
+def _block_after(command: str) -> list[str]:
+    """The lines of the fenced block that follows ``$ command`` in the README."""
+    start = README.index(f"$ {command}\n") + len(f"$ {command}\n")
+    return README[start:README.index("```", start)].rstrip("\n").splitlines()
+
+
+def test_the_worked_example_is_what_apmw_plan_prints():
+    apmw = Path(sys.executable).parent / "apmw"
+    out = subprocess.run([str(apmw), "plan", "examples/coding-agent.yaml"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "COLUMNS": "120"}, check=True).stdout
+    printed = [line.rstrip() for line in out.splitlines() if line[:1] in "┌│└"]
+    assert printed == [line.rstrip() for line in _block_after("apmw plan examples/coding-agent.yaml")]
+
+
+def test_the_examples_table_is_what_apmw_plan_gives(plans):
+    for name, p in plans.items():
+        d = p.to_dict()
+        row = next(line for line in README.splitlines() if line.startswith(f"| `{name}.yaml` |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == d["step_time_source"], name
+        assert int(cells[3]) == d["agents_per_replica"], name
+        assert cells[4].split()[0] == d["binding_constraint"], name
+        assert cells[5] == f"{d['agents_per_mw']:,.0f} / {d['agents_per_mw_provisioned']:,.0f}", name
+        assert cells[6] == f"{d['tokens_per_s']['output']:,.0f}", name
+        cost = d["cost_per_session_usd"]
+        assert float(cells[7]) == pytest.approx(cost, abs=0.5 * 10 ** -(len(cells[7].split(".")[1]))), name
+
+
+def test_the_levers_line_is_what_apmw_levers_ranks_first(plans):
+    spec = load_spec(ROOT / "examples" / "coding-agent.yaml")
+    first, second = top_two(evaluate_levers(spec, base=plans["coding-agent"]))
+    line = _block_after("apmw levers examples/coding-agent.yaml --no-elasticities")[0]
+    assert line.startswith(f"top two: {first.lever} ({first.gain:.2f}x, relaxes {first.relaxes}); "
+                           f"{second.lever} ({second.gain:.2f}x, relaxes {second.relaxes})")
+    assert f"attention first ({first.gain:.1f}×:" in README
+
+
+def test_the_contrast_paragraph_is_what_apmw_contrast_computes(plans):
+    # apmw contrast examples/*.yaml takes the files in name order: coding-agent is the reference
+    ratios = {r["name"]: r for r in contrast({n: plans[n] for n in sorted(plans)})["ratios_to_first"]}
+    chat, research = ratios["support-chat"], ratios["deep-research"]
+    text = " ".join(README[README.index("bundled examples, support-chat emits"):].split("\n\n")[0].split())
+    numbers = [float(x) for x in re.findall(r"(\d+\.\d+)×", text)]
+    assert numbers == [round(chat["output_tokens_per_s_per_mw"], 2), round(chat["agents_per_mw"], 2),
+                       round(chat["residence_s_per_output_token"], 2),
+                       round(research["output_tokens_per_s_per_mw"], 2), round(research["agents_per_mw"], 2)]

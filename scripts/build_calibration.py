@@ -19,8 +19,8 @@ writes one ``<gpu>.npz`` per GPU holding, in seconds:
 * ``dec_<kvdtype>_<h>_<kvh>_<hd>[batch, step]``: decode (generation) attention per layer,
   full attention (window 0), median over the kernel sources measured, for every head
   configuration with head_dim 64 or 128 (the dense GQA models); past each batch size's
-  longest measured context the time scales in proportion to the context (the KV read
-  grows with it); monotone in both axes (isotonic along the context, then along the batch:
+  longest measured context the time grows linearly with the context at the last measured
+  marginal cost per KV token, never below the HBM peak (``_extrapolate_kv_reads``); monotone in both axes (isotonic along the context, then along the batch:
   the second fit keeps the first's order, because isotonic regression of elementwise larger
   data is elementwise larger);
 * ``ctx_<kvdtype>_<h>_<kvh>_<hd>[isl]``: prefill (context) attention per layer at batch 1;
@@ -44,11 +44,14 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import isotonic_regression
 
+from apmw.catalog.gpus import get_gpu
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "apmw" / "catalog" / "data" / "calibration"
 GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB"}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+KV_BYTES = {"bf16": 2, "fp8": 1}
 HEAD_DIMS = (64, 128)
 MS = 1e-3
 SOURCE = ("ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
@@ -127,7 +130,7 @@ def _decode_bias(table: np.ndarray, measured: np.ndarray, ms: np.ndarray, ns: np
     return {"median": round(float(np.median(ratio)), 3), "mean": round(float(np.mean(ratio)), 3)}
 
 
-def attention_tables(gen_path: Path, ctx_path: Path, report: dict) -> dict[str, np.ndarray]:
+def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per_s: float) -> dict[str, np.ndarray]:
     gen = pd.read_parquet(gen_path)
     gen = gen[(gen.window_size == 0) & gen.head_dim.isin(HEAD_DIMS)]
     bs, steps = np.sort(gen.batch_size.unique()), np.sort(gen.step.unique())
@@ -139,7 +142,9 @@ def attention_tables(gen_path: Path, ctx_path: Path, report: dict) -> dict[str, 
         t = grp.groupby(["batch_size", "step"]).latency.median().unstack().reindex(index=bs, columns=steps).to_numpy()
         if np.isnan(t).all(axis=1).any():
             t = _fill_rows(t)
-        t, n = _extrapolate_kv_reads(t, steps)
+        # K and V of every KV head, per token and layer
+        kv_bytes = 2 * kvh * hd * KV_BYTES[KV_DTYPES[kvd]]
+        t, n = _extrapolate_kv_reads(t, steps, bs.astype(float), kv_bytes, hbm_bytes_per_s * MS)
         extrapolated += n
         before = t.copy()
         t, _, _ = _fill_and_monotone(t, axis=1)
@@ -165,25 +170,46 @@ def attention_tables(gen_path: Path, ctx_path: Path, report: dict) -> dict[str, 
     return out
 
 
-def _extrapolate_kv_reads(t: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, int]:
-    """Cells past a batch size's longest measured context scale in proportion to the context.
+# KV tokens (batch x context) past which a decode-attention measurement saturates the GPU (the
+# tables reach 2^19 - batch at most, so about 524k: batch 8 at context 65535 ... batch 128 at 4095); there
+# the marginal cost per KV token is the same at every batch size (H200, fp8 KV, 32/8 heads:
+# 0.613-0.646 ns a token at batch 8-128; bf16 0.834-0.858, the HBM peak), while slopes taken
+# at shorter contexts scatter from 0.13 to 0.99 ns (generation_attention_perf.parquet).
+SATURATED_KV_TOKENS = 500_000
 
-    aiconfigurator measures decode attention only up to about 2^18 KV tokens per
-    batch (batch 256 stops at context 1023, batch 2048 at 127). Past that the kernel
-    reads proportionally more KV at the bandwidth it reached at its last measured
-    point (which is 0.8 of peak for bf16 KV on H200), so the time scales with the
-    context. Copying the last value flat instead (``np.interp``'s edge rule) made
-    batch 256 at context 2047 read KV at 1.6x the HBM peak.
+
+def _extrapolate_kv_reads(t: np.ndarray, steps: np.ndarray, batches: np.ndarray, kv_bytes_per_token: float,
+                          hbm_bytes_per_ms: float) -> tuple[np.ndarray, int]:
+    """Cells past a batch size's longest measured context: each further KV token costs the head
+    configuration's measured marginal cost, never less than reading its bytes at the HBM peak.
+
+    aiconfigurator measures decode attention only up to about 2^18-2^19 KV tokens per batch
+    (batch 256 stops at context 1023, batch 2048 at 127). The measured time is a fixed cost per
+    sequence plus a cost per KV token: on H200, fp8 KV, 32/8 heads, batch 128 takes 0.94 ns a
+    token at context 1023 and 0.71 at 4095, the tail of a per-sequence cost of about 0.3 us
+    over a marginal 0.62 ns. So the extension is linear in the context at the marginal cost,
+    the median of the slopes between the last two measured contexts of the batch sizes measured
+    past ``SATURATED_KV_TOKENS``. Until session 9 the time scaled in proportion to the context,
+    which carried the per-sequence cost along with every token: batch 256 at context 4095 then
+    cost 0.89 ns a token, where batch 128 measures 0.71 and batch 64 at 8191 0.68. Copying the
+    last value flat (``np.interp``'s edge rule) would read KV faster than HBM.
     """
     t = t.copy()
+    floor = kv_bytes_per_token / hbm_bytes_per_ms
+    slopes = []
+    for row, b in zip(t, batches):
+        ok = np.flatnonzero(~np.isnan(row))
+        if len(ok) > 1 and b * steps[ok[-1]] >= SATURATED_KV_TOKENS:
+            slopes.append((row[ok[-1]] - row[ok[-2]]) / ((steps[ok[-1]] - steps[ok[-2]]) * b))
+    marginal = max(float(np.median(slopes)) if slopes else floor, floor)
     n = 0
-    for row in t:
+    for row, b in zip(t, batches):
         ok = np.flatnonzero(~np.isnan(row))
         if len(ok) == 0:
             continue
         last = ok[-1]
         beyond = np.arange(last + 1, len(row))
-        row[beyond] = row[last] * steps[beyond] / steps[last]
+        row[beyond] = row[last] + (steps[beyond] - steps[last]) * b * marginal
         n += len(beyond)
     return t, n
 
@@ -245,7 +271,8 @@ def build(profiles: Path) -> dict:
         tables = {}
         tables |= gemm_tables(base / "gemm/vllm/0.24.0/gemm_perf.parquet", report)
         tables |= attention_tables(base / "attention/vllm/0.24.0/generation_attention_perf.parquet",
-                                   base / "attention/vllm/0.24.0/context_attention_perf.parquet", report)
+                                   base / "attention/vllm/0.24.0/context_attention_perf.parquet", report,
+                                   get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s)
         tables |= allreduce_tables(base / "comm/vllm/0.24.0/custom_allreduce_perf.parquet")
         tables |= moe_tables(base / "moe/vllm/0.24.0/moe_perf.parquet", report)
         meta = {"gpu": catalogue_name, "source": SOURCE.replace("<gpu>", gpu), "engine": "vllm 0.24.0",

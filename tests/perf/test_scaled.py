@@ -208,3 +208,21 @@ def test_held_out_blackwell_runs_stay_within_the_documented_errors():
     assert statistics.median(ttft) <= 20.5
     plain_tpot, _ = _silicon_errors(plain=True)
     assert statistics.median(plain_tpot) > statistics.median(tpot) + 3
+
+
+def test_the_gpu_catalogue_says_how_each_gpu_is_priced():
+    import json
+
+    from typer.testing import CliRunner
+
+    import apmw.cli
+    from apmw.cli import app
+
+    apmw.cli._register_verbs()   # every verb, as the `apmw` entry point does
+    r = CliRunner().invoke(app, ["model", "--gpus", "--json"])
+    assert r.exit_code == 0, r.output
+    basis = {g["name"]: g["step_times"] for g in json.loads(r.output)["gpus"]}
+    assert basis["H200-SXM-141GB"] == basis["H100-SXM5-80GB"] == "calibrated"
+    assert basis["B200-SXM-180GB"] == "scaled from H200-SXM-141GB"
+    assert basis["H100-PCIe-80GB"] == "scaled from H100-SXM5-80GB"
+    assert basis["MI300X"] == basis["A100-SXM4-80GB"] == "plain roofline"

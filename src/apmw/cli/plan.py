@@ -86,17 +86,19 @@ def model(
         _emit_json({"models": names}) if as_json else out.print("\n".join(names))
         return
     if gpus:
+        from apmw.perf.scaled import step_time_basis
+
         rows = [get_gpu(n) for n in gpu_names()]
         if as_json:
-            _emit_json({"gpus": [r.__dict__ for r in rows]})
+            _emit_json({"gpus": [{**r.__dict__, "step_times": step_time_basis(r.name)} for r in rows]})
             return
         table = Table(title="GPU catalogue")
-        for col in ("gpu", "HBM GB", "TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "TDP W", "idle W", "busy W"):
-            table.add_column(col, justify="right" if col != "gpu" else "left")
+        for col in ("gpu", "HBM GB", "TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "TDP W", "idle W", "busy W", "step times"):
+            table.add_column(col, justify="left" if col in ("gpu", "step times") else "right")
         for r in rows:
             table.add_row(r.name, f"{r.hbm_bytes / 1e9:.0f}", f"{r.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                           f"{r.bf16_flops / 1e12:.0f}", f"{(r.fp8_flops or 0) / 1e12:.0f}", f"{r.tdp_w:.0f}",
-                          f"{r.idle_power_w:.0f}", f"{r.busy_power_w:.0f}")
+                          f"{r.idle_power_w:.0f}", f"{r.busy_power_w:.0f}", step_time_basis(r.name))
         out.print(table)
         return
     if config is None:

@@ -82,6 +82,18 @@ def reference_gpu(gpu: GpuSpec) -> GpuSpec | None:
     return get_gpu(name) if name else None
 
 
+def step_time_basis(gpu_name: str) -> str:
+    """How apmw prices a catalogue GPU's iterations: "calibrated" (its own measured tables),
+    "scaled from <GPU>" (a measured relative's, :class:`ScaledStepModel`) or "plain roofline".
+
+    It is the GPU's best case: a model shape the tables do not cover (MLA attention, an unmeasured
+    MoE shape) falls back to the plain roofline even on a calibrated GPU.
+    """
+    if load_tables(gpu_name) is not None:
+        return "calibrated"
+    return f"scaled from {SCALED_FROM[gpu_name]}" if gpu_name in SCALED_FROM else "plain roofline"
+
+
 @dataclass(frozen=True)
 class ScaledStepModel(StepModel):
     """A :class:`StepModel` whose iteration is ``reference``'s, scaled to this GPU (module docstring)."""

@@ -404,7 +404,10 @@ def fit_isl(rows: list[Row], model: str) -> int:
 
 def fit_moe_ceiling(rows: list[Row]) -> float:
     """Grid-search the served fused-MoE compute ceiling (TFLOP/s per GPU) on the InferenceMAX h100 rows,
-    refitting InferenceMAX's harness overhead at each value (both move TTFT); keeps the best pair."""
+    refitting InferenceMAX's harness overhead at each value (both move TTFT); keeps the best pair.
+
+    It sets the calibrated path's ceiling only (``calibrated.SERVED_MOE_TFLOPS_PER_GPU``); the plain
+    roofline keeps ``Efficiency.served_moe_flops_per_s``, the figure that constant is read from."""
     best = (math.inf, None, None)
     for tflops in [None, *np.arange(100.0, 400.1, 25.0)]:
         cal.SERVED_MOE_TFLOPS_PER_GPU = tflops

@@ -136,15 +136,27 @@ def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per
     bs, steps = np.sort(gen.batch_size.unique()), np.sort(gen.step.unique())
     out = {"dec_batch": bs.astype(float), "dec_step": steps.astype(float)}
     fitted = extrapolated = 0
+    measured = {}
     for (h, kvh, hd, kvd), grp in gen.groupby(["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]):
-        if kvd not in KV_DTYPES:
-            continue
-        t = grp.groupby(["batch_size", "step"]).latency.median().unstack().reindex(index=bs, columns=steps).to_numpy()
+        if kvd in KV_DTYPES:
+            t = grp.groupby(["batch_size", "step"]).latency.median().unstack().reindex(index=bs, columns=steps)
+            measured[(h, kvh, hd, kvd)] = t.to_numpy()
+    # the marginal cost per KV token of each configuration measured past saturation; one that never
+    # was (aiconfigurator stops 40-96-head configurations below it) takes that of its KV layout
+    # (KV heads, head_dim, KV dtype): the KV read is the same whatever the query heads
+    own = {key: _marginal_kv_read_ms(t, steps, bs.astype(float)) for key, t in measured.items()}
+    by_layout: dict[tuple, list[float]] = {}
+    for (h, kvh, hd, kvd), m in own.items():
+        if m is not None:
+            by_layout.setdefault((kvh, hd, kvd), []).append(m)
+    for (h, kvh, hd, kvd), t in measured.items():
         if np.isnan(t).all(axis=1).any():
             t = _fill_rows(t)
         # K and V of every KV head, per token and layer
         kv_bytes = 2 * kvh * hd * KV_BYTES[KV_DTYPES[kvd]]
-        t, n = _extrapolate_kv_reads(t, steps, bs.astype(float), kv_bytes, hbm_bytes_per_s * MS)
+        layout = by_layout.get((kvh, hd, kvd))
+        marginal = own[(h, kvh, hd, kvd)] or (float(np.median(layout)) if layout else None)
+        t, n = _extrapolate_kv_reads(t, steps, bs.astype(float), marginal, kv_bytes, hbm_bytes_per_s * MS)
         extrapolated += n
         before = t.copy()
         t, _, _ = _fill_and_monotone(t, axis=1)
@@ -178,30 +190,36 @@ def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per
 SATURATED_KV_TOKENS = 500_000
 
 
-def _extrapolate_kv_reads(t: np.ndarray, steps: np.ndarray, batches: np.ndarray, kv_bytes_per_token: float,
-                          hbm_bytes_per_ms: float) -> tuple[np.ndarray, int]:
-    """Cells past a batch size's longest measured context: each further KV token costs the head
-    configuration's measured marginal cost, never less than reading its bytes at the HBM peak.
-
-    aiconfigurator measures decode attention only up to about 2^18-2^19 KV tokens per batch
-    (batch 256 stops at context 1023, batch 2048 at 127). The measured time is a fixed cost per
-    sequence plus a cost per KV token: on H200, fp8 KV, 32/8 heads, batch 128 takes 0.94 ns a
-    token at context 1023 and 0.71 at 4095, the tail of a per-sequence cost of about 0.3 us
-    over a marginal 0.62 ns. So the extension is linear in the context at the marginal cost,
-    the median of the slopes between the last two measured contexts of the batch sizes measured
-    past ``SATURATED_KV_TOKENS``. Until session 9 the time scaled in proportion to the context,
-    which carried the per-sequence cost along with every token: batch 256 at context 4095 then
-    cost 0.89 ns a token, where batch 128 measures 0.71 and batch 64 at 8191 0.68. Copying the
-    last value flat (``np.interp``'s edge rule) would read KV faster than HBM.
-    """
-    t = t.copy()
-    floor = kv_bytes_per_token / hbm_bytes_per_ms
+def _marginal_kv_read_ms(t: np.ndarray, steps: np.ndarray, batches: np.ndarray) -> float | None:
+    """Milliseconds per further KV token of one decode-attention configuration: the median of the
+    slopes between the last two measured contexts of the batch sizes measured past
+    ``SATURATED_KV_TOKENS``; None when no batch size was."""
     slopes = []
     for row, b in zip(t, batches):
         ok = np.flatnonzero(~np.isnan(row))
         if len(ok) > 1 and b * steps[ok[-1]] >= SATURATED_KV_TOKENS:
             slopes.append((row[ok[-1]] - row[ok[-2]]) / ((steps[ok[-1]] - steps[ok[-2]]) * b))
-    marginal = max(float(np.median(slopes)) if slopes else floor, floor)
+    return float(np.median(slopes)) if slopes else None
+
+
+def _extrapolate_kv_reads(t: np.ndarray, steps: np.ndarray, batches: np.ndarray, marginal_ms: float | None,
+                          kv_bytes_per_token: float, hbm_bytes_per_ms: float) -> tuple[np.ndarray, int]:
+    """Cells past a batch size's longest measured context: each further KV token costs the
+    measured marginal cost (``marginal_ms``, :func:`_marginal_kv_read_ms`), never less than
+    reading its bytes at the HBM peak.
+
+    aiconfigurator measures decode attention only up to about 2^18-2^19 KV tokens per batch
+    (batch 256 stops at context 1023, batch 2048 at 127). The measured time is a fixed cost per
+    sequence plus a cost per KV token: on H200, fp8 KV, 32/8 heads, batch 128 takes 0.94 ns a
+    token at context 1023 and 0.71 at 4095, the tail of a per-sequence cost of about 0.3 us
+    over a marginal 0.62 ns. So the extension is linear in the context at the marginal cost.
+    Until session 9 the time scaled in proportion to the context, which carried the
+    per-sequence cost along with every token: batch 256 at context 4095 then cost 0.89 ns a
+    token, where batch 128 measures 0.71 and batch 64 at 8191 0.68. Copying the last value flat
+    (``np.interp``'s edge rule) would read KV faster than HBM.
+    """
+    t = t.copy()
+    marginal = max(marginal_ms or 0.0, kv_bytes_per_token / hbm_bytes_per_ms)
     n = 0
     for row, b in zip(t, batches):
         ok = np.flatnonzero(~np.isnan(row))

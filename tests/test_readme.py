@@ -38,10 +38,12 @@ def _block_after(command: str) -> list[str]:
 
 
 def test_the_worked_example_is_what_apmw_plan_prints():
-    apmw = Path(sys.executable).parent / "apmw"
-    out = subprocess.run([str(apmw), "plan", "examples/coding-agent.yaml"], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "COLUMNS": "120"}, check=True).stdout
-    printed = [line.rstrip() for line in out.splitlines() if line[:1] in "┌│└"]
+    # the `apmw` entry point (apmw.cli:main) in a fresh interpreter, on a 120-column terminal
+    env = {k: v for k, v in os.environ.items() if k != "FORCE_COLOR"} | {"COLUMNS": "120", "NO_COLOR": "1"}
+    out = subprocess.run([sys.executable, "-c", "from apmw.cli import main; main()", "plan",
+                          "examples/coding-agent.yaml"], cwd=ROOT, capture_output=True, text=True, env=env,
+                         check=True).stdout
+    printed = [line.rstrip() for line in out.splitlines() if line and line[0] in "┌│└"]
     assert printed == [line.rstrip() for line in _block_after("apmw plan examples/coding-agent.yaml")]
 
 

@@ -36,13 +36,14 @@ def test_a_4bit_moe_computes_only_its_experts_at_the_4bit_rate():
     # B200 the experts run at the native fp4 peak and the rest at the bf16 peak
     step = _plain("openai/gpt-oss-120b", "B200", 1, "fp4", "bf16")
     a = step.arch
-    expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
-    expert_flops = 2 * a.experts_per_token * expert_params * 8192
+    # counted from the config: every layer routes each token to 4 experts of 3 matrices each
+    expert_flops = 2 * a.moe_layers * a.experts_per_token * 3 * a.hidden_size * a.expert_intermediate_size * 8192
     dense_flops = a.flops_per_token() * 8192 - expert_flops
     _, compute = step.roofline_terms(_prefill(8192.0))
     expected = (expert_flops / (9000e12 * DEFAULT_EFFICIENCY.flops_for("fp4"))
                 + dense_flops / (2250e12 * DEFAULT_EFFICIENCY.flops_for("bf16")))
-    assert float(compute) == pytest.approx(expected, rel=1e-9)
+    # (the config count leaves out the experts' biases: 0.03 % of their parameters)
+    assert float(compute) == pytest.approx(expected, rel=1e-3)
 
 
 def test_served_moe_ceiling_caps_routed_expert_gemms_and_scales_with_the_bf16_peak():

@@ -95,7 +95,7 @@ def engine_overhead_s(engine: str, layers: int) -> float:
 # h100 gpt-oss rows (`python bench/accuracy.py --fit`, jointly with that harness's request
 # overhead); held out: h200 gpt-oss and MiniMax-M2.5 (docs/accuracy.md). Decode-sized batches
 # stay on the table: their FLOPs are far below the ceiling.
-SERVED_MOE_TFLOPS_PER_GPU: float | None = DEFAULT_EFFICIENCY.served_moe_flops_per_s / 1e12
+SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_per_s or 0.0) / 1e12 or None
 
 # Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
 # The measured tables are vLLM's FlashAttention-3, whose fp8-KV path reads KV at about

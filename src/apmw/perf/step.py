@@ -163,8 +163,12 @@ class StepModel:
         return compute_s + expert_flops * max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
 
     def compute_share(self, load: IterationLoad) -> np.ndarray:
-        """Fraction of the iteration the roofline calls compute-bound (0..1); drives power."""
-        memory_s, compute_s = self.roofline_terms(load)
+        """Fraction of the iteration the roofline calls compute-bound (0..1); drives power.
+
+        Compute as served (:meth:`served_compute_s`): a MoE prefill held to the served ceiling keeps
+        the GPU busy computing for as long as it lasts."""
+        memory_s, _ = self.roofline_terms(load)
+        compute_s = self.served_compute_s(load)
         return np.minimum(compute_s / np.maximum(memory_s, 1e-30), 1.0)
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:

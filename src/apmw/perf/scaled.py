@@ -89,9 +89,10 @@ def step_time_basis(gpu_name: str) -> str:
     It is the GPU's best case: a model shape the tables do not cover (MLA attention, an unmeasured
     MoE shape) falls back to the plain roofline even on a calibrated GPU.
     """
-    if load_tables(gpu_name) is not None:
-        return "calibrated"
-    return f"scaled from {SCALED_FROM[gpu_name]}" if gpu_name in SCALED_FROM else "plain roofline"
+    ref = reference_gpu(get_gpu(gpu_name))
+    if ref is None:
+        return "plain roofline"
+    return "calibrated" if ref.name == gpu_name else f"scaled from {ref.name}"
 
 
 @dataclass(frozen=True)

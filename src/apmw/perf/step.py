@@ -94,9 +94,9 @@ class StepModel:
         tokens = np.asarray(tokens, dtype=float)
         a = self.arch
         bytes_per_param = self.weight_bytes / a.params
-        if a.num_experts <= 1 or a.experts_per_token >= a.num_experts:
+        expert_params = self._routed_expert_params
+        if not expert_params:
             return np.full_like(tokens, self.weight_bytes)
-        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
         always_params = a.active_params - a.experts_per_token * expert_params
         frac = 1.0 - (1.0 - a.experts_per_token / a.num_experts) ** np.maximum(tokens, 1.0)
         return (always_params + a.num_experts * frac * expert_params) * bytes_per_param
@@ -112,6 +112,14 @@ class StepModel:
         per_allreduce = self.efficiency.comm_latency_s + ring
         return 2 * self.arch.num_layers * per_allreduce
 
+    @property
+    def _routed_expert_params(self) -> float:
+        """Parameters of one routed expert (0 for a dense model, or one that routes to every expert)."""
+        a = self.arch
+        if a.num_experts <= 1 or a.experts_per_token >= a.num_experts:
+            return 0.0
+        return (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
         """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads.
 
@@ -121,6 +129,12 @@ class StepModel:
         its experts (gpt-oss keeps attention, router and LM head in bf16:
         apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE).
         """
+        memory_s, compute_s, _ = self._terms(load)
+        return memory_s, compute_s
+
+    def _terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`roofline_terms`, and the seconds the routed experts would add at the served MoE
+        ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
         eff = self.efficiency
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * self.kv_replication
@@ -133,7 +147,12 @@ class StepModel:
         bf16_rate = self.gpu.flops_for("bf16") * eff.flops_for("bf16")
         dense_rate = bf16_rate if self.arch.num_experts > 1 and self._four_bit else weight_rate
         compute_s = expert_flops / weight_rate + dense_flops / dense_rate + attention_flops / bf16_rate
-        return memory_s, compute_s
+        ceiling = eff.served_moe_flops_per_s
+        served_extra = np.zeros_like(compute_s)
+        if ceiling and self._routed_expert_params:
+            served_rate = ceiling * self.gpu.bf16_flops / HOPPER_BF16_FLOPS
+            served_extra = expert_flops * max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
+        return memory_s, compute_s, served_extra
 
     @property
     def _four_bit(self) -> bool:
@@ -143,36 +162,25 @@ class StepModel:
         """Matmul FLOPs per GPU of ``tokens`` tokens: (routed experts, everything else)."""
         a = self.arch
         flops = a.flops_per_token() * tokens / self.gpus
-        if a.num_experts <= 1 or a.experts_per_token >= a.num_experts:
-            return np.zeros_like(flops), flops
-        expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
-        share = a.experts_per_token * expert_params / (a.active_params - a.embedding_params)
+        share = a.experts_per_token * self._routed_expert_params / (a.active_params - a.embedding_params)
         return flops * share, flops * (1 - share)
 
     def served_compute_s(self, load: IterationLoad) -> np.ndarray:
         """The compute-bound seconds as served: routed-expert GEMMs run no faster than the served
         MoE ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
-        _, compute_s = self.roofline_terms(load)
-        ceiling = self.efficiency.served_moe_flops_per_s
-        if not ceiling or self.arch.num_experts <= 1:
-            return compute_s
-        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        expert_flops, _ = self._matmul_flops(tokens)
-        weight_rate = self.gpu.flops_for(self.weight_dtype) * self.efficiency.flops_for(self.weight_dtype)
-        served_rate = ceiling * self.gpu.bf16_flops / HOPPER_BF16_FLOPS
-        return compute_s + expert_flops * max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
+        _, compute_s, served_extra = self._terms(load)
+        return compute_s + served_extra
 
     def compute_share(self, load: IterationLoad) -> np.ndarray:
         """Fraction of the iteration the roofline calls compute-bound (0..1); drives power.
 
         Compute as served (:meth:`served_compute_s`): a MoE prefill held to the served ceiling keeps
         the GPU busy computing for as long as it lasts."""
-        memory_s, _ = self.roofline_terms(load)
-        compute_s = self.served_compute_s(load)
-        return np.minimum(compute_s / np.maximum(memory_s, 1e-30), 1.0)
+        memory_s, compute_s, served_extra = self._terms(load)
+        return np.minimum((compute_s + served_extra) / np.maximum(memory_s, 1e-30), 1.0)
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        memory_s, _ = self.roofline_terms(load)
-        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, self.served_compute_s(load))
+        memory_s, compute_s, served_extra = self._terms(load)
+        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s + served_extra)

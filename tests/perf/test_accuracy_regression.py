@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+import sys
 from pathlib import Path
 
 from apmw.predict import predict
@@ -138,3 +139,23 @@ def test_the_70b_nim_runs_cannot_hold_a_first_wave_at_three_prompts_per_client()
     assert sum(x < 1 / 3 for x in ratios["70B"]) >= 0.8 * len(ratios["70B"])
     assert statistics.median(ratios["70B"]) < 0.2
     assert sum(x > 1 / 3 for x in ratios["8B"]) >= 0.8 * len(ratios["8B"])
+
+
+def test_no_scheduling_hypothesis_fits_both_nim_tables():
+    """docs/accuracy.md, "Where the model is weak": the NIM 8B TTFT gap is not an engine behaviour
+    apmw leaves out. Lock-step groups, SGLang-style prefill-first scheduling or a smaller token
+    budget bring the 8B table closer (52.8 % -> 32.4 % at best) but push the 70B table from the same
+    page, engine and harness far off (12.1 % -> 60-151 %), so none is adopted. The test fails if a
+    variant comes to fit both within the issue's 25 %, which would make it a candidate."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import accuracy
+
+    errors = accuracy.nim_scheduling_errors(accuracy.published_rows())
+    assert len(errors) == len(accuracy.NIM_SCHEDULING_VARIANTS)
+    shipped = errors[accuracy.NIM_SCHEDULING_VARIANTS[0][0]]
+    assert shipped["70B"] <= 25 < shipped["8B"]
+    for med in errors.values():
+        assert not (med["8B"] <= 25 and med["70B"] <= 25)
+    # the variant that helps the 8B most breaks the 70B worst
+    best_8b = min(errors.values(), key=lambda med: med["8B"])
+    assert best_8b["8B"] < shipped["8B"] and best_8b["70B"] > 100

@@ -642,49 +642,6 @@ def first_wave_ratios(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-# Scheduling hypotheses tried on the NIM tables (--nim-scheduling): name, then predict() keywords.
-# All but the first take NIM's own request overhead (about 1.4 ms, its concurrency-1 rows).
-NIM_SCHEDULING_VARIANTS = (
-    ("as shipped (25 ms overhead, spread 0.2)", {}),
-    ("NIM overhead 1.4 ms, spread 0.2", {"request_overhead_s": 0.0014}),
-    ("lock step (equal lengths, spread 0)", {"request_overhead_s": 0.0014, "length_spread": 0.0}),
-    ("lock step, prefill first (SGLang-style)", {"request_overhead_s": 0.0014, "length_spread": 0.0,
-                                                 "mixed_prefill": False}),
-    ("lock step, 2,048-token budget", {"request_overhead_s": 0.0014, "length_spread": 0.0, "token_budget": 2048}),
-    ("lock step, 4,096-token budget", {"request_overhead_s": 0.0014, "length_spread": 0.0, "token_budget": 4096}),
-)
-
-
-def nim_scheduling_errors(rows: list[Row]) -> dict[str, dict[str, float]]:
-    """Median |TTFT error| (%) of the NIM 8B and 70B tables under each scheduling hypothesis
-    (``NIM_SCHEDULING_VARIANTS``), keyed by variant, then "8B" / "70B".
-
-    The two tables come from one page, one NIM version and, by the page, one harness, so an
-    engine behaviour that explains one should not break the other. None of these does
-    (docs/accuracy.md, "Where the model is weak"): the ones that help the 8B ruin the 70B.
-    """
-    nim = [r for r in rows if is_nim(r)]
-    out = {}
-    for name, kw in NIM_SCHEDULING_VARIANTS:
-        err: dict[str, list[float]] = {"8B": [], "70B": []}
-        for r in nim:
-            wdt, kvd = r.note.split("/")
-            p = predict(r.model, r.gpu, r.tp, wdt, kvd, r.isl, r.osl, r.concurrency, engine=r.engine,
-                        overlap_scheduling=r.overlap_scheduling, requests_per_client=r.requests_per_client,
-                        **{"length_spread": DEFAULT_LENGTH_SPREAD, **kw})
-            err["70B" if "70B" in r.model else "8B"].append(abs(p.ttft_s / r.measured["ttft_s"] - 1) * 100)
-        out[name] = {size: float(np.median(e)) for size, e in err.items()}
-    return out
-
-
-def nim_scheduling(rows: list[Row]) -> str:
-    """``nim_scheduling_errors`` as a table."""
-    lines = [f"{'variant':45} {'8B median |TTFT err|':>21} {'70B':>8}"]
-    for name, med in nim_scheduling_errors(rows).items():
-        lines.append(f"{name:45} {med['8B']:20.1f}% {med['70B']:7.1f}%")
-    return "\n".join(lines)
-
-
 # Replica output rates (tokens/s) at which the rows are grouped by --by-rate.
 RATE_EDGES = (0, 2_000, 5_000, 10_000, float("inf"))
 
@@ -808,7 +765,8 @@ def main() -> None:
     if args.by_rate:
         print(by_output_rate(rows))
     if args.nim_scheduling:
-        print(nim_scheduling(rows))
+        from nim_scheduling import table     # bench/nim_scheduling.py (this script's folder is on sys.path)
+        print(table())
     if args.write_docs:
         write_docs(rows)
     if args.write_fixture:

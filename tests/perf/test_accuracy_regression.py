@@ -148,11 +148,11 @@ def test_no_scheduling_hypothesis_fits_both_nim_tables():
     page, engine and harness far off (12.1 % -> 60-151 %), so none is adopted. The test fails if a
     variant comes to fit both within the issue's 25 %, which would make it a candidate."""
     sys.path.insert(0, str(ROOT / "bench"))
-    import accuracy
+    from nim_scheduling import NIM_SCHEDULING_VARIANTS, nim_scheduling_errors
 
-    errors = accuracy.nim_scheduling_errors(accuracy.published_rows())
-    assert len(errors) == len(accuracy.NIM_SCHEDULING_VARIANTS)
-    shipped = errors[accuracy.NIM_SCHEDULING_VARIANTS[0][0]]
+    errors = nim_scheduling_errors(ROWS)
+    assert len(errors) == len(NIM_SCHEDULING_VARIANTS)
+    shipped = errors[NIM_SCHEDULING_VARIANTS[0][0]]
     assert shipped["70B"] <= 25 < shipped["8B"]
     for med in errors.values():
         assert not (med["8B"] <= 25 and med["70B"] <= 25)

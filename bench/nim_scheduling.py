@@ -39,9 +39,11 @@ def nim_scheduling_errors(path: Path = ROWS) -> dict[str, dict[str, float]]:
     for name, kw in NIM_SCHEDULING_VARIANTS:
         err: dict[str, list[float]] = {"8B": [], "70B": []}
         for r in nim:
+            # the file's overlap_scheduling column: empty leaves the engine's default
+            overlap = None if not r["overlap_scheduling"] else r["overlap_scheduling"] == "true"
             p = predict(r["model"], r["gpu"], int(r["tp"]), r["weight_dtype"], r["kv_dtype"], round(float(r["isl"])),
                         round(float(r["osl"])), int(r["concurrency"]), engine=r["engine"],
-                        overlap_scheduling=r["overlap_scheduling"] == "true", **kw)
+                        overlap_scheduling=overlap, **kw)
             err["70B" if r["model"].endswith("70B") else "8B"].append(abs(p.ttft_s * 1e3 / float(r["ttft_ms"]) - 1) * 100)
         out[name] = {size: statistics.median(e) for size, e in err.items()}
     return out

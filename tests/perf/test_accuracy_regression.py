@@ -145,7 +145,7 @@ def test_no_scheduling_hypothesis_fits_both_nim_tables():
     """docs/accuracy.md, "Where the model is weak": the NIM 8B TTFT gap is not an engine behaviour
     apmw leaves out. Lock-step groups, SGLang-style prefill-first scheduling or a smaller token
     budget bring the 8B table closer (52.8 % -> 32.4 % at best) but push the 70B table from the same
-    page, engine and harness far off (12.1 % -> 60-151 %), so none is adopted. The test fails if a
+    page, engine and harness off (12.1 % -> 15-151 %), so none is adopted. The test fails if a
     variant comes to fit both within the issue's 25 %, which would make it a candidate."""
     sys.path.insert(0, str(ROOT / "bench"))
     from nim_scheduling import NIM_SCHEDULING_VARIANTS, nim_scheduling_errors

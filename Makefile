@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast check bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the suite without the tests marked slow: a quick loop while editing (`make test` stays the full suite)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+# lint (ruff) and type check (mypy, the files listed in pyproject.toml)
+check: $(STAMP)
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/plan_speed.py

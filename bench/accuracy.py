@@ -6,11 +6,11 @@ Rows (all from ../shared/data/benchmarks, see its README for provenance and lice
 
 * MLPerf Inference closed v4.1 / v5.1, LLM Server and Interactive scenarios on H100-SXM
   and H200-SXM for the dense models (llama2-70b, llama3.1-8b): Poisson arrivals at the
-  measured rate; we predict mean TTFT and mean TPOT (``apmw.predict.predict_open_loop``).
+  measured rate; we predict mean TTFT and mean TPOT (``apmw.capacity.open_loop.predict_open_loop``).
   Offline rows: we predict output tokens/s per GPU at the KV/batch limit.
 * InferenceMAX fixed-concurrency rows on h100/h200/b200 (gpt-oss-120b with vLLM, and on
   b200 also with TensorRT-LLM; DeepSeek-R1 with SGLang): mean TTFT, mean TPOT and output
-  tokens/s per GPU (``apmw.predict``). gpt-oss takes the ``calibrated`` path on h100/h200 and
+  tokens/s per GPU (``apmw.capacity.benchmark``). gpt-oss takes the ``calibrated`` path on h100/h200 and
   the scaled ``roofline`` (``apmw.perf.scaled``) on b200; DeepSeek-R1 (MLA) the plain roofline.
 * NVIDIA's silicon runs (bench/data/SOURCES.md) on H100/H200/B200/B300.
 
@@ -56,20 +56,23 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
-from apmw.perf import build_step_model, node_power_w, resolve_gpu  # noqa: E402
+from apmw.perf import build_step_model, replica_with_step, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
 from apmw.perf.scaled import ScaledStepModel  # noqa: E402
-from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT, DEFAULT_TOKEN_BUDGET,  # noqa: E402
-                          REQUEST_OVERHEAD_S,
-                          kv_fit_requests,
-                          predict, predict_open_loop, predict_with, replica_power_w)
+from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT,  # noqa: E402
+                                     kv_fit_requests, predict, predict_with, replica_power_w)
+from apmw.capacity.open_loop import predict_open_loop  # noqa: E402
+from apmw.perf.serving_policy import MAX_BATCH, REQUEST_OVERHEAD_S, default_max_batch  # noqa: E402
+from apmw.spec import Serving  # noqa: E402
 
 LLAMA2_70B = str(ROOT / "tests" / "fixtures" / "accuracy" / "meta-llama--Llama-2-70b-chat-hf.json")
 # Mean input lengths: llama2-70b's (OpenOrca) is FITTED on the v4.1 Offline rows
 # (`--fit` prints 300); 600 was physically impossible (it needs ~93% of H200's FP8 peak
 # to reach the measured Offline throughput). llama3.1-8b's (CNN-DailyMail) is ASSUMED.
 MLPERF_MODELS = {"llama2-70b": (LLAMA2_70B, 300), "llama3.1-8b": ("meta-llama/Meta-Llama-3.1-8B", 800)}
-TRTLLM_MAX_BATCH = 2048     # TensorRT-LLM max_batch_size default (trtllm-build / trtllm-serve)
+TRTLLM_MAX_BATCH = MAX_BATCH["trtllm"]     # TensorRT-LLM max_batch_size default (apmw.perf.serving_policy)
+# Every engine's token budget on the H100/H200/B200-class GPUs of these rows (apmw.perf.serving_policy).
+DEFAULT_TOKEN_BUDGET = 8192
 IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vllm"),
                "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang")}
 # InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
@@ -81,7 +84,7 @@ PLAIN_ROOFLINE = False
 
 # Client-seen TTFT outside the engine, per benchmark harness where its training rows pin it
 # (`--fit`: InferenceMAX's, jointly with the served MoE ceiling); other sources use apmw's
-# default (apmw.predict.REQUEST_OVERHEAD_S).
+# default (apmw.perf.serving_policy.REQUEST_OVERHEAD_S).
 HARNESS_OVERHEAD_S = {"InferenceMAX": 0.0125}
 
 
@@ -105,11 +108,11 @@ class Row:
     note: str = ""
     constraints: tuple[float, float] | None = None   # MLPerf (ttft_s, tpot_s) limits
     gpus: int = 1
-    length_spread: float | None = None   # None: apmw.predict's default
+    length_spread: float | None = None   # None: apmw.capacity.benchmark's default
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT   # the harness's prompts / concurrency
     request_overhead_s: float | None = None   # None: HARNESS_OVERHEAD_S or apmw's default
     # whether the engine formed the next batch while the current one ran (None: the engine's
-    # default, apmw.perf.scheduling; False where the run's engine predates that scheduler)
+    # default, apmw.perf.serving_policy; False where the run's engine predates that scheduler)
     overlap_scheduling: bool | None = None
 
 
@@ -268,15 +271,12 @@ def choose_tp(row: Row) -> tuple[int, object]:
         try:
             step = _step(row, tp, "fp8", "fp8")
             if row.scenario == "Offline":
-                n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
+                n = min(TRTLLM_MAX_BATCH, kv_fit_requests(replica_with_step(step, Serving(engine=row.engine)), row.isl, row.osl))
                 # MLPerf Offline issues every query at once; dataset lengths vary widely
-                p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9,
-                                 length_spread=1.0, engine=row.engine, overlap_scheduling=row.overlap_scheduling)
+                p = predict_with(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=TRTLLM_MAX_BATCH, engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, n, requests_per_client=10**9, length_spread=1.0)
                 score = -p.output_tokens_per_s_per_gpu
             else:
-                p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica / (row.gpus // tp),
-                                      DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, engine=row.engine,
-                                      overlap_scheduling=row.overlap_scheduling)
+                p = predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=TRTLLM_MAX_BATCH, engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.rate_per_replica / (row.gpus // tp))
                 ok = p.ttft_s <= row.constraints[0] and p.tpot_s <= row.constraints[1]
                 if ok:
                     return tp, p
@@ -302,8 +302,9 @@ def predict_row(row: Row) -> None:
                 step = _step(row, row.tp, "fp8", "fp8")
                 gpu = resolve_gpu(row.gpu)
                 rough = build_step_model(step.arch, gpu, row.tp, "fp8", "fp8", calibrated=False)
-                replica_w = replica_power_w(rough, p, row.isl, row.osl, gpu.idle_power_w, gpu.busy_power_w)
-                row.predicted["node_power_w"] = float(node_power_w(row.gpus, replica_w / row.tp))
+                replica_w = replica_power_w(replica_with_step(rough, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET)),
+                                            p, row.isl, row.osl)
+                row.predicted["node_power_w"] = replica_w / row.tp * row.gpus
         except ApmwError as exc:
             row.predicted, row.note = None, f"not modelled: {exc}"
         return
@@ -320,24 +321,17 @@ def predict_row(row: Row) -> None:
                                 calibrated=not PLAIN_ROOFLINE)
         row.path = path_of(step)
         if row.scenario == "Offline":
-            n = min(TRTLLM_MAX_BATCH, kv_fit_requests(step, row.isl, row.osl, row.engine))
-            p = predict_with(step, row.isl, row.osl, n, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH, 10**9, length_spread=1.0,
-                             engine=row.engine, overlap_scheduling=row.overlap_scheduling)
+            n = min(TRTLLM_MAX_BATCH, kv_fit_requests(replica_with_step(step, Serving(engine=row.engine)), row.isl, row.osl))
+            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=TRTLLM_MAX_BATCH, engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, n, requests_per_client=10**9, length_spread=1.0)
             row.predicted = {"output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu}
         elif row.rate_per_replica is not None:
-            p = predict_open_loop(step, row.isl, row.osl, row.rate_per_replica, DEFAULT_TOKEN_BUDGET, TRTLLM_MAX_BATCH,
-                                  engine=row.engine, overlap_scheduling=row.overlap_scheduling)
+            p = predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=TRTLLM_MAX_BATCH, engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.rate_per_replica)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
-            from apmw.predict import DEFAULT_MAX_BATCH
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
-            p = predict_with(step, row.isl, row.osl, row.concurrency, DEFAULT_TOKEN_BUDGET,
-                             DEFAULT_MAX_BATCH[row.engine],
-                             request_overhead_s=(row.request_overhead_s if row.request_overhead_s is not None else
-                                                 HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine])),
-                             length_spread=spread, engine=row.engine, requests_per_client=row.requests_per_client,
-                             overlap_scheduling=row.overlap_scheduling)
+            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
+                                                 HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine]), length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                              "running_requests": p.running_requests}
@@ -581,11 +575,11 @@ def write_fixture(rows: list[Row], path: Path = FIXTURE) -> None:
 
 def steady_state_ttft(rows: list[Row]) -> list[str]:
     """apmw's steady-state TTFT against InferenceMAX's measured *median* TTFT, with and without
-    overlap scheduling (apmw.perf.scheduling).
+    overlap scheduling (apmw.perf.serving_policy).
 
     A run of ten prompts per client puts its first, simultaneous wave in the slowest tenth of
     its TTFTs, so the median is a steady-state figure whatever the harness's prompt count: it
-    tests a prompt's wait and its own prefill alone. ``apmw.predict.predict_with`` with no first
+    tests a prompt's wait and its own prefill alone. ``apmw.capacity.benchmark.predict_with`` with no first
     wave (``requests_per_client`` unbounded) predicts it.
     """
     # each variant with the harness overhead its own fit gives on the h100 (training) mean TTFTs
@@ -617,7 +611,7 @@ def first_wave_ratios(rows: list[Row]) -> str:
     """Measured TTFT over the TTFT of a whole first wave, for the published runs below saturation.
 
     The first wave is every client's prompt queueing for the token budget at once
-    (``apmw.predict.predict`` with ``requests_per_client=1`` and no request overhead). A ratio
+    (``apmw.capacity.benchmark.predict`` with ``requests_per_client=1`` and no request overhead). A ratio
     near 1 means the run behaves as if every cycle were a first wave; the steady state of a
     long run is far below it. Rows at concurrency under 5 or with queued requests are skipped.
     """

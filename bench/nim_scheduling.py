@@ -14,7 +14,7 @@ import csv
 import statistics
 from pathlib import Path
 
-from apmw.predict import predict
+from apmw.capacity.benchmark import predict
 
 ROWS = Path(__file__).resolve().parent / "data" / "published_dense_fixed_concurrency.csv"
 

@@ -30,7 +30,8 @@ CASES = [
 CHILD = """
 import json, sys, time
 from apmw.arch import architecture_from_config, load_config
-from apmw.predict import predict, predict_rate
+from apmw.capacity.benchmark import predict
+from apmw.capacity.open_loop import predict_rate
 model, gpu, tp, w, kv, engine = json.loads(sys.argv[1])
 t = time.perf_counter()
 p = predict(model, gpu, tp, w, kv, 1024, 1024, 64, engine=engine)

@@ -5,11 +5,11 @@ Run: .venv/bin/python bench/predict_vs_sim.py [--duration-s 300] [--engine vllm|
 
 A fixed-concurrency benchmark is a closed loop of single-call tasks with no think time. We
 simulate one (``apmw.sim.simulate``, every client starting at once as a benchmark client does,
-statistics after the warm-up) and predict it (``apmw.predict.predict_with``, no request
+statistics after the warm-up) and predict it (``apmw.capacity.benchmark.predict_with``, no request
 overhead, first wave excluded) for Llama-3.1-8B bf16 on one H200: 1024/512 tokens at length
 spreads 0-0.2 (lengths uniform over +-spread/2 of the mean) and concurrency 8-128, and
 8192/1024 and 200/200 tokens at spreads 0 and 0.2, concurrency 4-64. This is
-where ``apmw.predict.LOCKSTEP_DECAY`` comes from; both sides use the same step model, so the
+where ``apmw.capacity.benchmark.LOCKSTEP_DECAY`` comes from; both sides use the same step model, so the
 comparison checks the queueing and batching dynamics, not the kernel times.
 
 A second table checks the first wave: a whole benchmark of about ten prompts per client
@@ -35,10 +35,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import numpy as np  # noqa: E402
 
-from apmw.perf import replica_from_spec  # noqa: E402
-from apmw.predict import predict_with  # noqa: E402
+from apmw.capacity.benchmark import predict_with  # noqa: E402
+from apmw.perf import replica_from_spec, replica_with_step  # noqa: E402
 from apmw.sim import simulate  # noqa: E402
-from apmw.spec import spec_from_dict  # noqa: E402
+from apmw.spec import Serving, spec_from_dict  # noqa: E402
 
 MODEL, GPU, ISL, OSL = "meta-llama/Meta-Llama-3.1-8B", "H200", 1024, 512
 
@@ -82,7 +82,7 @@ def client_gap() -> None:
                 spec = benchmark_spec(spread, 1000, 1000, model=MODEL, gpu="H100", dtype="fp8", engine="trtllm",
                                       client_gap_s=gap)
                 step = replica_from_spec(spec).step
-                life = predict_with(step, 1000, 1000, c, 8192, 1024, length_spread=spread, engine="trtllm").e2e_latency_s
+                life = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="trtllm")), 1000, 1000, c, length_spread=spread).e2e_latency_s
                 sim = simulate(spec, c, duration_s=40 * life, warmup_s=20 * life, seed=1, start_together=True)
                 cells.append(sim.to_dict()["ttft_s"]["mean"] * 1e3)
             print(f"{spread:>6} {c:>5} " + " ".join(f"{x:>12.1f}" for x in cells))
@@ -104,8 +104,7 @@ def compare(name: str, cases, requests_per_client: int, run_s, engine: str = "vl
         spec = benchmark_spec(spread, isl, osl, engine=engine)
         step = replica_from_spec(spec).step
         for c in levels:
-            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=requests_per_client,
-                             length_spread=spread, engine=engine)
+            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine=engine)), isl, osl, c, requests_per_client=requests_per_client, length_spread=spread)
             duration_s, warmup_s = run_s(p)
             sim = simulate(spec, c, duration_s=duration_s, warmup_s=warmup_s, seed=1, start_together=True).to_dict()
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
@@ -128,8 +127,7 @@ def inferencemax_whole_runs() -> None:
         spec = spec.model_copy(update={"model": spec.model.model_copy(update={"kv_dtype": "bf16"})})
         step = replica_from_spec(spec).step
         for c in (4, 16, 64):
-            p = predict_with(step, mi, mo, c, 8192, 1024, requests_per_client=WHOLE_RUN_PROMPTS_PER_CLIENT,
-                             length_spread=0.2 / 0.9)
+            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024)), mi, mo, c, requests_per_client=WHOLE_RUN_PROMPTS_PER_CLIENT, length_spread=0.2 / 0.9)
             sim = simulate(spec, c, duration_s=WHOLE_RUN_PROMPTS_PER_CLIENT * p.e2e_latency_s, warmup_s=0.0, seed=1,
                            start_together=True).to_dict()
             print(f"{f'{isl}/{osl}':>10} {c:>5} {sim['ttft_s']['mean'] * 1e3:>12.1f} {p.ttft_s * 1e3:>13.1f}")
@@ -137,9 +135,10 @@ def inferencemax_whole_runs() -> None:
 
 def open_loop(engine: str = "vllm") -> None:
     """Poisson arrivals (vLLM bench serve --request-rate, MLPerf Server): ``apmw predict --request-rate``
-    (apmw.predict.predict_open_loop, no request overhead) against the simulator's open loop, 3,000
+    (apmw.capacity.open_loop.predict_open_loop, no request overhead) against the simulator's open loop, 3,000
     requests at 20-90 % of the predicted capacity (Llama-3.1-8B bf16 on one H200)."""
-    from apmw.predict import kv_fit_requests, predict_open_loop
+    from apmw.capacity.benchmark import kv_fit_requests
+    from apmw.capacity.open_loop import predict_open_loop
     from apmw.sim import simulate_open_loop
 
     print("\nopen loop (Poisson arrivals): TTFT and TPOT, ms")
@@ -148,14 +147,13 @@ def open_loop(engine: str = "vllm") -> None:
     for isl, osl in ((1024, 512), (300, 300)):
         spec = benchmark_spec(0.0, isl, osl, engine=engine)
         step = replica_from_spec(spec).step
-        cap = min(1024, kv_fit_requests(step, isl, osl))
-        max_rate = cap / predict_with(step, isl, osl, cap, 8192, 1024, 10**9, length_spread=1.0,
-                                      engine=engine).e2e_latency_s
+        cap = min(1024, kv_fit_requests(replica_with_step(step), isl, osl))
+        max_rate = cap / predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine=engine)), isl, osl, cap, requests_per_client=10**9, length_spread=1.0).e2e_latency_s
         n = 3000
         prompt, out = np.full(n, isl), np.full(n, osl)
         for load in (0.2, 0.5, 0.8, 0.9):
             rate = load * max_rate
-            p = predict_open_loop(step, isl, osl, rate, 8192, 1024, engine=engine)
+            p = predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine=engine)), isl, osl, rate)
             sim = simulate_open_loop(spec, prompt, out, rate, seed=1).to_dict()
             s_ttft, s_tpot = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
             ttft_err.append(p.ttft_s / s_ttft - 1)
@@ -167,7 +165,7 @@ def open_loop(engine: str = "vllm") -> None:
 
 
 def scheduled_ahead() -> None:
-    """The extra wait of scheduling one iteration ahead (apmw.perf.scheduling): steady-state TTFT with
+    """The extra wait of scheduling one iteration ahead (apmw.perf.serving_policy): steady-state TTFT with
     overlap scheduling less TTFT without it, predicted (one mean iteration) and simulated, Llama-3.1-8B
     bf16 on one H200, lengths spread 0.2, 64 clients starting together. Simulated twice: soon after the
     start (60 s, the first 15 s left out), while the clients' phases are still bunched from the
@@ -181,8 +179,7 @@ def scheduled_ahead() -> None:
                 ttft = {}
                 for overlap in (True, False):
                     s = benchmark_spec(0.2, isl, osl, engine=engine, overlap_scheduling=overlap)
-                    p = predict_with(replica_from_spec(s).step, isl, osl, 64, 8192, 1024, requests_per_client=10**9,
-                                     length_spread=0.2, engine=engine, overlap_scheduling=overlap)
+                    p = predict_with(replica_with_step(replica_from_spec(s).step, Serving(max_batched_tokens=8192, max_batch=1024, engine=engine, overlap_scheduling=overlap)), isl, osl, 64, requests_per_client=10**9, length_spread=0.2)
                     sim = simulate(s, 64, duration_s=duration_s, warmup_s=warmup_s, seed=1, start_together=True)
                     ttft[overlap] = (p.ttft_s, sim.to_dict()["ttft_s"]["mean"])
                 pred = ttft[True][0] - ttft[False][0]
@@ -195,7 +192,7 @@ def kv_limit() -> None:
     H200 (and 8B with 8k prompts; 70B on two H200s at 1k/8k), lengths spread 0.2, steady state over the last 24 of 30 predicted
     request cycles. ``full fit``: requests that fit at full length (isl + osl), what apmw assumed
     before session 5; ``pred R``: the running requests predicted (mean context isl + osl/2)."""
-    from apmw.predict import kv_fit_requests
+    from apmw.capacity.benchmark import kv_fit_requests
 
     print("\nbeyond the KV limit (vLLM): TTFT s, TPOT ms, running requests, preemptions per completed request")
     print(f"{'model':>7} {'isl/osl':>10} {'conc':>5} {'full fit':>8} {'pred R':>6} {'sim R':>6} {'sim TTFT':>9}"
@@ -208,9 +205,9 @@ def kv_limit() -> None:
         spec = benchmark_spec(0.2, isl, osl, model=f"meta-llama/Meta-Llama-3.1-{size}", gpu="H200", tp=tp,
                               dtype="fp8")
         step = replica_from_spec(spec).step
-        full = kv_fit_requests(step, isl, osl, "vllm", full_length=True)
+        full = kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), isl, osl, full_length=True)
         for c in levels:
-            p = predict_with(step, isl, osl, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2)
+            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024)), isl, osl, c, requests_per_client=10**9, length_spread=0.2)
             sim = simulate(spec, c, duration_s=30 * p.e2e_latency_s * c / p.running_requests, seed=1,
                            start_together=True).to_dict()
             preempt = sim["preemptions"] / max(sim["completed_tasks"], 1)
@@ -229,7 +226,7 @@ def main() -> None:
     ap.add_argument("--inferencemax", action="store_true",
                     help="also simulate whole InferenceMAX runs of gpt-oss-120b on H100 (docs/accuracy.md)")
     ap.add_argument("--engine", default="vllm", choices=("vllm", "sglang", "trtllm"),
-                    help="the engine's scheduling rules on both sides (sglang: prefill first, apmw.perf.scheduling)")
+                    help="the engine's scheduling rules on both sides (sglang: prefill first, apmw.perf.serving_policy)")
     ap.add_argument("--scheduled-ahead", action="store_true",
                     help="also compare the extra wait of scheduling one iteration ahead, predicted and simulated "
                          "(about 2 minutes)")

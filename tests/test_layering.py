@@ -17,7 +17,7 @@ LAYER = {
     "errors": 0, "spec": 0, "examples": 0,
     "catalog": 1, "arch": 1,
     "perf": 2,
-    "capacity": 3, "predict": 3,
+    "capacity": 3,
     "sim": 4,
     "levers": 5, "contrast": 5, "report": 5, "traces": 5, "loadgen": 5, "calibration": 5,
     "render": 6, "cli": 6, "__init__": 6, "__main__": 6,

@@ -27,6 +27,9 @@ _LAZY = {
     "SpecError": "apmw.spec",
     "load_spec": "apmw.spec",
     "load_architecture": "apmw.arch",
+    "predict": "apmw.capacity.benchmark",
+    "predict_rate": "apmw.capacity.open_loop",
+    "simulate": "apmw.sim",
 }
 __all__ = [*_LAZY, "architecture_summary"]
 

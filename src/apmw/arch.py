@@ -101,6 +101,7 @@ class Architecture:
     max_context_tokens: int | None = None       # config's max_position_embeddings, if given
     moe_layers: int = 0                         # layers whose MLP is a routed MoE
     expert_intermediate_size: int = 0           # one routed expert's MLP width
+    dense_intermediate_size: int = 0            # a dense layer's MLP width (0: every layer is MoE)
     shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
     notes: tuple[str, ...] = ()
 
@@ -500,6 +501,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
     ffn, n_experts, top_k = _ffn_layers(c, hidden, num_layers)
     moe = [f for f in ffn if f.router > 0]
     expert_inter = (c.first(("moe_intermediate_size",)) or c.get("intermediate_size", 0)) if moe else 0
+    dense_inter = c.first(("intermediate_size_mlp", "intermediate_size")) or 0 if len(moe) < num_layers else 0
     shared_expert, _ = _shared_expert(c, hidden, expert_inter) if moe else (0, 0)
 
     n_linear = kinds.count("linear")
@@ -530,7 +532,8 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attn_flops_per_context_token=attn.flops_per_context_token,
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
-        moe_layers=len(moe), expert_intermediate_size=expert_inter, shared_expert_params=shared_expert,
+        moe_layers=len(moe), expert_intermediate_size=expert_inter, dense_intermediate_size=dense_inter,
+        shared_expert_params=shared_expert,
         max_context_tokens=c.get("max_position_embeddings"),
         notes=tuple(notes + _ignored_notes(c)),
     )

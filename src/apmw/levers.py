@@ -31,7 +31,7 @@ from typing import Callable
 from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
-from apmw.perf import resolve_gpu
+from apmw.perf import resolve_gpu, resolve_policy
 from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
 
 GROUPS = ("kv_residency", "decode_batching", "other")
@@ -166,8 +166,8 @@ def _disaggregate(spec: Spec, _: Plan) -> Spec | None:
     return best
 
 
-def _bigger_batch(spec: Spec, _: Plan) -> Spec | None:
-    return _with(spec, "serving", max_batch=spec.serving.max_batch * 2)
+def _bigger_batch(spec: Spec, p: Plan) -> Spec | None:
+    return _with(spec, "serving", max_batch=p.replica.policy.max_batch * 2)
 
 
 def _speculative(spec: Spec, _: Plan) -> Spec | None:
@@ -272,6 +272,13 @@ def _scale_gpu(field: str) -> Callable[[Spec, float], Spec]:
     return change
 
 
+def _scale_batch_limit(spec: Spec, f: float) -> Spec:
+    """The batch limit scaled from what the engine runs with (its default where the spec sets none)."""
+    gpu = resolve_gpu(spec.hardware.gpu)
+    limit = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes).max_batch
+    return _with(spec, "serving", max_batch=max(1, round(limit * f)))
+
+
 def _scale(section: str, field: str, integer: bool = False, upper: float | None = None):
     def change(spec: Spec, f: float) -> Spec:
         v = getattr(getattr(spec, section), field) * f
@@ -289,7 +296,7 @@ ELASTICITY_INPUTS: dict[str, Callable[[Spec, float], Spec]] = {
     "hardware.gpu.hbm_bytes": _scale_gpu("hbm_bytes"),
     "hardware.gpu.hbm_bandwidth_bytes_per_s": _scale_gpu("hbm_bandwidth_bytes_per_s"),
     "hardware.gpu.bf16_flops": _scale_gpu("bf16_flops"),
-    "serving.max_batch": _scale("serving", "max_batch", integer=True),
+    "serving.max_batch": _scale_batch_limit,
     "slo.task_latency_p95_s": _scale("slo", "task_latency_p95_s"),
     "power.pue": _scale("power", "pue"),
     "power.host_power_w_per_gpu": _scale("power", "host_power_w_per_gpu"),

@@ -2,7 +2,7 @@
 
 The rows are every published dense-model run in bench/data/published_dense_fixed_concurrency.csv
 (NVIDIA NIM Llama-3.1-8B / Llama-3.3-70B, GPUStack Qwen3-8B and NVIDIA's Qwen3-32B on H100; sources and
-assumptions in bench/data/SOURCES.md), predicted through ``apmw.predict.predict``, the
+assumptions in bench/data/SOURCES.md), predicted through ``apmw.capacity.benchmark.predict``, the
 function behind ``apmw predict``. The bounds are the figures documented in
 docs/accuracy.md (``python bench/accuracy.py``) plus a little room; the test fails if
 the step-time or benchmark model gets worse on these rows.
@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from apmw.predict import predict
+from apmw.capacity.benchmark import predict
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ROOT / "bench" / "data" / "published_dense_fixed_concurrency.csv"
@@ -102,7 +102,7 @@ WITHOUT_OVERLAP_REQUEST_OVERHEAD_S = 0.0175
 def test_steady_state_ttft_follows_the_measured_median_better_with_overlap_scheduling():
     # A run of ten prompts per client has its first, simultaneous wave in its slowest tenth, so
     # the median TTFT is a steady-state figure: a prompt's wait for the iteration in flight and
-    # the one already scheduled (vLLM's async scheduling, apmw.perf.scheduling), then its prefill.
+    # the one already scheduled (vLLM's async scheduling, apmw.perf.serving_policy), then its prefill.
     errs = {True: [], False: []}
     for r in csv.DictReader(GPTOSS_H200.open()):
         if int(r["isl"]) != 922:        # the 1024-token prompts (mean 0.9 x 1024)

@@ -8,7 +8,7 @@ import pytest
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
 from apmw.perf import CalibratedStepModel, IterationLoad, StepModel, build_step_model, replica_from_spec
-from apmw.perf.calibrated import calibration_gap, graph_padded, intermediate_size
+from apmw.perf.calibrated import calibration_gap, graph_padded
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, load_tables
 from apmw.spec import spec_from_dict
 from tests.conftest import small_spec_dict
@@ -94,10 +94,17 @@ def test_decode_attention_interpolation_is_exact_at_grid_points():
     np.testing.assert_allclose(got, table, rtol=1e-12)
 
 
-def test_intermediate_size_recovered_from_parameter_counts():
-    assert intermediate_size(load_architecture(LLAMA8)) == 14336
-    assert intermediate_size(load_architecture("meta-llama/Meta-Llama-3.1-70B")) == 28672
-    assert intermediate_size(load_architecture("Qwen/Qwen3-32B")) == 25600
+def test_dense_mlp_width_is_read_from_the_config_and_agrees_with_the_parameter_count():
+    """config.json's intermediate_size, kept by apmw.arch; the gated MLP's 3 matrices of the
+    parameter count give the same width back."""
+    for name, width in ((LLAMA8, 14336), ("meta-llama/Meta-Llama-3.1-70B", 28672), ("Qwen/Qwen3-32B", 25600)):
+        a = load_architecture(name)
+        assert a.dense_intermediate_size == width
+        h, layers = a.hidden_size, a.num_layers
+        attn = h * a.num_heads * a.head_dim * 2 + h * a.num_kv_heads * a.head_dim * 2
+        linear = a.active_params - a.embedding_params - (2 * layers * h + h) - a.vocab_size * h
+        assert round((linear / layers - attn) / (3 * h)) == width
+    assert load_architecture("deepseek-ai/DeepSeek-V3").dense_intermediate_size == 18432   # its 3 dense layers
 
 
 def _load(step: StepModel, decode, prefill, ctx):

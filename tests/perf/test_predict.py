@@ -8,8 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 import apmw.cli
+from apmw.perf import replica_with_step
+from apmw.spec import Serving
 from apmw.cli import app
-from apmw.predict import PredictError, predict
+from apmw.capacity.benchmark import PredictError, predict
 
 LLAMA8 = "meta-llama/Meta-Llama-3.1-8B"
 apmw.cli._register_verbs()   # every verb, as the `apmw` entry point does
@@ -67,8 +69,14 @@ def test_repeated_predictions_reuse_the_loaded_tables():
 
 
 def test_model_that_does_not_fit_is_a_clear_error():
-    with pytest.raises(PredictError, match="does not fit"):
+    """The library names its own parameter (tp); the CLI names the flag (--tp)."""
+    from apmw.perf import DoesNotFitError
+
+    with pytest.raises(DoesNotFitError, match=r"does not fit.*\(tp of at least 3\)"):
         predict("meta-llama/Meta-Llama-3.1-70B", "H100", 1, "bf16", "bf16", 1024, 1024, 4)
+    r = CliRunner().invoke(app, ["predict", "--model", "meta-llama/Meta-Llama-3.1-70B", "--gpu", "H100", "--isl",
+                                 "1024", "--osl", "1024", "--concurrency", "4"])
+    assert r.exit_code == 1 and "(--tp of at least 3)" in r.output and "weight_dtype" not in r.output
 
 
 def test_cli_json_fields():
@@ -91,17 +99,17 @@ def test_open_loop_obeys_littles_law():
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_open_loop
+    from apmw.capacity.open_loop import predict_open_loop
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
     rates = (5.0, 20.0, 40.0)
-    ps = [predict_open_loop(step, 800, 128, lam, 8192, 2048) for lam in rates]
+    ps = [predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 800, 128, lam) for lam in rates]
     for lam, p in zip(rates, ps):
         # in-flight requests = arrival rate x time in system (within one request of rounding)
         assert abs(lam * p.e2e_latency_s - p.running_requests) <= max(1.0, 0.05 * p.running_requests)
     assert [p.tpot_s for p in ps] == sorted(p.tpot_s for p in ps)
     with pytest.raises(PredictError, match="exceeds"):
-        predict_open_loop(step, 800, 128, 1e5, 8192, 2048)
+        predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 800, 128, 1e5)
 
 
 def test_equal_lengths_move_in_lock_step_groups():
@@ -112,22 +120,21 @@ def test_equal_lengths_move_in_lock_step_groups():
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H100"), 1, "fp8", "fp8", engine="trtllm")
     # 96 clients, 8 whole 1000-token prompts per packed iteration: 12 groups
-    lock = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
-    spread = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
+    lock = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 1000, 1000, 96, requests_per_client=10**9, length_spread=0.0)
+    spread = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 1000, 1000, 96, requests_per_client=10**9, length_spread=1.0)
     assert lock.prompts_arrive == "in lock-step groups" and lock.lockstep_share == 1.0
     assert spread.prompts_arrive == "spread out" and spread.lockstep_share < 1e-6
     t_dec, t_group = lock.decode_iteration_s, lock.mixed_iteration_s
-    # the engine schedules one iteration ahead (apmw.perf.scheduling), so a returning group also
+    # the engine schedules one iteration ahead (apmw.perf.serving_policy), so a returning group also
     # waits for the iteration already scheduled: a decode iteration for the first of the 12 groups,
     # the packed iteration of the group before for the other 11
     assert lock.iterations_scheduled_ahead == 1
     assert lock.ttft_s == pytest.approx(0.5 * t_dec + (8 * t_dec + 88 * t_group) / 96 + t_group, rel=1e-6)
-    plain = predict_with(step, 1000, 1000, 96, 8192, 2048, requests_per_client=10**9, length_spread=0.0,
-                         overlap_scheduling=False)
+    plain = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048, overlap_scheduling=False)), 1000, 1000, 96, requests_per_client=10**9, length_spread=0.0)
     assert plain.iterations_scheduled_ahead == 0
     assert plain.ttft_s == pytest.approx(0.5 * t_dec + t_group, rel=1e-6)
     assert lock.ttft_s > 3 * spread.ttft_s
@@ -135,11 +142,11 @@ def test_equal_lengths_move_in_lock_step_groups():
     expected = lock.decode_iteration_s + 11 * (lock.mixed_iteration_s - lock.decode_iteration_s) / 999
     assert lock.tpot_s == pytest.approx(expected, rel=1e-9)
     # a little spread dissolves the groups smoothly
-    ttft = [predict_with(step, 1000, 1000, 100, 8192, 2048, requests_per_client=10**9, length_spread=f).ttft_s
+    ttft = [predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 1000, 1000, 100, requests_per_client=10**9, length_spread=f).ttft_s
             for f in (0.0, 0.005, 0.01, 0.02, 0.05)]
     assert ttft == sorted(ttft, reverse=True)
     # one request alone never groups, whatever the spread
-    single = predict_with(step, 1000, 1000, 1, 8192, 2048, length_spread=0.0)
+    single = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 1000, 1000, 1, length_spread=0.0)
     assert single.prompts_arrive == "spread out"
 
 
@@ -149,11 +156,11 @@ def test_a_prefill_bound_wave_packs_every_iteration():
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
-    a = predict_with(step, 800, 128, 2048, 8192, 2048, requests_per_client=10**9, length_spread=0.0)
-    b = predict_with(step, 800, 128, 2048, 8192, 2048, requests_per_client=10**9, length_spread=1.0)
+    a = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 800, 128, 2048, requests_per_client=10**9, length_spread=0.0)
+    b = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048)), 800, 128, 2048, requests_per_client=10**9, length_spread=1.0)
     assert a.output_tokens_per_s_per_gpu == pytest.approx(b.output_tokens_per_s_per_gpu)
     cycle_iters = 2048 * 800 / (8192 - 2047)
     assert a.e2e_latency_s == pytest.approx(cycle_iters * a.mixed_iteration_s, rel=0.05)
@@ -169,7 +176,7 @@ def test_cli_length_spread_and_request_overhead():
         runs[" ".join(extra)] = json.loads(r.output)
     assert runs["--length-spread 0"]["prompts_arrive"] == "in lock-step groups"
     assert runs[""]["prompts_arrive"] == "spread out"
-    from apmw.predict import REQUEST_OVERHEAD_S
+    from apmw.perf.serving_policy import REQUEST_OVERHEAD_S
     assert runs[""]["ttft_s"] - runs["--request-overhead-ms 0"]["ttft_s"] == pytest.approx(REQUEST_OVERHEAD_S["vllm"])
     r = CliRunner().invoke(app, base + ["--length-spread", "-1"])
     assert r.exit_code == 1 and "--length-spread" in r.output and "Traceback" not in r.output
@@ -181,10 +188,12 @@ def test_tensorrt_llm_sizes_its_kv_pool_from_free_memory():
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import KV_MEMORY_FRACTION, WORKSPACE_BYTES_PER_GPU, kv_fit_requests
+    from apmw.capacity.benchmark import kv_fit_requests
+
+    KV_MEMORY_FRACTION, WORKSPACE_BYTES_PER_GPU = Serving().kv_memory_fraction, Serving().workspace_bytes_per_gpu
 
     step = build_step_model(load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H100"), 2, "fp8", "fp8")
-    vllm, trt = kv_fit_requests(step, 5000, 500, "vllm"), kv_fit_requests(step, 5000, 500, "trtllm")
+    vllm, trt = kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), 5000, 500), kv_fit_requests(replica_with_step(step, Serving(engine="trtllm")), 5000, 500)
     free = 2 * (step.gpu.hbm_bytes - WORKSPACE_BYTES_PER_GPU) - step.weight_bytes
     assert trt == int(KV_MEMORY_FRACTION * free // (step.kv_bytes_per_token * 5500 * step.kv_replication))
     assert trt > vllm
@@ -192,12 +201,12 @@ def test_tensorrt_llm_sizes_its_kv_pool_from_free_memory():
 
 def test_power_and_tokens_per_joule():
     from apmw.catalog.gpus import get_gpu
-    from apmw.perf.power import HOST_W_PER_8_GPU_NODE
+    from apmw.spec import Power
 
     gpu = get_gpu("H200")
     low = predict(LLAMA8, "H200", 1, "fp8", "fp8", 1024, 256, 1, engine="trtllm")
     high = predict(LLAMA8, "H200", 1, "fp8", "fp8", 1024, 256, 128, engine="trtllm")
-    host = HOST_W_PER_8_GPU_NODE / 8
+    host = Power().host_power_w_per_gpu
     for p in (low, high):
         assert gpu.idle_power_w + host < p.replica_power_w <= gpu.busy_power_w + host
         assert p.output_tokens_per_j == pytest.approx(p.output_tokens_per_s_per_gpu / p.replica_power_w)
@@ -223,7 +232,7 @@ def test_the_first_wave_weighs_less_the_more_requests_each_client_sends():
     ttft = [predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 128, requests_per_client=n).ttft_s
             for n in (1, 10, 100)]
     assert ttft[0] > ttft[1] > ttft[2]
-    with pytest.raises(PredictError, match="requests-per-client"):
+    with pytest.raises(PredictError, match="requests_per_client"):
         predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 128, requests_per_client=0)
 
 
@@ -253,7 +262,7 @@ def test_request_rate_predicts_an_open_loop_point():
 
 
 def test_higher_request_rate_means_slower_tokens_and_a_busier_engine():
-    from apmw.predict import predict_rate
+    from apmw.capacity.open_loop import predict_rate
 
     ps = [predict_rate(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 512, r) for r in (0.05, 2, 8, 14)]
     assert [p.tpot_s for p in ps] == sorted(p.tpot_s for p in ps)
@@ -279,12 +288,12 @@ def test_request_rate_beyond_capacity_or_with_concurrency_is_a_clear_error():
 def test_power_follows_the_token_budget_of_the_prediction():
     """A small budget splits prompts into small chunks, which are far less compute-bound than
     a whole 4k prompt: the replica's power must price the chunks the prediction ran."""
-    from apmw.predict import _replica_step, replica_power_w
+    from apmw.capacity.benchmark import replica_for_benchmark, replica_power_w
 
     kw = dict(engine="trtllm")
     small = predict(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, 32, token_budget=256, **kw)
-    step, gpu = _replica_step(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, "trtllm", True)
-    whole_prompt_w = replica_power_w(step, small, 4096, 256, gpu.idle_power_w, gpu.busy_power_w, token_budget=8192)
+    replica = replica_for_benchmark(LLAMA8, "H200", 1, "fp8", "fp8", 4096, 256, "trtllm", token_budget=8192)
+    whole_prompt_w = replica_power_w(replica, small, 4096, 256)
     assert small.mixed_iteration_share == 1.0          # every iteration carries a chunk
     assert small.replica_power_w < 0.9 * whole_prompt_w
 
@@ -315,7 +324,7 @@ def test_the_cli_default_prompts_per_client_is_the_library_default():
     import inspect
 
     from apmw.cli.predict import predict as cli_predict
-    from apmw.predict import DEFAULT_REQUESTS_PER_CLIENT
+    from apmw.capacity.benchmark import DEFAULT_REQUESTS_PER_CLIENT
 
     assert inspect.signature(cli_predict).parameters["requests_per_client"].default.default == \
         DEFAULT_REQUESTS_PER_CLIENT
@@ -323,17 +332,19 @@ def test_the_cli_default_prompts_per_client_is_the_library_default():
 
 def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():
     # SGLang runs a prefill batch instead of the decode batch whenever prompts wait
-    # (apmw.perf.scheduling): a prompt waits only for the iteration in progress, and each
+    # (apmw.perf.serving_policy): a prompt waits only for the iteration in progress, and each
     # decoder sits through the other clients' prefill iterations.
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16", engine="sglang")
-    args = (step, 200, 200, 256, 8192, 2048)
-    first = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang")
-    mixed = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang", mixed_prefill=True)
+    sglang = Serving(engine="sglang", max_batched_tokens=8192, max_batch=2048)
+    args = (replica_with_step(step, sglang), 200, 200, 256)
+    first = predict_with(*args, requests_per_client=10**9, length_spread=1.0)
+    mixed = predict_with(replica_with_step(step, sglang.model_copy(update={"mixed_prefill": True})), *args[1:],
+                         requests_per_client=10**9, length_spread=1.0)
     assert not first.prefill_mixed_with_decode and mixed.prefill_mixed_with_decode
     t_pre, t_dec = first.mixed_iteration_s, first.decode_iteration_s      # a 200-token prefill iteration alone
     assert first.lockstep_share < 0.002             # widely varied lengths: spread out
@@ -343,14 +354,14 @@ def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():
     t_bar = share * t_pre + (1 - share) * t_dec
     # half the iteration in progress and the one SGLang's overlap scheduler has already formed
     assert first.ttft_s == pytest.approx(1.5 * t_bar + t_pre, rel=0.005)
-    plain = predict_with(*args, requests_per_client=10**9, length_spread=1.0, engine="sglang",
-                         overlap_scheduling=False)
+    plain = predict_with(replica_with_step(step, sglang.model_copy(update={"overlap_scheduling": False})),
+                         *args[1:], requests_per_client=10**9, length_spread=1.0)
     assert plain.ttft_s == pytest.approx(0.5 * t_bar + t_pre, rel=0.005)
     assert first.ttft_s < mixed.ttft_s                # no decoders ride in its prefill iteration
 
 
 def test_the_first_wave_counts_its_partial_last_iteration():
-    from apmw.predict import wave_mean_ttft_s
+    from apmw.capacity.benchmark import wave_mean_ttft_s
 
     # ten 1024-token prompts, 8192-token budget: eight land in the first iteration, two in a second
     # that holds only their 2048 tokens
@@ -396,13 +407,13 @@ def test_the_engines_memory_setting_sizes_the_kv_pool_as_the_engine_reads_it():
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import WORKSPACE_BYTES_PER_GPU, kv_pool_bytes
+    WORKSPACE_BYTES_PER_GPU = Serving().workspace_bytes_per_gpu
 
     step = build_step_model(load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H200"), 1, "fp8", "fp8")
     hbm = step.gpu.hbm_bytes
-    assert kv_pool_bytes(step, "vllm", 0.92) - kv_pool_bytes(step, "vllm", 0.90) == pytest.approx(0.02 * hbm)
+    assert replica_with_step(step, Serving(engine="vllm", kv_memory_fraction=0.92)).memory.kv_capacity_bytes - replica_with_step(step, Serving(engine="vllm", kv_memory_fraction=0.90)).memory.kv_capacity_bytes == pytest.approx(0.02 * hbm)
     free = hbm - WORKSPACE_BYTES_PER_GPU - step.weight_bytes
-    assert kv_pool_bytes(step, "trtllm", 0.5) == pytest.approx(0.5 * free)
+    assert replica_with_step(step, Serving(engine="trtllm", kv_memory_fraction=0.5)).memory.kv_capacity_bytes == pytest.approx(0.5 * free)
     # more memory for KV: more requests run at once, fewer queue, and the mean TTFT falls
     base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-70B", "--gpu", "H200", "--weight-dtype", "fp8",
             "--kv-dtype", "fp8", "--isl", "4096", "--osl", "1024", "--concurrency", "256", "--json"]
@@ -419,7 +430,7 @@ def test_the_engines_memory_setting_sizes_the_kv_pool_as_the_engine_reads_it():
         assert r.exit_code != 0 and words in r.output and "Traceback" not in r.output, r.output
     # bf16 weights (141 GB) outgrow a whole H100: no share of its memory helps, so none is offered
     r = CliRunner().invoke(app, [*base[:4], "H100", "--weight-dtype", "bf16", *base[7:]])
-    assert r.exit_code != 0 and "larger --tp" in r.output and "--kv-memory-fraction" not in r.output, r.output
+    assert r.exit_code != 0 and "more GPUs per replica (--tp" in r.output and "--kv-memory-fraction" not in r.output, r.output
 
 def test_the_wait_for_the_iteration_scheduled_ahead_fades_into_the_prefill_queue():
     # Past the prefill-bound point prompts queue for the budget, and the queue, not the arrival's
@@ -428,14 +439,13 @@ def test_the_wait_for_the_iteration_scheduled_ahead_fades_into_the_prefill_queue
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16")
-    ttft = [predict_with(step, 1024, 16, c, 2048, 1024, requests_per_client=10**9, length_spread=0.2).ttft_s
+    ttft = [predict_with(replica_with_step(step, Serving(max_batched_tokens=2048, max_batch=1024)), 1024, 16, c, requests_per_client=10**9, length_spread=0.2).ttft_s
             for c in range(28, 42)]
     assert all(b >= a * (1 - 1e-9) for a, b in zip(ttft, ttft[1:]))
-    deep = [predict_with(step, 1024, 16, 40, 2048, 1024, requests_per_client=10**9, length_spread=0.2,
-                         overlap_scheduling=o).ttft_s for o in (True, False)]
+    deep = [predict_with(replica_with_step(step, Serving(max_batched_tokens=2048, max_batch=1024, overlap_scheduling=o)), 1024, 16, 40, requests_per_client=10**9, length_spread=0.2).ttft_s for o in (True, False)]
     assert deep[0] == pytest.approx(deep[1])     # a queue iterations deep: the phase no longer matters
 
 
@@ -447,11 +457,10 @@ def test_poisson_prompts_wait_one_more_mean_iteration_and_share_only_the_one_the
     from apmw.arch import load_architecture
     from apmw.catalog.gpus import get_gpu
     from apmw.perf import build_step_model
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     step = build_step_model(load_architecture(LLAMA8), get_gpu("H200"), 1, "bf16", "bf16", engine=engine)
-    on, off = (predict_with(step, 300, 300, 96, 8192, 2048, requests_per_client=10**9, length_spread=1.0,
-                            engine=engine, poisson_arrivals=True, overlap_scheduling=o) for o in (True, False))
+    on, off = (predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048, engine=engine, overlap_scheduling=o)), 300, 300, 96, requests_per_client=10**9, length_spread=1.0, poisson_arrivals=True) for o in (True, False))
     assert on.tpot_s == off.tpot_s
     share = on.mixed_iteration_share      # iterations that carry prompts (prefill-only ones for SGLang)
     mean_iteration = share * on.mixed_iteration_s + (1 - share) * on.decode_iteration_s
@@ -474,7 +483,8 @@ def test_cli_and_rate_predictions_take_the_overlap_setting():
 
 
 def test_the_ttft_parts_add_up_and_name_where_the_time_goes():
-    from apmw.predict import predict, predict_rate
+    from apmw.capacity.benchmark import predict
+    from apmw.capacity.open_loop import predict_rate
 
     # within the limits: the engine's steady state, the first wave's share and the overhead
     p = predict(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 64, request_overhead_s=0.02)

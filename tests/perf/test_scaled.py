@@ -16,7 +16,7 @@ from apmw.catalog.gpus import get_gpu
 from apmw.perf import IterationLoad, StepModel, build_step_model
 from apmw.perf.calibrated import CalibratedStepModel
 from apmw.perf.scaled import ScaledStepModel, reference_gpu
-from apmw.predict import predict
+from apmw.capacity.benchmark import predict
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 ROOT = Path(__file__).resolve().parents[2]

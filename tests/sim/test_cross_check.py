@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from apmw.perf import replica_with_step
+from apmw.spec import Serving
 from apmw.capacity import plan
 from apmw.sim import simulate
 from apmw.spec import load_spec
@@ -69,14 +71,13 @@ def test_equal_length_clients_that_start_together_stay_in_lock_step():
     from predict_vs_sim import benchmark_spec
 
     from apmw.perf import replica_from_spec
-    from apmw.predict import predict_with
+    from apmw.capacity.benchmark import predict_with
 
     s = benchmark_spec(0.0)
     together = simulate(s, 64, duration_s=120, seed=1, start_together=True).to_dict()
     spread = simulate(s, 64, duration_s=120, seed=1).to_dict()
     assert together["ttft_s"]["mean"] > 3 * spread["ttft_s"]["mean"]
-    p = predict_with(replica_from_spec(s).step, 1024, 512, 64, 8192, 1024, requests_per_client=10**9,
-                     length_spread=0.0)
+    p = predict_with(replica_with_step(replica_from_spec(s).step, Serving(max_batched_tokens=8192, max_batch=1024)), 1024, 512, 64, requests_per_client=10**9, length_spread=0.0)
     assert p.ttft_s == pytest.approx(together["ttft_s"]["mean"], rel=0.15)
     assert p.tpot_s == pytest.approx(together["tpot_s"]["mean"], rel=0.03)
 
@@ -93,16 +94,17 @@ def test_open_loop_prediction_prices_poisson_arrivals_like_the_simulator():
     from predict_vs_sim import benchmark_spec
 
     from apmw.perf import replica_from_spec
-    from apmw.predict import kv_fit_requests, predict_open_loop, predict_with
+    from apmw.capacity.benchmark import kv_fit_requests, predict_with
+    from apmw.capacity.open_loop import predict_open_loop
     from apmw.sim import simulate_open_loop
 
     s = benchmark_spec(0.0, 300, 300)
     step = replica_from_spec(s).step
-    cap = min(1024, kv_fit_requests(step, 300, 300))
-    rate = 0.8 * cap / predict_with(step, 300, 300, cap, 8192, 1024, 10**9, length_spread=1.0).e2e_latency_s
+    cap = min(1024, kv_fit_requests(replica_with_step(step), 300, 300))
+    rate = 0.8 * cap / predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024)), 300, 300, cap, requests_per_client=10**9, length_spread=1.0).e2e_latency_s
     n = 3000
     sim = simulate_open_loop(s, np.full(n, 300), np.full(n, 300), rate, seed=1).to_dict()
-    p = predict_open_loop(step, 300, 300, rate, 8192, 1024)
+    p = predict_open_loop(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024)), 300, 300, rate)
     assert p.ttft_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.12)
     assert p.tpot_s == pytest.approx(sim["tpot_s"]["mean"], rel=0.06)
 
@@ -118,7 +120,7 @@ def test_plan_ttft_tail_includes_the_wait_behind_other_prompts():
 
 
 def test_plan_follows_the_simulator_when_prefill_runs_alone_and_first():
-    """SGLang's scheduler (apmw.perf.scheduling) in both models: the plan's engine curve prices prefill
+    """SGLang's scheduler (apmw.perf.serving_policy) in both models: the plan's engine curve prices prefill
     iterations that stall every decoder, and agrees with the simulated engine as closely as for vLLM."""
     base = load_spec(EXAMPLES / "coding-agent.yaml")
     results = {}

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from apmw.perf import replica_with_step
+from apmw.spec import Serving
 from apmw.perf import replica_from_spec
-from apmw.perf.scheduling import kv_tokens_per_running_request
-from apmw.predict import kv_fit_requests, predict_with
+from apmw.perf.serving_policy import kv_tokens_per_running_request
+from apmw.capacity.benchmark import kv_fit_requests, predict_with
 from apmw.sim import simulate
 from apmw.spec import spec_from_dict
 
@@ -39,8 +41,8 @@ def test_vllm_runs_as_many_requests_as_fit_on_average_not_at_full_length():
     # many times too long where outputs are long (1024/1024 at concurrency 256: 37 s for 8 s).
     spec = _benchmark(4096, 512)
     step = replica_from_spec(spec).step
-    assert kv_fit_requests(step, 4096, 512, "vllm", full_length=True) < kv_fit_requests(step, 4096, 512, "vllm")
-    p = predict_with(step, 4096, 512, 128, 8192, 1024, requests_per_client=10**9, length_spread=0.2)
+    assert kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), 4096, 512, full_length=True) < kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), 4096, 512)
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024)), 4096, 512, 128, requests_per_client=10**9, length_spread=0.2)
     sim = simulate(spec, 128, duration_s=30 * p.e2e_latency_s * 128 / p.running_requests, seed=1,
                    start_together=True).to_dict()
     assert sim["decode_batch_mean"] == pytest.approx(p.running_requests, rel=0.05)
@@ -51,10 +53,10 @@ def test_vllm_runs_as_many_requests_as_fit_on_average_not_at_full_length():
 def test_between_the_two_fits_vllm_runs_everyone_and_tensorrt_llm_queues():
     # (TensorRT-LLM's pool is a share of the free memory, so larger: its full-length fit is the bar)
     step = replica_from_spec(_benchmark(1024, 1024)).step
-    c = kv_fit_requests(step, 1024, 1024, "trtllm") + 10
-    assert c <= kv_fit_requests(step, 1024, 1024, "vllm")
-    vllm = predict_with(step, 1024, 1024, c, 8192, 1024, engine="vllm")
-    trt = predict_with(step, 1024, 1024, c, 8192, 2048, engine="trtllm")
+    c = kv_fit_requests(replica_with_step(step, Serving(engine="trtllm")), 1024, 1024) + 10
+    assert c <= kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), 1024, 1024)
+    vllm = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="vllm")), 1024, 1024, c)
+    trt = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=2048, engine="trtllm")), 1024, 1024, c)
     assert vllm.queued_requests == 0 and vllm.running_requests == c
     assert trt.queued_requests > 0
 
@@ -66,8 +68,8 @@ def test_tensorrt_llm_reserves_to_the_last_token_in_the_simulator_too():
     spec = base.model_copy(update={"serving": base.serving.model_copy(update={"engine": "trtllm",
                                                                              "kv_memory_fraction": 0.9})})
     step = replica_from_spec(spec).step
-    c = kv_fit_requests(step, 1024, 1024, "vllm") - 5
-    p = predict_with(step, 1024, 1024, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="trtllm")
+    c = kv_fit_requests(replica_with_step(step, Serving(engine="vllm")), 1024, 1024) - 5
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="trtllm")), 1024, 1024, c, requests_per_client=10**9, length_spread=0.2)
     sims = {}
     for engine in ("trtllm", "vllm"):
         s = spec.model_copy(update={"serving": spec.serving.model_copy(update={"engine": engine})})
@@ -92,8 +94,8 @@ def test_sglang_keeps_back_what_its_retractions_reset_new_token_ratio_to(monkeyp
     base = _benchmark(4096, 512)
     spec = base.model_copy(update={"serving": base.serving.model_copy(update={"engine": "sglang"})})
     step = replica_from_spec(spec).step
-    c = kv_fit_requests(step, 4096, 512, "sglang") + 40
-    p = predict_with(step, 4096, 512, c, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="sglang")
+    c = kv_fit_requests(replica_with_step(step, Serving(engine="sglang")), 4096, 512) + 40
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="sglang")), 4096, 512, c, requests_per_client=10**9, length_spread=0.2)
     running = []
 
     class Counting(engine_module.Engine):

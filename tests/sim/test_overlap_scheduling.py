@@ -1,4 +1,4 @@
-"""Engines that form the next iteration's batch while the current one runs (apmw.perf.scheduling):
+"""Engines that form the next iteration's batch while the current one runs (apmw.perf.serving_policy):
 a prompt arriving at a busy engine waits for the iteration already scheduled, one at an idle
 engine does not. The simulator and apmw predict price the same wait."""
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from apmw.perf import replica_with_step
+from apmw.spec import Serving
 from apmw.perf import replica_from_spec
-from apmw.predict import predict_with
+from apmw.capacity.benchmark import predict_with
 from apmw.sim import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -31,8 +33,9 @@ def test_a_busy_engine_makes_an_arriving_prompt_wait_one_more_iteration():
     # 64 clients with spread-out lengths: a returning prompt finds the next batch already formed
     step = replica_from_spec(_spec(True)).step
     kw = dict(requests_per_client=10**9, length_spread=0.2)
-    ahead = predict_with(step, 1024, 512, 64, 8192, 1024, overlap_scheduling=True, **kw)
-    plain = predict_with(step, 1024, 512, 64, 8192, 1024, overlap_scheduling=False, **kw)
+    ahead, plain = (predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024,
+                                                                 overlap_scheduling=o)), 1024, 512, 64, **kw)
+                    for o in (True, False))
     assert (ahead.iterations_scheduled_ahead, plain.iterations_scheduled_ahead) == (1, 0)
     simulated_extra = _ttft(True, 64) - _ttft(False, 64)
     # the prediction charges one whole mean iteration more (spread out, the mean iteration is the
@@ -46,7 +49,7 @@ def test_an_idle_engine_takes_an_arrival_at_once():
     # one client: its previous request has ended when the next prompt comes, so nothing is scheduled
     assert _ttft(True, 1) == pytest.approx(_ttft(False, 1), rel=1e-9)
     step = replica_from_spec(_spec(True)).step
-    one = [predict_with(step, 1024, 512, 1, 8192, 1024, requests_per_client=10**9, overlap_scheduling=o).ttft_s
+    one = [predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, overlap_scheduling=o)), 1024, 512, 1, requests_per_client=10**9).ttft_s
            for o in (True, False)]
     assert one[0] == one[1]
 
@@ -60,8 +63,7 @@ def test_a_lone_lock_step_group_comes_back_to_an_idle_engine():
     for overlap in (True, False):
         s = _spec(overlap, spread=0.0, isl=200, osl=200)
         ttft[overlap] = simulate(s, 4, duration_s=60, warmup_s=15, seed=1, start_together=True).to_dict()["ttft_s"]["mean"]
-        p = predict_with(replica(s).step, 200, 200, 4, 8192, 1024, requests_per_client=10**9, length_spread=0.0,
-                         overlap_scheduling=overlap)
+        p = predict_with(replica_with_step(replica(s).step, Serving(max_batched_tokens=8192, max_batch=1024, overlap_scheduling=overlap)), 200, 200, 4, requests_per_client=10**9, length_spread=0.0)
         assert p.lockstep_share == 1.0
         ttft[(overlap, "predict")] = p.ttft_s
     assert ttft[True] == pytest.approx(ttft[False], rel=1e-9)

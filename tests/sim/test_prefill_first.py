@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 import apmw.sim.engine as engine_module
+from apmw.perf import replica_with_step
+from apmw.spec import Serving
 from apmw.perf import IterationLoad, replica_from_spec
-from apmw.perf.scheduling import mixes_prefill_with_decode
-from apmw.predict import predict_with
+from apmw.perf.serving_policy import mixes_prefill_with_decode
+from apmw.capacity.benchmark import predict_with
 from apmw.sim import simulate
 from apmw.spec import spec_from_dict
 from tests.sim.helpers import spec
@@ -65,14 +67,13 @@ def test_equal_lengths_under_prefill_first_repeat_the_whole_wave_every_cycle():
         s = _benchmark(engine)
         sims[engine] = simulate(s, 32, duration_s=60, warmup_s=20, seed=1, start_together=True).to_dict()
     step = replica_from_spec(_benchmark("sglang")).step
-    p = predict_with(step, 1024, 512, 32, 8192, 1024, requests_per_client=10**9, length_spread=0.0, engine="sglang")
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="sglang")), 1024, 512, 32, requests_per_client=10**9, length_spread=0.0)
     assert p.lockstep_share == 1.0 and not p.prefill_mixed_with_decode
     assert sims["sglang"]["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.01)
     assert sims["sglang"]["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.01)
     # vLLM's mixed groups stay one packed iteration apart instead: a returning group waits for the
     # packed iteration already scheduled (the group before's) and its own, not for a whole wave
-    vllm = predict_with(replica_from_spec(_benchmark("vllm")).step, 1024, 512, 32, 8192, 1024,
-                        requests_per_client=10**9, length_spread=0.0, engine="vllm")
+    vllm = predict_with(replica_with_step(replica_from_spec(_benchmark("vllm")).step, Serving(max_batched_tokens=8192, max_batch=1024, engine="vllm")), 1024, 512, 32, requests_per_client=10**9, length_spread=0.0)
     assert sims["vllm"]["ttft_s"]["mean"] == pytest.approx(vllm.ttft_s, rel=0.05)
     assert sims["vllm"]["ttft_s"]["mean"] < 0.7 * sims["sglang"]["ttft_s"]["mean"]
 
@@ -82,9 +83,8 @@ def test_spread_out_prompts_stall_every_decoder_as_predicted():
     # prefill iterations; the simulator's TPOT (not a formula) is the reference
     s = _benchmark("sglang", 200, 200, spread=0.2)
     step = replica_from_spec(s).step
-    p = predict_with(step, 200, 200, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine="sglang")
-    mixed = predict_with(step, 200, 200, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2,
-                         engine="sglang", mixed_prefill=True)
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="sglang")), 200, 200, 64, requests_per_client=10**9, length_spread=0.2)
+    mixed = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine="sglang", mixed_prefill=True)), 200, 200, 64, requests_per_client=10**9, length_spread=0.2)
     sim = simulate(s, 64, duration_s=120, warmup_s=30, seed=1, start_together=True).to_dict()
     assert sim["tpot_s"]["mean"] == pytest.approx(p.tpot_s, rel=0.05)
     assert p.tpot_s > 1.15 * mixed.tpot_s
@@ -96,6 +96,6 @@ def test_one_output_token_queues_behind_every_other_prompt(engine):
     # (eight full iterations) every prompt waits for all the others
     s = _benchmark(engine, 1024, 1)
     step = replica_from_spec(s).step
-    p = predict_with(step, 1024, 1, 64, 8192, 1024, requests_per_client=10**9, length_spread=0.2, engine=engine)
+    p = predict_with(replica_with_step(step, Serving(max_batched_tokens=8192, max_batch=1024, engine=engine)), 1024, 1, 64, requests_per_client=10**9, length_spread=0.2)
     sim = simulate(s, 64, duration_s=60, seed=1, start_together=True).to_dict()
     assert sim["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.05)

@@ -20,7 +20,8 @@ import numpy as np
 
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
-from apmw.perf import IterationLoad, Replica, StepModel, build_step_model, memory_budget
+from apmw.perf import IterationLoad, Replica, StepModel, build_step_model
+from apmw.perf.replica import replica_memory
 from apmw.spec import Spec
 
 
@@ -46,8 +47,7 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
                             calibrated=type(replica.step) is not StepModel)
-    mem = memory_budget(replica.gpu.hbm_bytes, d.prefill_gpus, spec.serving.kv_memory_fraction, step.weight_bytes,
-                        spec.serving.workspace_bytes_per_gpu, fraction_of_free=spec.serving.engine == "trtllm")
+    mem = replica_memory(step, replica.policy)
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "
                         f"{d.prefill_gpus} x {replica.gpu.name}; give the prefill instance more GPUs")

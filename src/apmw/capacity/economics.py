@@ -1,11 +1,8 @@
-"""Power, agents per megawatt, energy and money per session, fleet size (MODEL.md section 6).
+"""Agents per megawatt, energy and money per session, fleet size (MODEL.md section 6).
 
-    P_gpu       = P_idle + (P_busy - P_idle) * utilisation * (0.33 + 0.67 * compute share)
-                  (perf/power.py: memory-bound decode draws a third of the range)
-    P_replica   = g * (P_gpu + P_host)                       modelled IT power
-    P_facility  = P_replica * PUE
-    provisioned = g * provisioned_kw_per_gpu                 (all-in nameplate, if given)
-                = g * (TDP + P_host_nameplate) * PUE         (otherwise)
+Replica power (modelled IT, facility and provisioned) is :class:`apmw.perf.PowerModel`'s, the
+one power formula; from it:
+
     agents/MW   = N* / (P_facility / 1e6)
     energy/session (IT, J)   = P_replica * R / N*
     cost/session (USD)       = P_facility * R / N* (in kWh) * price + g * gpu_hour_usd * R / N* / 3600
@@ -19,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from apmw.perf import Replica, activity_power_w
+from apmw.perf import GpuGroup, Replica
 from apmw.spec import Spec
 
 J_PER_KWH = 3.6e6
@@ -46,18 +43,12 @@ def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: fl
               engine_utilisation: float, compute_share: float, prefill_gpus: int = 0,
               prefill_utilisation: float = 0.0, prefill_compute_share: float = 1.0) -> Economics:
     """``prefill_gpus`` etc. describe a disaggregated prefill instance counted with the replica."""
-    p = spec.power
-    gpu_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, engine_utilisation,
-                                   compute_share))
-    prefill_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, prefill_utilisation,
-                                       prefill_compute_share))
+    power = replica.power
     g = replica.gpus + prefill_gpus
-    replica_w = replica.gpus * gpu_w + prefill_gpus * prefill_w + g * p.host_power_w_per_gpu
-    facility_w = replica_w * p.pue
-    if p.provisioned_kw_per_gpu is not None:
-        provisioned_w = g * p.provisioned_kw_per_gpu * 1000.0
-    else:
-        provisioned_w = g * (replica.gpu.tdp_w + p.host_nameplate_w_per_gpu) * p.pue
+    replica_w = power.it_power_w(GpuGroup(replica.gpus, engine_utilisation, compute_share),
+                                 GpuGroup(prefill_gpus, prefill_utilisation, prefill_compute_share))
+    facility_w = power.facility_power_w(replica_w)
+    provisioned_w = power.provisioned_power_w(g)
     per_session_s = task_latency_mean_s / agents if agents > 0 else math.inf
     it_j = replica_w * per_session_s
     facility_j = facility_w * per_session_s

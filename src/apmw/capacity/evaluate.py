@@ -30,10 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apmw.capacity.closed_loop import EngineCurve, LoopState, solve_at
+from apmw.capacity.closed_network import LoopState, solve_at
+from apmw.capacity.engine_curve import EngineCurve
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.sessions import SessionSample
-from apmw.perf.scheduling import iterations_scheduled_ahead
+from apmw.capacity.slo import SloVerdict, check_slo
+from apmw.perf.serving_policy import ServingPolicy, busy_arrival_wait_s
 from apmw.spec import Spec
 from apmw.spec.distribution import Z95
 
@@ -64,7 +66,8 @@ class Evaluation:
     session_throughput_per_s: float
     meets_latency: bool
     fits_memory: bool
-    # set by capacity.prefix_cache where contexts are freed at tool waits
+    slo: SloVerdict
+    # set by capacity.closed_loop where contexts are freed at tool waits
     freed_context_hit_rate: float | None = None
     prefill_tokens_per_session: float | None = None
     # set with disaggregated prefill: busy share of the prefill instance
@@ -117,8 +120,8 @@ def prefill_queue_wait(s: SessionSample, calls_per_s: float, per_prefill_token_s
     return mean, waits, rho
 
 
-def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float, agents: int,
-             prefill: PrefillStage | None = None) -> Evaluation:
+def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float,
+             agents: int, prefill: PrefillStage | None = None) -> Evaluation:
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
     (``curve`` must then be decode-only)."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
@@ -140,13 +143,12 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         t_base = t_pf - per_prefill_token * chunk
         # ... and waits for a batch slot, then behind the prompts that arrived before it
         prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
-                                                            t_base, spec.serving.max_batched_tokens, spec.seed)
+                                                            t_base, policy.token_budget, spec.seed)
         # a call that finds the engine busy waits for the iteration in flight (half of one on
         # average) and, where the engine schedules ahead, for the one already scheduled
-        # (apmw.perf.scheduling; the simulator does the same). With disaggregated prefill (below)
+        # (apmw.perf.serving_policy; the simulator does the same). With disaggregated prefill (below)
         # the prefill instance's own queue model stands in for it.
-        ahead = iterations_scheduled_ahead(spec.serving.engine, spec.serving.overlap_scheduling)
-        arrival_wait = loop.engine_utilisation * (0.5 + ahead) * loop.iteration_s
+        arrival_wait = loop.engine_utilisation * busy_arrival_wait_s(loop.iteration_s, policy.iterations_ahead)
         prefill_wait += arrival_wait
         ttft_wait = wq * s.call_queue_exp + prefill_waits + arrival_wait
     else:
@@ -175,10 +177,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     ttft_p95 = float(np.quantile(ttft, 0.95))
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
-    slo = spec.slo
-    meets = bool(p95 <= slo.task_latency_p95_s
-                 and (slo.ttft_p95_s is None or ttft_p95 <= slo.ttft_p95_s)
-                 and (slo.tpot_p95_s is None or tpot_p95 <= slo.tpot_p95_s))
+    verdict = check_slo(spec.slo, float(p95), ttft_p95, tpot_p95)
     return Evaluation(
         agents=agents, loop=loop,
         task_latency_mean_s=mean_r, task_latency_p50_s=float(p50), task_latency_p95_s=float(p95),
@@ -187,7 +186,7 @@ def evaluate(spec: Spec, s: SessionSample, curve: EngineCurve, kv_capacity_bytes
         ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
         kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
         session_throughput_per_s=agents / mean_r,
-        meets_latency=meets and (prefill_util is None or prefill_util < 1.0),
-        fits_memory=bool(kv_p95 <= kv_capacity_bytes),
+        meets_latency=verdict.meets and (prefill_util is None or prefill_util < 1.0),
+        fits_memory=bool(kv_p95 <= kv_capacity_bytes), slo=verdict,
         prefill_utilisation=prefill_util,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.prefix_cache import ClosedLoopModel, closed_loop_model
+from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model
 from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.search import SearchResult, search
@@ -61,6 +61,7 @@ class Plan:
             "agents_per_replica_max": self.search.agents,
             "binding_constraint": self.search.binding_constraint,
             "meets_slo": ev.meets_latency,
+            "slo_failed": list(ev.slo.failed),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s},
@@ -105,6 +106,7 @@ class Plan:
             "sources": {"gpu": r.gpu.source, "gpu_power": r.gpu.power_source, "model": r.arch.source,
                         "step_time": r.step.source_detail},
             "step_time_source": r.step.source,
+            "serving_policy": r.policy.to_dict(),
         }
 
 
@@ -116,7 +118,7 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
                 "lower-byte kv_dtype (fp8), or shorter contexts (summarisation).")
     parts = {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s, "tool": ev.tool_s,
              "kv_transfer": ev.kv_transfer_s}
-    top = max(parts, key=parts.get)
+    top = max(parts, key=lambda k: parts[k])
     detail = ", ".join(f"{k} {v:.1f} s" for k, v in parts.items() if v > 0)
     slo = spec.slo
     failures = []
@@ -154,6 +156,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
         if result.agents == 0:
             raise InfeasibleError(_explain_infeasible(spec, result))
         at = result.at_optimum
+        assert at is not None      # N* > 0 was checked above
     else:
         at = model.evaluate(agents)
     stage = model.prefill

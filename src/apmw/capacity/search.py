@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from apmw.capacity.evaluate import Evaluation
-from apmw.capacity.prefix_cache import ClosedLoopModel
+from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import Replica
 from apmw.spec import Spec
+from apmw.spec.model import MAX_BATCH_LIMIT
 
 # Searching beyond this many agents per replica means the workload barely uses the
 # engine (e.g. hour-long tool waits); we report the bound instead of looping on.
@@ -77,7 +78,7 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
     elif batch_full < BATCH_FULL_NEGLIGIBLE:
         binding = "slo"
     else:
-        unlimited = model.with_max_batch(max(spec.serving.max_batch, min(n_latency * 2 + 2, 65536)))
+        unlimited = model.with_max_batch(max(replica.policy.max_batch, min(n_latency * 2 + 2, MAX_BATCH_LIMIT)))
         n_unlimited = largest_passing(lambda n: unlimited.evaluate(n).meets_latency, limit=n_latency * 2 + 1)
         binding = "batch_limit" if n_unlimited > n_latency else "slo"
     return SearchResult(

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from apmw.arch import Architecture
+from apmw.perf import Replica
 from apmw.errors import ApmwError
 from apmw.spec import Spec
 
@@ -129,29 +129,30 @@ def default_session_count(spec: Spec) -> int:
     return int(np.clip(np.ceil(TARGET_CALLS / max(calls, 1.0)), SESSION_SAMPLES, MAX_SESSION_SAMPLES))
 
 
-def sample_sessions(spec: Spec, arch: Architecture, sessions: int | None = None,
+def sample_sessions(spec: Spec, replica: Replica, sessions: int | None = None,
                     seed: int | None = None, freed_contexts_hit: bool = False) -> SessionSample:
-    return _sample(spec, arch, sessions, seed, (freed_contexts_hit,))[0]
+    """Sample the spec's sessions as ``replica`` serves them (its architecture, its engine's token budget)."""
+    return _sample(spec, replica, sessions, seed, (freed_contexts_hit,))[0]
 
 
-def sample_session_pair(spec: Spec, arch: Architecture, sessions: int | None = None,
+def sample_session_pair(spec: Spec, replica: Replica, sessions: int | None = None,
                         seed: int | None = None) -> tuple[SessionSample, SessionSample]:
     """The same sessions priced with every freed context lost, and with every one found."""
-    miss, hit = _sample(spec, arch, sessions, seed, (False, True))
+    miss, hit = _sample(spec, replica, sessions, seed, (False, True))
     return miss, hit
 
 
-def _sample(spec: Spec, arch: Architecture, sessions: int | None, seed: int | None,
+def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None,
             variants: tuple[bool, ...]) -> list[SessionSample]:
     """Sample sessions; ``freed_contexts_hit`` prices contexts freed at a tool wait as prefix-cache hits.
 
     Under ``evict`` (and ``ttl`` past its limit) a context freed at a tool wait stays in
     the LRU prefix cache until evicted. The default prices every such context as lost
     (recomputed); ``freed_contexts_hit=True`` prices all of them as found. The same
-    seed draws the same sessions either way, so :mod:`apmw.capacity.prefix_cache`
+    seed draws the same sessions either way, so :mod:`apmw.capacity.closed_loop`
     can blend the two by the miss rate the cache's free memory implies.
     """
-    w, sv = spec.workload, spec.serving
+    w, sv, arch = spec.workload, spec.serving, replica.arch
     sessions = default_session_count(spec) if sessions is None else sessions
     rng = np.random.default_rng(spec.seed if seed is None else seed)
     kv_dtype = spec.model.kv_dtype
@@ -207,17 +208,18 @@ def _sample(spec: Spec, arch: Architecture, sessions: int | None, seed: int | No
 
     shared = float(w.system_prompt_tokens) if sv.prefix_caching else 0.0
     policy = sv.tool_wait_kv_policy
+    ttl_s = sv.ttl_s if sv.ttl_s is not None else 0.0     # set whenever policy is 'ttl' (apmw.spec.Serving)
     if not sv.prefix_caching:
         kept = np.zeros(n_calls, dtype=bool)       # every call is a fresh request
     elif policy in ("retain", "offload"):
         kept = ~first_in_session
     elif policy == "ttl":
-        kept = ~first_in_session & (wait_before <= sv.ttl_s)
+        kept = ~first_in_session & (wait_before <= ttl_s)
     else:                                          # evict
         kept = ~first_in_session & ~after_wait
     freed = (~kept & after_wait) if sv.prefix_caching else np.zeros(n_calls, dtype=bool)
     # how long each freed context waits in the LRU cache before its session returns
-    freed_s = (wait_before - (sv.ttl_s if policy == "ttl" else 0.0))[freed]
+    freed_s = (wait_before - (ttl_s if policy == "ttl" else 0.0))[freed]
     kept_calls = kept
     # a call after a summary re-prefills the summary text in its new position
     reprefill = new + new_resets * w.summary_tokens
@@ -231,7 +233,7 @@ def _sample(spec: Spec, arch: Architecture, sessions: int | None, seed: int | No
     if policy == "retain" and sv.prefix_caching:
         hold_s = wait_after
     elif policy == "ttl" and sv.prefix_caching:
-        hold_s = np.minimum(wait_after, sv.ttl_s)
+        hold_s = np.minimum(wait_after, ttl_s)
     else:
         hold_s = np.zeros(n_calls)
     offload_s = np.zeros(n_calls)
@@ -276,7 +278,7 @@ def _sample(spec: Spec, arch: Architecture, sessions: int | None, seed: int | No
         """The fields that depend on which contexts are found: prefill work and KV held while queued."""
         prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
                                   np.ones(extra_rows)))     # at least the token that starts generation
-        prefill_iters = np.ceil(prefill / sv.max_batched_tokens)
+        prefill_iters = np.ceil(prefill / replica.policy.token_budget)
         kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
         return dict(
             prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),

@@ -30,7 +30,10 @@ def _level_table(summary: dict, title: str) -> Table:
     for col in ("N", "tasks", "failed", "p50 s", "p95 s", "p99 s", "TTFT95 ms", "TPOT95 ms", "tasks/s", "batch",
                 "errors", "SLO"):
         t.add_column(col, justify="right")
-    ms = (lambda x: None if x is None else x * 1e3)
+
+    def ms(x):
+        return None if x is None else x * 1e3
+
     for lv in summary["levels"]:
         lat = lv["task_latency_s"]
         verdict = {True: "[green]met[/]", False: "[red]missed[/]", None: "-"}[lv["meets_slo"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import typer
@@ -29,8 +30,8 @@ def predict(
         help="instead of --concurrency: Poisson arrivals, requests/s per replica (vLLM bench serve "
              "--request-rate, MLPerf Server); a comma list sweeps them"),
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm (TensorRT-LLM also read)"),
-    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default 8192)"),
-    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (engine default)"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
         None, "--length-spread",
         help="width of the request-length distribution over its mean (0: all requests equal, as with "
@@ -43,7 +44,7 @@ def predict(
              "to measure yours, run concurrency 1 "
              "with a short prompt and subtract this prediction's TTFT at --request-overhead-ms 0"),
     requests_per_client: int = typer.Option(
-        10, "--requests-per-client",   # apmw.predict.DEFAULT_REQUESTS_PER_CLIENT (imported lazily)
+        10, "--requests-per-client",   # apmw.capacity.benchmark.DEFAULT_REQUESTS_PER_CLIENT (imported lazily)
         help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
              "(InferenceMAX: 10)"),
     mixed_prefill: Optional[bool] = typer.Option(
@@ -67,8 +68,8 @@ def predict(
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a serving benchmark: fixed concurrency (InferenceMAX
     style) or Poisson arrivals at a request rate."""
-    from apmw.predict import (DEFAULT_LENGTH_SPREAD, DEFAULT_TOKEN_BUDGET, KV_MEMORY_FRACTION, predict as run,
-                              predict_rate)
+    from apmw.capacity.benchmark import DEFAULT_LENGTH_SPREAD, predict as run
+    from apmw.capacity.open_loop import predict_rate
 
     if (concurrency is None) == (request_rate is None):
         fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "
@@ -76,10 +77,9 @@ def predict(
     by_rate = request_rate is not None
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
-    common = dict(engine=engine, token_budget=DEFAULT_TOKEN_BUDGET if token_budget is None else token_budget,
-                  max_batch=max_batch, calibrated=not roofline, mixed_prefill=mixed_prefill,
-                  overlap_scheduling=overlap_scheduling,
-                  kv_memory_fraction=KV_MEMORY_FRACTION if kv_memory_fraction is None else kv_memory_fraction,
+    common = dict(engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+                  mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
+                  kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype)
     try:
@@ -90,7 +90,7 @@ def predict(
                       length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
                       requests_per_client=requests_per_client, **common) for c in levels]
     except ApmwError as exc:
-        fail(str(exc))
+        fail(as_flags(str(exc)))
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
         _sweep(ps, levels, key, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
@@ -131,13 +131,26 @@ def _cap(p, engine: str) -> str:
     """Why the rest queue: the batch limit, or KV memory as the engine counts it."""
     if p.running_limited_by != "kv_memory":
         return "--max-batch"
-    from apmw.perf.calibrated import canonical_engine
-    from apmw.perf.scheduling import FULL_RESERVATION_ENGINES
+    from apmw.perf.serving_policy import FULL_RESERVATION_ENGINES, canonical_engine
 
     held = f"{p.kv_tokens_per_running_request:,.0f} KV tokens each"
     if canonical_engine(engine) in FULL_RESERVATION_ENGINES:
         return f"KV memory ({held}, reserved to the last token)"
     return f"KV memory ({held} on average; preemptions not priced)"
+
+
+# The library's parameter names and the flags that set them.
+FLAGS = {"tp": "--tp", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
+         "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
+         "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
+         "request_rate_per_s": "--request-rate"}
+
+
+def as_flags(message: str) -> str:
+    """A library error in this verb's terms: each parameter named by the flag that sets it."""
+    message = re.sub(r"request_overhead_s must be a non-negative number of seconds \(got ([^)]*)\)",
+                     r"--request-overhead-ms must be a non-negative number of milliseconds (got \1 s)", message)
+    return re.sub(r"(?<![\w-])(" + "|".join(FLAGS) + r")(?![\w-])", lambda m: FLAGS[m.group(1)], message)
 
 
 def _print_model_source(model: str) -> None:

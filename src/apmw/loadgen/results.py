@@ -147,7 +147,10 @@ def summarise_level(lvl: Level) -> dict:
     ttft = _stats([c["ttft_s"] for c in ok])
     tpot = _stats([c["tpot_s"] for c in ok if c["tpot_s"] is not None])
     latency = _stats([t["latency_s"] for t in done])
-    rate = (lambda n: n / measured_s if measured_s > 0 else None)
+
+    def rate(n):
+        return n / measured_s if measured_s > 0 else None
+
     slo = lvl.slo or {}
     meets = _meets(slo, latency, ttft, tpot, len(done))
     return {
@@ -232,7 +235,7 @@ def _decode_span(c: dict):
 
 def summarise(records: list[dict]) -> dict:
     """Summary of a whole results file: one entry per level, and the measured N* for a sweep."""
-    levels = [summarise_level(lvl) for lvl in sorted(levels_of(records).values(), key=lambda l: l.agents)]
+    levels = [summarise_level(lvl) for lvl in sorted(levels_of(records).values(), key=lambda lv: lv.agents)]
     passing = [lv["agents"] for lv in levels if lv["meets_slo"]]
     first_fail = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
     n_star = max((n for n in passing if first_fail is None or n < first_fail), default=0) if levels else None

@@ -38,8 +38,8 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, StepModel
+from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
-from apmw.spec.model import engine_key
 
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
@@ -52,40 +52,6 @@ _MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8block", "fp8"),
 _DENSE_DTYPE_OF_4BIT_MOE = "bf16"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _TP_SIZES = (1, 2, 4, 8)
-
-# Fixed cost per layer of one iteration, by engine: the small kernels of every layer (norms,
-# residual adds, activation and its quantisation, RoPE, attention metadata) whose launch and
-# tail latency the GEMM and attention tables leave out, and the engine's own per-iteration
-# work (sampling, scheduling) spread over them. Per layer, because the kernel count is:
-# aiconfigurator's mem_empirical_constant_latency of 3 us per access x ~4 small kernels a
-# layer is ~12 us (apmw.perf.efficiency.Efficiency.fixed_s). It was one figure per iteration
-# for any model until session 7, which charged an 80-layer 70B what a 36-layer gpt-oss pays.
-# vLLM: FITTED at 17 us on the InferenceMAX h100 gpt-oss-120b rows (36 layers, so 0.61 ms;
-# training split, `python bench/accuracy.py --fit`, score = median |TPOT| + median |throughput|
-# error), where the per-iteration form had fitted 0.5 ms; held out: the h200 rows and the dense
-# published runs (docs/accuracy.md). SGLang and TensorRT-LLM: ASSUMPTION, 28 us, the 1 ms per
-# iteration assumed before spread over the 36 layers the vLLM figure was fitted on; the MLPerf
-# TensorRT-LLM rows do not identify it (the fit runs to the grid edge and the held-out TPOT
-# error has the opposite sign). Both run more separate kernels per layer than vLLM's
-# torch.compile fusions leave (SGLang compiles nothing by default), so a larger floor is
-# plausible, not measured. On NVIDIA's NIM runs (TensorRT-LLM, held out) the per-layer form
-# fits the 32-layer 8B and the 80-layer 70B together at concurrency 1, which one figure per
-# iteration could not (tests/perf/test_accuracy_regression.py).
-ENGINE_OVERHEAD_S_PER_LAYER = {"vllm": 17e-6, "sglang": 28e-6, "trtllm": 28e-6}
-DEFAULT_ENGINE = "vllm"
-
-
-def canonical_engine(engine: str) -> str:
-    """apmw's name for an engine ("TensorRT-LLM" -> "trtllm", apmw.spec.model.ENGINE_SPELLINGS);
-    unknown names pass through unchanged (the caller's check reports them)."""
-    key = engine_key(engine)
-    return key if key in ENGINE_OVERHEAD_S_PER_LAYER else engine
-
-
-def engine_overhead_s(engine: str, layers: int) -> float:
-    """Fixed cost of one iteration of a ``layers``-layer model on ``engine`` (ENGINE_OVERHEAD_S_PER_LAYER)."""
-    return ENGINE_OVERHEAD_S_PER_LAYER[engine] * layers
-
 
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
 # The fused-MoE tables (vLLM 0.24 kernels, synthetic power-law 1.01 routing) reach 310-440
@@ -107,8 +73,6 @@ SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_p
 # so it keeps the measured fp8 table. Checked on MLPerf Offline rows: docs/accuracy.md.
 BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
 
-# vLLM's default CUDA-graph capture sizes: 1, 2, 4 and multiples of 8 up to 512.
-_GRAPH_MAX = 512
 
 
 def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str) -> str | None:
@@ -170,19 +134,6 @@ def _attn_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:
     return f"{_KV_DTYPE.get(kv_dtype.lower(), kv_dtype)}_{heads}_{kv_heads}_{arch.head_dim}"
 
 
-def intermediate_size(arch: Architecture) -> float:
-    """Dense MLP width recovered from the parameter count (gated MLP: 3 matrices).
-
-    matmul params = lm_head + layers * (attention + 3 * hidden * inter) + norms.
-    """
-    h, L = arch.hidden_size, arch.num_layers
-    lm_head = arch.vocab_size * h
-    attn = h * arch.num_heads * arch.head_dim * 2 + h * arch.num_kv_heads * arch.head_dim * 2
-    norms = L * 2 * h + h
-    linear = arch.active_params - arch.embedding_params - norms - lm_head
-    return round((linear / L - attn) / (3 * h))
-
-
 @dataclass(frozen=True)
 class _Curves:
     m: np.ndarray                 # token grid of the GEMM tables
@@ -220,7 +171,7 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
             moe_s = np.maximum(moe_s, flops / (SERVED_MOE_TFLOPS_PER_GPU * 1e12))
         mlp = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
     else:
-        inter = intermediate_size(arch) / g
+        inter = arch.dense_intermediate_size / g
         mlp = gemm_latency_s(t, dt, 2 * inter, h) + gemm_latency_s(t, dt, h, inter)
     layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes) + mlp
     lm_head = gemm_latency_s(t, "bf16" if dt == _DENSE_DTYPE_OF_4BIT_MOE and arch.moe_layers else dt,
@@ -251,13 +202,6 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
                    window=float(arch.sliding_window or 0), ctx_isl=isl,
                    ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
                    elementwise_s_per_token=elem_s, source=t.source)
-
-
-def graph_padded(decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
-    """Rows the GEMMs compute: decode-only batches round up to a CUDA-graph size."""
-    pure = (prefill <= 0) & (decode <= _GRAPH_MAX)
-    padded = np.where(decode <= 2, np.ceil(decode), np.where(decode <= 4, 4.0, np.ceil(decode / 8) * 8))
-    return np.where(pure, padded, decode + prefill)
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,26 @@
-"""Power drawn by a replica as a function of how busy its engine is (MODEL.md section 6).
+"""Power drawn by a replica at an operating point (MODEL.md section 6): the one power formula.
 
-    P_gpu = P_idle + (P_busy - P_idle) * utilisation
-    (phase-aware: utilisation * (0.33 + 0.67 * compute-bound share), see activity_power_w)
+    P_gpu       = P_idle + (P_busy - P_idle) * utilisation * (0.33 + 0.67 * compute-bound share)
+    P_replica   = sum over the replica's GPU groups of g * P_gpu  +  g_all * P_host   (modelled IT)
+    P_facility  = P_replica * PUE
+    provisioned = g_all * provisioned_kw_per_gpu                       (all-in, if given)
+                = g_all * (TDP + P_host_nameplate) * PUE               (otherwise)
 
-``utilisation`` is the fraction of wall-clock time the engine is running
-iterations. P_idle and P_busy come from the GPU catalogue (each with its cited
-source) or the spec's ``power`` section. The calibration issue refines "busy" by
-phase (decode draws well below TDP on H200, prefill closer to it).
+``utilisation`` is the fraction of wall-clock time the engine is running iterations and
+the compute-bound share the part of that time the roofline calls compute-bound. P_idle,
+P_busy and TDP come from the GPU catalogue (each with its cited source) or the spec's
+``power`` section; the host figures are ``apmw.spec.Power``'s. ``apmw plan`` (economics),
+``apmw simulate`` and ``apmw predict`` all call :meth:`PowerModel.it_power_w`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from apmw.catalog.gpus import GpuSpec
+from apmw.spec import Power
 
 # Share of the idle-to-busy range a GPU draws when it is busy but memory-bound (decode at
 # small batch): ML.ENERGY v3 measures an H100 at ~300 W decoding at batch 1 and ~600 W at
@@ -19,14 +28,6 @@ import numpy as np
 # (300 - 105) / (700 - 105) = 0.33. Fully compute-bound work (prefill) is taken to draw
 # the busy figure. Between the two, draw rises with the compute-bound share of the time.
 MEMORY_BOUND_ACTIVITY = 0.33
-# Host share of a node's wall power (CPUs, DRAM, NICs, fans, PSU loss) per 8-GPU node.
-# ASSUMPTION: 1.0 kW; validated only against MLPerf node power (docs/accuracy.md).
-HOST_W_PER_8_GPU_NODE = 1000.0
-
-
-def gpu_power_w(idle_w: float, busy_w: float, utilisation: float) -> float:
-    u = min(max(utilisation, 0.0), 1.0)
-    return idle_w + (busy_w - idle_w) * u
 
 
 def activity_power_w(idle_w: float, busy_w: float, utilisation, compute_share):
@@ -40,6 +41,52 @@ def activity_power_w(idle_w: float, busy_w: float, utilisation, compute_share):
     return idle_w + (busy_w - idle_w) * u * (MEMORY_BOUND_ACTIVITY + (1 - MEMORY_BOUND_ACTIVITY) * c)
 
 
-def node_power_w(gpus: int, gpu_w, host_w_per_8_gpus: float = HOST_W_PER_8_GPU_NODE):
-    """Wall power of the nodes holding ``gpus`` GPUs: the GPUs plus the host share."""
-    return gpus * np.asarray(gpu_w, dtype=float) + host_w_per_8_gpus * gpus / 8
+@dataclass(frozen=True)
+class GpuGroup:
+    """GPUs of one replica that share an operating point (the decode replica, a prefill instance)."""
+
+    gpus: int
+    utilisation: float        # share of wall-clock time busy
+    compute_share: float      # compute-bound share of the busy time
+
+
+@dataclass(frozen=True)
+class PowerModel:
+    """Per-GPU power figures of a replica and the facility's; watts."""
+
+    gpu_idle_w: float
+    gpu_busy_w: float
+    gpu_tdp_w: float
+    host_w_per_gpu: float
+    host_nameplate_w_per_gpu: float
+    pue: float
+    provisioned_kw_per_gpu: float | None
+
+    @classmethod
+    def of(cls, gpu: GpuSpec, power: Power | None = None) -> "PowerModel":
+        """The GPU's catalogue figures with the spec's ``power`` section over them (defaults: ``Power()``)."""
+        p = Power() if power is None else power
+        return cls(gpu_idle_w=gpu.idle_power_w if p.gpu_idle_power_w is None else p.gpu_idle_power_w,
+                   gpu_busy_w=gpu.busy_power_w if p.gpu_busy_power_w is None else p.gpu_busy_power_w,
+                   gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
+                   host_nameplate_w_per_gpu=p.host_nameplate_w_per_gpu, pue=p.pue,
+                   provisioned_kw_per_gpu=p.provisioned_kw_per_gpu)
+
+    def gpu_power_w(self, utilisation, compute_share):
+        """One GPU's draw at an operating point (vectorised)."""
+        return activity_power_w(self.gpu_idle_w, self.gpu_busy_w, utilisation, compute_share)
+
+    def it_power_w(self, *groups: GpuGroup) -> float:
+        """Modelled IT power of the replica's GPU groups plus their host share."""
+        gpus = sum(g.gpus for g in groups)
+        return float(sum(g.gpus * self.gpu_power_w(g.utilisation, g.compute_share) for g in groups)
+                     + gpus * self.host_w_per_gpu)
+
+    def facility_power_w(self, it_power_w: float) -> float:
+        return it_power_w * self.pue
+
+    def provisioned_power_w(self, gpus: int) -> float:
+        """Nameplate facility power budgeted for ``gpus`` GPUs."""
+        if self.provisioned_kw_per_gpu is not None:
+            return gpus * self.provisioned_kw_per_gpu * 1000.0
+        return gpus * (self.gpu_tdp_w + self.host_nameplate_w_per_gpu) * self.pue

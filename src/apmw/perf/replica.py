@@ -1,18 +1,28 @@
-"""Build a replica's step model and memory budget from a validated spec."""
+"""One resolved replica: the object every model of a deployment takes.
+
+A :class:`Replica` is a model copy on ``g`` GPUs with everything resolved: its architecture and
+GPU, its step model (calibrated, scaled or roofline, see ``step.source``), its memory budget, its
+serving policy (every engine default, :mod:`apmw.perf.serving_policy`) and its power model
+(:mod:`apmw.perf.power`). ``apmw plan``'s closed loop, ``apmw predict``'s benchmark and the
+simulator all read it; none re-derives a rule. Two constructors: :func:`replica_from_spec` for a
+validated spec and :func:`benchmark_replica` for a serving benchmark's handful of arguments.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from apmw.arch import Architecture, load_architecture
+from apmw.arch import Architecture, canonical_dtype, load_architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import ApmwError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
-from apmw.perf.calibrated import DEFAULT_ENGINE, CalibratedStepModel, calibration_gap
+from apmw.perf.calibrated import CalibratedStepModel, calibration_gap
+from apmw.perf.power import PowerModel
 from apmw.perf.scaled import scaled_step_model
+from apmw.perf.serving_policy import DEFAULT_ENGINE, ServingPolicy, resolve_policy
 from apmw.perf.step import StepModel
-from apmw.spec import GpuOverride, Spec
+from apmw.spec import GpuOverride, Power, Serving, Spec
 
 _GPU_FIELDS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "fp8_flops", "fp4_flops", "tdp_w",
                "idle_power_w", "busy_power_w", "scaleup_bw_bytes_per_s")
@@ -45,12 +55,12 @@ def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
 
 @dataclass(frozen=True)
 class Replica:
-    """A model copy on ``g`` GPUs: its step model, memory and power figures."""
+    """A model copy on ``g`` GPUs: its step model, memory, serving policy and power model."""
 
     step: StepModel
     memory: MemoryBudget
-    gpu_idle_power_w: float
-    gpu_busy_power_w: float
+    policy: ServingPolicy
+    power: PowerModel
 
     @property
     def kv_capacity_bytes(self) -> float:
@@ -68,6 +78,14 @@ class Replica:
     @property
     def gpus(self) -> int:
         return self.step.gpus
+
+    @property
+    def gpu_idle_power_w(self) -> float:
+        return self.power.gpu_idle_w
+
+    @property
+    def gpu_busy_power_w(self) -> float:
+        return self.power.gpu_busy_w
 
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
@@ -94,6 +112,38 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
                      efficiency=efficiency, attention_data_parallel=attention_data_parallel)
 
 
+def replica_memory(step: StepModel, policy: ServingPolicy) -> MemoryBudget:
+    """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it."""
+    return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.weight_bytes,
+                         policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free)
+
+
+class DoesNotFitError(ApmwError):
+    """The weights and workspace leave no KV memory on the replica."""
+
+
+def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_field: str,
+                fraction_field: str, dtype_field: str) -> None:
+    """Refuse a replica whose weights and workspace leave no KV memory, naming what would help
+    in the caller's terms (spec fields or API parameters)."""
+    if mem.fits:
+        return
+    g, gpu = step.gpus, step.gpu
+    ws = policy.workspace_bytes_per_gpu
+    need = step.weight_bytes + g * ws
+    per_gpu = gpu.hbm_bytes * (1.0 if policy.memory_fraction_of_free else policy.kv_memory_fraction) - ws
+    min_gpus = int(-(-step.weight_bytes // per_gpu)) + 1 if per_gpu > 0 else None
+    whole = memory_budget(gpu.hbm_bytes, g, 1.0, step.weight_bytes, ws)
+    hint = (f", a larger {fraction_field} (it is {policy.kv_memory_fraction:g} of the memory)"
+            if not policy.memory_fraction_of_free and whole.fits else "")
+    at_least = f" of at least {min_gpus}" if min_gpus else ""
+    raise DoesNotFitError(
+        f"{step.arch.name} does not fit: weights {step.weight_bytes / 1e9:.1f} GB + workspace "
+        f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "
+        f"usable, {need / 1e9:.1f} GB needed). Use more GPUs per replica ({gpus_field}{at_least}){hint}, "
+        f"a smaller {dtype_field}, or a larger GPU.")
+
+
 def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True) -> Replica:
     """A replica for the spec; its step model is ``calibrated`` where measured tables cover it.
 
@@ -110,17 +160,39 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
                             engine=spec.serving.engine, calibrated=calibrated,
                             attention_data_parallel=spec.serving.attention_data_parallel)
-    mem = memory_budget(gpu.hbm_bytes, g, spec.serving.kv_memory_fraction, step.weight_bytes,
-                        spec.serving.workspace_bytes_per_gpu, fraction_of_free=spec.serving.engine == "trtllm")
-    if not mem.fits:
-        need = step.weight_bytes + g * spec.serving.workspace_bytes_per_gpu
-        per_gpu = gpu.hbm_bytes * spec.serving.kv_memory_fraction - spec.serving.workspace_bytes_per_gpu
-        min_gpus = int(-(-step.weight_bytes // per_gpu)) + 1 if per_gpu > 0 else None
-        raise ApmwError(
-            f"{arch.name} does not fit: weights {step.weight_bytes / 1e9:.1f} GB + workspace leave no KV memory "
-            f"on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB usable, {need / 1e9:.1f} GB needed). "
-            f"Use more GPUs per replica (at least {min_gpus}), a smaller weight_dtype, or a larger GPU."
-        )
-    idle = spec.power.gpu_idle_power_w if spec.power.gpu_idle_power_w is not None else gpu.idle_power_w
-    busy = spec.power.gpu_busy_power_w if spec.power.gpu_busy_power_w is not None else gpu.busy_power_w
-    return Replica(step=step, memory=mem, gpu_idle_power_w=idle, gpu_busy_power_w=busy)
+    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes)
+    mem = replica_memory(step, policy)
+    _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))
+
+
+def replica_with_step(step: StepModel, serving: Serving | None = None, power: Power | None = None,
+                      request_overhead_s: float | None = None) -> Replica:
+    """A replica around a step model already built: ``serving``'s engine settings (default: vLLM's)
+    resolved for its GPU, its memory budget, and the GPU's power with ``power`` over it."""
+    policy = resolve_policy(Serving() if serving is None else serving, step.gpu.name, step.gpu.hbm_bytes,
+                            request_overhead_s)
+    mem = replica_memory(step, policy)
+    _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power))
+
+
+def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str, kv_dtype: str,
+                      serving: Serving | None = None, calibrated: bool = True,
+                      request_overhead_s: float | None = None) -> Replica:
+    """A replica for a serving benchmark: a model (config path or bundled name), a GPU, a tensor-parallel
+    size, dtypes and the engine's settings as a :class:`apmw.spec.Serving` (default: vLLM's).
+
+    Raises :class:`ApmwError` naming these parameters (``tp``, ``kv_memory_fraction``, ...).
+    """
+    serving = Serving() if serving is None else serving
+    arch = load_architecture(model)
+    spec_gpu = resolve_gpu(gpu) if not isinstance(gpu, GpuSpec) else gpu
+    if tp < 1:
+        raise ApmwError(f"tp must be at least 1 (got {tp})")
+    if arch.num_heads % tp:
+        raise ApmwError(f"tp {tp} does not divide {arch.name}'s {arch.num_heads} attention heads; vLLM, "
+                        f"SGLang and TensorRT-LLM shard heads evenly, so use a tp that divides {arch.num_heads}")
+    weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
+    step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=serving.engine, calibrated=calibrated)
+    return replica_with_step(step, serving, request_overhead_s=request_overhead_s)

@@ -24,16 +24,16 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
 **Prefill first** (SGLang's default, ``serving.engine: sglang`` unless
 ``serving.mixed_prefill``): an iteration carries either prompts (rule 1 for sequences still
 prefilling, then rule 2, the whole budget theirs) or, only when no prompt can run, every
-decode; never both (:mod:`apmw.perf.scheduling`).
+decode; never both (:mod:`apmw.perf.serving_policy`).
 
-**Reserved output** (:mod:`apmw.perf.scheduling`): rule 2 admits a sequence only if the pool
+**Reserved output** (:mod:`apmw.perf.serving_policy`): rule 2 admits a sequence only if the pool
 can also hold a share of every running sequence's remaining output, and of its own.
 TensorRT-LLM (``GUARANTEED_NO_EVICT``) reserves all of it, so nothing is ever preempted;
 vLLM nothing; SGLang its ``new_token_ratio``: 0.7 at the start, a step lower every decode
 iteration down to 0.098, and reset after each preemption (retraction) to what the running
 sequences have decoded so far, plus 20 steps each, over their output lengths.
 
-**Scheduled ahead** (:mod:`apmw.perf.scheduling`; ``serving.overlap_scheduling``): vLLM's
+**Scheduled ahead** (:mod:`apmw.perf.serving_policy`; ``serving.overlap_scheduling``): vLLM's
 async scheduling and SGLang's and TensorRT-LLM's overlap schedulers form the next iteration's
 batch while the current one runs, so a busy engine's iteration takes only the sequences that
 had arrived when the iteration before it started; an idle engine takes an arrival at once.
@@ -58,9 +58,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
-from apmw.perf.scheduling import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
+from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
                                   SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS,
-                                  iterations_scheduled_ahead, mixes_prefill_with_decode,
                                   reserved_output_share)
 from apmw.sim.kvcache import BlockPool
 from apmw.spec import Serving
@@ -179,16 +178,17 @@ class Engine:
         self.step = step
         self.arch = step.arch
         self.kv_dtype = step.kv_dtype
-        self.max_batch = serving.max_batch
-        self.max_tokens = serving.max_batched_tokens
-        self.prefill_first = not mixes_prefill_with_decode(serving.engine, serving.mixed_prefill)
+        policy = replica.policy
+        self.max_batch = policy.max_batch
+        self.max_tokens = policy.token_budget
+        self.prefill_first = not policy.mixed_prefill
         # the share of the running sequences' remaining output kept back at admission; SGLang's
         # adapts (new_token_ratio): from 0.7 down a step per decode iteration, reset on retraction
         self.adaptive_share = serving.engine == "sglang"
         self.reserved_share = reserved_output_share(serving.engine)
         if self.adaptive_share:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-        self.ahead = iterations_scheduled_ahead(serving.engine, serving.overlap_scheduling)
+        self.ahead = policy.iterations_ahead
         self._last_start_s = 0.0          # when the iteration that ended last began
         self.caching = serving.prefix_caching
         kv_block_bytes = step.kv_bytes_per_token * BLOCK_TOKENS
@@ -452,7 +452,7 @@ class Engine:
         r = self.running
         if self.prefill_first:
             # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is
-            # one, decoding only when there is none (apmw.perf.scheduling)
+            # one, decoding only when there is none (apmw.perf.serving_policy)
             n = self._schedule(decodes=False)
             if not (n > 0).any():
                 n = self._schedule(prompts=False, admit=False)

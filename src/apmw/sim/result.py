@@ -61,6 +61,9 @@ class SimResult:
     sessions_per_s: float | None
     slo_p95_s: float | None
     meets_slo: bool | None
+    compute_bound_share: float = 0.0   # compute-bound share of the busy time (drives power)
+    slo_failed: tuple = ()          # the SLOs missed (apmw.capacity.slo names), empty when met
+    serving_policy: dict = field(default_factory=dict)   # the engine settings simulated (apmw.perf.ServingPolicy)
     timeseries: dict = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -77,7 +80,7 @@ class SimResult:
             "decode_batch_mean": self.decode_batch_mean, "running_batch_mean": self.running_batch_mean,
             "kv_tokens_resident_mean": self.kv_tokens_resident_mean, "kv_tokens_capacity": self.kv_tokens_capacity,
             "kv_blocks_capacity": self.kv_blocks_capacity, "kv_blocks_used_max": self.kv_blocks_used_max,
-            "engine_utilisation": self.engine_utilisation,
+            "engine_utilisation": self.engine_utilisation, "compute_bound_share": self.compute_bound_share,
             "preemptions": self.preemptions, "prefix_hit_rate": self.prefix_hit_rate,
             "prefill_tokens": self.prefill_tokens, "decode_tokens": self.decode_tokens,
             "generated_tokens": self.generated_tokens, "output_tokens_completed": self.output_tokens_completed,
@@ -87,6 +90,7 @@ class SimResult:
             "replica_power_w": self.replica_power_w, "energy_j": self.energy_j,
             "energy_per_task_j": self.energy_per_task_j, "sessions_per_s": self.sessions_per_s,
             "slo_task_latency_p95_s": self.slo_p95_s, "meets_slo": self.meets_slo,
+            "slo_failed": list(self.slo_failed), "serving_policy": self.serving_policy,
             "wall_s": self.wall_s,
         }
         if timeseries:

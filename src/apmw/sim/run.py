@@ -9,7 +9,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
-from apmw.perf import Replica, activity_power_w, replica_from_spec
+from apmw.capacity.slo import check_slo
+from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import Engine
 from apmw.sim.result import SimResult, percentiles
@@ -21,24 +22,6 @@ DEFAULT_WARMUP_SHARE = 0.2
 TIMESERIES_POINTS = 400
 
 
-def _power(spec: Spec, replica: Replica, utilisation: float, compute_share: float) -> float:
-    """Replica IT power, as apmw.capacity.economics computes it: the phase-aware GPU model
-    (memory-bound busy time draws a third of the idle-to-busy range) plus the host share."""
-    gpu_w = float(activity_power_w(replica.gpu_idle_power_w, replica.gpu_busy_power_w, utilisation, compute_share))
-    return replica.gpus * (gpu_w + spec.power.host_power_w_per_gpu)
-
-
-def _meets(spec: Spec, lat: dict, ttft: dict, tpot: dict) -> bool:
-    """The spec's SLO: task-latency p95, and TTFT / TPOT p95 where given (as apmw plan checks)."""
-    slo = spec.slo
-    ok = lat["p95"] is not None and lat["p95"] <= slo.task_latency_p95_s
-    if slo.ttft_p95_s is not None:
-        ok = ok and ttft["p95"] is not None and ttft["p95"] <= slo.ttft_p95_s
-    if slo.tpot_p95_s is not None:
-        ok = ok and (tpot["p95"] is None or tpot["p95"] <= slo.tpot_p95_s)
-    return bool(ok)
-
-
 def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, seed: int, duration_s: float,
             warmup_s: float, window_s: float, latency: list[float], ttft: list[float], tpot: list[float],
             tasks: dict, wall_s: float, tool_s: list[float] | None = None,
@@ -46,11 +29,13 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
     st = eng.stats
     win = max(window_s, 1e-12)
     util = min(st.busy_s / win, 1.0)
-    power = _power(spec, replica, util, st.compute_bound_s / st.busy_s if st.busy_s > 0 else 0.0)
+    compute_share = st.compute_bound_s / st.busy_s if st.busy_s > 0 else 0.0
+    power = replica.power.it_power_w(GpuGroup(replica.gpus, util, compute_share))
     lat = percentiles(latency)
     x = agents / lat["mean"] if mode == "closed_loop" and lat["mean"] else (
         len(latency) / win if mode == "open_loop" else None)
     slo = spec.slo.task_latency_p95_s if mode == "closed_loop" else None
+    verdict = check_slo(spec.slo, lat["p95"], percentiles(ttft)["p95"], percentiles(tpot)["p95"])
     samples = np.array(st.samples, dtype=float).reshape(-1, 3)
     kv_per_token = replica.step.kv_bytes_per_token
     return SimResult(
@@ -69,7 +54,9 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         spills=st.spills, rejected_calls=st.rejected_calls, iterations=st.iterations,
         replica_power_w=power, energy_j=power * window_s,
         energy_per_task_j=power / x if x else None, sessions_per_s=x,
-        slo_p95_s=slo, meets_slo=_meets(spec, lat, percentiles(ttft), percentiles(tpot)) if slo is not None else None,
+        slo_p95_s=slo,
+        meets_slo=verdict.meets if slo is not None else None,
+        compute_bound_share=compute_share, slo_failed=verdict.failed if slo is not None else (), serving_policy=replica.policy.to_dict(),
         timeseries={"t_s": samples[:, 0].tolist(), "decode_batch": samples[:, 1].tolist(),
                     "kv_tokens": samples[:, 2].tolist()},
         wall_s=wall_s,

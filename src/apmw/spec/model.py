@@ -53,6 +53,11 @@ def engine_key(engine: object) -> object:
     return ENGINE_SPELLINGS.get(key, key)
 
 
+# Running sequences per iteration apmw models at most: engines cap theirs in the thousands
+# (TensorRT-LLM's default max_batch_size is 2048), and the closed loop sizes arrays by it.
+MAX_BATCH_LIMIT = 65536
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -182,10 +187,15 @@ class Serving(_Section):
         "false for older vLLM or --no-async-scheduling; SGLang --disable-overlap-schedule; TensorRT-LLM's legacy "
         "engine backend]",
     )
-    max_batch: int = Field(default=256, ge=1, description="running sequences per iteration [max_num_seqs]")
-    max_batched_tokens: int = Field(
-        default=8192, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]"
-    )
+    max_batch: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH_LIMIT,
+        description="running sequences per iteration [max_num_seqs]; unset: the engine's default for the GPU "
+        "(vLLM 1024 on >=70 GiB GPUs other than A100, else 256; SGLang and TensorRT-LLM 2048: "
+        "apmw.perf.serving_policy)")
+    max_batched_tokens: int | None = Field(
+        default=None, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]; "
+        "unset: the engine's default for the GPU (vLLM 8192 on >=70 GiB GPUs other than A100, else 2048; "
+        "SGLang and TensorRT-LLM 8192)")
     kv_memory_fraction: float = Field(
         default=0.9, gt=0, le=1, description="share of HBM the engine may use [gpu_memory_utilization]"
     )

@@ -10,7 +10,7 @@ over one request cycle:
 
 * running requests ``R = min(C, max_batch, KV fits)``, where a running request holds
   ``isl + osl/2`` of KV on average in engines that admit by need (vLLM, SGLang) and
-  ``isl + osl`` in TensorRT-LLM, which reserves to the end (:mod:`apmw.perf.scheduling`;
+  ``isl + osl`` in TensorRT-LLM, which reserves to the end (:mod:`apmw.perf.serving_policy`;
   the recompute of requests preempted at that limit is not priced); the other ``C - R`` queue, and
   each queued request waits ``(C/R - 1)`` request lifetimes (closed loop, FIFO);
 * a benchmark client starts every request at once, and whether the requests stay in
@@ -29,7 +29,7 @@ over one request cycle:
   ``R*isl / chunk`` mixed iterations and the rest are pure decode, so the time per output
   token is the cycle-weighted mean of the two; TTFT = half an iteration of arrival wait
   + one more where the engine schedules ahead (all three do by default: vLLM's async
-  scheduling, SGLang's and TensorRT-LLM's overlap schedulers, :mod:`apmw.perf.scheduling`)
+  scheduling, SGLang's and TensorRT-LLM's overlap schedulers, :mod:`apmw.perf.serving_policy`)
   + the ``n`` mixed iterations (+ queue wait when prefill-bound);
 * in lock step: each prompt waits half a decode iteration, the iteration already scheduled
   (mostly the group before's packed one) and its group's packed iteration; a request decodes
@@ -39,7 +39,7 @@ over one request cycle:
   the remainder: :func:`wave_mean_ttft_s`), weighs ``1/requests_per_client`` of the mean
   (InferenceMAX sends ``10 x concurrency`` prompts: its benchmark scripts'
   ``--num-prompts $((CONC * 10))``);
-* engines that run prefill alone and first (SGLang's default; :mod:`apmw.perf.scheduling`)
+* engines that run prefill alone and first (SGLang's default; :mod:`apmw.perf.serving_policy`)
   give a prompt the whole budget and stall every decoder for its prefill iterations
   (:func:`_prefill_first`); with equal lengths nobody decodes until the whole wave is
   prefilled, so every cycle repeats the first wave.
@@ -59,41 +59,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from apmw.arch import canonical_dtype, load_architecture
 from apmw.errors import ApmwError
-from apmw.perf import (IterationLoad, StepModel, activity_power_w, build_step_model, memory_budget, node_power_w,
-                       resolve_gpu)
-from apmw.perf.calibrated import ENGINE_OVERHEAD_S_PER_LAYER, canonical_engine
-from apmw.perf.scheduling import iterations_scheduled_ahead, kv_tokens_per_running_request, mixes_prefill_with_decode
-
-# Engine defaults that shape a fixed-concurrency run (each cited):
-# token budget per iteration: vLLM V1 max_num_batched_tokens=8192 for the API server on
-# >=70 GiB GPUs (vllm/engine/arg_utils.py, EngineArgs._set_default_args); TensorRT-LLM
-# max_num_tokens=8192 (trtllm-serve default); SGLang chunked_prefill_size=8192 on
-# H100/H200-class GPUs (sglang/srt/server_args.py).
-DEFAULT_TOKEN_BUDGET = 8192
-# Running-sequence limit: vLLM V1 max_num_seqs=1024 on >=70 GiB GPUs (same function),
-# SGLang and TensorRT-LLM size theirs from memory (TRT-LLM max_batch_size default 2048).
-DEFAULT_MAX_BATCH = {"vllm": 1024, "sglang": 2048, "trtllm": 2048}
-# Share of HBM the engine may use (vLLM gpu_memory_utilization 0.9, its default for most of its
-# history and in every vLLM run in bench/data; vLLM PR #38284, April 2026, raised it to 0.92:
-# vllm/config/cache.py CacheConfig.gpu_memory_utilization) and per-GPU workspace
-# (aiconfigurator systems/h200_sxm.yaml other_mem 3.5 GiB), as in the Serving spec.
-# `--kv-memory-fraction` overrides it (engine meanings: kv_pool_bytes).
-KV_MEMORY_FRACTION = 0.9
-WORKSPACE_BYTES_PER_GPU = 3.5 * 2**30
-
-
-# Client-observed time to first token outside the engine's iterations: HTTP, chat
-# template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
-# from the published range, not a fit: NVIDIA NIM with a local AIPerf client about 1.4 ms
-# (its concurrency-1 rows less the predicted prefill), InferenceMAX's harness 12.5 ms
-# (fitted with the served MoE ceiling, bench/accuracy.py HARNESS_OVERHEAD_S), NVIDIA's silicon
-# runs of MiniMax-M2.5 on vLLM 0.16 (H200, TP 4; bench/data) a median 30 ms over apmw's
-# engine-only TTFT (15 runs, session 9), GPUStack's Qwen3-8B on H100 about 50 ms (vLLM 0.11),
-# 20 ms (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill (docs/accuracy.md). `--request-overhead-ms` overrides it; an
-# in-process harness (MLPerf LoadGen, trtllm-bench) has none.
-REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
+from apmw.perf import GpuGroup, IterationLoad, Replica, StepModel, benchmark_replica
+from apmw.perf.serving_policy import ENGINES, busy_arrival_wait_s, canonical_engine
+from apmw.spec import Serving
 
 # How much request lengths vary, as the width of their distribution over the mean
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
@@ -126,18 +95,18 @@ class Prediction:
     queued_requests: int
     # what caps the running requests: "concurrency" (nobody queues), "max_batch" or "kv_memory"
     running_limited_by: str
-    kv_tokens_per_running_request: float   # what the engine counts per running request (apmw.perf.scheduling)
+    kv_tokens_per_running_request: float   # what the engine counts per running request (apmw.perf.serving_policy)
     decode_iteration_s: float
     mixed_iteration_s: float
     mixed_iteration_share: float      # share of iterations that carry prompt tokens
     lockstep_share: float             # 1: requests move in lock-step groups (equal lengths); 0: spread out
     prompts_arrive: str               # "in lock-step groups" (lockstep_share >= 0.5) or "spread out"
     # True: prompt chunks ride beside the decodes (vLLM, TensorRT-LLM); False: prefill iterations
-    # run alone and first (SGLang's default; apmw.perf.scheduling)
+    # run alone and first (SGLang's default; apmw.perf.serving_policy)
     prefill_mixed_with_decode: bool
     # the engine's setting: 1 when it forms the next iteration's batch while the current one runs
     # (vLLM async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), so a prompt arriving
-    # at a busy engine waits one more iteration; 0 when it joins the next (apmw.perf.scheduling).
+    # at a busy engine waits one more iteration; 0 when it joins the next (apmw.perf.serving_policy).
     # The wait charged is less where nothing is in flight (concurrency 1, a lock-step group coming
     # back to an idle engine) or where prompts queue for the budget anyway (prefill-bound).
     iterations_scheduled_ahead: int
@@ -149,198 +118,144 @@ class Prediction:
     ttft_parts_s: dict
     source: str
     source_detail: str
+    # the engine settings the prediction assumed, every default resolved (apmw.perf.ServingPolicy)
+    serving_policy: dict
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
     # and output tokens per joule of it; filled by predict(), None from predict_with().
     replica_power_w: float | None = None
     output_tokens_per_j: float | None = None
+    # the operating point that power was priced at: share of time busy, compute-bound share of that
+    engine_busy_share: float | None = None
+    compute_bound_share: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
-            concurrency: int, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
+            concurrency: int, engine: str = "vllm", token_budget: int | None = None,
             max_batch: int | None = None, calibrated: bool = True,
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
-            overlap_scheduling: bool | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
+            overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
-    ``requests_per_client`` is the benchmark's prompt count over its concurrency (InferenceMAX:
-    10); the first wave, which arrives all at once, weighs ``1 / requests_per_client`` of TTFT.
-    ``mixed_prefill`` overrides whether the engine mixes prompt chunks into decode iterations
-    (None: the engine's default, :func:`apmw.perf.scheduling.mixes_prefill_with_decode`), and
-    ``overlap_scheduling`` whether it forms the next iteration's batch while the current one runs
-    (None: the engine's default, :func:`apmw.perf.scheduling.iterations_scheduled_ahead`).
-    ``kv_memory_fraction`` is the engine's memory setting as :func:`kv_pool_bytes` reads it.
+    The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
+    ``overlap_scheduling``, ``kv_memory_fraction``, ``request_overhead_s``) default to the engine's
+    own for the GPU (:mod:`apmw.perf.serving_policy`). ``requests_per_client`` is the benchmark's
+    prompt count over its concurrency (InferenceMAX: 10); the first wave, which arrives all at
+    once, weighs ``1 / requests_per_client`` of TTFT.
     """
     if requests_per_client < 1:
-        raise PredictError(f"--requests-per-client must be at least 1 (got {requests_per_client})")
+        raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
+    check_request_lengths(isl, osl, concurrency)
+    replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
+                                    token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
+                                    overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
+                                    request_overhead_s=request_overhead_s)
+    p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
+                     request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
+    return with_power(replica, p, isl, osl)
+
+
+def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
+                          engine: str = "vllm", calibrated: bool = True, *, token_budget: int | None = None,
+                          max_batch: int | None = None, mixed_prefill: bool | None = None,
+                          overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
+                          request_overhead_s: float | None = None) -> Replica:
+    """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults."""
     engine = canonical_engine(engine)
-    _check(tp, isl, osl, concurrency, engine, token_budget)
-    step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
-    overhead_s = _request_overhead_s(engine, request_overhead_s)
-    p = predict_with(step, isl, osl, concurrency, token_budget,
-                     DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch,
-                     requests_per_client=requests_per_client, request_overhead_s=overhead_s,
-                     length_spread=length_spread, engine=engine, mixed_prefill=mixed_prefill,
-                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction)
-    return _with_power(step, spec_gpu, p, isl, osl, token_budget)
+    if engine not in ENGINES:
+        raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINES)}")
+    for name, v in (("token_budget", token_budget), ("max_batch", max_batch)):
+        if v is not None and v < 1:
+            raise PredictError(f"{name} must be at least 1 (got {v})")
+    if kv_memory_fraction is not None and not 0 < kv_memory_fraction <= 1:
+        raise PredictError(f"kv_memory_fraction must be in (0, 1] (got {kv_memory_fraction:g}); it is the "
+                           f"engine's memory share, e.g. vLLM --gpu-memory-utilization 0.9")
+    if request_overhead_s is not None and not request_overhead_s >= 0:
+        raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
+    settings: dict[str, object] = {"engine": engine, "max_batched_tokens": token_budget, "max_batch": max_batch,
+                "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling}
+    if kv_memory_fraction is not None:
+        settings["kv_memory_fraction"] = kv_memory_fraction
+    replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, Serving.model_validate(settings), calibrated,
+                                request_overhead_s)
+    _check_window(replica, isl, osl)
+    return replica
 
 
-def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
-                 request_rate_per_s: float, engine: str = "vllm", token_budget: int = DEFAULT_TOKEN_BUDGET,
-                 max_batch: int | None = None, calibrated: bool = True,
-                 request_overhead_s: float | None = None, mixed_prefill: bool | None = None,
-                 overlap_scheduling: bool | None = None, kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
-    """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
-    (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`.
-
-    The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
-    """
-    engine = canonical_engine(engine)
-    _check(tp, isl, osl, 1, engine, token_budget)
-    if not request_rate_per_s > 0:
-        raise PredictError(f"--request-rate must be positive (got {request_rate_per_s:g} requests/s)")
-    step, spec_gpu = _replica_step(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated)
-    overhead_s = _request_overhead_s(engine, request_overhead_s)
-    p = predict_open_loop(step, isl, osl, request_rate_per_s, token_budget,
-                          DEFAULT_MAX_BATCH[engine] if max_batch is None else max_batch, engine=engine,
-                          mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
-                          kv_memory_fraction=kv_memory_fraction)
-    # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
-    # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
-    busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
-    p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s,
-                ttft_parts_s={**p.ttft_parts_s, "request_overhead": overhead_s})
-    return _with_power(step, spec_gpu, p, isl, osl, token_budget, busy_share)
-
-
-def _request_overhead_s(engine: str, request_overhead_s: float | None) -> float:
-    overhead_s = REQUEST_OVERHEAD_S[engine] if request_overhead_s is None else request_overhead_s
-    if overhead_s < 0:
-        raise PredictError(f"--request-overhead-ms must not be negative (got {overhead_s * 1e3:g})")
-    return overhead_s
-
-
-def _replica_step(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
-                  engine: str, calibrated: bool):
-    arch = load_architecture(model)
-    _check_model(arch, tp, isl, osl)
-    spec_gpu = resolve_gpu(gpu)
-    weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
-    return build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=engine, calibrated=calibrated), spec_gpu
-
-
-def _with_power(step: StepModel, spec_gpu, p: Prediction, isl: int, osl: int, token_budget: int,
-                busy_share: float = 1.0) -> Prediction:
+def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> Prediction:
     """Fill the phase-aware replica power (GPUs plus host share) and output tokens per joule.
 
     ``busy_share`` is the share of time the engine has work (1 in a closed loop); the GPUs
     draw their idle power the rest of the time.
     """
-    busy_w = replica_power_w(step, p, isl, osl, spec_gpu.idle_power_w, spec_gpu.busy_power_w,
-                             token_budget) / step.gpus
-    gpu_w = busy_share * busy_w + (1.0 - busy_share) * spec_gpu.idle_power_w
-    power_w = float(node_power_w(step.gpus, gpu_w))
-    throughput = p.output_tokens_per_s_per_gpu * step.gpus
-    return replace(p, replica_power_w=power_w, output_tokens_per_j=throughput / power_w)
+    compute = compute_bound_share(replica, p, isl, osl)
+    power_w = replica.power.it_power_w(GpuGroup(replica.gpus, busy_share, compute))
+    throughput = p.output_tokens_per_s_per_gpu * replica.gpus
+    return replace(p, replica_power_w=power_w, output_tokens_per_j=throughput / power_w, engine_busy_share=busy_share,
+                   compute_bound_share=compute)
 
 
-def _check(tp: int, isl: int, osl: int, concurrency: int, engine: str, token_budget: int) -> None:
-    for name, v in (("--tp", tp), ("--isl", isl), ("--osl", osl), ("--concurrency", concurrency),
-                    ("--token-budget", token_budget)):
+def check_request_lengths(isl: int, osl: int, concurrency: int) -> None:
+    for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
         if v < 1:
             raise PredictError(f"{name} must be at least 1 (got {v})")
-    if engine not in ENGINE_OVERHEAD_S_PER_LAYER:
-        raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")
 
 
-def _check_model(arch, tp: int, isl: int, osl: int) -> None:
-    """What the engines themselves refuse: uneven head sharding, requests longer than the model's window."""
-    if arch.num_heads % tp:
-        raise PredictError(f"--tp {tp} does not divide {arch.name}'s {arch.num_heads} attention heads; vLLM, "
-                           f"SGLang and TensorRT-LLM shard heads evenly, so use a --tp that divides {arch.num_heads}")
+def _check_window(replica: Replica, isl: int, osl: int) -> None:
+    """What the engines themselves refuse: requests longer than the model's window."""
+    arch = replica.arch
     if arch.max_context_tokens and isl + osl > arch.max_context_tokens:
-        raise PredictError(f"--isl + --osl = {isl + osl:,} tokens exceeds {arch.name}'s context window of "
+        raise PredictError(f"isl + osl = {isl + osl:,} tokens exceeds {arch.name}'s context window of "
                            f"{arch.max_context_tokens:,} tokens (max_position_embeddings in its config.json); "
-                           f"shorten --isl/--osl, or pass a config.json whose window is extended")
+                           f"shorten isl/osl, or pass a config.json whose window is extended")
 
 
-def kv_pool_bytes(step: StepModel, engine: str = "vllm", kv_memory_fraction: float = KV_MEMORY_FRACTION) -> float:
-    """The replica's KV pool.
-
-    ``kv_memory_fraction`` is the engine's own memory setting, read as the engine reads it.
-    vLLM and SGLang give the KV pool what is left of a share of the whole HBM
-    (``gpu_memory_utilization`` / ``mem_fraction_static``); TensorRT-LLM gives it a share
-    of the memory left after weights and activations (``KvCacheConfig.free_gpu_memory_fraction``,
-    default 0.9: TensorRT-LLM docs, "How to Change KV Cache Behavior"), which is more.
-    """
-    if not 0 < kv_memory_fraction <= 1:
-        raise PredictError(f"--kv-memory-fraction must be in (0, 1] (got {kv_memory_fraction:g}); it is the "
-                           f"engine's memory share, e.g. vLLM --gpu-memory-utilization 0.9")
-    mem = memory_budget(step.gpu.hbm_bytes, step.gpus, kv_memory_fraction, step.weight_bytes,
-                        WORKSPACE_BYTES_PER_GPU, fraction_of_free=engine == "trtllm")
-    if not mem.fits:
-        # TensorRT-LLM's share is of what the weights leave, so only the whole memory can be short; for
-        # the others a larger share helps where the weights and workspace fit in all of the memory
-        whole = memory_budget(step.gpu.hbm_bytes, step.gpus, 1.0, step.weight_bytes, WORKSPACE_BYTES_PER_GPU)
-        share = "" if engine == "trtllm" else f"{kv_memory_fraction:g} of "
-        hint = ", a larger --kv-memory-fraction" if share and whole.fits else ""
-        raise PredictError(f"{step.arch.name} ({step.weight_bytes / 1e9:.0f} GB of weights) does not fit in "
-                           f"{share}{step.gpus} x {step.gpu.name}'s memory with "
-                           f"{WORKSPACE_BYTES_PER_GPU / 2**30:.1f} GiB of workspace per GPU; use a larger --tp"
-                           f"{hint} or a smaller --weight-dtype")
-    return mem.kv_capacity_bytes
-
-
-def kv_fit_requests(step: StepModel, isl: int, osl: int, engine: str = "vllm", full_length: bool = False,
-                    kv_memory_fraction: float = KV_MEMORY_FRACTION) -> int:
-    """How many requests run at once before the KV pool is full.
+def kv_fit_requests(replica: Replica, isl: int, osl: int, full_length: bool = False) -> int:
+    """How many requests run at once before the replica's KV pool is full.
 
     A running request counts as the engine counts it when admitting the next
-    (:func:`apmw.perf.scheduling.kv_tokens_per_running_request`): vLLM and SGLang admit by
+    (:func:`apmw.perf.serving_policy.kv_tokens_per_running_request`): vLLM and SGLang admit by
     need, so requests whose progress is spread out hold ``isl + osl/2`` on average;
     TensorRT-LLM reserves ``isl + osl``. ``full_length``: requests at ``isl + osl`` whatever
     the engine (does one request fit at all?).
     """
-    tokens = isl + osl if full_length else kv_tokens_per_running_request(isl, osl, engine)
+    step = replica.step
+    tokens = isl + osl if full_length else replica.policy.kv_tokens_per_running_request(isl, osl)
     per_request = step.kv_bytes_per_token * tokens * step.kv_replication
-    return max(int(kv_pool_bytes(step, engine, kv_memory_fraction) // per_request), 0)
+    return max(int(replica.memory.kv_capacity_bytes // per_request), 0)
 
 
-def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_budget: int,
-                 max_batch: int, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
-                 request_overhead_s: float = 0.0,
-                 length_spread: float = DEFAULT_LENGTH_SPREAD, engine: str = "vllm",
-                 poisson_arrivals: bool = False, mixed_prefill: bool | None = None,
-                 overlap_scheduling: bool | None = None,
-                 kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
-    """The steady state of a fixed-concurrency run on one replica's step model (module docstring).
+def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
+                 requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, request_overhead_s: float = 0.0,
+                 length_spread: float = DEFAULT_LENGTH_SPREAD, poisson_arrivals: bool = False) -> Prediction:
+    """The steady state of a fixed-concurrency run on one replica (module docstring).
 
-    ``length_spread`` is the width of the request-length distribution as a share of the
-    mean (0: every request has the same lengths, and the requests move in lock-step groups).
-    ``poisson_arrivals`` prices prompts that arrive as a Poisson stream (the open loop of
-    :func:`predict_open_loop`) rather than as completions free slots (see :func:`_spread_out`).
-    ``mixed_prefill`` (None: the engine's default) says whether prompt chunks ride beside the
-    decodes or run in prefill iterations of their own, first (SGLang; :func:`_prefill_first`).
-    ``overlap_scheduling`` (None: the engine's default) says whether a prompt that arrives at a
-    busy engine also waits for the iteration already scheduled (:func:`arrival_wait_s`).
+    The engine's rules (token budget, batch limit, mixed or prefill-first iterations, scheduling
+    ahead, KV admission) are the replica's serving policy. ``length_spread`` is the width of the
+    request-length distribution as a share of the mean (0: every request has the same lengths,
+    and the requests move in lock-step groups). ``poisson_arrivals`` prices prompts that arrive
+    as a Poisson stream (the open loop of :func:`apmw.capacity.open_loop.predict_open_loop`)
+    rather than as completions free slots (see :func:`_spread_out`). ``request_overhead_s`` is
+    client-observed time outside the engine (0: the engine's own TTFT).
     """
     if not 0.0 <= length_spread <= 2.0:
-        raise PredictError(f"--length-spread must be between 0 and 2 (got {length_spread}); 0 means "
+        raise PredictError(f"length_spread must be between 0 and 2 (got {length_spread}); 0 means "
                            f"every request has the same lengths")
-    if request_overhead_s < 0:
-        raise PredictError(f"--request-overhead-ms must not be negative (got {request_overhead_s * 1e3:g})")
-    if kv_fit_requests(step, isl, osl, engine, full_length=True, kv_memory_fraction=kv_memory_fraction) < 1:
+    if not request_overhead_s >= 0:
+        raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
+    step, policy = replica.step, replica.policy
+    if kv_fit_requests(replica, isl, osl, full_length=True) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "
-                           f"{step.gpus} x {step.gpu.name}; use a larger --tp or an fp8 --kv-dtype")
-    kv_fit = kv_fit_requests(step, isl, osl, engine, kv_memory_fraction=kv_memory_fraction)
+                           f"{step.gpus} x {step.gpu.name}; use a larger tp or an fp8 kv_dtype")
+    kv_fit = kv_fit_requests(replica, isl, osl)
+    token_budget, max_batch = policy.token_budget, policy.max_batch
     running = min(concurrency, max_batch, kv_fit)
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
-    mixed = mixes_prefill_with_decode(engine, mixed_prefill)
-    ahead = iterations_scheduled_ahead(engine, overlap_scheduling)
+    mixed, ahead = policy.mixed_prefill, policy.iterations_ahead
     # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
     # when prefill iterations run alone
     capacity = max(token_budget - decoders, 1) if mixed else token_budget
@@ -390,14 +305,14 @@ def predict_with(step: StepModel, isl: int, osl: int, concurrency: int, token_bu
         output_tokens_per_s_per_gpu=throughput / step.gpus,
         total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / step.gpus,
         running_requests=running, queued_requests=concurrency - running, running_limited_by=limited_by,
-        kv_tokens_per_running_request=kv_tokens_per_running_request(isl, osl, engine),
+        kv_tokens_per_running_request=policy.kv_tokens_per_running_request(isl, osl),
         decode_iteration_s=t_decode, mixed_iteration_s=t_group if lockstep >= 0.5 else t_mixed,
         mixed_iteration_share=share_mixed, lockstep_share=lockstep,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
         prefill_mixed_with_decode=mixed, iterations_scheduled_ahead=ahead,
         ttft_parts_s={"steady_state": steady_ttft, "first_wave": first_wave_s, "request_overhead": request_overhead_s,
                       "slot_queue": queue_s},
-        source=step.source, source_detail=step.source_detail,
+        source=step.source, source_detail=step.source_detail, serving_policy=policy.to_dict(),
     )
 
 
@@ -522,11 +437,11 @@ def arrival_wait_s(t_iter_s: float, running: int, ahead: float = 0.0) -> float:
 
     With other requests running it arrives anywhere in an iteration: it waits half of one on
     average, and then the ``ahead`` iterations whose batches the engine had already formed
-    (1 under overlap or async scheduling: :func:`apmw.perf.scheduling.iterations_scheduled_ahead`).
+    (1 under overlap or async scheduling: :func:`apmw.perf.serving_policy.iterations_scheduled_ahead`).
     A lone client's prompt finds the engine idle (its previous request has ended), so it
     starts at once.
     """
-    return 0.0 if running <= 1 else (0.5 + ahead) * t_iter_s
+    return 0.0 if running <= 1 else busy_arrival_wait_s(t_iter_s, ahead)
 
 
 def _poisson_wait_s(share: float, t_prompt: float, t_decode: float, ahead: float) -> tuple[float, float]:
@@ -570,7 +485,9 @@ def _lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group:
     if per_group:
         full, rest = divmod(running, per_group)
         # (requests, their group's packed iteration time, packed iterations of that kind per cycle)
-        groups = [(full * per_group, t_group, full)] + ([(rest, t_rest, 1)] if rest else [])
+        groups: list[tuple[int, float, float]] = [(full * per_group, t_group, float(full))]
+        if rest:
+            groups.append((rest, t_rest, 1.0))
         own_s = sum(n * t for n, t, _ in groups) / running
         own_extra = sum(n * (t - t_decode) for n, t, _ in groups) / running
         first = per_group                             # the first group's requests
@@ -647,20 +564,24 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     return tuple(float(x) for x in step.iteration_time_s(load))
 
 
-def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: float, busy_w: float,
-                    token_budget: int = DEFAULT_TOKEN_BUDGET) -> float:
-    """Mean GPU power of a replica in the predicted steady state (phase-aware, apmw.perf.power).
+def replica_power_w(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> float:
+    """Wall power of the replica's GPUs and their host share in the predicted steady state
+    (:class:`apmw.perf.PowerModel`, the one power formula). The engine is busy ``busy_share`` of
+    the time (1 in a closed loop), and :func:`compute_bound_share` of its busy time is compute-bound."""
+    return replica.power.it_power_w(GpuGroup(replica.gpus, busy_share, compute_bound_share(replica, p, isl, osl)))
 
-    The engine is busy all the time it has requests; the compute-bound share comes from
-    the roofline terms of its decode and mixed iterations, weighted by their time. A mixed
-    iteration carries one prompt chunk of at most what ``token_budget`` leaves beside the
-    decoders (the prediction's own budget: a small budget keeps prefill memory-bound).
-    """
+
+def compute_bound_share(replica: Replica, p: Prediction, isl: int, osl: int) -> float:
+    """The compute-bound share of the engine's busy time: the roofline terms of its decode and
+    mixed iterations, weighted by their time. A mixed iteration carries one prompt chunk of at
+    most what the token budget leaves beside the decoders (a small budget keeps prefill
+    memory-bound)."""
+    step = replica.step
     a = step.arch
     r = p.running_requests
     ctx = isl + osl / 2
     beside = r - 1 if p.prefill_mixed_with_decode else 0      # decoders in an iteration that carries a prompt
-    chunk = min(isl, max(token_budget - beside, 1))
+    chunk = min(isl, max(replica.policy.token_budget - beside, 1))
     dec = np.array([r, beside], dtype=float)
     pre = np.array([0.0, chunk])
     load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
@@ -668,54 +589,6 @@ def replica_power_w(step: StepModel, p: Prediction, isl: int, osl: int, idle_w: 
                          + pre * float(a.attention_flops_per_token(isl / 2)))
     share = step.compute_share(load)
     w = np.array([(1 - p.mixed_iteration_share) * p.decode_iteration_s, p.mixed_iteration_share * p.mixed_iteration_s])
-    compute = float((share * w).sum() / w.sum())
-    return float(activity_power_w(idle_w, busy_w, 1.0, compute)) * step.gpus
+    return float((share * w).sum() / w.sum())
 
 
-def predict_open_loop(step: StepModel, isl: int, osl: int, arrival_rate_per_s: float, token_budget: int,
-                      max_batch: int, engine: str = "vllm", mixed_prefill: bool | None = None,
-                      overlap_scheduling: bool | None = None,
-                      kv_memory_fraction: float = KV_MEMORY_FRACTION) -> Prediction:
-    """Steady state under Poisson arrivals at ``arrival_rate_per_s`` per replica (MLPerf Server).
-
-    The requests in the engine, ``N``, satisfy Little's law ``N = lambda * E2E(N)``; we
-    find it by bisection on the fixed-concurrency model (no first-wave burst: arrivals
-    are spread), with Poisson arrival timing for TTFT (inspection paradox, prompts sharing an
-    iteration; :func:`_spread_out`). Fluctuations of ``N`` itself are not modelled (a fluid
-    steady state). Raises :class:`PredictError` when the rate exceeds capacity.
-    """
-    if arrival_rate_per_s <= 0:
-        raise PredictError(f"arrival rate must be positive (got {arrival_rate_per_s})")
-    if kv_fit_requests(step, isl, osl, engine, full_length=True, kv_memory_fraction=kv_memory_fraction) < 1:
-        raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
-    cap = min(max_batch, kv_fit_requests(step, isl, osl, engine, kv_memory_fraction=kv_memory_fraction))
-
-    def excess(n: int) -> tuple[float, Prediction]:
-        p = predict_with(step, isl, osl, n, token_budget, max_batch, requests_per_client=10**9, length_spread=1.0,
-                         engine=engine, poisson_arrivals=True, mixed_prefill=mixed_prefill,
-                         overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction)
-        return arrival_rate_per_s * p.e2e_latency_s - n, p
-
-    lo, hi = 1, cap
-    e_hi, p_hi = excess(hi)
-    if e_hi > 0:
-        raise PredictError(f"{arrival_rate_per_s:.2f} requests/s exceeds the replica's capacity of "
-                           f"{hi / p_hi.e2e_latency_s:.2f} requests/s ({hi} running requests, the batch or KV "
-                           f"limit): the queue would grow without bound; lower the rate or give the replica "
-                           f"more GPUs")
-    e_lo, p_lo = excess(lo)
-    if e_lo <= 0:
-        p = p_lo
-    else:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            e_mid, p_mid = excess(mid)
-            if e_mid > 0:
-                lo, e_lo, p_lo = mid, e_mid, p_mid
-            else:
-                hi, e_hi, p_hi = mid, e_mid, p_mid
-        p = p_hi
-    # open loop: every offered request is served, so throughput is the offered load
-    out_per_gpu = arrival_rate_per_s * osl / step.gpus
-    return replace(p, output_tokens_per_s_per_gpu=out_per_gpu,
-                   total_tokens_per_s_per_gpu=out_per_gpu * (isl + osl) / osl)

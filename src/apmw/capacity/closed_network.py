@@ -1,0 +1,98 @@
+"""The closed loop at a fixed number of agents ``N`` (MODEL.md section 4).
+
+Each agent alternates between the engine and its tools. We model the replica as
+a closed queueing network of two stations:
+
+* a delay station (tools): each call is followed, on average, by ``Z`` seconds
+  of tool wait (and KV reload, under ``offload``);
+* a load-dependent station (the engine): with ``j`` calls present, ``b(j) =
+  min(j, max_batch)`` of them run in every iteration and the engine completes
+  calls at rate ``mu(j) = b / (iterations_per_call * t_iter(b))``.
+
+For such a network the stationary distribution of ``j`` has product form
+(BCMP; Lazowska et al., "Quantitative System Performance", ch. 8):
+
+    p(j | N)  proportional to  Z^(N-j) / (N-j)!  *  prod_{i<=j} 1 / mu(i)
+
+which we evaluate in log space for all ``j`` at once -- O(N) per ``N``, no
+recursion -- and read off throughput ``X = sum p(j) mu(j)``, calls at the engine
+``L = sum j p(j)``, and the engine residence per call ``L / X`` (Little). The
+engine station's rates come from :mod:`apmw.capacity.engine_curve`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaln
+
+from apmw.capacity.engine_curve import EngineCurve
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Mean values of the closed loop at ``agents`` agents."""
+
+    agents: int
+    call_throughput_per_s: float     # X, calls completed per second
+    engine_residence_per_call_s: float
+    iteration_s: float               # throughput-weighted mean iteration time
+    prefill_iteration_s: float       # ... of a call's own prefill iterations
+    decode_iteration_s: float        # ... of its decode iterations: time per output token
+    queue_per_call_s: float          # waiting for a batch slot
+    running_batch_mean: float        # b, sequences in an iteration
+    decode_batch_mean: float         # time-averaged sequences decoding
+    engine_utilisation: float        # P(engine has work)
+    compute_share: float             # compute-bound share of busy time (power model)
+    think_per_call_s: float          # Z
+    batch_distribution: np.ndarray   # P(b = 0..max_batch)
+    iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
+
+
+def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
+    n = agents
+    max_batch = len(curve.batch)
+    j = np.arange(n + 1)
+    # log prod_{i<=j} 1/mu(i); beyond max_batch mu is flat at mu(max_batch)
+    log_mu = np.log(curve.completion_rate)
+    cum = np.concatenate(([0.0], np.cumsum(log_mu)))
+    log_prod = np.where(j <= max_batch, cum[np.minimum(j, max_batch)],
+                        cum[max_batch] + (j - max_batch) * log_mu[-1])
+    if think_per_call_s > 0:
+        log_w = (n - j) * np.log(think_per_call_s) - gammaln(n - j + 1) - log_prod
+    else:                                           # no think time: every agent is at the engine
+        log_w = np.where(j == n, 0.0, -np.inf)
+    p = np.exp(log_w - log_w.max())
+    p /= p.sum()
+    b_of_j = np.minimum(j, max_batch)
+    mu_of_j = np.where(j > 0, curve.completion_rate[np.maximum(b_of_j, 1) - 1], 0.0)
+    t_of_j = curve.iteration_s[np.maximum(b_of_j, 1) - 1]
+    x = float((p * mu_of_j).sum())
+    engine_calls = float((p * j).sum())
+    residence = engine_calls / x
+    idx = np.maximum(b_of_j, 1) - 1
+    flow = p * mu_of_j / x                          # share of completed calls seen in each state
+    t_bar = float((flow * t_of_j).sum())
+    service = curve.iterations_per_call * t_bar
+    batch_dist = np.bincount(b_of_j, weights=p, minlength=max_batch + 1)
+    token_weight = batch_dist[1:] * curve.batch      # tokens come out in proportion to the batch
+    cdf = np.cumsum(token_weight) / token_weight.sum()
+    iteration_p95 = float(curve.decode_iteration_s[min(int(np.searchsorted(cdf, 0.95)), max_batch - 1)])
+    return LoopState(
+        agents=n,
+        call_throughput_per_s=x,
+        engine_residence_per_call_s=residence,
+        iteration_s=t_bar,
+        prefill_iteration_s=float((flow * curve.prefill_iteration_s[idx]).sum()),
+        decode_iteration_s=float((flow * curve.decode_iteration_s[idx]).sum()),
+        queue_per_call_s=max(residence - service, 0.0),
+        running_batch_mean=float((p * b_of_j).sum()),
+        decode_batch_mean=float((p[1:] * curve.decoding[idx[1:]]).sum()),
+        engine_utilisation=float(1.0 - p[0]),
+        compute_share=float((p[1:] * curve.iteration_s[idx[1:]] * curve.compute_share[idx[1:]]).sum()
+                            / max((p[1:] * curve.iteration_s[idx[1:]]).sum(), 1e-300)),
+        think_per_call_s=think_per_call_s,
+        batch_distribution=batch_dist,
+        iteration_p95_s=iteration_p95,
+    )

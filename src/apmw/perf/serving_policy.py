@@ -1,0 +1,284 @@
+"""The serving policy: every engine default and rule apmw prices, once, each with its citation.
+
+Every model of a replica (``apmw plan``'s closed loop, ``apmw predict``'s benchmark, the
+simulator) reads the engine from one :class:`ServingPolicy`, resolved here from the spec's
+``serving`` section or a benchmark's arguments (:func:`resolve_policy`); none re-derives a rule.
+
+**Limits an engine sets by default** (:func:`default_max_batch`, :func:`default_token_budget`):
+
+* vLLM V1's API server (``EngineArgs._set_default_args``, vllm/engine/arg_utils.py, and its
+  test ``test_defaults_with_usage_context``): on GPUs with at least 70 GiB that are not A100s,
+  ``max_num_seqs = 1024`` and ``max_num_batched_tokens = 8192``; otherwise 256 and 2048.
+* SGLang sizes ``max_running_requests`` from its KV pool (``ServerArgs``), so the batch limit is
+  not what binds; apmw takes 2048. ``chunked_prefill_size`` is 8192 on H100/H200-class GPUs
+  (sglang/srt/server_args.py).
+* TensorRT-LLM: ``max_batch_size = 2048`` and ``max_num_tokens = 8192`` (trtllm-serve defaults).
+* The memory share (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``,
+  TensorRT-LLM ``free_gpu_memory_fraction``) is 0.9 by default (``apmw.spec.Serving``); each engine
+  reads it its own way (:func:`memory_fraction_of_free`, :mod:`apmw.perf.memory`).
+
+How an engine fills an iteration when prompts and decodes both wait: mixed or prefill first.
+
+* **Mixed** (vLLM V1, TensorRT-LLM): one iteration carries every running decode and, in
+  what is left of the token budget, prompt chunks. vLLM V1 ``Scheduler.schedule`` schedules
+  running requests first, then waiting ones, from one ``token_budget``
+  (vllm/v1/core/sched/scheduler.py); TensorRT-LLM's in-flight batching puts context and
+  generation requests in one batch up to ``max_num_tokens`` (TensorRT-LLM docs, "In-flight
+  Batching"). Decoders gain a token in every iteration, including those carrying prompts.
+* **Prefill first** (SGLang's default): ``Scheduler.get_next_batch_to_run`` builds a prefill
+  batch from the waiting queue (up to ``chunked_prefill_size`` tokens) and runs it *instead*
+  of the decode batch whenever it can; decode runs only when nothing waits
+  (sglang/srt/managers/scheduler.py, "Run prefill first if possible"). Mixing is opt-in
+  (``--enable-mixed-chunk``, ``ServerArgs.enable_mixed_chunk = False``). So a prompt never
+  waits behind decodes, and every prefill iteration stalls every decoder for its whole length.
+
+And how an engine admits a request when KV memory is short:
+
+* **By need** (vLLM, SGLang): a request is admitted when the blocks for its prompt are free;
+  when decoding later runs out of blocks, vLLM preempts the newest request (recompute) and
+  SGLang retracts some (``retract_decode``). Running requests hold their context so far:
+  ``isl + osl/2`` on average when their progress is spread out. SGLang also keeps back a
+  share of each running request's remaining output (``new_token_ratio``, below), which at the
+  KV limit hovers about the share its retractions reset it to.
+* **Reserved to the end** (TensorRT-LLM's default ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``):
+  a request is admitted only if the pool can hold its prompt and all its output tokens, so a
+  running request holds ``isl + osl``. NVIDIA's NIM Llama-3.3-70B runs saturate where this
+  puts them (docs/accuracy.md).
+
+And when a prompt that arrives mid-iteration can first run:
+
+* **Scheduled one iteration ahead** (the default of all three in current versions): the
+  scheduler forms the next iteration's batch while the current one runs on the GPU, to hide its
+  CPU time. vLLM's async scheduling ("the scheduler operate[s] one step ahead of the current
+  execution", vLLM PR #19970, June 2025, opt-in at first; on by default since late 2025, PR
+  #27614, unless a feature rules it out: ``SchedulerConfig.async_scheduling = None`` and
+  ``VllmConfig`` "Enable async scheduling unless there is an incompatible option"), SGLang's
+  overlap scheduler (``ServerArgs.disable_overlap_schedule = False``) and TensorRT-LLM's
+  (``disable_overlap_scheduler = False`` in its PyTorch backend's ``LlmArgs``). So a prompt
+  that arrives while iteration ``k`` runs misses ``k + 1`` too, whose batch is already fixed,
+  and first runs in ``k + 2``: it waits the rest of ``k`` and all of ``k + 1``. Without the
+  overlap (vLLM ``--no-async-scheduling``, SGLang ``--disable-overlap-schedule``) it runs in
+  ``k + 1``, as do vLLM before late 2025 without ``--async-scheduling`` and TensorRT-LLM's legacy
+  TensorRT-engine backend. An idle engine schedules an arriving prompt at once either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from apmw.spec import Serving
+from apmw.spec.model import engine_key
+
+# Engines whose default scheduler runs prefill batches apart from, and before, decode batches.
+PREFILL_FIRST_ENGINES = frozenset({"sglang"})
+
+
+def mixes_prefill_with_decode(engine: str, mixed: bool | None = None) -> bool:
+    """Whether ``engine`` puts prompt chunks in the same iteration as decodes.
+
+    ``mixed`` overrides the engine's default (SGLang ``--enable-mixed-chunk``: True).
+    """
+    if mixed is not None:
+        return mixed
+    return engine not in PREFILL_FIRST_ENGINES
+
+
+# Engines that reserve a request's KV to its last output token before admitting it.
+FULL_RESERVATION_ENGINES = frozenset({"trtllm"})
+# SGLang's new_token_ratio, the share of a running request's remaining output tokens it keeps
+# back when admitting (sglang/srt/environ.py, managers/scheduler.py): it starts at
+# SGLANG_INIT_NEW_TOKEN_RATIO (0.7), falls by (0.7 - floor) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+# (600) every decode step to the floor 0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (0.14), and after a
+# retraction is reset to (tokens decoded + SGLANG_RETRACT_DECODE_STEPS (20) per request) / (their
+# max new tokens) over the requests still running (ScheduleBatch.retract_decode).
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+
+
+def reserved_output_share(engine: str, osl: float | None = None) -> float:
+    """Share of a running request's remaining output tokens the engine keeps KV back for when
+    admitting another, at the KV limit: all of it (TensorRT-LLM), none (vLLM). SGLang's share
+    adapts (new_token_ratio above); at the limit it keeps retracting, and each retraction resets
+    the share to the survivors' decoded share plus 20 steps: with progress spread out,
+    ``0.5 + 20 / osl``. Without ``osl``, SGLang's starting share (the simulator adapts it from
+    there itself)."""
+    if engine in FULL_RESERVATION_ENGINES:
+        return 1.0
+    if engine == "sglang":
+        return min(1.0, 0.5 + SGLANG_RETRACT_DECODE_STEPS / osl) if osl else SGLANG_INIT_NEW_TOKEN_RATIO
+    return 0.0
+
+
+# Engines whose default scheduler forms the next iteration's batch while the current one runs.
+OVERLAP_SCHEDULING_ENGINES = frozenset({"vllm", "sglang", "trtllm"})
+
+
+def iterations_scheduled_ahead(engine: str, overlap: bool | None = None) -> int:
+    """Iterations whose batches are already fixed when a prompt arrives at a busy engine, beyond
+    the one running: 1 with overlap (async) scheduling, 0 without. ``overlap`` overrides the
+    engine's default (vLLM ``--no-async-scheduling``, SGLang ``--disable-overlap-schedule``:
+    False)."""
+    if overlap is None:
+        overlap = engine in OVERLAP_SCHEDULING_ENGINES
+    return 1 if overlap else 0
+
+
+def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:
+    """KV tokens the engine counts against its pool per running request at the KV limit, on
+    average over the requests' spread-out progress (context ``isl + osl/2`` plus the reserved
+    share of the ``osl/2`` still to come): what caps the running requests there."""
+    return isl + osl / 2 * (1 + reserved_output_share(engine, osl))
+
+
+# Fixed cost per layer of one iteration, by engine: the small kernels of every layer (norms,
+# residual adds, activation and its quantisation, RoPE, attention metadata) whose launch and
+# tail latency the GEMM and attention tables leave out, and the engine's own per-iteration
+# work (sampling, scheduling) spread over them. Per layer, because the kernel count is:
+# aiconfigurator's mem_empirical_constant_latency of 3 us per access x ~4 small kernels a
+# layer is ~12 us (apmw.perf.efficiency.Efficiency.fixed_s); one figure per iteration would
+# charge an 80-layer 70B what a 36-layer gpt-oss pays. vLLM: FITTED at 17 us on the InferenceMAX h100 gpt-oss-120b rows (36 layers, so 0.61 ms;
+# training split, `python bench/accuracy.py --fit`, score = median |TPOT| + median |throughput|
+# error); held out: the h200 rows and the dense
+# published runs (docs/accuracy.md). SGLang and TensorRT-LLM: ASSUMPTION, 28 us (1 ms per
+# iteration spread over the 36 layers the vLLM figure was fitted on); the MLPerf
+# TensorRT-LLM rows do not identify it (the fit runs to the grid edge and the held-out TPOT
+# error has the opposite sign). Both run more separate kernels per layer than vLLM's
+# torch.compile fusions leave (SGLang compiles nothing by default), so a larger floor is
+# plausible, not measured. On NVIDIA's NIM runs (TensorRT-LLM, held out) the per-layer form
+# fits the 32-layer 8B and the 80-layer 70B together at concurrency 1, which one figure per
+# iteration could not (tests/perf/test_accuracy_regression.py).
+ENGINE_OVERHEAD_S_PER_LAYER = {"vllm": 17e-6, "sglang": 28e-6, "trtllm": 28e-6}
+DEFAULT_ENGINE = "vllm"
+
+
+def canonical_engine(engine: str) -> str:
+    """apmw's name for an engine ("TensorRT-LLM" -> "trtllm", apmw.spec.model.ENGINE_SPELLINGS);
+    unknown names pass through unchanged (the caller's check reports them)."""
+    key = engine_key(engine)
+    return key if key in ENGINE_OVERHEAD_S_PER_LAYER else engine
+
+
+def engine_overhead_s(engine: str, layers: int) -> float:
+    """Fixed cost of one iteration of a ``layers``-layer model on ``engine`` (ENGINE_OVERHEAD_S_PER_LAYER)."""
+    return ENGINE_OVERHEAD_S_PER_LAYER[engine] * layers
+
+
+# vLLM's default CUDA-graph capture sizes: 1, 2, 4 and multiples of 8 up to 512.
+_GRAPH_MAX = 512
+
+
+def graph_padded(decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+    """Rows the GEMMs compute: decode-only batches round up to a CUDA-graph size."""
+    pure = (prefill <= 0) & (decode <= _GRAPH_MAX)
+    padded = np.where(decode <= 2, np.ceil(decode), np.where(decode <= 4, 4.0, np.ceil(decode / 8) * 8))
+    return np.where(pure, padded, decode + prefill)
+
+
+# GPUs of at least this much memory get vLLM's larger defaults, unless they are A100s
+# (vllm/engine/arg_utils.py: "device_memory >= 70 * GiB_bytes and 'a100' not in device_name").
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
+VLLM_MAX_NUM_BATCHED_TOKENS = {True: 8192, False: 2048}
+# SGLang and TensorRT-LLM (module docstring).
+MAX_BATCH = {"sglang": 2048, "trtllm": 2048}
+TOKEN_BUDGET = {"sglang": 8192, "trtllm": 8192}
+
+# Client-observed time to first token outside the engine's iterations: HTTP, chat
+# template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
+# from the published range, not a fit: NVIDIA NIM with a local AIPerf client about 1.4 ms
+# (its concurrency-1 rows less the predicted prefill), InferenceMAX's harness 12.5 ms
+# (fitted with the served MoE ceiling, bench/accuracy.py HARNESS_OVERHEAD_S), NVIDIA's silicon
+# runs of MiniMax-M2.5 on vLLM 0.16 (H200, TP 4; bench/data) a median 30 ms over apmw's
+# engine-only TTFT (15 runs), GPUStack's Qwen3-8B on H100 about 50 ms (vLLM 0.11), 20 ms
+# (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill (docs/accuracy.md). An
+# in-process harness (MLPerf LoadGen, trtllm-bench) has none.
+REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
+
+ENGINES = tuple(ENGINE_OVERHEAD_S_PER_LAYER)
+
+
+def _vllm_large_gpu(gpu_name: str, hbm_bytes_per_gpu: float) -> bool:
+    return hbm_bytes_per_gpu >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+
+
+def default_max_batch(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> int:
+    """The engine's default limit on running sequences per iteration (module docstring)."""
+    if engine == "vllm":
+        return VLLM_MAX_NUM_SEQS[_vllm_large_gpu(gpu_name, hbm_bytes_per_gpu)]
+    return MAX_BATCH[engine]
+
+
+def default_token_budget(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> int:
+    """The engine's default token budget per iteration (chunked prefill; module docstring)."""
+    if engine == "vllm":
+        return VLLM_MAX_NUM_BATCHED_TOKENS[_vllm_large_gpu(gpu_name, hbm_bytes_per_gpu)]
+    return TOKEN_BUDGET[engine]
+
+
+def memory_fraction_of_free(engine: str) -> bool:
+    """Whether the engine's memory share is of the memory left after weights and activations
+    (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``, TensorRT-LLM docs "How to Change KV
+    Cache Behavior") rather than of the whole HBM (vLLM, SGLang): :mod:`apmw.perf.memory`."""
+    return engine in FULL_RESERVATION_ENGINES
+
+
+def busy_arrival_wait_s(iteration_s, iterations_ahead: float):
+    """How long a call that arrives at a busy engine waits before its first iteration starts.
+
+    It lands anywhere in the iteration in flight, so it waits half of one on average, and then
+    the ``iterations_ahead`` whose batches the engine had already formed
+    (:func:`iterations_scheduled_ahead`). An idle engine starts it at once: callers weigh this
+    by the chance the engine is busy. Vectorised.
+    """
+    return (0.5 + iterations_ahead) * iteration_s
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    """What one engine does on one replica, every default resolved (:func:`resolve_policy`)."""
+
+    engine: str
+    max_batch: int                    # running sequences per iteration [vLLM max_num_seqs]
+    token_budget: int                 # tokens per iteration [vLLM max_num_batched_tokens]
+    kv_memory_fraction: float         # the engine's memory share, read as memory_fraction_of_free says
+    memory_fraction_of_free: bool
+    workspace_bytes_per_gpu: float    # activations, CUDA graphs, communication buffers
+    mixed_prefill: bool               # prompt chunks ride beside decodes (False: prefill first)
+    iterations_ahead: int             # batches already formed when a prompt arrives at a busy engine
+    reserved_output_share: float      # share of running requests' remaining output kept at admission
+    request_overhead_s: float         # client-observed time outside the engine, per request
+    overhead_s_per_layer: float       # the engine's fixed cost per layer of an iteration
+
+    def kv_tokens_per_running_request(self, isl: float, osl: float) -> float:
+        return kv_tokens_per_running_request(isl, osl, self.engine)
+
+    def overhead_s(self, layers: int) -> float:
+        return self.overhead_s_per_layer * layers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
+                   request_overhead_s: float | None = None) -> ServingPolicy:
+    """The policy of ``serving`` (a spec's section, or one a benchmark built) on a GPU: every
+    field the spec leaves unset becomes the engine's default for that GPU."""
+    e = serving.engine
+    return ServingPolicy(
+        engine=e,
+        max_batch=serving.max_batch if serving.max_batch is not None else default_max_batch(e, gpu_name,
+                                                                                            hbm_bytes_per_gpu),
+        token_budget=serving.max_batched_tokens if serving.max_batched_tokens is not None
+        else default_token_budget(e, gpu_name, hbm_bytes_per_gpu),
+        kv_memory_fraction=serving.kv_memory_fraction, memory_fraction_of_free=memory_fraction_of_free(e),
+        workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
+        mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),
+        iterations_ahead=iterations_scheduled_ahead(e, serving.overlap_scheduling),
+        reserved_output_share=reserved_output_share(e),
+        request_overhead_s=REQUEST_OVERHEAD_S[e] if request_overhead_s is None else request_overhead_s,
+        overhead_s_per_layer=ENGINE_OVERHEAD_S_PER_LAYER[e],
+    )

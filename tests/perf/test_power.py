@@ -7,7 +7,7 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import GpuGroup, IterationLoad, PowerModel, StepModel, activity_power_w
+from apmw.perf import GpuGroup, IterationLoad, PowerModel, RooflineStepModel, activity_power_w
 from apmw.perf.power import MEMORY_BOUND_ACTIVITY
 from apmw.spec import Power
 
@@ -29,7 +29,7 @@ def test_power_rises_with_utilisation_and_compute_share():
 
 
 def test_compute_share_is_low_for_decode_and_high_for_prefill():
-    step = StepModel(arch=load_architecture("meta-llama/Meta-Llama-3.1-8B"), gpu=get_gpu("H200"), gpus=1,
+    step = RooflineStepModel(arch=load_architecture("meta-llama/Meta-Llama-3.1-8B"), gpu=get_gpu("H200"), gpus=1,
                      weight_dtype="bf16", kv_dtype="bf16")
     decode = step.compute_share(IterationLoad(1.0, 0.0, 1e6, 1e9))
     prefill = step.compute_share(IterationLoad(0.0, 8192.0, 0.0, 1e14))

@@ -1,4 +1,4 @@
-"""The plain roofline (apmw.perf.StepModel): each FLOP at its kernel's rate, and the served MoE ceiling."""
+"""The plain roofline (apmw.perf.roofline.RooflineStepModel): each FLOP at its kernel's rate, and the served MoE ceiling."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import DEFAULT_EFFICIENCY, IterationLoad, StepModel
+from apmw.perf import DEFAULT_EFFICIENCY, IterationLoad, RooflineStepModel
 
 
-def _plain(model: str, gpu: str, gpus: int, weights: str, kv: str, **eff) -> StepModel:
-    return StepModel(arch=load_architecture(model), gpu=get_gpu(gpu), gpus=gpus, weight_dtype=weights, kv_dtype=kv,
+def _plain(model: str, gpu: str, gpus: int, weights: str, kv: str, **eff) -> RooflineStepModel:
+    return RooflineStepModel(arch=load_architecture(model), gpu=get_gpu(gpu), gpus=gpus, weight_dtype=weights, kv_dtype=kv,
                      efficiency=replace(DEFAULT_EFFICIENCY, **eff))
 
 

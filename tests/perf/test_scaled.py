@@ -13,7 +13,7 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import IterationLoad, StepModel, build_step_model
+from apmw.perf import IterationLoad, RooflineStepModel, StepModel, build_step_model
 from apmw.perf.calibrated import CalibratedStepModel
 from apmw.perf.scaled import ScaledStepModel, reference_gpu
 from apmw.capacity.benchmark import predict
@@ -51,17 +51,17 @@ def test_spec_sheet_gpus_scale_from_their_measured_relative_and_others_stay_on_t
                      ("H100-PCIe", "H100-SXM5-80GB")):
         step = build_step_model(arch, get_gpu(gpu), 1, "bf16", "bf16")
         assert isinstance(step, ScaledStepModel), gpu
-        assert step.source == "roofline"            # nothing was measured on this GPU
+        assert step.source == "scaled"              # nothing was measured on this GPU: a relative was
         assert step.reference.gpu.name == ref and ref in step.source_detail
     for gpu in ("A100", "MI300X", "L40S"):
         step = build_step_model(arch, get_gpu(gpu), 1, "bf16", "bf16")
-        assert type(step) is StepModel, gpu
+        assert type(step) is RooflineStepModel, gpu
     # a catalogue GPU with an overridden figure scales from its own stock part
     faster = replace(get_gpu("H200"), hbm_bandwidth_bytes_per_s=2 * get_gpu("H200").hbm_bandwidth_bytes_per_s)
     assert reference_gpu(faster) == get_gpu("H200")
     assert reference_gpu(replace(get_gpu("H200"), name="custom")) is None
     # --roofline (calibrated=False) keeps the plain spec-sheet model
-    assert type(build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16", calibrated=False)) is StepModel
+    assert type(build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16", calibrated=False)) is RooflineStepModel
 
 
 def test_decode_scales_by_the_bandwidth_ratio_and_prefill_by_the_peak_ratio():
@@ -191,7 +191,7 @@ def _silicon_errors(plain: bool) -> tuple[list[float], list[float]]:
         conc = int(r["silicon_data_source"].split("silicon_concurrency=")[1].split(";")[0])
         p = predict(r["model_path"], r["system"].split("_")[0], int(r["tp_size"]), r["precision"], "bf16",
                     int(r["isl"]), int(r["osl"]), conc, engine="vllm", calibrated=not plain)
-        assert p.source == "roofline"
+        assert p.source == ("roofline" if plain else "scaled")
         assert ("scaled to" in p.source_detail) is not plain
         tpot.append(abs(p.tpot_s * 1e3 / float(r["silicon_tpot_ms"]) - 1) * 100)
         ttft.append(abs(p.ttft_s * 1e3 / float(r["silicon_ttft_ms"]) - 1) * 100)

@@ -20,7 +20,7 @@ import numpy as np
 
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
-from apmw.perf import IterationLoad, Replica, StepModel, build_step_model
+from apmw.perf import IterationLoad, Replica, RooflineStepModel, build_step_model
 from apmw.perf.replica import replica_memory
 from apmw.spec import Spec
 
@@ -46,7 +46,7 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     step = build_step_model(replica.arch, replica.gpu, d.prefill_gpus, spec.model.weight_dtype, spec.model.kv_dtype,
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
-                            calibrated=type(replica.step) is not StepModel)
+                            calibrated=not isinstance(replica.step, RooflineStepModel))
     mem = replica_memory(step, replica.policy)
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "

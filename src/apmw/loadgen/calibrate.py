@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.loadgen.bench import make_text
 from apmw.loadgen.client import BenchError, Client
-from apmw.perf import DEFAULT_EFFICIENCY, Efficiency, IterationLoad, StepModel, replica_from_spec
+from apmw.perf import DEFAULT_EFFICIENCY, Efficiency, IterationLoad, RooflineStepModel, replica_from_spec
 from apmw.spec import Spec
 
 FORMAT = "apmw-calibration/1"
@@ -145,7 +145,7 @@ def efficiency_from_calibration(cal: dict, spec: Spec) -> Efficiency:
         eff = _efficiency(*np.exp(x), source="")
         # the plain roofline: its efficiencies are what a calibration fits (apmw plan reads them with
         # calibrated=False)
-        s = StepModel(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
+        s = RooflineStepModel(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
                       kv_dtype=step.kv_dtype, efficiency=eff, attention_data_parallel=step.attention_data_parallel)
         return np.array([float(s.iteration_time_s(ld)) for ld in loads])
 

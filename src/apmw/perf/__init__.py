@@ -7,9 +7,10 @@ from apmw.perf.calibrated import CalibratedStepModel
 from apmw.perf.replica import (DoesNotFitError, Replica, benchmark_replica, build_step_model, replica_from_spec,
                                replica_with_step, resolve_gpu)
 from apmw.perf.serving_policy import ServingPolicy, resolve_policy
-from apmw.perf.step import IterationLoad, StepModel
+from apmw.perf.roofline import RooflineStepModel
+from apmw.perf.step import IterationLoad, RooflineFigures, StepModel
 
 __all__ = ["DEFAULT_EFFICIENCY", "Efficiency", "efficiency_for_gpu", "MemoryBudget", "memory_budget",
-           "GpuGroup", "PowerModel", "activity_power_w", "IterationLoad", "StepModel", "CalibratedStepModel",
+           "GpuGroup", "PowerModel", "activity_power_w", "IterationLoad", "StepModel", "RooflineFigures", "RooflineStepModel", "CalibratedStepModel",
            "DoesNotFitError", "Replica", "benchmark_replica", "build_step_model", "replica_from_spec",
            "replica_with_step", "resolve_gpu", "ServingPolicy", "resolve_policy"]

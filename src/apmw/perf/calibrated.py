@@ -37,7 +37,7 @@ from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY
-from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, StepModel
+from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
 
@@ -205,8 +205,8 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
 
 
 @dataclass(frozen=True)
-class CalibratedStepModel(StepModel):
-    """A :class:`StepModel` whose iteration time comes from measured kernel tables."""
+class CalibratedStepModel(RooflineFigures):
+    """The calibrated estimator: an iteration's time from measured kernel tables (module docstring)."""
 
     engine: str = DEFAULT_ENGINE
     curves: _Curves | None = field(default=None, compare=False, repr=False)
@@ -214,7 +214,7 @@ class CalibratedStepModel(StepModel):
     def __post_init__(self) -> None:
         gap = calibration_gap(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype)
         if gap is not None:
-            raise UnknownNameError(f"no calibrated step model: {gap}; use the roofline StepModel")
+            raise UnknownNameError(f"no calibrated step model: {gap}; use apmw.perf.roofline.RooflineStepModel")
         if self.engine not in ENGINE_OVERHEAD_S_PER_LAYER:
             raise UnknownNameError(f"unknown engine '{self.engine}'; "
                                    f"use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")

@@ -21,6 +21,7 @@ from apmw.perf.calibrated import CalibratedStepModel, calibration_gap
 from apmw.perf.power import PowerModel
 from apmw.perf.scaled import scaled_step_model
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ServingPolicy, resolve_policy
+from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
 
@@ -93,7 +94,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
                      calibrated: bool = True, attention_data_parallel: bool = False) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
-    Read ``.source`` on the result (``calibrated`` or ``roofline``) to know which.
+    Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which.
     ``efficiency`` defaults to the GPU's own measured roofline efficiencies
     (:func:`apmw.perf.efficiency.efficiency_for_gpu`).
     """
@@ -108,7 +109,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
                                    attention_data_parallel)
         if scaled is not None:
             return scaled
-    return StepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+    return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                      efficiency=efficiency, attention_data_parallel=attention_data_parallel)
 
 

@@ -1,6 +1,6 @@
 """Step time on a GPU without measured tables, carried over from one that has them (``roofline``).
 
-The plain roofline (:class:`apmw.perf.StepModel`) prices a whole iteration as one
+The plain roofline (:class:`apmw.perf.roofline.RooflineStepModel`) prices a whole iteration as one
 ``max(bytes / bandwidth, FLOPs / peak)`` with a handful of global efficiencies. On the
 GPUs that do have tables it misses what the calibrated model composes operator by
 operator: the per-layer engine overhead, small kernels, CUDA-graph padding, the fp8-KV
@@ -18,7 +18,7 @@ for the same load:
       + all_reduce_ref * comm_roofline / comm_roofline_ref
       + kernels_ref * (mem + compute) / (mem_ref + compute_ref)
 
-where ``mem`` and ``compute`` are :meth:`StepModel.roofline_terms` on each GPU with its own
+where ``mem`` and ``compute`` are :meth:`apmw.perf.step.RooflineFigures.roofline_terms` on each GPU with its own
 spec sheet and dtypes, for the rows the GEMMs compute (decode batches padded to a CUDA-graph
 size). The measured time splits between the two regimes as the reference's roofline terms
 do, and each share scales by its own ratio: a decode iteration (bandwidth-bound) by the
@@ -44,7 +44,7 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap, graph_padded
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
-from apmw.perf.step import IterationLoad, StepModel
+from apmw.perf.step import IterationLoad, RooflineFigures
 from apmw.perf.tables import load_tables
 
 # Spec-sheet GPU -> the measured GPU whose calibrated iteration it is scaled from.
@@ -96,8 +96,8 @@ def step_time_basis(gpu_name: str) -> str:
 
 
 @dataclass(frozen=True)
-class ScaledStepModel(StepModel):
-    """A :class:`StepModel` whose iteration is ``reference``'s, scaled to this GPU (module docstring)."""
+class ScaledStepModel(RooflineFigures):
+    """The scaled estimator: ``reference``'s measured iteration, scaled to this GPU (module docstring)."""
 
     reference: CalibratedStepModel | None = field(default=None, repr=False)
 
@@ -108,12 +108,12 @@ class ScaledStepModel(StepModel):
 
     @property
     def source(self) -> str:
-        return "roofline"
+        return "scaled"
 
     @property
     def source_detail(self) -> str:
         ref = self.reference
-        return (f"roofline: {ref.gpu.name}'s calibrated iteration ({ref.weight_dtype} weights, {ref.kv_dtype} KV, "
+        return (f"scaled: {ref.gpu.name}'s calibrated iteration ({ref.weight_dtype} weights, {ref.kv_dtype} KV, "
                 f"{ref.engine}; {ref.curves.source}) scaled to {self.gpu.name} {self.weight_dtype}/{self.kv_dtype} "
                 f"by the two spec sheets' roofline ratio per iteration; engine overhead "
                 f"{ref.iteration_parts_s(_EMPTY)[0] * 1e3:.2f} ms unscaled")
@@ -137,7 +137,7 @@ class ScaledStepModel(StepModel):
         padded = np.where(prefill > 0, decode, graph_padded(decode, prefill))
         # (hardware rooflines: the served MoE ceiling is in the reference's measured time already)
         mem, compute = self.roofline_terms(replace(load, decode_seqs=padded))
-        ref_mem, ref_compute = StepModel.roofline_terms(ref, replace(ref_load, decode_seqs=padded))
+        ref_mem, ref_compute = ref.roofline_terms(replace(ref_load, decode_seqs=padded))
         # the measured time splits between the two regimes as the reference's roofline terms do, and
         # each share scales by its own ratio: (mem_ref share) * mem / mem_ref + (compute share) *
         # compute / compute_ref, which is (mem + compute) / (mem_ref + compute_ref). The max of the
@@ -148,7 +148,7 @@ class ScaledStepModel(StepModel):
         # fits the held-out Blackwell runs better (docs/accuracy.md).
         kernels_ratio = (mem + compute) / np.maximum(ref_mem + ref_compute, 1e-30)
         tokens = decode + prefill
-        ref_comm = StepModel.comm_time_s(ref, tokens)
+        ref_comm = ref.comm_time_s(tokens)
         comm_ratio = np.divide(self.comm_time_s(tokens), ref_comm, out=np.zeros_like(ref_comm),
                                where=ref_comm > 0)
         return overhead, comm * comm_ratio, kernels * kernels_ratio

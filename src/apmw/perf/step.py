@@ -1,21 +1,32 @@
-"""Time of one engine iteration of a continuous-batching replica (roofline).
+"""The step-model protocol: what every estimator of one engine iteration offers its callers.
 
-An iteration runs every running sequence one step: ``decode_seqs`` sequences
-produce one token each and ``prefill_tokens`` new prompt tokens are processed
-(chunked prefill, vLLM V1). Its time is
+An iteration runs every running sequence one step: ``decode_seqs`` sequences produce one token
+each and ``prefill_tokens`` new prompt tokens are processed (chunked prefill, vLLM V1). Three
+estimators price it, siblings behind :class:`StepModel`, each naming itself in ``source``:
 
-    t = fixed + comm + max(weights / (BW * eta_w) + kv / (BW * eta_kv), flops / (peak * eta_f))
+* ``roofline`` (:class:`apmw.perf.roofline.RooflineStepModel`): spec sheets and fitted efficiencies;
+* ``calibrated`` (:class:`apmw.perf.calibrated.CalibratedStepModel`): measured kernel tables;
+* ``scaled`` (:class:`apmw.perf.scaled.ScaledStepModel`): a measured relative's calibrated
+  iteration, scaled by the two GPUs' roofline ratio.
 
-per GPU of a tensor-parallel replica of ``g`` GPUs, where bytes are the weights
-the iteration touches (MoE: the experts its tokens route to) plus the KV cache
-attention reads, and flops are the matmul FLOPs (2 x active params per token)
-plus attention FLOPs. Everything is vectorised over numpy arrays so that the
-capacity solver can evaluate every batch size at once. See MODEL.md section 3.
+All three share :class:`RooflineFigures`, the replica's hardware figures: weight and KV bytes,
+KV replication under tensor parallelism, the weights an iteration touches, the TP all-reduce,
+and the memory- and compute-bound roofline terms,
+
+    memory_s = weights / (BW * eta_w) + kv / (BW * eta_kv)        compute_s = flops / (peak * eta_f)
+
+per GPU of a tensor-parallel replica of ``g`` GPUs, where bytes are the weights the iteration
+touches (MoE: the experts its tokens route to) plus the KV cache attention reads, and flops are
+the matmul FLOPs (2 x active params per token) plus attention FLOPs. The compute-bound share of
+those terms drives power (:mod:`apmw.perf.power`) whichever estimator prices the time.
+Everything is vectorised over numpy arrays so that the capacity solver can evaluate every batch
+size at once. See MODEL.md section 3.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -37,9 +48,62 @@ class IterationLoad:
     attention_flops: np.ndarray | float
 
 
+class StepModel(Protocol):
+    """What the models of a replica ask of its step-time estimator."""
+
+    @property
+    def arch(self) -> Architecture: ...
+
+    @property
+    def gpu(self) -> GpuSpec: ...
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def weight_dtype(self) -> str: ...
+
+    @property
+    def kv_dtype(self) -> str: ...
+
+    @property
+    def efficiency(self) -> Efficiency: ...
+
+    @property
+    def source(self) -> str:
+        """Which estimator priced the step times: ``roofline``, ``calibrated`` or ``scaled``."""
+        ...
+
+    @property
+    def source_detail(self) -> str:
+        """Where its figures come from, for the user to inspect."""
+        ...
+
+    @property
+    def weight_bytes(self) -> float: ...
+
+    @property
+    def kv_bytes_per_token(self) -> float: ...
+
+    @property
+    def kv_replication(self) -> float: ...
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        """Seconds for one engine iteration carrying ``load``."""
+        ...
+
+    def compute_share(self, load: IterationLoad) -> np.ndarray:
+        """Fraction of the iteration the roofline calls compute-bound (0..1); drives power."""
+        ...
+
+    def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+        """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads."""
+        ...
+
+
 @dataclass(frozen=True)
-class StepModel:
-    """Per-iteration time and memory of one replica."""
+class RooflineFigures:
+    """The hardware figures of one replica that every estimator shares (module docstring)."""
 
     arch: Architecture
     gpu: GpuSpec
@@ -50,15 +114,6 @@ class StepModel:
     # Data-parallel attention (SGLang --enable-dp-attention, vLLM data parallel + expert
     # parallel): each GPU runs attention for its own sequences, so KV is not replicated.
     attention_data_parallel: bool = False
-
-    @property
-    def source(self) -> str:
-        """Which estimation path produced the step times: ``roofline`` or ``calibrated``."""
-        return "roofline"
-
-    @property
-    def source_detail(self) -> str:
-        return f"roofline: {self.efficiency.source}"
 
     @property
     def weight_bytes(self) -> float:
@@ -178,9 +233,3 @@ class StepModel:
         the GPU busy computing for as long as it lasts."""
         memory_s, compute_s, served_extra = self._terms(load)
         return np.minimum((compute_s + served_extra) / np.maximum(memory_s, 1e-30), 1.0)
-
-    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
-        """Seconds for one engine iteration carrying ``load``."""
-        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        memory_s, compute_s, served_extra = self._terms(load)
-        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s + served_extra)

@@ -1,0 +1,37 @@
+"""The plain roofline estimator: one iteration's time from spec sheets and fitted efficiencies.
+
+    t = fixed + comm + max(memory_s, compute_s as served)
+
+(:class:`apmw.perf.step.RooflineFigures` gives the terms). The fixed cost, bandwidth and FLOP
+efficiencies are :class:`apmw.perf.efficiency.Efficiency`'s, each with its provenance; the
+served MoE ceiling holds routed-expert GEMMs to what served engines reach. Used where no
+measured table covers the replica and no measured relative scales to it
+(:func:`apmw.perf.replica.build_step_model`), or when asked for (``calibrated=False``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apmw.perf.step import IterationLoad, RooflineFigures
+
+
+@dataclass(frozen=True)
+class RooflineStepModel(RooflineFigures):
+    """One iteration at the roofline: the larger of its memory and compute terms, plus fixed costs."""
+
+    @property
+    def source(self) -> str:
+        return "roofline"
+
+    @property
+    def source_detail(self) -> str:
+        return f"roofline: {self.efficiency.source}"
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        """Seconds for one engine iteration carrying ``load``."""
+        tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
+        memory_s, compute_s, served_extra = self._terms(load)
+        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s + served_extra)

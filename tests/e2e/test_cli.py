@@ -131,6 +131,7 @@ def test_plan_workload_from_unreadable_trace(tmp_path):
     assert r.returncode == 1 and "format" in r.stderr
 
 
+@pytest.mark.slow
 def test_plan_verify_puts_simulation_beside_the_plan():
     r = run("plan", str(EXAMPLES / "deep-research.yaml"), "--json", "--verify")
     assert r.returncode == 0, r.stderr

@@ -81,6 +81,7 @@ def test_cli_json(tmp_path):
     assert {x["group"] for x in d["levers"]} <= {"kv_residency", "decode_batching", "other"}
 
 
+@pytest.mark.slow
 def test_verify_rechecks_the_top_levers_in_the_simulator():
     from apmw.levers import verify_levers
 

@@ -17,6 +17,8 @@ from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_b
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import SLOTS, tiny_spec_dict
 
+pytestmark = pytest.mark.slow   # a real llama.cpp server per test
+
 APMW = [sys.executable, "-c", "from apmw.cli import main; main()"]   # the CLI, run in a child process
 
 

@@ -28,6 +28,7 @@ def report_path(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_report_is_one_self_contained_file(report_path):
     text = report_path.read_text()
     assert text.startswith("<!DOCTYPE html>")
@@ -39,6 +40,7 @@ def test_report_is_one_self_contained_file(report_path):
         assert section in text
 
 
+@pytest.mark.slow
 def test_report_renders_in_chromium_without_errors(report_path):
     from playwright.sync_api import sync_playwright
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.sim.helpers import BASE
@@ -27,6 +28,7 @@ def _spec(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_json_fields_and_seed(tmp_path):
     spec = _spec(tmp_path)
     r = run(spec, "--agents", "6", "--duration-s", "150", "--seed", "3", "--json")
@@ -40,6 +42,7 @@ def test_json_fields_and_seed(tmp_path):
     assert again["task_latency_s"] == d["task_latency_s"]
 
 
+@pytest.mark.slow
 def test_sweep_reports_agents_per_replica_and_curve(tmp_path):
     r = run(_spec(tmp_path), "--agents-sweep", "2:10:4", "--duration-s", "120", "--json")
     assert r.returncode == 0, r.stderr
@@ -51,6 +54,7 @@ def test_sweep_reports_agents_per_replica_and_curve(tmp_path):
     assert table.returncode == 0 and "simulated N*" in table.stdout
 
 
+@pytest.mark.slow
 def test_user_errors_are_one_line_not_tracebacks(tmp_path):
     for args in (["--agents-sweep", "10:2:1"], ["--agents", "3", "--warmup-s", "500", "--duration-s", "100"], []):
         r = run(_spec(tmp_path), *args)
@@ -69,6 +73,7 @@ def test_auto_sweep_brackets_the_plan_n_star(tmp_path):
     assert counts == sorted(counts) and counts[0] <= n_star <= counts[-1] and len(counts) >= 3
 
 
+@pytest.mark.slow
 def test_start_together_flag_reaches_the_simulator(tmp_path):
     spec = _spec(tmp_path)
     together = run(spec, "--agents", "4", "--duration-s", "200", "--json", "--start-together")

@@ -21,6 +21,8 @@ from apmw.sim import simulate
 from apmw.spec import load_spec
 from tests.sim.helpers import kv_fraction_for, spec
 
+pytestmark = pytest.mark.slow   # long simulator runs against the analytic models
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # (example, N below the analytic N*, simulated seconds)

@@ -52,6 +52,7 @@ def _close(a, b) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_fast_path_equals_plain_loop(name):
     s, agents = CASES[name]

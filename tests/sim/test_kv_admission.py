@@ -35,6 +35,7 @@ def _benchmark(isl: int, osl: int):
     })
 
 
+@pytest.mark.slow
 def test_vllm_runs_as_many_requests_as_fit_on_average_not_at_full_length():
     # 4096/512 tokens: about 79 requests fit at full length, 83 at their mean context; at
     # concurrency 128 the rest queue. Reserving full lengths put the queue 5 % too long here and
@@ -61,6 +62,7 @@ def test_between_the_two_fits_vllm_runs_everyone_and_tensorrt_llm_queues():
     assert trt.queued_requests > 0
 
 
+@pytest.mark.slow
 def test_tensorrt_llm_reserves_to_the_last_token_in_the_simulator_too():
     # between the two fits: vLLM's engine runs everyone, TensorRT-LLM's runs its full-length fit,
     # queues the rest and never preempts; apmw predict agrees on both
@@ -83,6 +85,7 @@ def test_tensorrt_llm_reserves_to_the_last_token_in_the_simulator_too():
     assert sims["trtllm"]["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.15)
 
 
+@pytest.mark.slow
 def test_sglang_keeps_back_what_its_retractions_reset_new_token_ratio_to(monkeypatch):
     # past the KV limit the simulated SGLang engine (its new_token_ratio adapting as SGLang's does)
     # runs about as many requests as apmw predict counts, with few retractions: 4096/512 tokens

@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import EXAMPLES
 from tests.e2e.test_cli import APMW
 
@@ -19,6 +21,7 @@ def _sim(*extra: str) -> dict:
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_trace_replay_runs_the_recorded_sessions():
     replayed = _sim("--trace", str(TRACE))
     sampled = _sim()

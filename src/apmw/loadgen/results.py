@@ -27,7 +27,9 @@ from typing import IO
 
 import numpy as np
 
+from apmw.capacity.slo import check_slo
 from apmw.loadgen.client import FAULT_KINDS, BenchError
+from apmw.spec import Slo
 from apmw.loadgen.metrics import summarise_polls
 
 
@@ -152,14 +154,15 @@ def summarise_level(lvl: Level) -> dict:
         return n / measured_s if measured_s > 0 else None
 
     slo = lvl.slo or {}
-    meets = _meets(slo, latency, ttft, tpot, len(done))
+    verdict = _verdict(slo, latency, ttft, tpot)
     return {
         "agents": lvl.agents,
         "window_s": measured_s,
         "completed_tasks": len(done),
         "failed_tasks": sum(t["status"] == "failed" for t in tasks),
         "cancelled_tasks": sum(t["status"] == "cancelled" for t in tasks),
-        "meets_slo": meets,
+        "meets_slo": None if verdict is None else verdict.meets,
+        "slo_failed": None if verdict is None else list(verdict.failed),
         "slo": slo,
         "slo_task_latency_p95_s": slo.get("task_latency_p95_s"),
         "task_latency_s": latency,
@@ -194,16 +197,13 @@ def _mean(v: list[float]) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def _meets(slo: dict, latency: dict, ttft: dict, tpot: dict, completed: int) -> bool | None:
-    """None when there is no SLO or no completed task to judge by."""
-    if not slo.get("task_latency_p95_s") or completed == 0:
-        return None if not slo.get("task_latency_p95_s") else False
-    ok = latency["p95"] <= slo["task_latency_p95_s"]
-    if slo.get("ttft_p95_s") and ttft["p95"] is not None:
-        ok = ok and ttft["p95"] <= slo["ttft_p95_s"]
-    if slo.get("tpot_p95_s") and tpot["p95"] is not None:
-        ok = ok and tpot["p95"] <= slo["tpot_p95_s"]
-    return bool(ok)
+def _verdict(slo: dict, latency: dict, ttft: dict, tpot: dict):
+    """The measured p95s against the spec's SLO, by the check ``apmw plan`` and ``apmw simulate`` use
+    (:func:`apmw.capacity.slo.check_slo`; a p95 nobody measured fails). None without a task SLO."""
+    if not slo.get("task_latency_p95_s"):
+        return None
+    limits = Slo(**{k: slo[k] for k in Slo.model_fields if slo.get(k)})
+    return check_slo(limits, latency["p95"], ttft["p95"], tpot["p95"])
 
 
 def _concurrency(lvl: Level, spans_of) -> dict:

@@ -151,3 +151,27 @@ def test_one_slo_check_treats_every_slo_the_spec_sets():
     # an SLO the spec does not set is not checked
     assert check_slo(Slo(task_latency_p95_s=100), 90, None, None).meets
     assert not check_slo(Slo(task_latency_p95_s=100), None, None, None).meets
+
+
+def test_slo_table_and_warnings():
+    from apmw.capacity.slo import INTERACTIVE_TTFT_P95_S, slo_table, warnings_for
+
+    slo = Slo(task_latency_p95_s=600, ttft_p95_s=2.0)
+    table = slo_table(slo, 500.0, 3.0, 0.05)
+    assert table == {"task_latency_p95": {"limit_s": 600, "value_s": 500.0, "met": True},
+                     "ttft_p95": {"limit_s": 2.0, "value_s": 3.0, "met": False}}
+    # the spec bounds TTFT itself: no warning for it; none sets TPOT, which is within the published level
+    assert warnings_for(slo, 30.0, 0.05, 100.0) == []
+    free = Slo(task_latency_p95_s=600)
+    notes = warnings_for(free, INTERACTIVE_TTFT_P95_S + 1, 0.5, 533.0)
+    assert len(notes) == 3 and "hypersensitive" in notes[2] and "533 s" in notes[2]
+
+
+def test_plan_names_the_binding_slo_and_the_single_agent_floor():
+    data = copy.deepcopy(SPEC)
+    data["slo"] = {"task_latency_p95_s": 3000, "ttft_p95_s": 0.08}
+    p = plan(spec_from_dict(data)).to_dict()
+    assert p["binding_constraint"] == "slo" and p["binding_slo"] == ["ttft_p95"]
+    assert p["slo_verdict"]["ttft_p95"]["met"] and p["slo_verdict"]["ttft_p95"]["value_s"] <= 0.08
+    one = plan(spec_from_dict(data), agents=1).to_dict()
+    assert p["single_agent_task_latency_p95_s"] == pytest.approx(one["task_latency_s"]["p95"])

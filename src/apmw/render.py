@@ -13,26 +13,57 @@ def _si(value: float, unit: str) -> str:
     return f"{value:,.2f} {unit}"
 
 
+# How the tables name each SLO (apmw.capacity.slo names).
+SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95": "time per output token p95"}
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "not measured"
+    if value < 1:
+        return f"{value * 1e3:,.1f} ms"
+    return f"{value:,.1f} s" if value < 100 else f"{value:,.0f} s"
+
+
+def slo_line(verdict: dict) -> str:
+    """Each SLO the spec sets, its figure and whether it holds: "task p95 1,073 s <= 1,800 s met"."""
+    parts = []
+    for name, v in verdict.items():
+        sign, word = ("<=", "[green]met[/]") if v["met"] else (">", "[bold red]MISSED[/]")
+        parts.append(f"{SLO_LABELS[name]} {_seconds(v['value_s'])} {sign} {_seconds(v['limit_s'])} {word}")
+    return "; ".join(parts)
+
+
+def binding_text(p: dict) -> str:
+    """The binding constraint, naming the SLO where one binds: "slo (TTFT p95)"."""
+    if p.get("binding_slo"):
+        return f"{p['binding_constraint']} ({', '.join(SLO_LABELS[n] for n in p['binding_slo'])})"
+    return p["binding_constraint"]
+
+
 def plan_table(console: Console, p: dict, title: str) -> None:
     lat, br, tok, rep = p["task_latency_s"], p["residence_breakdown_s"], p["tokens_per_s"], p["replica"]
     t = Table(title=f"apmw plan: {title}", show_header=False, title_justify="left")
     t.add_column("", style="bold")
     t.add_column("")
     t.add_row("replica", f"{rep['model']} on {rep['gpus']} x {rep['gpu']}")
-    t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {p['binding_constraint']})")
+    t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {binding_text(p)})")
+    t.add_row("SLO", slo_line(p["slo_verdict"]))
     t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s, "
-              f"p99 {lat['p99']:,.0f} s  (SLO p95 {p['slo']['task_latency_p95_s']:,.0f} s)")
+              f"p99 {lat['p99']:,.0f} s")
     t.add_row("residence per task", ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
     t.add_row("per call", f"TTFT p95 {p['ttft_p95_s'] * 1e3:,.0f} ms, time per output token "
               f"{p['time_per_output_token_s'] * 1e3:,.1f} ms (p95 {p['tpot_p95_s'] * 1e3:,.1f} ms)")
     t.add_row("decode batch", f"{p['decode_batch_mean']:,.1f} mean  (engine busy {p['engine_utilisation']:.0%})")
     t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean, {p['kv_tokens_resident_p95']:,.0f} p95"
-              f" of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token)")
+              f" of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token), "
+              + ("fits" if p["fits_kv_memory"] else "[bold red]DOES NOT FIT[/]"))
     t.add_row("tokens/s", f"output {tok['output']:,.0f}, input {tok['input']:,.0f} (prefilled {tok['prefill']:,.0f})")
     t.add_row("replica power", f"{_si(rep['power_w'], 'W')} IT, {_si(rep['facility_power_w'], 'W')} facility, "
               f"{_si(rep['provisioned_power_w'], 'W')} provisioned")
-    t.add_row("agents per MW", f"[bold green]{p['agents_per_mw']:,.0f}[/] modelled, "
-              f"{p['agents_per_mw_provisioned']:,.0f} provisioned")
+    valid = p["meets_slo"] and p["fits_kv_memory"]
+    t.add_row("agents per MW", f"[bold {'green' if valid else 'red'}]{p['agents_per_mw']:,.0f}[/] modelled, "
+              f"{p['agents_per_mw_provisioned']:,.0f} provisioned" + ("" if valid else "  (not a valid operating point)"))
     t.add_row("per session", f"{p['energy_per_session_j'] / 3.6e6:,.3f} kWh IT energy, "
               f"${p['cost_per_session_usd']:,.4f} (electricity ${p['cost_breakdown_usd']['electricity']:,.4f}, "
               f"GPU time ${p['cost_breakdown_usd']['gpu_time']:,.4f})")
@@ -41,6 +72,14 @@ def plan_table(console: Console, p: dict, title: str) -> None:
         t.add_row("fleet", f"{f['agents']:,} agents: {f['replicas']:,} replicas, {f['gpus']:,} GPUs, "
                   f"{_si(f['facility_power_w'], 'W')} facility ({_si(f['provisioned_power_w'], 'W')} provisioned)")
     console.print(t)
+    if not valid:
+        console.print(f"[bold red]not a valid operating point:[/] at {p['agents_per_replica']:,} agents the replica "
+                      + ("misses the SLO" if not p["meets_slo"] else "")
+                      + (" and " if not p["meets_slo"] and not p["fits_kv_memory"] else "")
+                      + ("does not fit its KV in memory" if not p["fits_kv_memory"] else "")
+                      + f"; N* is {p['agents_per_replica_max']:,}")
+    for note in p.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {note}")
 
 
 def verify_table(console: Console, v: dict) -> None:

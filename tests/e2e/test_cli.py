@@ -148,3 +148,37 @@ def test_plan_reads_a_served_checkpoint_id_and_notes_a_dtype_slip(tmp_path):
     _no_traceback(r)
     assert r.returncode == 0 and json.loads(r.stdout)["agents_per_replica"] >= 1
     assert "names fp4 weights, but fp8 weights are priced" in " ".join(r.stderr.split())
+
+
+@pytest.mark.slow
+def test_plan_verify_exits_3_when_the_simulator_misses_the_slo():
+    """The flagship example's analytic N* sits at its KV limit, where the simulator preempts and misses
+    the SLO: --verify says so with a documented exit code, and stdout stays one JSON document."""
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--verify")
+    _no_traceback(r)
+    assert r.returncode == 3, r.stderr
+    assert json.loads(r.stdout)["verify"]["simulated_meets_slo"] is False
+    assert "misses the SLO at" in r.stderr
+
+
+def test_plan_table_names_the_missed_slo_and_the_invalid_operating_point():
+    r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--agents", "40")
+    _no_traceback(r)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    assert "binding: slo (TTFT p95)" in text
+    assert "TTFT p95" in text and "MISSED" in text
+    assert "not a valid operating point: at 40 agents the replica misses the SLO; N* is 20" in text
+    ok = " ".join(run("plan", str(EXAMPLES / "support-chat.yaml")).stdout.split())
+    assert "MISSED" not in ok and "not a valid operating point" not in ok and "fits" in ok
+
+
+def test_a_trace_with_huge_prompts_is_flagged_when_the_spec_sets_no_per_call_slo():
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "azure_code_head100.csv"
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--workload-from", str(trace))
+    _no_traceback(r)
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    assert "workload fitted from" in text and "azure_code_head100.csv" in text
+    assert "warning: TTFT p95 is" in text and "MLPerf's Server scenario" in text
+    assert "warning: time per output token p95" in text

@@ -13,6 +13,7 @@ from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model
 from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.search import SearchResult, search
+from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, Replica, replica_from_spec
@@ -42,6 +43,13 @@ class Plan:
         return d.prefill_gpus if d else 0
 
     @property
+    def binding_slo(self) -> list[str] | None:
+        """Which SLOs stop N* from going higher (those N* + 1 misses), where an SLO binds."""
+        if self.search.binding_constraint != "slo":
+            return None
+        return list(self.search.first_failure.slo.failed)
+
+    @property
     def agents_per_replica(self) -> int:
         return self.at.agents
 
@@ -62,6 +70,11 @@ class Plan:
             "binding_constraint": self.search.binding_constraint,
             "meets_slo": ev.meets_latency,
             "slo_failed": list(ev.slo.failed),
+            "slo_verdict": slo_table(self.spec.slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s),
+            "binding_slo": self.binding_slo,
+            "single_agent_task_latency_p95_s": self.search.single_agent.task_latency_p95_s,
+            "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
+                                     self.search.single_agent.task_latency_p95_s),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s},

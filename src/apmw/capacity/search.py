@@ -57,6 +57,7 @@ class SearchResult:
     first_failure: Evaluation     # the evaluation at N* + 1
     agents_latency_only: int      # N meeting latency, ignoring memory
     agents_memory_only: int       # N fitting memory, ignoring latency
+    single_agent: Evaluation      # the evaluation at N = 1: the floor of the task latency
 
 
 def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None) -> SearchResult:
@@ -84,5 +85,5 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
     return SearchResult(
         agents=n_star, binding_constraint=binding,
         at_optimum=at(n_star) if n_star > 0 else None, first_failure=at(n_star + 1),
-        agents_latency_only=n_latency, agents_memory_only=n_memory,
+        agents_latency_only=n_latency, agents_memory_only=n_memory, single_agent=at(1),
     )

@@ -12,6 +12,18 @@ from dataclasses import dataclass
 
 from apmw.spec import Slo
 
+# Per-call service levels that published serving benchmarks call served, used to warn when a spec
+# sets none: MLPerf Inference v5.1's Server scenario, the loosest of its per-call constraints
+# (TTFT 6 s for llama3.1-405b's long prompts; TPOT 200 ms, 5 tokens/s per user, for llama2-70b;
+# ../shared/data/benchmarks/mlperf_inference, ttft_constraint_ns and tpot_constraint_ns; its
+# Interactive scenario asks 0.45-4.5 s and 30-80 ms). A plan past them is not interactive by any
+# published measure, whatever its task p95.
+INTERACTIVE_TTFT_P95_S = 6.0
+INTERACTIVE_TPOT_P95_S = 0.2
+
+# The single agent's task p95 above this share of the SLO leaves N* hypersensitive to the SLO.
+FLOOR_WARNING_SHARE = 0.8
+
 # The SLOs a spec can set: (name, field of apmw.spec.Slo).
 SLO_FIELDS = (("task_latency_p95", "task_latency_p95_s"), ("ttft_p95", "ttft_p95_s"), ("tpot_p95", "tpot_p95_s"))
 
@@ -44,3 +56,30 @@ def check_slo(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | No
         elif not value <= limit:
             failed.append(name)
     return SloVerdict(failed=tuple(failed), unmeasured=tuple(unmeasured))
+
+
+def slo_table(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | None,
+              tpot_p95_s: float | None) -> dict[str, dict]:
+    """Each SLO the spec sets: its limit, the figure at the operating point and whether it holds."""
+    figures = {"task_latency_p95": task_latency_p95_s, "ttft_p95": ttft_p95_s, "tpot_p95": tpot_p95_s}
+    verdict = check_slo(slo, task_latency_p95_s, ttft_p95_s, tpot_p95_s)
+    return {name: {"limit_s": getattr(slo, field), "value_s": figures[name], "met": name not in verdict.failed}
+            for name, field in SLO_FIELDS if getattr(slo, field) is not None}
+
+
+def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float, single_agent_p95_s: float | None) -> list[str]:
+    """What a planner should hear about an operating point beyond pass and fail: per-call latencies
+    past the published interactive levels where the spec sets no per-call SLO, and an SLO so close
+    to the single agent's task time that N* hangs on it."""
+    notes = []
+    if slo.ttft_p95_s is None and ttft_p95_s > INTERACTIVE_TTFT_P95_S:
+        notes.append(f"TTFT p95 is {ttft_p95_s:,.1f} s, past the {INTERACTIVE_TTFT_P95_S:g} s that MLPerf's Server "
+                     "scenario allows; the spec sets no slo.ttft_p95_s, so nothing bounds it")
+    if slo.tpot_p95_s is None and tpot_p95_s > INTERACTIVE_TPOT_P95_S:
+        notes.append(f"time per output token p95 is {tpot_p95_s * 1e3:,.0f} ms ({1 / tpot_p95_s:.1f} tokens/s per agent), "
+                     f"past MLPerf Server's {INTERACTIVE_TPOT_P95_S * 1e3:.0f} ms; the spec sets no slo.tpot_p95_s")
+    limit = slo.task_latency_p95_s
+    if single_agent_p95_s is not None and single_agent_p95_s > FLOOR_WARNING_SHARE * limit:
+        notes.append(f"one agent alone already takes {single_agent_p95_s:,.0f} s at p95 of the {limit:,.0f} s SLO "
+                     f"({single_agent_p95_s / limit:.0%}): N* is hypersensitive to the SLO and the workload")
+    return notes

@@ -21,7 +21,8 @@ def plan(
     workload_from: Optional[Path] = typer.Option(
         None, "--workload-from", help="replace the spec's workload by one fitted from this trace (see apmw fit)"),
     trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),
-    verify: bool = typer.Option(False, "--verify", help="also run the simulator at the answer and compare"),
+    verify: bool = typer.Option(False, "--verify", help="also run the simulator at the answer and compare; exit "
+                                "code 3 when the simulated run misses the SLO"),
     calibration: Optional[Path] = typer.Option(
         None, "--calibration", help="step-time calibration measured by apmw bench --calibrate FILE"),
 ) -> None:
@@ -63,10 +64,25 @@ def plan(
         d["verify"] = checked
     if as_json:
         _emit_json(d)
+        _exit_if_simulation_missed(checked)
         return
-    plan_table(out, d, str(spec))
+    title = str(spec) if workload_from is None else f"{spec}, workload fitted from {workload_from}"
+    plan_table(out, d, title)
     if checked is not None:
         verify_table(out, checked)
+    _exit_if_simulation_missed(checked)
+
+
+# `apmw plan --verify` exits with this code when the simulator misses the SLO at the plan's answer
+# (1: bad input, 2: no N meets the SLO).
+SIMULATED_SLO_MISSED_EXIT = 3
+
+
+def _exit_if_simulation_missed(checked: dict | None) -> None:
+    if checked is not None and checked["simulated_meets_slo"] is False:
+        typer.echo(f"apmw plan --verify: the simulator misses the SLO at {checked['agents']} agents "
+                   f"(exit {SIMULATED_SLO_MISSED_EXIT})", err=True)
+        raise typer.Exit(SIMULATED_SLO_MISSED_EXIT)
 
 
 @app.command()

@@ -88,9 +88,12 @@ def verify_table(console: Console, v: dict) -> None:
     for col in ("task latency", "analytic s", "simulated s", "ratio"):
         t.add_column(col, justify="left" if col == "task latency" else "right")
     a, s, r = v["task_latency_s"]["analytic"], v["task_latency_s"]["simulated"], v["simulated_over_analytic"]
+    ci = v.get("simulated_task_latency_p95_interval_s")
     for k in ("mean", "p50", "p95", "p99"):
-        t.add_row(k, f"{a[k]:,.1f}", "n/a" if s[k] is None else f"{s[k]:,.1f}",
-                  "n/a" if r[k] is None else f"{r[k]:.2f}")
+        sim = "n/a" if s[k] is None else f"{s[k]:,.1f}"
+        if k == "p95" and ci:
+            sim += f" (95% CI {ci[0]:,.0f}-{ci[1]:,.0f})"
+        t.add_row(k, f"{a[k]:,.1f}", sim, "n/a" if r[k] is None else f"{r[k]:.2f}")
     console.print(t)
     console.print(f"decode batch {v['decode_batch_mean']['analytic']:.1f} analytic vs "
                   f"{v['decode_batch_mean']['simulated']:.1f} simulated; preemptions {v['preemptions']}; "

@@ -48,6 +48,22 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
 
 
+def _interval(ci: list | None, tasks: int) -> str:
+    if ci is None:
+        return f"too few tasks ({tasks}) to bracket the p95"
+    return f"{_fmt(ci[0])} - {_fmt(ci[1])} s from {tasks:,} tasks"
+
+
+def _verdict(d: dict) -> str:
+    if d["meets_slo"] is None:
+        return "no SLO (open loop)"
+    if d["meets_slo"]:
+        return f"[green]met[/] (task p95 <= {d['slo_task_latency_p95_s']:g} s and every per-call SLO the spec sets)"
+    from apmw.render import SLO_LABELS
+
+    return "[bold red]MISSED[/]: " + ", ".join(SLO_LABELS[n] for n in d["slo_failed"])
+
+
 def _table(d: dict, title: str) -> Table:
     t = Table(title=title, show_header=False)
     lat = d["task_latency_s"]
@@ -55,6 +71,7 @@ def _table(d: dict, title: str) -> Table:
         ("agents", f"{d['agents']}"), ("simulated s (window)", f"{d['simulated_s']:,.0f} ({d['window_s']:,.0f})"),
         ("completed tasks", f"{d['completed_tasks']} ({d['tasks_running']} still running)"),
         ("task latency s mean / p50 / p95 / p99", " / ".join(_fmt(lat[k]) for k in ("mean", "p50", "p95", "p99"))),
+        ("task p95, 95% interval", _interval(d["task_latency_p95_interval_s"], d["completed_tasks"])),
         ("TTFT s p50 / p95 / p99", " / ".join(_fmt(d["ttft_s"][k]) for k in ("p50", "p95", "p99"))),
         ("TPOT s p50 / p95 / p99", " / ".join(_fmt(d["tpot_s"][k]) for k in ("p50", "p95", "p99"))),
         ("decode batch mean", _fmt(d["decode_batch_mean"])),
@@ -62,7 +79,7 @@ def _table(d: dict, title: str) -> Table:
         ("preemptions", f"{d['preemptions']}"), ("prefix hit rate", _fmt(d["prefix_hit_rate"])),
         ("engine utilisation", _fmt(d["engine_utilisation"])),
         ("replica power W / energy per task J", f"{d['replica_power_w']:,.0f} / {_fmt(d['energy_per_task_j'])}"),
-        ("meets SLO (p95 <= %g s)" % d["slo_task_latency_p95_s"], str(d["meets_slo"])),
+        ("SLO", _verdict(d)),
     ]
     for k, v in rows:
         t.add_row(k, v)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.stats import binom
 
 
 def percentiles(values: list[float] | np.ndarray) -> dict[str, float | None]:
@@ -14,6 +15,30 @@ def percentiles(values: list[float] | np.ndarray) -> dict[str, float | None]:
     v = np.asarray(values, dtype=float)
     p50, p95, p99 = np.quantile(v, [0.5, 0.95, 0.99])
     return {"mean": float(v.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+# Confidence of the interval reported around a simulated quantile.
+INTERVAL_CONFIDENCE = 0.95
+
+
+def quantile_interval(values: list[float] | np.ndarray, q: float = 0.95,
+                      confidence: float = INTERVAL_CONFIDENCE) -> tuple[float, float] | None:
+    """A distribution-free confidence interval for the ``q`` quantile of ``values``: the order
+    statistics ``x_(l)`` and ``x_(u)`` between which the quantile lies with probability
+    ``confidence``, from the number of samples below it being Binomial(n, q) (Hahn and Meeker,
+    "Statistical Intervals", 1991, 5.2). It takes the tasks as independent draws; in a closed loop
+    neighbouring tasks share the engine's state, so read it as a lower bound on the uncertainty.
+    None where the sample is too small to bracket the quantile."""
+    n = len(values)
+    if n == 0:
+        return None
+    alpha = 1.0 - confidence
+    lo = int(binom.ppf(alpha / 2, n, q))            # P(count below <= lo) >= alpha / 2
+    hi = int(binom.ppf(1 - alpha / 2, n, q)) + 1
+    if lo < 1 or hi > n:
+        return None
+    v = np.sort(np.asarray(values, dtype=float))
+    return float(v[lo - 1]), float(v[hi - 1])
 
 
 @dataclass(frozen=True)
@@ -62,7 +87,8 @@ class SimResult:
     slo_p95_s: float | None
     meets_slo: bool | None
     compute_bound_share: float = 0.0   # compute-bound share of the busy time (drives power)
-    slo_failed: tuple = ()          # the SLOs missed (apmw.capacity.slo names), empty when met
+    slo_failed: tuple = ()
+    task_latency_p95_interval_s: tuple[float, float] | None = None   # INTERVAL_CONFIDENCE interval of the p95          # the SLOs missed (apmw.capacity.slo names), empty when met
     serving_policy: dict = field(default_factory=dict)   # the engine settings simulated (apmw.perf.ServingPolicy)
     timeseries: dict = field(default_factory=dict)
     wall_s: float = 0.0
@@ -73,6 +99,8 @@ class SimResult:
             "duration_s": self.duration_s, "warmup_s": self.warmup_s, "simulated_s": self.simulated_s,
             "window_s": self.window_s,
             "task_latency_s": self.task_latency,
+            "task_latency_p95_interval_s": (None if self.task_latency_p95_interval_s is None
+                                            else list(self.task_latency_p95_interval_s)),
             "task_tool_s_mean": self.task_tool_s_mean, "task_output_tokens_mean": self.task_output_tokens_mean,
             "ttft_s": self.ttft, "tpot_s": self.tpot,
             "completed_tasks": self.completed_tasks, "tasks_running": self.tasks_running,

@@ -13,7 +13,7 @@ from apmw.capacity.slo import check_slo
 from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import Engine
-from apmw.sim.result import SimResult, percentiles
+from apmw.sim.result import SimResult, percentiles, quantile_interval
 from apmw.spec import Spec
 
 # Share of the run discarded as warm-up when none is given: agents start spread over it.
@@ -56,7 +56,8 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         energy_per_task_j=power / x if x else None, sessions_per_s=x,
         slo_p95_s=slo,
         meets_slo=verdict.meets if slo is not None else None,
-        compute_bound_share=compute_share, slo_failed=verdict.failed if slo is not None else (), serving_policy=replica.policy.to_dict(),
+        compute_bound_share=compute_share, slo_failed=verdict.failed if slo is not None else (),
+        task_latency_p95_interval_s=quantile_interval(latency), serving_policy=replica.policy.to_dict(),
         timeseries={"t_s": samples[:, 0].tolist(), "decode_batch": samples[:, 1].tolist(),
                     "kv_tokens": samples[:, 2].tolist()},
         wall_s=wall_s,

@@ -29,6 +29,7 @@ def verify_plan(result: Plan, duration_s: float | None = None,
         "simulated_s": sim["simulated_s"],
         "completed_tasks": sim["completed_tasks"],
         "task_latency_s": {"analytic": p["task_latency_s"], "simulated": sim["task_latency_s"]},
+        "simulated_task_latency_p95_interval_s": sim["task_latency_p95_interval_s"],
         "simulated_over_analytic": {k: ratio(sim["task_latency_s"][k], p["task_latency_s"][k])
                                     for k in ("mean", "p50", "p95", "p99")},
         "decode_batch_mean": {"analytic": p["decode_batch_mean"], "simulated": sim["decode_batch_mean"]},

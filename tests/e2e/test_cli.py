@@ -134,8 +134,8 @@ def test_plan_workload_from_unreadable_trace(tmp_path):
 @pytest.mark.slow
 def test_plan_verify_puts_simulation_beside_the_plan():
     r = run("plan", str(EXAMPLES / "deep-research.yaml"), "--json", "--verify")
-    assert r.returncode == 0, r.stderr
     v = json.loads(r.stdout)["verify"]
+    assert r.returncode == (0 if v["simulated_meets_slo"] else 3), r.stderr
     assert v["completed_tasks"] > 100
     assert v["simulated_over_analytic"]["mean"] == pytest.approx(1.0, abs=0.1)
 

@@ -116,10 +116,19 @@ def _strip_tags(key: str) -> tuple[str, str | None]:
         dtype = dtype or CHECKPOINT_TAGS[tag]
 
 
+def _on_disk(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a file or directory (``kind``); a name no file system could hold (too
+    long, a NUL byte) is simply not one."""
+    try:
+        return path.is_file() if kind == "file" else path.is_dir() if kind == "dir" else path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def checkpoint_weight_dtype(name: str) -> str | None:
     """The weight dtype a checkpoint's name states ("...-FP8" -> "fp8"), or None when it states none
     (a bundled name, a tune, a file). apmw takes the dtype from ``--weight-dtype``; callers compare."""
-    if Path(name).expanduser().exists():
+    if _on_disk(Path(name).expanduser(), "any"):
         return None
     return _strip_tags(name.strip().lower())[1]
 
@@ -131,12 +140,12 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     UnknownNameError listing the closest bundled names.
     """
     path = Path(name_or_path).expanduser()
-    if path.is_dir():       # a downloaded checkpoint: its config.json (HF layout)
+    if _on_disk(path, "dir"):       # a downloaded checkpoint: its config.json (HF layout)
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path}: a directory without a config.json; pass the checkpoint directory "
                               "that holds config.json, the file itself, or a bundled name")
         path = path / "config.json"
-    if path.is_file():
+    if _on_disk(path, "file"):
         return _read_json(path), f"file {path.resolve()}"
     found = _resolve(name_or_path)
     if found is None:

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
+import traceback
 
-from apmw.cli.common import app
+import typer
+
+from apmw import __version__
+from apmw.cli.common import INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_ERROR_EXIT, app, err
 
 
 def _register_verbs() -> None:
@@ -18,9 +23,53 @@ def _register_verbs() -> None:
         importlib.import_module(f"{__name__}.{module}")
 
 
+@app.callback(invoke_without_command=True)
+def _options(version: bool = typer.Option(False, "--version", help="print apmw's version and exit"),
+             debug: bool = typer.Option(False, "--debug", help="on an internal error, print its traceback (may "
+                                        "also follow the verb's own options)")) -> None:
+    """Agents per megawatt: size LLM agent-serving fleets by task-latency SLO.
+
+    --version prints the version; --debug shows the traceback of an internal error.
+    """
+    if version:
+        print(f"apmw {__version__}")
+        raise typer.Exit(0)
+
+
 def main() -> None:
+    """Run the CLI with one error path: user errors exit 1 (the parser's too, where click would
+    use 2, the code of an infeasible SLO), a bug exits 70 with one line (its traceback under
+    --debug), an interrupt 130."""
     _register_verbs()
-    app()
+    args = sys.argv[1:]
+    debug = "--debug" in args
+    try:
+        code = app(args=[a for a in args if a != "--debug"], prog_name="apmw", standalone_mode=False)
+    except Exception as exc:  # the one place where an exception becomes an exit code
+        if _is_a(exc, "ClickException"):        # the parser's: a missing argument, an unknown option
+            exc.show()
+            code = USER_ERROR_EXIT
+        elif _is_a(exc, "Abort") and not isinstance(exc.__cause__, EOFError):
+            err.print("interrupted", highlight=False, markup=False)
+            code = INTERRUPTED_EXIT
+        else:
+            code = _internal_error(exc.__cause__ if _is_a(exc, "Abort") else exc, debug)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _is_a(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` is click's exception ``name``: typer runs on click or, in recent releases, on
+    a copy of it of its own, so the class is matched by name."""
+    return any(c.__name__ == name for c in type(exc).__mro__)
+
+
+def _internal_error(exc: BaseException, debug: bool) -> int:
+    if debug:
+        traceback.print_exception(exc)
+    err.print(f"internal error: {type(exc).__name__}: {exc}. This is a bug in apmw {__version__}; please report "
+              "it with the command that caused it" + ("" if debug else " (rerun with --debug for the traceback)"),
+              highlight=False, markup=False, soft_wrap=True)
+    return INTERNAL_ERROR_EXIT
 
 
 __all__ = ["app", "main"]

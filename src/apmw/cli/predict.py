@@ -71,6 +71,8 @@ def predict(
     from apmw.capacity.benchmark import DEFAULT_LENGTH_SPREAD, predict as run
     from apmw.capacity.open_loop import predict_rate
 
+    if request_overhead_ms is not None and not request_overhead_ms >= 0:
+        fail(f"--request-overhead-ms must be a non-negative number of milliseconds (got {request_overhead_ms:g})")
     if (concurrency is None) == (request_rate is None):
         fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "
              + ("both" if concurrency else "neither"))
@@ -148,8 +150,6 @@ FLAGS = {"tp": "--tp", "isl": "--isl", "osl": "--osl", "concurrency": "--concurr
 
 def as_flags(message: str) -> str:
     """A library error in this verb's terms: each parameter named by the flag that sets it."""
-    message = re.sub(r"request_overhead_s must be a non-negative number of seconds \(got ([^)]*)\)",
-                     r"--request-overhead-ms must be a non-negative number of milliseconds (got \1 s)", message)
     return re.sub(r"(?<![\w-])(" + "|".join(FLAGS) + r")(?![\w-])", lambda m: FLAGS[m.group(1)], message)
 
 

@@ -36,7 +36,7 @@ Z95 = 1.6448536269514722
 class Constant(BaseModel):
     """A quantity with no variation."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: float = Field(ge=0)
 
     @property
@@ -57,7 +57,7 @@ class Constant(BaseModel):
 class Lognormal(BaseModel):
     """A lognormal given by its mean (or median) and its 95th percentile."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     mean_: float | None = Field(default=None, alias="mean", gt=0)
     p50: float | None = Field(default=None, gt=0)
     p95: float = Field(gt=0)
@@ -117,7 +117,7 @@ class Empirical(BaseModel):
     highest the value of the highest (no extrapolation into the tail).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     quantiles: dict[float, float]
 
     @field_validator("quantiles")

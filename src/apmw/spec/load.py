@@ -1,8 +1,10 @@
 """Read a spec from YAML with errors that point at the file, line and field.
 
-YAML is parsed with ``yaml.safe_load`` semantics (no arbitrary objects). Before
-validation the document is composed once more to record where each key sits,
-so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported as
+YAML is parsed with ``yaml.safe_load`` semantics (no arbitrary objects), by a loader that also
+refuses what a spec never needs and a hostile file could use: a key given twice (YAML would keep
+the last silently), more aliases than a spec could use (an "alias bomb" expands exponentially),
+and nesting deeper than any spec section. The composed document also records where each key
+sits, so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported as
 ``coding-agent.yaml:14: workload.tool_wait_s.p95: ...``.
 """
 
@@ -17,6 +19,15 @@ from pydantic import ValidationError
 from apmw.spec.model import Spec
 
 
+# A spec is a few dozen keys, at most five levels deep (spec -> hardware -> gpu -> field, or a
+# distribution's quantiles); these limits leave ample room and stop a file from making the loader
+# expand or recurse without bound.
+MAX_ALIASES = 100
+MAX_DEPTH = 32
+# Larger than any spec (the bundled ones are 2-3 kB); bigger files are refused before parsing.
+MAX_SPEC_BYTES = 1 << 20
+
+
 class SpecError(ValueError):
     """A spec that cannot be used, with every problem found and where it is."""
 
@@ -26,18 +37,25 @@ class SpecError(ValueError):
         super().__init__(f"{path}: invalid spec\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def _key_lines(node: yaml.Node, prefix: tuple = ()) -> dict[tuple, int]:
-    """Map each key path (as tuple of keys / indices) to its 1-based line."""
+def _key_lines(node: yaml.Node, prefix: tuple = (), seen: set[int] | None = None) -> dict[tuple, int]:
+    """Map each key path (as tuple of keys / indices) to its 1-based line.
+
+    An aliased node is walked once, where it is defined: walking every place an alias repeats it
+    would cost what the aliases expand to."""
+    seen = set() if seen is None else seen
     lines: dict[tuple, int] = {}
+    if id(node) in seen:
+        return lines
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = prefix + (key_node.value,)
             lines[path] = key_node.start_mark.line + 1
-            lines.update(_key_lines(value_node, path))
+            lines.update(_key_lines(value_node, path, seen))
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             lines[prefix + (i,)] = item.start_mark.line + 1
-            lines.update(_key_lines(item, prefix + (i,)))
+            lines.update(_key_lines(item, prefix + (i,), seen))
     return lines
 
 
@@ -87,15 +105,93 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
         raise SpecError(path, problems) from None
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """A safe loader that counts aliases and depth as it composes, and refuses duplicate keys."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _Refused(self.peek_event().start_mark, f"more than {MAX_ALIASES} aliases (*name): a spec "
+                               "needs few or none; write the values out")
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _Refused(self.peek_event().start_mark, f"nested more than {MAX_DEPTH} levels deep")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = key_node.value
+            if key in seen:
+                raise _Refused(key_node.start_mark, f"'{key}' is given twice (first on line {seen[key]}); "
+                               "YAML would keep the last silently: keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+class _Refused(yaml.MarkedYAMLError):
+    def __init__(self, mark, problem: str):
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+def _node_is_recursive(node: yaml.Node, stack: set[int] | None = None, done: set[int] | None = None) -> bool:
+    """Whether an alias points back into its own anchor (``loop: &a [1, *a]``); each node is
+    explored once, however often aliases repeat it."""
+    stack = set() if stack is None else stack
+    done = set() if done is None else done
+    if id(node) in stack:
+        return True
+    if id(node) in done or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        return False
+    stack.add(id(node))
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+    found = any(_node_is_recursive(c, stack, done) for c in children)
+    stack.discard(id(node))
+    done.add(id(node))
+    return found
+
+
+def _read_text(p: Path) -> str:
+    """The file as UTF-8 text; a byte that is not UTF-8 is reported with its line."""
+    raw = p.read_bytes()
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(str(p), [f"the file is {len(raw):,} bytes; a spec is a few kB (at most "
+                                 f"{MAX_SPEC_BYTES:,} bytes are read)"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise SpecError(str(p), [f"line {line}: byte 0x{raw[exc.start]:02x} is not UTF-8; save the file as "
+                                 "UTF-8"]) from None
+
+
 def load_spec(path: str | Path) -> Spec:
     """Load and validate a YAML spec file."""
     p = Path(path)
     if not p.is_file():
         raise SpecError(str(path), ["file not found (give the path of a YAML spec; see examples/)"])
-    text = p.read_text(encoding="utf-8")
+    text = _read_text(p)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = _SpecLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None and _node_is_recursive(node):
+                raise _Refused(node.start_mark, "an alias refers to its own anchor (a recursive structure)")
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except _Refused as exc:
+        mark = exc.problem_mark
+        raise SpecError(str(path), [f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -58,8 +58,18 @@ def engine_key(engine: object) -> object:
 MAX_BATCH_LIMIT = 65536
 
 
+# Model calls per task apmw will sample: the longest session in the bundled agent traces made 189
+# calls (mini-swe-agent x DeepSeek, ../shared/data/README.md); these bounds are ten times that on
+# average and a hundred times at the 99th percentile. Past them the session sampler would need
+# gigabytes for a spec no agent resembles.
+MAX_MEAN_CALLS_PER_TASK = 2_000
+MAX_P99_CALLS_PER_TASK = 20_000
+# Tokens per call past any model's context window (the largest bundled is 1M tokens).
+MAX_TOKENS_PER_CALL = 10_000_000
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Workload(_Section):
@@ -95,6 +105,20 @@ class Workload(_Section):
         for name in ("steps_per_task", "calls_per_step", "output_tokens_per_call"):
             if getattr(self, name).mean <= 0:
                 raise ValueError(f"{name} must be > 0: an agent task makes at least one call with some output")
+        calls = self.steps_per_task.mean * self.calls_per_step.mean
+        if calls > MAX_MEAN_CALLS_PER_TASK:
+            raise ValueError(f"steps_per_task x calls_per_step averages {calls:,.0f} calls per task; apmw samples "
+                             f"tasks of at most {MAX_MEAN_CALLS_PER_TASK:,} calls on average (the longest recorded "
+                             "agent session made 189)")
+        tail = self.steps_per_task.quantile(0.99) * self.calls_per_step.quantile(0.99)
+        if tail > MAX_P99_CALLS_PER_TASK:
+            raise ValueError(f"steps_per_task x calls_per_step reaches {tail:,.0f} calls per task at the 99th "
+                             f"percentile; at most {MAX_P99_CALLS_PER_TASK:,} are modelled: narrow the tails")
+        tokens = [self.new_input_tokens_per_call, self.output_tokens_per_call] + (
+            [self.first_call_input_tokens] if self.first_call_input_tokens is not None else [])
+        if max(d.quantile(0.99) for d in tokens) > MAX_TOKENS_PER_CALL or self.system_prompt_tokens > MAX_TOKENS_PER_CALL:
+            raise ValueError(f"a call of more than {MAX_TOKENS_PER_CALL:,} tokens at the 99th percentile is past any "
+                             "model's context window")
         if self.summarize_at_tokens is not None:
             room = self.summarize_at_tokens - self.system_prompt_tokens
             if room < 2 * self.summary_tokens:
@@ -268,7 +292,9 @@ class Cost(_Section):
 
 
 class Fleet(_Section):
-    target_agents: int | None = Field(default=None, ge=1)
+    target_agents: int | None = Field(
+        default=None, ge=1, le=10**9, description="concurrent agents the fleet serves (at most a billion: past "
+        "that the figure is a typo)")
 
 
 class Spec(_Section):
@@ -282,4 +308,4 @@ class Spec(_Section):
     power: Power = Field(default_factory=Power)
     cost: Cost
     fleet: Fleet = Field(default_factory=Fleet)
-    seed: int = Field(default=0, ge=0, description="seed of the session sampler (p95 from sampled sessions)")
+    seed: int = Field(default=0, ge=0, lt=2**63, description="seed of the session sampler (p95 from sampled sessions)")

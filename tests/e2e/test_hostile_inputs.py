@@ -1,0 +1,93 @@
+"""Reproducers of what fuzzing found (issue 23): each hostile input gets a clear one-line error and
+the exit code of its class, never a traceback, a hang or a silently wrong answer."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import EXAMPLES
+from tests.e2e.test_cli import APMW
+
+CODING = (EXAMPLES / "coding-agent.yaml").read_text()
+
+
+def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([APMW, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _plan_text(tmp_path, text: str | bytes) -> subprocess.CompletedProcess:
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return _run("plan", str(path))
+
+
+def _clean(r: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    assert r.returncode == code, (r.returncode, r.stderr)
+    return " ".join(r.stderr.split())
+
+
+def _alias_bomb(depth: int, width: int) -> str:
+    lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, depth)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text,words", [
+    (CODING.encode() + b"# caf\xe9\n", "byte 0xe9 is not UTF-8"),
+    ("loop: &a [1, *a]\n", "refers to its own anchor"),
+    ("x: " + "[" * 1000 + "]" * 1000 + "\n", "nested more than"),
+    (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 8\n  gpus_per_replica: 1"),
+     "'gpus_per_replica' is given twice (first on line"),
+    (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: .inf"), "finite number"),
+    (CODING.replace("pue: 1.3", "pue: .nan"), "finite number"),
+    (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
+    (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),
+    (CODING.replace("max_batch: 256", "max_batch: 1000000000000"), "max_batch"),
+])
+def test_a_hostile_spec_is_refused_with_where_and_why(tmp_path, text, words):
+    assert words in _clean(_plan_text(tmp_path, text))
+
+
+def test_an_alias_bomb_is_refused_or_read_fast(tmp_path):
+    # nine aliases nine deep would expand to 9^10 nodes: the loader walks each node once
+    r = _plan_text(tmp_path, _alias_bomb(10, 9))
+    assert "unknown field" in _clean(r)
+    many = "".join(f"k{i}: &k{i} 1\n" for i in range(200)) + "".join(f"v{i}: *k{i}\n" for i in range(200))
+    assert "more than 100 aliases" in _clean(_plan_text(tmp_path, many))
+
+
+def test_a_task_of_a_million_calls_is_refused_before_any_work(tmp_path):
+    text = CODING.replace("calls_per_step: 1", "calls_per_step: 9223372036854775808")
+    assert "calls per task" in _clean(_plan_text(tmp_path, text))
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--request-overhead-ms", "nan", "--request-overhead-ms must be a non-negative number"),
+    ("--max-batch", "0", "--max-batch must be at least 1"),
+    ("--length-spread", "nan", "--length-spread must be between 0 and 2"),
+    ("--kv-memory-fraction", "nan", "--kv-memory-fraction must be in (0, 1]"),
+])
+def test_predict_refuses_numbers_it_cannot_price(flag, value, words):
+    r = _run("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H200", "--isl", "100", "--osl", "10",
+             "--concurrency", "4", flag, value)
+    assert words in _clean(r)
+
+
+def test_parser_errors_are_user_errors_not_the_infeasible_code():
+    assert "No such option" in _clean(_run("plan", str(EXAMPLES / "coding-agent.yaml"), "--bogus"))
+    assert "Missing argument" in _clean(_run("plan"))
+    v = _run("--version")
+    assert v.returncode == 0 and v.stdout.startswith("apmw ")
+
+
+def test_messages_are_printed_as_written(tmp_path):
+    """A path holding rich markup or an emoji code (':100:') is printed as written."""
+    weird = tmp_path / "[bold]x[/]:100:.yaml"
+    r = _run("plan", str(weird))
+    assert f"{weird}: invalid spec" in " ".join(_clean(r).split()) or str(weird) in r.stderr
+    assert "💯" not in r.stderr and "[bold]x[/]:100:" in r.stderr
+    help_text = _run("simulate", "--help").stdout
+    assert "a:b:step" in help_text and "🅱" not in help_text

@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(BIN)/apmw plan examples/coding-agent.yaml
 
 test: $(STAMP)
+	scripts/ensure_browser.sh
 	$(BIN)/python -m pytest
 
 # the suite without the tests marked slow: a quick loop while editing (`make test` stays the full suite)

@@ -119,11 +119,16 @@ def test_results_file_is_jsonl_and_holds_no_key(closed_loop):
 def test_server_stopped_mid_run_keeps_results_and_counts_faults(own_server, tiny_model, tmp_path):
     spec = spec_from_dict(tiny_spec_dict(tiny_model[1], tool_wait_s=0.05))
     out = tmp_path / "faults.jsonl"
-    cfg = _config(own_server, spec, agents=3, duration_s=4.0, warmup_s=0.0, fault_backoff_s=0.2, timeout_s=5.0)
+    cfg = _config(own_server, spec, agents=3, duration_s=10.0, warmup_s=0.0, fault_backoff_s=0.2, timeout_s=5.0)
 
     async def run_and_kill():
+        # kill the server once a task has completed (on a loaded machine that takes longer than on a
+        # quiet one), so that the run holds both completed and failed tasks
         job = asyncio.create_task(run_bench(cfg, [3], out))
-        await asyncio.sleep(2.0)
+        for _ in range(80):
+            await asyncio.sleep(0.1)
+            if out.is_file() and '"status": "completed"' in out.read_text():
+                break
         own_server.kill()
         return await job
 

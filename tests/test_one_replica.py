@@ -18,21 +18,13 @@ from apmw.perf import IterationLoad, PowerModel, replica_from_spec
 from apmw.perf.serving_policy import default_max_batch, default_token_budget
 from apmw.sim import simulate
 from apmw.spec import Slo, spec_from_dict
+from tests.sim.helpers import BASE
 
 MODEL = "meta-llama/Meta-Llama-3.1-8B"
-SPEC = {
-    "workload": {
-        "steps_per_task": {"mean": 6, "p95": 12},
-        "system_prompt_tokens": 600,
-        "new_input_tokens_per_call": {"mean": 300, "p95": 900},
-        "output_tokens_per_call": {"mean": 120, "p95": 400},
-        "tool_wait_s": {"p50": 2.0, "p95": 8.0},
-    },
-    "model": {"config": MODEL, "weight_dtype": "fp8", "kv_dtype": "fp8"},
-    "hardware": {"gpu": "H200", "gpus_per_replica": 1},
-    "slo": {"task_latency_p95_s": 300},
-    "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 2.0},
-}
+# the simulator tests' small workload, on one H200 in fp8 with every engine setting at its default
+SPEC = {key: value for key, value in copy.deepcopy(BASE).items() if key != "serving"}
+SPEC["model"] = {"config": MODEL, "weight_dtype": "fp8", "kv_dtype": "fp8"}
+SPEC["hardware"] = {"gpu": "H200", "gpus_per_replica": 1}
 
 
 def _spec(**serving):

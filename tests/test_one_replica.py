@@ -167,3 +167,16 @@ def test_plan_names_the_binding_slo_and_the_single_agent_floor():
     assert p["slo_verdict"]["ttft_p95"]["met"] and p["slo_verdict"]["ttft_p95"]["value_s"] <= 0.08
     one = plan(spec_from_dict(data), agents=1).to_dict()
     assert p["single_agent_task_latency_p95_s"] == pytest.approx(one["task_latency_s"]["p95"])
+
+
+def test_an_output_speed_slo_is_checked_on_the_time_per_output_token():
+    """20 tokens/s per agent holds while the p95 time per output token is at most 50 ms."""
+    slo = Slo(task_latency_p95_s=600, output_speed_tokens_per_s=20)
+    assert check_slo(slo, 100, None, 0.049).meets
+    assert check_slo(slo, 100, None, 0.051).failed == ("output_speed",)
+    data = copy.deepcopy(SPEC)
+    data["slo"] = {"task_latency_p95_s": 3000, "output_speed_tokens_per_s": 150}
+    p = plan(spec_from_dict(data)).to_dict()
+    assert p["binding_slo"] == ["output_speed"]
+    assert 1 / p["tpot_p95_s"] >= 150
+    assert 1 / plan(spec_from_dict(data), agents=p["agents_per_replica"] + 1).to_dict()["tpot_p95_s"] < 150

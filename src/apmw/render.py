@@ -14,7 +14,8 @@ def _si(value: float, unit: str) -> str:
 
 
 # How the tables name each SLO (apmw.capacity.slo names).
-SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95": "time per output token p95"}
+SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95": "time per output token p95",
+              "output_speed": "output speed"}
 
 
 def _seconds(value: float | None) -> str:
@@ -29,7 +30,13 @@ def slo_line(verdict: dict) -> str:
     """Each SLO the spec sets, its figure and whether it holds: "task p95 1,073 s <= 1,800 s met"."""
     parts = []
     for name, v in verdict.items():
-        sign, word = ("<=", "[green]met[/]") if v["met"] else (">", "[bold red]MISSED[/]")
+        word = "[green]met[/]" if v["met"] else "[bold red]MISSED[/]"
+        if name == "output_speed":      # tokens/s per agent at the p95 time per output token
+            speed = "not measured" if v["value_s"] is None else f"{1 / v['value_s']:,.1f}"
+            parts.append(f"{SLO_LABELS[name]} {speed} {'>=' if v['met'] else '<'} {1 / v['limit_s']:,.1f} "
+                         f"tokens/s {word}")
+            continue
+        sign = "<=" if v["met"] else ">"
         parts.append(f"{SLO_LABELS[name]} {_seconds(v['value_s'])} {sign} {_seconds(v['limit_s'])} {word}")
     return "; ".join(parts)
 

@@ -77,7 +77,8 @@ class Plan:
                                      self.search.single_agent.task_latency_p95_s),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
-                    "tpot_p95_s": self.spec.slo.tpot_p95_s},
+                    "tpot_p95_s": self.spec.slo.tpot_p95_s,
+                    "output_speed_tokens_per_s": self.spec.slo.output_speed_tokens_per_s},
             "task_latency_s": {"mean": ev.task_latency_mean_s, "p50": ev.task_latency_p50_s,
                                "p95": ev.task_latency_p95_s, "p99": ev.task_latency_p99_s},
             "residence_breakdown_s": {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s,
@@ -151,6 +152,12 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
         failures.append(
             f"time per output token p95 {ev.tpot_p95_s * 1e3:.1f} ms against tpot_p95_s {slo.tpot_p95_s:g} s. "
             f"Needed: tpot_p95_s of at least {ev.tpot_p95_s:.3f} s, or a faster replica")
+    speed = slo.output_speed_tokens_per_s
+    if speed is not None and ev.tpot_p95_s * speed > 1:
+        failures.append(
+            f"output speed {1 / ev.tpot_p95_s:.1f} tokens/s per agent (p95 time per output token "
+            f"{ev.tpot_p95_s * 1e3:.1f} ms) against output_speed_tokens_per_s {speed:g}. Needed: "
+            f"output_speed_tokens_per_s of at most {1 / ev.tpot_p95_s:.1f}, or a faster replica")
     return "no number of agents meets the SLO; even one agent alone has " + "; and ".join(failures) + "."
 
 

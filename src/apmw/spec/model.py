@@ -258,9 +258,15 @@ class Serving(_Section):
 
 
 class Slo(_Section):
+    """The service level: a task-latency p95 and, optionally, per-call levels as public agent
+    benchmarks state them (a time to first token, an output speed per agent)."""
+
     task_latency_p95_s: float = Field(gt=0, description="95th percentile of task wall-clock time")
-    ttft_p95_s: float | None = Field(default=None, gt=0)
-    tpot_p95_s: float | None = Field(default=None, gt=0)
+    ttft_p95_s: float | None = Field(default=None, gt=0, description="95th percentile of a call's time to first token")
+    tpot_p95_s: float | None = Field(default=None, gt=0, description="95th percentile of the time per output token")
+    output_speed_tokens_per_s: float | None = Field(
+        default=None, gt=0, description="per-agent output speed during decode, met when the p95 time per output "
+        "token is at most 1 / this (tiers of 20 and 60 tokens/s are 50 and 17 ms)")
 
 
 class Power(_Section):

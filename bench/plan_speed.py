@@ -39,7 +39,7 @@ def main() -> None:
         replica = replica_from_spec(spec)
         plan(spec)  # warm caches (config parsing, imports)
         solve = best_of(lambda: plan(spec))
-        sampling = best_of(lambda: sample_sessions(spec, replica.arch))
+        sampling = best_of(lambda: sample_sessions(spec, replica))
         p95s, stars = [], []
         for seed in range(10):
             result = plan(spec.model_copy(update={"seed": seed}))

@@ -7,7 +7,9 @@ iteration time of the shared step-time model. See docs/simulate.md.
 """
 
 from apmw.sim.agents import TaskShape
-from apmw.sim.engine import BLOCK_TOKENS, Engine, Seq
+from apmw.sim.batch import Seq
+from apmw.sim.engine import Engine
+from apmw.sim.kv_ledger import BLOCK_TOKENS
 from apmw.sim.result import SimResult
 from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep, unsupported
 from apmw.sim.verify import verify_plan

@@ -29,7 +29,8 @@ from typing import Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
-from apmw.sim.engine import Engine, Seq
+from apmw.sim.batch import Seq
+from apmw.sim.engine import Engine
 from apmw.spec import Spec
 
 
@@ -143,11 +144,12 @@ class ClosedLoopAgents:
 
     # ---- engine callbacks ------------------------------------------------------------------------------
     def on_arrival(self, seq: Seq) -> None:
-        self.engine.unpin_into(seq.agent, seq)
+        self.engine.ledger.unpin_into(seq.agent, seq)
 
     def on_done(self, seq: Seq, now: float) -> None:
         a = seq.agent
         eng = self.engine
+        ledger = eng.ledger
         self.calls_done += 1
         self.output_tokens_done += seq.out
         if self.warmup_s <= seq.ready_s < self.duration_s:
@@ -166,22 +168,22 @@ class ClosedLoopAgents:
             # the task ends; evict/offload free it now.
             if self.sv.prefix_caching and wait > 0 and policy in ("retain", "ttl"):
                 hold = wait if policy == "retain" else min(wait, self.sv.ttl_s)
-                eng.pin(a, seq, now + hold)
+                ledger.pin(a, seq, now + hold)
             else:
-                eng.release(seq)
+                ledger.release(seq)
             self._end_task(a, now + wait)
             return
         host = 0
         if self.sv.prefix_caching and (wait == 0 or policy == "retain"):
-            eng.pin(a, seq, None)
+            ledger.pin(a, seq, None)
         elif self.sv.prefix_caching and policy == "ttl":
-            eng.pin(a, seq, now + self.sv.ttl_s)
+            ledger.pin(a, seq, now + self.sv.ttl_s)
         else:
             if self.sv.prefix_caching and policy == "offload":
                 host = seq.kv_len
                 own_bytes = float(eng.arch.kv_bytes_for_context(seq.kv_len, eng.kv_dtype)) - self.shared_kv_bytes
                 wait += own_bytes / self.sv.offload_bandwidth_bytes_per_s
-            eng.release(seq)
+            ledger.release(seq)
         self._issue(a, now + wait, host)
 
     def on_rejected(self, seq: Seq, now: float) -> None:
@@ -231,7 +233,7 @@ class OpenLoopRequests:
         pass
 
     def on_done(self, seq: Seq, now: float) -> None:
-        self.engine.release(seq)
+        self.engine.ledger.release(seq)
         self.pending -= 1
         self.output_tokens_done += seq.out
         self.latency_s.append(now - seq.ready_s)

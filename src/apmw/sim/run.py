@@ -47,7 +47,7 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         decode_batch_mean=st.decode_batch_s / win, running_batch_mean=st.running_batch_s / win,
         kv_tokens_resident_mean=st.kv_tokens_s / win,
         kv_tokens_capacity=replica.kv_capacity_bytes / kv_per_token,
-        kv_blocks_capacity=eng.pool.capacity, kv_blocks_used_max=st.max_blocks_used,
+        kv_blocks_capacity=eng.ledger.pool.capacity, kv_blocks_used_max=st.max_blocks_used,
         engine_utilisation=util, preemptions=st.preemptions,
         prefix_hit_rate=st.hit_tokens / st.lookup_tokens if st.lookup_tokens else None,
         prefill_tokens=st.prefill_tokens, decode_tokens=st.decode_tokens, generated_tokens=st.generated_tokens,

@@ -1,0 +1,117 @@
+"""What one simulated replica measures: counters over the run, time integrals over the window.
+
+The time averages a run reports (engine utilisation, decode and running batch, resident KV
+tokens, the compute-bound share that prices power) are integrals over the measurement
+window ``[warmup_s, duration_s)`` that :mod:`apmw.sim.run` divides by its length. An
+iteration counts in the window when it starts in it; idle time counts only its resident
+KV (pinned contexts and the shared prefix stay in HBM). Token, preemption, spill and
+prefix-cache counters cover the whole run. The time series samples the decode batch and
+the resident KV tokens every ``sample_dt_s`` from the window's start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apmw.perf import IterationLoad
+from apmw.sim.batch import Batch
+
+
+@dataclass
+class Stats:
+    """Counters over the run and time integrals over the measurement window."""
+
+    iterations: int = 0
+    busy_s: float = 0.0
+    compute_bound_s: float = 0.0     # busy time weighted by the roofline's compute-bound share (power)
+    decode_batch_s: float = 0.0      # integral of decoding sequences over time
+    running_batch_s: float = 0.0
+    kv_tokens_s: float = 0.0         # integral of resident KV tokens over time
+    prefill_tokens: int = 0          # over the whole run
+    decode_tokens: int = 0
+    generated_tokens: int = 0
+    preemptions: int = 0
+    lookup_tokens: int = 0           # prompt tokens looked up in the prefix cache at admission
+    hit_tokens: int = 0              # ... of which found cached
+    spills: int = 0                  # pinned contexts released to break a memory deadlock
+    rejected_calls: int = 0          # calls whose context cannot fit in the whole KV pool
+    max_blocks_used: int = 0
+    samples: list = field(default_factory=list)   # (t_s, decode_batch, kv_tokens)
+
+
+class Meter:
+    """Adds an engine's iterations and idle spans to its :class:`Stats`, and samples its time series."""
+
+    __slots__ = ("stats", "compute_share", "window", "sample_dt_s", "next_sample_s", "boundaries")
+
+    def __init__(self, compute_share, window: tuple[float, float], sample_dt_s: float):
+        self.stats = Stats()
+        self.compute_share = compute_share    # the step model's compute-bound share of an iteration's time
+        self.window = window
+        self.sample_dt_s = sample_dt_s
+        self.next_sample_s = window[0]
+        self.boundaries = sorted(b for b in window if np.isfinite(b))
+
+    def in_window(self, now: float) -> bool:
+        return self.window[0] <= now < self.window[1]
+
+    def iteration(self, now: float, t: float, decode: int, running: int, kv_tokens_s: float, used_blocks: int,
+                  load: IterationLoad | None = None) -> None:
+        """One iteration of ``t`` seconds starting at ``now``, with ``decode`` of its ``running`` sequences
+        decoding and ``used_blocks`` blocks in use."""
+        st = self.stats
+        st.iterations += 1
+        if self.in_window(now):
+            st.busy_s += t
+            if load is not None:        # the roofline's compute-bound share, priced only when it counts
+                st.compute_bound_s += float(self.compute_share(load)) * t
+            st.decode_batch_s += decode * t
+            st.running_batch_s += running * t
+            st.kv_tokens_s += kv_tokens_s
+        if used_blocks > st.max_blocks_used:
+            st.max_blocks_used = used_blocks
+
+    def segment(self, now: float, t: np.ndarray, j: np.ndarray, load: IterationLoad, batch: int, kv_tokens: int,
+                used_blocks: int) -> None:
+        """All-decode iterations ``j`` of ``t`` seconds each from ``now`` (the fast path): ``batch``
+        sequences each decode a token an iteration on top of ``kv_tokens`` resident ones."""
+        st = self.stats
+        k = len(t)
+        if self.in_window(now):
+            total_t = float(t.sum())
+            st.busy_s += total_t
+            share = np.broadcast_to(np.asarray(self.compute_share(load), dtype=float), j.shape)
+            st.compute_bound_s += float((share[:k] * t).sum())
+            st.decode_batch_s += batch * total_t
+            st.running_batch_s += batch * total_t
+            st.kv_tokens_s += float((t * (kv_tokens + batch * j[:k])).sum())
+        st.iterations += k
+        st.max_blocks_used = max(st.max_blocks_used, used_blocks)
+        st.decode_tokens += batch * k
+        st.generated_tokens += batch * k
+
+    def idle(self, start_s: float, end_s: float, kv_tokens: int) -> None:
+        """No iteration runs from ``start_s`` to ``end_s``; the resident KV still counts."""
+        lo, hi = max(start_s, self.window[0]), min(end_s, self.window[1])
+        if hi > lo:
+            self.stats.kv_tokens_s += (hi - lo) * kv_tokens
+
+    def sample(self, now: float, running: Batch, kv_tokens: int) -> None:
+        """Record the time series point that is due by ``now`` (if any, and inside the window)."""
+        if now >= self.next_sample_s and now < self.window[1]:
+            decode = int(len(running) - running.pre.sum())
+            self.stats.samples.append((now, decode, kv_tokens))
+            self.next_sample_s = now + self.sample_dt_s
+
+    def next_due_s(self, now: float) -> float:
+        """The next time after ``now`` at which the fast path must stop for the window or a sample."""
+        t = float("inf")
+        for b in self.boundaries:
+            if b > now:
+                t = b
+                break
+        if now < self.next_sample_s:
+            t = min(t, self.next_sample_s)
+        return t

@@ -91,3 +91,27 @@ def test_messages_are_printed_as_written(tmp_path):
     assert "💯" not in r.stderr and "[bold]x[/]:100:" in r.stderr
     help_text = _run("simulate", "--help").stdout
     assert "a:b:step" in help_text and "🅱" not in help_text
+
+
+def test_engine_spellings_and_typos_get_did_you_mean(tmp_path):
+    text = (CODING.replace("max_batch: 256", "max_num_seqs: 256")
+            .replace("gpus_per_replica: 8", "tensor_parallel_size: 8").replace("pue: 1.3", "peu: 1.3"))
+    msg = _clean(_plan_text(tmp_path, text))
+    assert "did you mean hardware.gpus_per_replica? (tensor_parallel_size is how vLLM spells it)" in msg
+    assert "did you mean serving.max_batch? (max_num_seqs is how vLLM spells it)" in msg
+    assert "power.peu: unknown field; did you mean power.pue?" in msg
+
+
+def test_an_unknown_gpu_names_the_custom_gpu_form(tmp_path):
+    msg = _clean(_plan_text(tmp_path, CODING.replace("gpu: H200", "gpu: H20")))
+    assert "unknown GPU 'H20'" in msg and "hardware.gpu: {hbm_bytes" in msg and "a custom GPU" in msg
+
+
+def test_a_power_capped_gpu_draws_no_more_than_its_cap():
+    from apmw.perf import resolve_gpu
+    from apmw.spec import GpuOverride
+
+    capped = resolve_gpu(GpuOverride(name="H100", tdp_w=400))
+    assert capped.busy_power_w <= 400 and "scaled to the overridden tdp_w" in capped.power_source
+    with pytest.raises(Exception, match="exceeds tdp_w"):
+        resolve_gpu(GpuOverride(name="H100", busy_power_w=900))

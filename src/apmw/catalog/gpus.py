@@ -171,4 +171,6 @@ def _unknown_message(name: str) -> str:
     closest = list(dict.fromkeys(keys[k] for k in close))[:3]
     hint = ", ".join(closest) if closest else "none"
     return (f"unknown GPU '{name}'; closest: {hint}; known: {', '.join(gpu_names())}. "
-            "Use one of the known names or a short alias such as H100, H200, B200.")
+            "Use one of the known names or a short alias such as H100, H200, B200; for a GPU not in the "
+            "catalogue, describe it in the spec: hardware.gpu: {hbm_bytes, hbm_bandwidth_bytes_per_s, bf16_flops, "
+            "tdp_w, idle_power_w, busy_power_w, scaleup_bw_bytes_per_s} from its datasheet (no 'name': a custom GPU)")

@@ -29,21 +29,44 @@ _GPU_FIELDS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "fp8_flop
                "idle_power_w", "busy_power_w", "scaleup_bw_bytes_per_s")
 
 
+def _overridden(base: GpuSpec, overrides: dict) -> GpuSpec:
+    """A catalogue GPU with fields overridden. A power cap (``tdp_w``) without a busy figure scales the
+    catalogue's busy draw with it, since a GPU capped at 400 W cannot draw its 700 W part's busy
+    power; the power source says so."""
+    power_note = base.power_source
+    if "tdp_w" in overrides and "busy_power_w" not in overrides:
+        overrides = {**overrides, "busy_power_w": base.busy_power_w * overrides["tdp_w"] / base.tdp_w}
+        power_note = (f"{base.power_source}; busy power scaled to the overridden tdp_w "
+                      f"({base.busy_power_w:.0f} W x {overrides['tdp_w']:.0f} / {base.tdp_w:.0f} W)")
+    return _checked_power(replace(base, **overrides, power_source=power_note,
+                                  source=f"{base.source}; overridden: {', '.join(sorted(overrides)) or 'nothing'}"))
+
+
+def _checked_power(gpu: GpuSpec) -> GpuSpec:
+    """Refuse power figures no GPU has: a busy draw above the TDP, an idle draw at or above the busy one."""
+    if gpu.busy_power_w > gpu.tdp_w:
+        raise ApmwError(f"hardware.gpu: busy_power_w {gpu.busy_power_w:.0f} W exceeds tdp_w {gpu.tdp_w:.0f} W; a GPU "
+                        "draws at most its TDP: lower busy_power_w or raise tdp_w")
+    if gpu.idle_power_w >= gpu.busy_power_w:
+        raise ApmwError(f"hardware.gpu: idle_power_w {gpu.idle_power_w:.0f} W is not below busy_power_w "
+                        f"{gpu.busy_power_w:.0f} W; give an idle draw below the busy one")
+    return gpu
+
+
 def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
     """A catalogue GPU, optionally with fields overridden, or a fully custom GPU."""
     if isinstance(gpu, str):
         return get_gpu(gpu)
     overrides = {f: getattr(gpu, f) for f in _GPU_FIELDS if getattr(gpu, f) is not None}
     if gpu.name is not None:
-        return replace(get_gpu(gpu.name), **overrides, source=f"{get_gpu(gpu.name).source}; overridden: "
-                       f"{', '.join(sorted(overrides)) or 'nothing'}")
+        return _overridden(get_gpu(gpu.name), overrides)
     required = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "tdp_w", "idle_power_w", "busy_power_w",
                 "scaleup_bw_bytes_per_s")
     missing = [f for f in required if f not in overrides]
     if missing:
         raise ApmwError(f"hardware.gpu: a custom GPU (no 'name') needs {', '.join(missing)}; "
                         "or give 'name' of a catalogue GPU to start from (apmw model --gpus lists them)")
-    return GpuSpec(
+    return _checked_power(GpuSpec(
         name="custom", vendor="custom",
         hbm_bytes=overrides["hbm_bytes"], hbm_bandwidth_bytes_per_s=overrides["hbm_bandwidth_bytes_per_s"],
         bf16_flops=overrides["bf16_flops"], fp8_flops=overrides.get("fp8_flops"),
@@ -51,7 +74,7 @@ def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
         idle_power_w=overrides["idle_power_w"], busy_power_w=overrides["busy_power_w"],
         scaleup_bw_bytes_per_s=overrides["scaleup_bw_bytes_per_s"],
         source="custom GPU from the spec", power_source="custom GPU from the spec",
-    )
+    ))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ sits, so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported a
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,51 @@ def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
     return None
 
 
-def _describe(err: dict[str, Any]) -> str:
+# Engine options people copy from a launch command, and the spec field each maps to (vLLM's
+# engine arguments, SGLang's server arguments, TensorRT-LLM's LLM API).
+ENGINE_SPELLINGS = {
+    "tensor_parallel_size": ("hardware.gpus_per_replica", "vLLM"), "tp_size": ("hardware.gpus_per_replica", "SGLang"),
+    "tp": ("hardware.gpus_per_replica", "SGLang"),
+    "max_num_seqs": ("serving.max_batch", "vLLM"), "max_running_requests": ("serving.max_batch", "SGLang"),
+    "max_batch_size": ("serving.max_batch", "TensorRT-LLM"),
+    "max_num_batched_tokens": ("serving.max_batched_tokens", "vLLM"),
+    "chunked_prefill_size": ("serving.max_batched_tokens", "SGLang"),
+    "max_num_tokens": ("serving.max_batched_tokens", "TensorRT-LLM"),
+    "gpu_memory_utilization": ("serving.kv_memory_fraction", "vLLM"),
+    "mem_fraction_static": ("serving.kv_memory_fraction", "SGLang"),
+    "free_gpu_memory_fraction": ("serving.kv_memory_fraction", "TensorRT-LLM"),
+    "enable_prefix_caching": ("serving.prefix_caching", "vLLM"),
+    "kv_cache_dtype": ("model.kv_dtype", "vLLM"), "dtype": ("model.weight_dtype", "vLLM"),
+    "enable_dp_attention": ("serving.attention_data_parallel", "SGLang"),
+}
+
+
+def _section_fields(loc: tuple) -> list[str]:
+    """The field names of the section that holds ``loc``'s last key (top-level sections only)."""
+    if len(loc) == 1:
+        return list(Spec.model_fields)
+    info = Spec.model_fields.get(str(loc[0]))
+    model = getattr(info, "annotation", None) if info is not None else None
+    return list(getattr(model, "model_fields", {})) if len(loc) == 2 else []
+
+
+def _unknown_field(loc: tuple) -> str:
+    name = str(loc[-1]) if loc else ""
+    if name in ENGINE_SPELLINGS:
+        field, engine = ENGINE_SPELLINGS[name]
+        return f"unknown field; did you mean {field}? ({name} is how {engine} spells it)"
+    close = difflib.get_close_matches(name, _section_fields(loc), n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean {'.'.join(str(p) for p in loc[:-1]) + '.' if len(loc) > 1 else ''}{close[0]}?"
+    return "unknown field (check the spelling; see the README's spec reference)"
+
+
+def _describe(err: dict[str, Any], loc: tuple = ()) -> str:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "missing":
         return "missing (required)"
     if err["type"] == "extra_forbidden":
-        return "unknown field (check the spelling; see the README's spec reference)"
+        return _unknown_field(loc)
     return msg
 
 
@@ -95,7 +135,7 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
         for err in exc.errors():
             loc = _clean_loc(err["loc"])
             field = ".".join(str(p) for p in loc) or "(top level)"
-            text = _describe(err)
+            text = _describe(err, loc)
             if (field, text) in seen:
                 continue
             seen.add((field, text))

@@ -115,3 +115,67 @@ def test_a_power_capped_gpu_draws_no_more_than_its_cap():
     assert capped.busy_power_w <= 400 and "scaled to the overridden tdp_w" in capped.power_source
     with pytest.raises(Exception, match="exceeds tdp_w"):
         resolve_gpu(GpuOverride(name="H100", busy_power_w=900))
+
+
+TRACES = EXAMPLES.parent / "tests" / "fixtures" / "traces" if (EXAMPLES.parent / "tests").is_dir() else None
+
+
+def _trace_lines() -> list[bytes]:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mini_swe_calls_3sessions.csv"
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _fit(tmp_path, name: str, data: bytes, *flags: str) -> subprocess.CompletedProcess:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return _run("fit", str(path), "--json", *flags)
+
+
+def test_a_csv_line_that_is_not_utf8_is_skipped_and_counted(tmp_path):
+    import json
+
+    lines = _trace_lines()
+    clean = json.loads(_fit(tmp_path, "clean.csv", b"".join(lines)).stdout)
+    broken = lines[:5] + [lines[5].replace(b",", b"\xe9,", 1)] + lines[6:]
+    r = _fit(tmp_path, "calls.csv", b"".join(broken))
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert d["skipped_lines"] == clean["skipped_lines"] + 1
+    assert any("not UTF-8" in reason for reason in d["skipped"])
+    strict = _fit(tmp_path, "calls.csv", b"".join(broken), "--strict")
+    assert "calls.csv:6: bytes that are not UTF-8" in _clean(strict)
+
+
+def test_an_oversized_field_or_bare_carriage_return_costs_its_line_only(tmp_path):
+    import json
+
+    lines = _trace_lines()
+    huge = lines[:4] + [lines[4].rstrip(b"\r\n") + b"," + b"x" * 200_000 + b"\n"] + lines[5:]
+    r = _fit(tmp_path, "huge.csv", b"".join(huge))
+    _clean(r, 0)
+    assert json.loads(r.stdout)["skipped_lines"] >= 1
+    cr = lines[:4] + [lines[4].replace(b",", b",1\r2", 1)] + lines[5:]
+    _clean(_fit(tmp_path, "cr.csv", b"".join(cr)), 0)
+
+
+def test_a_gz_that_is_not_gzip_or_is_truncated_names_the_file(tmp_path):
+    import gzip
+
+    assert "gzip" in _clean(_fit(tmp_path, "calls.csv.gz", b"".join(_trace_lines())))
+    whole = gzip.compress(b"".join(_trace_lines() * 50))
+    msg = _clean(_fit(tmp_path, "cut.csv.gz", whole[: len(whole) // 2]))
+    assert "cut.csv.gz" in msg and "truncated" in msg
+
+
+def test_an_azure_trace_with_a_blank_header_says_which_columns_are_missing(tmp_path):
+    msg = _clean(_run("fit", str(_write(tmp_path, "AzureLLMInferenceTrace_code.csv", b"\n2023-11-16 18:17:03,4,5\n")),
+                      "--format", "azure"))
+    assert "TIMESTAMP" in msg and "Azure" in msg
+
+
+def _write(tmp_path, name: str, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path

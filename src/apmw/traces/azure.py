@@ -7,12 +7,11 @@ request is a one-call session: the fit gives per-call sizes, not session shape
 
 from __future__ import annotations
 
-import csv
 from datetime import datetime
 from pathlib import Path
 
-from apmw.traces.records import Call, CallStream, LineErrors, cell, require_counts
-from apmw.traces.textio import open_text
+from apmw.traces.csv_rows import csv_rows
+from apmw.traces.records import Call, CallStream, LineErrors, TraceError, cell, require_counts
 
 NAME = "azure"
 DESCRIPTION = "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens; no sessions)"
@@ -31,26 +30,30 @@ def _seconds(stamp: str) -> float:
 
 
 def read(path: str | Path, errors: LineErrors) -> CallStream:
-    with open_text(path) as f:
-        rows = csv.reader(f)
-        header = next(rows, None)
-        if header is None:
-            return
-        col = {name: i for i, name in enumerate(header)}
-        i_t, i_in, i_out = col["TIMESTAMP"], col["ContextTokens"], col["GeneratedTokens"]
-        for line, row in enumerate(rows, start=2):
-            errors.lines_read += 1
-            if len(row) != len(header):
-                if row:
-                    errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
-                continue
-            try:
-                inp, out, t = cell(row[i_in]), cell(row[i_out]), _seconds(row[i_t])
-            except ValueError as exc:
-                errors.skip(line, f"bad value: {exc}")
-                continue
-            bad = require_counts(inp, out)
-            if bad:
-                errors.skip(line, bad)
-                continue
-            yield Call(None, t, inp, out, start_s=t)
+    rows = csv_rows(path, errors)
+    first = next(rows, None)
+    if first is None:
+        return
+    header = first[1]
+    col = {name: i for i, name in enumerate(header)}
+    missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in col]
+    if missing:
+        raise TraceError(f"{path}:{first[0]}: the header lacks {', '.join(missing)}, the columns of an Azure "
+                         f"LLM inference trace (found: {', '.join(header[:10]) or 'nothing'})")
+    i_t, i_in, i_out = col["TIMESTAMP"], col["ContextTokens"], col["GeneratedTokens"]
+    for line, row in rows:
+        errors.lines_read += 1
+        if len(row) != len(header):
+            if row:
+                errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
+            continue
+        try:
+            inp, out, t = cell(row[i_in]), cell(row[i_out]), _seconds(row[i_t])
+        except ValueError as exc:
+            errors.skip(line, f"bad value: {exc}")
+            continue
+        bad = require_counts(inp, out)
+        if bad:
+            errors.skip(line, bad)
+            continue
+        yield Call(None, t, inp, out, start_s=t)

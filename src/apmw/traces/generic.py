@@ -12,12 +12,11 @@ file order within a session.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from apmw.traces.jsonl import records
 from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts
-from apmw.traces.textio import open_text
+from apmw.traces.csv_rows import csv_rows
 
 NAME_CSV = "csv"
 NAME_JSONL = "jsonl"
@@ -71,37 +70,36 @@ def _build(get, mapping: dict, line: int) -> Call:
 
 
 def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
-    with open_text(path) as f:
-        rows = csv.reader(f)
-        header = next(rows, None) or []
-        col = {name: i for i, name in enumerate(header)}
-        missing = sorted({c for c, _ in mapping.values()} - col.keys())
-        if missing:
-            raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
-                             f"({', '.join(header[:20])})")
-        width = len(header)
-        # column index per Call field (`width` = an always-empty cell appended to each row) and its scale
-        idx = {f: col[c] for f, (c, _) in mapping.items()}
-        scale = {f: k for f, (_, k) in mapping.items()}
-        i_sess = idx.get("session", width)
-        numeric = [(idx.get(f, width), scale.get(f, 1.0)) for f in
-                   ("order", "input_tokens", "output_tokens", "cached_tokens", "start", "end", "tool_wait", "gap_before")]
-        for line, row in enumerate(rows, start=2):
-            errors.lines_read += 1
-            if len(row) != width:
-                if row:
-                    errors.skip(line, f"expected {width} columns, found {len(row)}")
-                continue
-            row.append("")
-            try:
-                order, inp, out, *rest = [cell(row[i]) * k for i, k in numeric]
-            except ValueError as exc:
-                errors.skip(line, str(exc))
-                continue
-            if not (inp >= 0 and out >= 0):
-                errors.skip(line, require_counts(inp, out) or "bad token count")
-                continue
-            yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)
+    rows = csv_rows(path, errors)
+    header = next(rows, (1, []))[1]
+    col = {name: i for i, name in enumerate(header)}
+    missing = sorted({c for c, _ in mapping.values()} - col.keys())
+    if missing:
+        raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
+                         f"({', '.join(header[:20])})")
+    width = len(header)
+    # column index per Call field (`width` = an always-empty cell appended to each row) and its scale
+    idx = {f: col[c] for f, (c, _) in mapping.items()}
+    scale = {f: k for f, (_, k) in mapping.items()}
+    i_sess = idx.get("session", width)
+    numeric = [(idx.get(f, width), scale.get(f, 1.0)) for f in
+               ("order", "input_tokens", "output_tokens", "cached_tokens", "start", "end", "tool_wait", "gap_before")]
+    for line, row in rows:
+        errors.lines_read += 1
+        if len(row) != width:
+            if row:
+                errors.skip(line, f"expected {width} columns, found {len(row)}")
+            continue
+        row.append("")
+        try:
+            order, inp, out, *rest = [cell(row[i]) * k for i, k in numeric]
+        except ValueError as exc:
+            errors.skip(line, str(exc))
+            continue
+        if not (inp >= 0 and out >= 0):
+            errors.skip(line, require_counts(inp, out) or "bad token count")
+            continue
+        yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)
 
 
 def _dig(obj: dict, dotted: str) -> object:

@@ -9,11 +9,10 @@ the agent's shell commands took after the call: the tool wait.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, require_counts
-from apmw.traces.textio import open_text
+from apmw.traces.csv_rows import csv_rows
 
 NAME = "mini-swe-agent"
 DESCRIPTION = "mini-swe-agent calls.csv (run, instance_id, call_index, prompt_tokens, completion_tokens, ...)"
@@ -25,37 +24,37 @@ def matches_header(columns: list[str]) -> bool:
 
 
 def read(path: str | Path, errors: LineErrors) -> CallStream:
-    with open_text(path) as f:
-        rows = csv.reader(f)
-        header = next(rows, None)
-        if header is None:
-            return
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} in the header of a {NAME} CSV")
-        col = {name: i for i, name in enumerate(header)}
-        i_run, i_inst, i_idx = col["run"], col["instance_id"], col["call_index"]
-        i_in, i_out = col["prompt_tokens"], col["completion_tokens"]
-        width = len(header)
-        optional = [col.get(c) for c in ("cached_prompt_tokens", "t_request_s", "t_response_s", "tool_phase_s")]
-        i_cached, i_req, i_resp, i_tool = (i if i is not None else width for i in optional)
-        empty = ""
-        for line, row in enumerate(rows, start=2):
-            errors.lines_read += 1
-            if len(row) != width:
-                if not row:
-                    continue
-                errors.skip(line, f"expected {width} columns, found {len(row)}")
+    rows = csv_rows(path, errors)
+    first = next(rows, None)
+    if first is None:
+        return
+    header = first[1]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} in the header of a {NAME} CSV")
+    col = {name: i for i, name in enumerate(header)}
+    i_run, i_inst, i_idx = col["run"], col["instance_id"], col["call_index"]
+    i_in, i_out = col["prompt_tokens"], col["completion_tokens"]
+    width = len(header)
+    optional = [col.get(c) for c in ("cached_prompt_tokens", "t_request_s", "t_response_s", "tool_phase_s")]
+    i_cached, i_req, i_resp, i_tool = (i if i is not None else width for i in optional)
+    empty = ""
+    for line, row in rows:
+        errors.lines_read += 1
+        if len(row) != width:
+            if not row:
                 continue
-            row.append(empty)  # index `width` reads as a missing optional column
-            try:
-                inp, out = cell(row[i_in]), cell(row[i_out])
-                if not (inp >= 0 and out >= 0):  # also catches an empty (nan) cell
-                    errors.skip(line, require_counts(inp, out) or "bad token count")
-                    continue
-                # a Call as a plain tuple (same field order): the hot path of the reader
-                yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cell(row[i_cached]),
-                       cell(row[i_req]), cell(row[i_resp]), cell(row[i_tool]), NAN)
-            except ValueError as exc:
-                errors.skip(line, f"not a number: {exc}")
+            errors.skip(line, f"expected {width} columns, found {len(row)}")
+            continue
+        row.append(empty)  # index `width` reads as a missing optional column
+        try:
+            inp, out = cell(row[i_in]), cell(row[i_out])
+            if not (inp >= 0 and out >= 0):  # also catches an empty (nan) cell
+                errors.skip(line, require_counts(inp, out) or "bad token count")
                 continue
+            # a Call as a plain tuple (same field order): the hot path of the reader
+            yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cell(row[i_cached]),
+                   cell(row[i_req]), cell(row[i_resp]), cell(row[i_tool]), NAN)
+        except ValueError as exc:
+            errors.skip(line, f"not a number: {exc}")
+            continue

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from pathlib import Path
 from typing import IO, Callable
+
+from apmw.traces.records import TraceError
 
 try:  # optional speed-up, same results
     import orjson
@@ -23,11 +26,47 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     JSONDecodeError = json.JSONDecodeError
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+class _GzipTrace(gzip.GzipFile):
+    """A ``.gz`` trace whose read errors (a truncated or corrupt stream) name the file."""
+
+    def _failed(self, exc: Exception) -> TraceError:
+        return TraceError(f"{self.name}: the gzip stream cannot be read to its end ({exc}); is the file "
+                          "truncated or corrupt? Re-download or re-compress it")
+
+    def read(self, size=-1):
+        try:
+            return super().read(size)
+        except _GZIP_ERRORS as exc:
+            raise self._failed(exc) from None
+
+    def read1(self, size=-1):
+        try:
+            return super().read1(size)
+        except _GZIP_ERRORS as exc:
+            raise self._failed(exc) from None
+
+    def readline(self, size=-1):
+        try:
+            return super().readline(size)
+        except _GZIP_ERRORS as exc:
+            raise self._failed(exc) from None
+
+
 def open_binary(path: str | Path) -> IO[bytes]:
-    """Open a trace for reading bytes; ``.gz`` files are decompressed on the fly."""
+    """Open a trace for reading bytes; ``.gz`` files are decompressed on the fly (and one that is not
+    gzip, or ends early, is a :class:`TraceError` naming it)."""
     p = Path(path)
     if p.suffix == ".gz":
-        return gzip.open(p, "rb")
+        with open(p, "rb") as f:
+            magic = f.read(2)
+        if magic != GZIP_MAGIC:
+            raise TraceError(f"{p}: not a gzip file despite its .gz name (it starts {magic!r}); rename it or "
+                             "compress it with gzip")
+        return _GzipTrace(p, "rb")
     return open(p, "rb", buffering=1 << 20)
 
 

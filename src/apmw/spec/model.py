@@ -66,6 +66,14 @@ MAX_MEAN_CALLS_PER_TASK = 2_000
 MAX_P99_CALLS_PER_TASK = 20_000
 # Tokens per call past any model's context window (the largest bundled is 1M tokens).
 MAX_TOKENS_PER_CALL = 10_000_000
+# A tool wait past a week (at the 99th percentile, or on average) is no closed loop on one replica:
+# the session would outlive any deployment it is planned for.
+MAX_TOOL_WAIT_S = 7 * 86400.0
+
+
+def _big(x: float) -> str:
+    """A figure for a message: digits up to a trillion, then powers of ten."""
+    return f"{x:,.0f}" if x < 1e12 else f"{x:.2e}"
 
 
 class _Section(BaseModel):
@@ -107,13 +115,17 @@ class Workload(_Section):
                 raise ValueError(f"{name} must be > 0: an agent task makes at least one call with some output")
         calls = self.steps_per_task.mean * self.calls_per_step.mean
         if calls > MAX_MEAN_CALLS_PER_TASK:
-            raise ValueError(f"steps_per_task x calls_per_step averages {calls:,.0f} calls per task; apmw samples "
+            raise ValueError(f"steps_per_task x calls_per_step averages {_big(calls)} calls per task; apmw samples "
                              f"tasks of at most {MAX_MEAN_CALLS_PER_TASK:,} calls on average (the longest recorded "
                              "agent session made 189)")
         tail = self.steps_per_task.quantile(0.99) * self.calls_per_step.quantile(0.99)
         if tail > MAX_P99_CALLS_PER_TASK:
-            raise ValueError(f"steps_per_task x calls_per_step reaches {tail:,.0f} calls per task at the 99th "
+            raise ValueError(f"steps_per_task x calls_per_step reaches {_big(tail)} calls per task at the 99th "
                              f"percentile; at most {MAX_P99_CALLS_PER_TASK:,} are modelled: narrow the tails")
+        wait = max(self.tool_wait_s.quantile(0.99), self.tool_wait_s.mean)
+        if wait > MAX_TOOL_WAIT_S:
+            raise ValueError(f"tool_wait_s reaches {_big(wait)} s (99th percentile or mean); at most "
+                             f"{MAX_TOOL_WAIT_S:,.0f} s (a week) is modelled: check its p50/p95 or quantiles")
         tokens = [self.new_input_tokens_per_call, self.output_tokens_per_call] + (
             [self.first_call_input_tokens] if self.first_call_input_tokens is not None else [])
         if max(d.quantile(0.99) for d in tokens) > MAX_TOKENS_PER_CALL or self.system_prompt_tokens > MAX_TOKENS_PER_CALL:

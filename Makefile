@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast check bench clean
+.PHONY: demo test test-fast check fuzz bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 # the suite without the tests marked slow: a quick loop while editing (`make test` stays the full suite)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
+
+# the spec fuzzer at length (CI runs 40 examples): any value in any field, a clean error or a sound plan
+fuzz: $(STAMP)
+	APMW_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/spec/test_fuzz.py
 
 # lint (ruff) and type check (mypy, the files listed in pyproject.toml)
 check: $(STAMP)

@@ -46,8 +46,10 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
     (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),
     (CODING.replace("max_batch: 256", "max_batch: 1000000000000"), "max_batch"),
-    (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 0.26, p95: 1.0e12}\n"),
+    (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 3600, p95: 1.0e8}\n"),
      "at most 604,800 s (a week) is modelled"),
+    (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 0.26, p95: 1.0e28}\n"),
+     "a lognormal that wide"),
 ])
 def test_a_hostile_spec_is_refused_with_where_and_why(tmp_path, text, words):
     assert words in _clean(_plan_text(tmp_path, text))

@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from apmw.spec import Workload
-from apmw.spec.distribution import Z95, Lognormal
+from apmw.spec.distribution import MAX_LOG_SPREAD, Z95, Lognormal
 from apmw.traces.records import Call, TraceError
 
 # Quantile points of the empirical form: dense in the tail, where task latency is decided.
@@ -170,7 +170,7 @@ def fit_distribution(values: np.ndarray, form: str = "auto", seconds: bool = Fal
     if form == "lognormal":
         if by_mean_ok:
             return {"mean": mean, "p95": p95}
-        if p50 > 0 and p95 >= p50:
+        if p50 > 0 and p95 >= p50 and math.log(p95 / p50) <= MAX_LOG_SPREAD * Z95:
             return {"p50": p50, "p95": p95}
         return empirical
     if by_mean_ok:

@@ -183,3 +183,18 @@ def _write(tmp_path, name: str, data: bytes):
     path = tmp_path / name
     path.write_bytes(data)
     return path
+
+
+def test_a_mooncake_line_with_a_nested_hash_id_is_skipped_and_counted(tmp_path):
+    import json
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mooncake_conversation_head200.jsonl"
+    lines = src.read_text().splitlines()
+    bad = json.loads(lines[3])
+    bad["hash_ids"] = [bad["hash_ids"][0], [1, 2]]
+    lines[3] = json.dumps(bad)
+    r = _fit(tmp_path, "mooncake.jsonl", ("\n".join(lines) + "\n").encode())
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert d["skipped"]["hash_ids must be a list of block ids (integers)"]["examples"] == [f"{tmp_path}/mooncake.jsonl:4"]

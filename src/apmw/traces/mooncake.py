@@ -105,6 +105,11 @@ class Reader:
                 if (type(inp) is int and type(out) is int and type(t_ms) in (int, float) and type(hash_ids) is list
                         and inp >= 0 and out >= 0 and "session_id" not in obj and "delay" not in obj):
                     if hash_ids:
+                        try:
+                            sum(hash_ids)      # numbers only (C speed): a nested list or a string raises here
+                        except TypeError:
+                            errors.skip(line, "hash_ids must be a list of block ids (integers)")
+                            continue
                         session, cached = observe(hash_ids, inp, line)
                         self.inferred_sessions = True
                     else:

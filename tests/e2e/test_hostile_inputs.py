@@ -71,6 +71,7 @@ def test_a_task_of_a_million_calls_is_refused_before_any_work(tmp_path):
 @pytest.mark.parametrize("flag,value,words", [
     ("--request-overhead-ms", "nan", "--request-overhead-ms must be a non-negative number"),
     ("--max-batch", "0", "--max-batch must be at least 1"),
+    ("--max-batch", "100000", "--max-batch: Input should be less than or equal to 65536 (got 100000)"),
     ("--length-spread", "nan", "--length-spread must be between 0 and 2"),
     ("--kv-memory-fraction", "nan", "--kv-memory-fraction must be in (0, 1]"),
 ])

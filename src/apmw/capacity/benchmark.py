@@ -58,6 +58,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+from pydantic import ValidationError
 
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica, StepModel, benchmark_replica
@@ -158,6 +159,10 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     return with_power(replica, p, isl, osl)
 
 
+# Serving fields a benchmark sets under another name.
+_PARAMETERS = {"max_batched_tokens": "token_budget"}
+
+
 def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
                           engine: str = "vllm", calibrated: bool = True, *, token_budget: int | None = None,
                           max_batch: int | None = None, mixed_prefill: bool | None = None,
@@ -179,8 +184,12 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                 "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
-    replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, Serving.model_validate(settings), calibrated,
-                                request_overhead_s)
+    try:
+        serving = Serving.model_validate(settings)
+    except ValidationError as exc:   # what the spec's own bounds refuse, named as this function's parameters
+        raise PredictError("; ".join(f"{_PARAMETERS.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']} "
+                                     f"(got {e['input']!r})" for e in exc.errors())) from None
+    replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s)
     _check_window(replica, isl, osl)
     return replica
 

@@ -103,14 +103,6 @@ class Replica:
     def gpus(self) -> int:
         return self.step.gpus
 
-    @property
-    def gpu_idle_power_w(self) -> float:
-        return self.power.gpu_idle_w
-
-    @property
-    def gpu_busy_power_w(self) -> float:
-        return self.power.gpu_busy_w
-
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,

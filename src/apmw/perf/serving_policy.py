@@ -140,13 +140,13 @@ def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:
 # work (sampling, scheduling) spread over them. Per layer, because the kernel count is:
 # aiconfigurator's mem_empirical_constant_latency of 3 us per access x ~4 small kernels a
 # layer is ~12 us (apmw.perf.efficiency.Efficiency.fixed_s); one figure per iteration would
-# charge an 80-layer 70B what a 36-layer gpt-oss pays. vLLM: FITTED at 17 us on the InferenceMAX h100 gpt-oss-120b rows (36 layers, so 0.61 ms;
-# training split, `python bench/accuracy.py --fit`, score = median |TPOT| + median |throughput|
-# error); held out: the h200 rows and the dense
+# charge an 80-layer 70B what a 36-layer gpt-oss pays. vLLM: FITTED at 17 us on the InferenceMAX
+# h100 gpt-oss-120b rows (36 layers, so 0.61 ms; training split, `python bench/accuracy.py --fit`,
+# score = median |TPOT| + median |throughput| error); held out: the h200 rows and the dense
 # published runs (docs/accuracy.md). SGLang and TensorRT-LLM: ASSUMPTION, 28 us (1 ms per
-# iteration spread over the 36 layers the vLLM figure was fitted on); the MLPerf
-# TensorRT-LLM rows do not identify it (the fit runs to the grid edge and the held-out TPOT
-# error has the opposite sign). Both run more separate kernels per layer than vLLM's
+# iteration spread over the 36 layers the vLLM figure was fitted on); the MLPerf TensorRT-LLM
+# rows do not identify it (the fit runs to the grid edge and the held-out TPOT error has the
+# opposite sign). Both run more separate kernels per layer than vLLM's
 # torch.compile fusions leave (SGLang compiles nothing by default), so a larger floor is
 # plausible, not measured. On NVIDIA's NIM runs (TensorRT-LLM, held out) the per-layer form
 # fits the 32-layer 8B and the 80-layer 70B together at concurrency 1, which one figure per
@@ -255,9 +255,6 @@ class ServingPolicy:
 
     def kv_tokens_per_running_request(self, isl: float, osl: float) -> float:
         return kv_tokens_per_running_request(isl, osl, self.engine)
-
-    def overhead_s(self, layers: int) -> float:
-        return self.overhead_s_per_layer * layers
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -63,8 +63,7 @@ import numpy as np
 
 from apmw.perf import IterationLoad, Replica
 from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
-                                  SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS,
-                                  reserved_output_share)
+                                  SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
 from apmw.sim.stats import Meter
@@ -93,7 +92,7 @@ class Engine:
         # the share of the running sequences' remaining output kept back at admission; SGLang's
         # adapts (new_token_ratio): from 0.7 down a step per decode iteration, reset on retraction
         self.adaptive_share = serving.engine == "sglang"
-        self.reserved_share = reserved_output_share(serving.engine)
+        self.reserved_share = policy.reserved_output_share
         if self.adaptive_share:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.ahead = policy.iterations_ahead

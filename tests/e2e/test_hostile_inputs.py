@@ -3,6 +3,8 @@ the exit code of its class, never a traceback, a hang or a silently wrong answer
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 
 import pytest
@@ -199,3 +201,28 @@ def test_a_mooncake_line_with_a_nested_hash_id_is_skipped_and_counted(tmp_path):
     _clean(r, 0)
     d = json.loads(r.stdout)
     assert d["skipped"]["hash_ids must be a list of block ids (integers)"]["examples"] == [f"{tmp_path}/mooncake.jsonl:4"]
+
+
+def test_an_empty_mapped_start_cell_is_counted_not_guessed(tmp_path):
+    trace = tmp_path / "calls.csv"
+    trace.write_text("sid,inp,out,t0,t1\na,100,10,0,1000\na,200,10,,3000\na,300,10,5000,6000\n"
+                     "b,100,10,0,500\nb,200,10,1500,2000\n")
+    r = _run("fit", str(trace), "--format", "csv", "--json",
+             "--map", "session=sid,input_tokens=inp,output_tokens=out,start_ms=t0,end_ms=t1")
+    _clean(r, 0)
+    summary = json.loads(r.stdout)
+    assert summary["calls_missing_time"] == {"start": 1}
+    assert any("1 of 5 call(s) have no start time" in n for n in summary["notes"])
+
+
+@pytest.mark.parametrize("example", ["support-chat", "deep-research"])
+def test_a_first_call_of_no_new_tokens_simulates(tmp_path, example):
+    # the whole prompt is the shared system prompt: a prefix hit must still leave a token to compute
+    text = (EXAMPLES / f"{example}.yaml").read_text()
+    text = re.sub(r"first_call_input_tokens: .*", "first_call_input_tokens: 0", text)
+    assert "first_call_input_tokens: 0" in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    r = _run("simulate", str(path), "--agents", "4", "--duration-s", "600", "--json")
+    _clean(r, 0)
+    assert json.loads(r.stdout)["completed_tasks"] > 0

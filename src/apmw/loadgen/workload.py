@@ -54,7 +54,7 @@ def sample_task(workload: Workload, rng: np.random.Generator) -> TaskShape:
             first = k == 0 and i == 0
             dist = workload.first_call_input_tokens if first and workload.first_call_input_tokens else \
                 workload.new_input_tokens_per_call
-            calls.append(CallShape(new_tokens=_count(dist.sample(rng, 1)[0], 0),
+            calls.append(CallShape(new_tokens=_count(dist.sample(rng, 1)[0], 1 if first else 0),  # the task's message
                                    output_tokens=_count(workload.output_tokens_per_call.sample(rng, 1)[0], 1)))
         steps.append(StepShape(calls=tuple(calls), tool_wait_s=float(workload.tool_wait_s.sample(rng, 1)[0])))
     return TaskShape(steps=tuple(steps))

@@ -139,7 +139,9 @@ class ClosedLoopAgents:
     def _issue(self, a: int, t: float, host_tokens: int) -> None:
         new, out, _ = self.calls[a]
         i = self.call_idx[a]
-        prompt = max(self.context[a] + new[i], 1)
+        # a call carries at least one token past the shared system prompt (its own message), so
+        # that a prefix hit never covers the whole prompt: an engine computes at least one token
+        prompt = max(self.context[a] + new[i], self.w.system_prompt_tokens + 1)
         self.engine.submit(Seq(a, self.task_ctx[a], prompt, out[i], t, host_tokens), t)
 
     # ---- engine callbacks ------------------------------------------------------------------------------

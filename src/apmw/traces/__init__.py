@@ -129,6 +129,7 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
         "session_duration_s": stats(s.session_duration_s),
         "context_shrank_calls": s.shrank,
         "negative_tool_waits": s.negative_waits,
+        "calls_missing_time": _missing_times(c),
         "cached_prompt_share": cached,
         "cached_prompt_share_source": source,
         "reusable_prefix_share": reusable,
@@ -136,8 +137,21 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
     }
 
 
+def _missing_times(c: Columns) -> dict[str, int]:
+    """Calls with no start or end time where other calls of the trace have one (an empty cell)."""
+    missing = {}
+    for name, t in (("start", c.start_s), ("end", c.end_s)):
+        known = int(np.isfinite(t).sum())
+        if 0 < known < len(t):
+            missing[name] = len(t) - known
+    return missing
+
+
 def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions: bool, cached) -> list[str]:
     notes = []
+    for name, k in _missing_times(c).items():
+        notes.append(f"{k} of {len(c)} call(s) have no {name} time (an empty or missing cell): the tool waits "
+                     f"and latencies next to them are left out of the fit, not guessed")
     state = opened.state
     if not has_sessions:
         notes.append("the trace has no sessions: every call is its own one-call task, so steps_per_task is 1 "

@@ -226,3 +226,22 @@ def test_a_first_call_of_no_new_tokens_simulates(tmp_path, example):
     r = _run("simulate", str(path), "--agents", "4", "--duration-s", "600", "--json")
     _clean(r, 0)
     assert json.loads(r.stdout)["completed_tasks"] > 0
+
+
+@pytest.mark.parametrize("args,words", [
+    (["report", str(EXAMPLES / "support-chat.yaml"), "-o", "{dir}"], "-o {dir} is a folder"),
+    (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "-o", "{dir}"],
+     "-o {dir} is a folder"),
+    (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "--export", "aiperf",
+      "--export-path", "{dir}/no/x.jsonl"], "the folder {dir}/no does not exist"),
+    (["bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", "--out", "{dir}"], "--out {dir} is a folder"),
+    (["bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", "--resume", "--out", "{dir}/binary.jsonl"],
+     "binary.jsonl:2: byte 0x80 is not UTF-8"),
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "4", "--duration-s", "1e9"], "at most 604,800 s"),
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "1000000"], "at most 65,536 sequences"),
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents-sweep", "1:100000:1"], "at most 100 are simulated"),
+])
+def test_work_and_output_paths_are_checked_before_any_work(tmp_path, args, words):
+    (tmp_path / "binary.jsonl").write_bytes(bytes(range(256)))
+    r = _run(*[a.replace("{dir}", str(tmp_path)) for a in args], timeout=30)
+    assert words.replace("{dir}", str(tmp_path)) in _clean(r)

@@ -12,7 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, out
+from apmw.cli.common import app, emit_json, err, fail, out, output_path
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -98,6 +98,7 @@ def bench(
         if calibrate is not None:
             _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json)
             return
+        output_path(results, "--out")
         if resume:
             base = config_from_file(results)
             levels = (base.levels or [base.agents]) if agents_sweep is None else parse_sweep(agents_sweep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -29,6 +30,24 @@ def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
     written: no markup or emoji codes are read in it (a file name with ``[x]`` or ``:100:``)."""
     err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def output_path(path: Path, flag: str) -> Path:
+    """``path`` when a file can be written there, else a user error naming ``flag``: checked before
+    any work, so that a long run does not end in a failed write."""
+    if path.is_dir():
+        fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / 'out'}")
+    if not path.parent.is_dir():
+        fail(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another path")
+    return path
+
+
+def write_text(path: Path, text: str, flag: str) -> None:
+    """Write an output file; an OS refusal (permissions, a full disk) is the user's to fix, with the reason."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{flag} {path}: cannot write it ({exc.strerror or exc})")
 
 
 def emit_json(obj: object) -> None:

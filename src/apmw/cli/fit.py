@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail
+from apmw.cli.common import app, emit_json, err, fail, output_path, write_text
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -58,6 +58,13 @@ def fit(
         fail(f"--export-from {export_from!r}: use 'measured' or 'fitted'")
     if export_sessions is not None and export_from != "fitted":
         fail("--export-sessions applies to --export-from fitted (a measured export writes the trace's own sessions)")
+    if output is not None:
+        output_path(output, "-o")
+    target = None
+    if export:
+        target = output_path(export_path or Path(trace.name.split(".")[0] + ".aiperf.jsonl"), "--export-path")
+        if target.resolve() == trace.resolve():
+            fail(f"--export-path {target} is the trace itself; give another path")
     try:
         if mapping is not None and (fmt or "").lower() not in ("csv", "jsonl"):
             fail("--map applies to the generic formats: add --format csv or --format jsonl")
@@ -66,16 +73,17 @@ def fit(
         fail(str(exc))
     s = result.summary
     if output is not None:
-        output.write_text(result.workload_yaml(), encoding="utf-8")
+        write_text(output, result.workload_yaml(), "-o")
     exported = None
-    if export:
-        target = export_path or Path(trace.name.split(".")[0] + ".aiperf.jsonl")
-        if target.resolve() == trace.resolve():
-            fail(f"--export-path {target} is the trace itself; give another path")
-        if export_from == "measured":
-            n = exporter.write_measured(result.columns, s["system_prompt_tokens"], result.shape.tool_wait_s, target)
-        else:
-            n = exporter.write_fitted(result.workload, target, export_sessions or s["sessions"], seed)
+    if target is not None:
+        try:
+            if export_from == "measured":
+                n = exporter.write_measured(result.columns, s["system_prompt_tokens"], result.shape.tool_wait_s,
+                                            target)
+            else:
+                n = exporter.write_fitted(result.workload, target, export_sessions or s["sessions"], seed)
+        except OSError as exc:
+            fail(f"--export-path {target}: cannot write it ({exc.strerror or exc})")
         exported = {"format": "aiperf-mooncake", "path": str(target), "lines": n, "from": export_from}
     if as_json:
         emit_json({**s, "workload": result.workload_section, "export": exported})

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from apmw.cli.common import app, fail, out
+from apmw.cli.common import app, fail, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -21,17 +21,18 @@ def report(
 ) -> None:
     """Latency and KV curves, residence breakdown, levers, tokens/s contrast, cost, inputs: one HTML file."""
     from apmw.capacity import InfeasibleError
-    from apmw.report import write_report
+    from apmw.report import build_report
+    from apmw.spec import load_spec
 
-    if output.parent and not output.parent.exists():
-        fail(f"the folder of {output} does not exist; create it or choose another -o path")
+    output_path(output, "-o")
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
                       transient=True) as bar:
             task = bar.add_task("planning", total=None)
-            write_report(spec, output, progress=lambda msg: bar.update(task, description=msg), simulated=simulate)
+            html = build_report(load_spec(spec), spec.stem, lambda msg: bar.update(task, description=msg), simulate)
     except InfeasibleError as exc:
         fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
+    write_text(output, html, "-o")
     out.print(f"wrote {output} ({output.stat().st_size / 1024:,.0f} KiB)")

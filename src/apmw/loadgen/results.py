@@ -54,7 +54,13 @@ def read_records(path: Path) -> list[dict]:
     if not path.is_file():
         raise BenchError(f"{path}: results file not found")
     records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    raw = path.read_bytes()
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise BenchError(f"{path}:{line}: byte 0x{raw[exc.start]:02x} is not UTF-8 -- is this an apmw bench "
+                         "results file?") from None
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue

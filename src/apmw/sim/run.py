@@ -20,6 +20,13 @@ from apmw.spec import Spec
 DEFAULT_WARMUP_SHARE = 0.2
 # Time series points kept per run (decode batch and resident KV over time).
 TIMESERIES_POINTS = 400
+# Caps on one run's work. A week of simulated time: a steady state's tails converge within hours,
+# and more precision comes cheaper from replications (--seed). Agents: a replica runs at most
+# 65,536 sequences at once (Serving.max_batch's bound), so agents beyond a few times that only queue.
+MAX_DURATION_S = 7 * 86400.0
+MAX_AGENTS = 200_000
+# Points of one agent sweep (each a full run).
+MAX_SWEEP_POINTS = 100
 
 
 def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, seed: int, duration_s: float,
@@ -104,14 +111,16 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     ``check=True`` verifies the block and token accounting before every step (slow; tests).
     ``tasks`` replays the given task shapes (in order, cycling) instead of sampling the spec's workload.
     """
-    if agents < 1:
-        raise ApmwError(f"agents must be >= 1, got {agents}")
+    if not 1 <= agents <= MAX_AGENTS:
+        raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 sequences "
+                        f"at once; more agents only queue), got {agents:,}")
     gap = unsupported(spec)
     if gap:
         raise ApmwError(f"the simulator does not model {gap} yet; remove it from the spec to simulate, "
                         "or rely on apmw plan's analytic figures for it")
-    if not duration_s > 0:
-        raise ApmwError(f"duration_s must be > 0, got {duration_s}")
+    if not 0 < duration_s <= MAX_DURATION_S:
+        raise ApmwError(f"duration_s must be > 0 and at most {MAX_DURATION_S:,.0f} s (a week: the tails converge "
+                        f"within hours; for more precision replicate with other seeds), got {duration_s:g}")
     seed = spec.seed if seed is None else seed
     warmup_s = DEFAULT_WARMUP_SHARE * duration_s if warmup_s is None else warmup_s
     if not 0 <= warmup_s < duration_s:
@@ -204,6 +213,9 @@ def sweep(spec: Spec, agents: list[int], duration_s: float = 3600.0, seed: int |
     """Simulate each N in ``agents`` (same seed each) and find the simulated N*."""
     if not agents:
         raise ApmwError("the agent sweep is empty; give a:b:step with a <= b")
+    if len(agents) > MAX_SWEEP_POINTS:
+        raise ApmwError(f"the agent sweep has {len(agents):,} points; at most {MAX_SWEEP_POINTS} are simulated "
+                        "(each is a full run): use a larger step")
     replica = replica_from_spec(spec)
     points = []
     for n in agents:

@@ -245,3 +245,21 @@ def test_work_and_output_paths_are_checked_before_any_work(tmp_path, args, words
     (tmp_path / "binary.jsonl").write_bytes(bytes(range(256)))
     r = _run(*[a.replace("{dir}", str(tmp_path)) for a in args], timeout=30)
     assert words.replace("{dir}", str(tmp_path)) in _clean(r)
+
+
+@pytest.mark.parametrize("fixture,field", [
+    ("agentperf_two_tasks.jsonl", "conversation_id"),
+    ("aiperf_multi_turn.jsonl", "session_id"),
+])
+def test_a_session_id_that_is_a_list_costs_its_line_only(tmp_path, fixture, field):
+    src = EXAMPLES.parent / "tests" / "fixtures" / "traces" / fixture
+    lines = src.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad[field] = []
+    lines[1] = json.dumps(bad)
+    r = _fit(tmp_path, fixture, ("\n".join(lines) + "\n").encode())
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert d["skipped_lines"] == 1 and d["lines_read"] == len(lines)
+    (reason,) = d["skipped"]
+    assert f"{field} must be a string or a number, got list" in reason

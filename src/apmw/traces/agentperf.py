@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import convert_each
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
 
 NAME = "agentperf"
 DESCRIPTION = ("AgentPerf replay JSONL (conversation_id, conversation_idx, recorded_prompt_tokens, "
@@ -34,7 +34,7 @@ def _convert(line: int, obj: dict):
     idx = number(obj.get("conversation_idx"))
     # no wall-clock stamps in the format: start 0 and end = the recorded model time give the LLM latency;
     # the tool wait comes from simulated_tool_delay_ms_after, so the start/end gap is never used
-    yield Call(obj["conversation_id"], idx if idx == idx else float(line), inp, out, NAN,
+    yield Call(session_key(obj["conversation_id"], "conversation_id"), idx if idx == idx else float(line), inp, out, NAN,
                0.0 if model_ms == model_ms else NAN, model_ms / 1e3, tool_ms / 1e3)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import convert_each
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
 from apmw.traces.tokens import estimate_text_tokens
 
 NAME = "aiperf-multi-turn"
@@ -32,7 +32,7 @@ class Reader:
         turns = obj["turns"]
         if not isinstance(turns, list) or not turns:
             raise ValueError("'turns' must be a non-empty list")
-        session = obj.get("session_id", line)
+        session = session_key(obj.get("session_id", line), "session_id")
         context = 0.0
         calls = []
         for k, turn in enumerate(turns):

@@ -44,8 +44,7 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
     for line, row in rows:
         errors.lines_read += 1
         if len(row) != len(header):
-            if row:
-                errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
+            errors.skip(line, f"expected {len(header)} columns, found {len(row)}")
             continue
         try:
             inp, out, t = cell(row[i_in]), cell(row[i_out]), _seconds(row[i_t])

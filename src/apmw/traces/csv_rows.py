@@ -47,7 +47,7 @@ codecs.register_error(_MARK, _counter)
 
 
 def csv_rows(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, list[str]]]:
-    """(line number, cells) for each row of a CSV trace, the header first; bad rows are skipped."""
+    """(line number, cells) for each non-blank row of a CSV trace, the header first; bad rows are skipped."""
     stream = io.TextIOWrapper(open_binary(path), encoding="utf-8-sig", errors=_MARK, newline="")
     rows = csv.reader(stream)
     seen = _counter.count
@@ -63,6 +63,8 @@ def csv_rows(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, list[s
                             errors.lines_read += 1
                             errors.skip(rows.line_num, "bytes that are not UTF-8")
                             continue
+                    if not row or (len(row) == 1 and not row[0].strip()):
+                        continue                # a blank line, as in JSONL: neither read nor skipped
                     yield rows.line_num, row
                 return
             except csv.Error as exc:       # the reader goes on with the next line

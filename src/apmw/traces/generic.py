@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import records
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts, session_key
 from apmw.traces.csv_rows import csv_rows
 
 NAME_CSV = "csv"
@@ -63,7 +63,7 @@ def _build(get, mapping: dict, line: int) -> Call:
     bad = require_counts(inp, out)
     if bad:
         raise ValueError(bad)
-    session = get(mapping["session"][0]) if "session" in mapping else None
+    session = session_key(get(mapping["session"][0]), "session") if "session" in mapping else None
     order = val("order")
     return Call(session if session not in (None, "") else line, order if order == order else float(line),
                 inp, out, val("cached_tokens"), val("start"), val("end"), val("tool_wait"), val("gap_before"))
@@ -87,8 +87,7 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
     for line, row in rows:
         errors.lines_read += 1
         if len(row) != width:
-            if row:
-                errors.skip(line, f"expected {width} columns, found {len(row)}")
+            errors.skip(line, f"expected {width} columns, found {len(row)}")
             continue
         row.append("")
         try:

@@ -42,8 +42,6 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
     for line, row in rows:
         errors.lines_read += 1
         if len(row) != width:
-            if not row:
-                continue
             errors.skip(line, f"expected {width} columns, found {len(row)}")
             continue
         row.append(empty)  # index `width` reads as a missing optional column

@@ -30,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 from apmw.traces.tokens import estimate_text_tokens
 
@@ -148,7 +148,7 @@ class Reader:
         hash_ids = obj.get("hash_ids")
         if hash_ids is not None and not isinstance(hash_ids, list):
             raise ValueError("hash_ids must be a list of block ids")
-        session = obj.get("session_id")
+        session = session_key(obj.get("session_id"), "session_id")
         if session is not None:
             return self._session_turn(session, line, inp, out, hash_ids, whole, t_ms, delay_ms, cache)
         cached = NAN

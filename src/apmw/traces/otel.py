@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, require_counts
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, require_counts, session_key
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 
 NAME = "otel"
@@ -145,14 +145,15 @@ class Reader:
         self.spans += 1
         # key -> raw OTLP AnyValue; only the few attributes used below are decoded
         attrs = {a["key"]: a.get("value") for a in span.get("attributes", ())}
-        conversation = _decoded(attrs, SESSION_KEYS)
+        conversation = session_key(_decoded(attrs, SESSION_KEYS), "the conversation id")
+        trace_id = session_key(span.get("traceId"), "traceId")
         if conversation:
-            self.trace_conversation[span.get("traceId")] = conversation
+            self.trace_conversation[trace_id] = conversation
         op = _decoded(attrs, ("gen_ai.operation.name",))
         kind = _decoded(attrs, ("openinference.span.kind",))
         if op == "execute_tool" or kind == "TOOL":
             self.tool_spans += 1
-            self.tool_starts.append((conversation or ("trace", span.get("traceId")),
+            self.tool_starts.append((conversation or ("trace", trace_id),
                                      int(span["startTimeUnixNano"]) / 1e9))
             return None
         if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
@@ -162,7 +163,7 @@ class Reader:
             return None  # not a model call (no usage): HTTP, DB, framework spans
         if require_counts(inp, out):
             raise ValueError("token usage without both input and output counts")
-        session = conversation or ("trace", span["traceId"])
+        session = conversation or ("trace", trace_id)
         start = int(span["startTimeUnixNano"]) / 1e9
         end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
         return Call(session, start, inp, out, _as_float(_decoded(attrs, CACHED_KEYS)), start, end)

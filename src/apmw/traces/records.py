@@ -105,6 +105,14 @@ def cell(text: str) -> float:
     return x
 
 
+def session_key(value: object, field: str) -> object:
+    """A session id as the trace gives it (a string or a number), None when absent; anything else
+    (a list, an object, a boolean) raises ValueError, so that its line is skipped and counted."""
+    if value is None or isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"{field} must be a string or a number, got {type(value).__name__} {str(value)[:40]}")
+
+
 def require_counts(inp: float, out: float) -> str | None:
     """Why a call's token counts are unusable, or None when they are fine."""
     if math.isnan(inp):

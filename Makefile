@@ -23,9 +23,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-# the spec fuzzer at length (CI runs 40 examples): any value in any field, a clean error or a sound plan
+# the fuzzers at length (CI runs a few examples of each): any value in any spec field, any verb's
+# command line (5000/50 per verb), broken lines of every trace format (5000/10 per format)
 fuzz: $(STAMP)
-	APMW_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/spec/test_fuzz.py
+	APMW_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest tests/spec/test_fuzz.py tests/e2e/test_fuzz_verbs.py \
+		tests/traces/test_fuzz_traces.py --hypothesis-show-statistics
 
 # lint (ruff) and type check (mypy, the files listed in pyproject.toml)
 check: $(STAMP)

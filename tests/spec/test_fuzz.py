@@ -1,5 +1,6 @@
 """Property-based fuzzing of the spec path (Hypothesis): any value in any field of a bundled spec
-gives either a clean ApmwError / SpecError or a plan whose numbers are finite and ordered.
+gives either a clean ApmwError / SpecError or a plan whose numbers are finite and ordered, and a
+short simulation of the same spec ends cleanly with finite, ordered figures too.
 
 CI runs a bounded number of examples; `make fuzz` runs many more (APMW_FUZZ_EXAMPLES)."""
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from apmw.capacity import plan
 from apmw.errors import ApmwError
+from apmw.sim import simulate
 from apmw.spec import SpecError, spec_from_dict
 from tests.conftest import EXAMPLES
 
@@ -65,3 +67,10 @@ def test_any_value_in_any_field_is_refused_cleanly_or_planned_soundly(path, valu
     except (SpecError, ApmwError):
         return
     _finite_and_ordered(result.to_dict())
+    try:
+        sim = simulate(spec, 2, 120.0).to_dict()
+    except ApmwError:
+        return
+    for key in ("task_latency_s", "ttft_s", "tpot_s"):
+        q = [sim[key][k] for k in ("p50", "p95", "p99") if sim[key][k] is not None]
+        assert q == sorted(q) and all(math.isfinite(x) and x >= 0 for x in q), (key, sim[key])

@@ -12,6 +12,7 @@ from apmw.arch import (Architecture, architecture_from_config, load_architecture
                        summary)
 from apmw.catalog import load_config, model_names
 from apmw.errors import ApmwError, ConfigError, UnknownNameError
+from tests.conftest import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +269,52 @@ def test_summary_is_json_ready(arch, name):
     assert s["name"] == name and set(s["weight_bytes"]) == {"bf16", "fp8", "fp4"}
     assert set(s["kv_bytes_per_token"]) == {"bf16", "fp8", "fp4"}
     assert "source" in text
+
+
+# --------------------------------------------------------------------- configs apmw cannot read exactly
+
+CONFIGS = ROOT / "tests" / "fixtures" / "configs"
+
+
+@pytest.mark.parametrize("name", ["DeepSeek-V4-Pro", "DeepSeek-V4-Flash"])
+def test_deepseek_v4_is_refused_with_what_is_missing_not_read_as_gqa(name):
+    with pytest.raises(ConfigError) as err:
+        load_architecture(str(CONFIGS / f"deepseek-ai--{name}.json"))
+    text = str(err.value)
+    assert "model_type 'deepseek_v4'" in text and "not modelled yet" in text
+    assert "compressed attention" in text and "compress_ratios" in text and "hc_mult" in text
+
+
+def test_an_unknown_field_in_a_known_family_is_refused_by_name():
+    cfg, _ = load_config("Llama-3.1-8B")
+    with pytest.raises(ConfigError, match="does not understand for model_type 'llama': compress_ratios, o_groups"):
+        architecture_from_config({**cfg, "compress_ratios": [4] * 32, "o_groups": 8}, name="odd-llama")
+
+
+def test_an_unknown_family_is_refused_not_read_as_a_look_alike():
+    cfg, _ = load_config("Llama-3.1-8B")
+    with pytest.raises(ConfigError, match="model_type 'falcon' .* is not a family apmw reads exactly"):
+        architecture_from_config({**cfg, "model_type": "falcon"}, name="falcon")
+
+
+def test_a_non_gated_activation_is_refused():
+    cfg, _ = load_config("Llama-3.1-8B")
+    with pytest.raises(ConfigError, match="'hidden_act' is 'gelu'"):
+        architecture_from_config({**cfg, "hidden_act": "gelu"}, name="gelu-llama")
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_bundled_config_is_read_exactly(name):
+    cfg, _ = load_config(name)
+    architecture_from_config(cfg, name=name)     # no refusal: every field is read or known not to cost
+
+
+def test_the_cli_refuses_deepseek_v4_with_exit_1():
+    import subprocess
+
+    from tests.e2e.test_cli import APMW
+
+    r = subprocess.run([APMW, "model", str(CONFIGS / "deepseek-ai--DeepSeek-V4-Flash.json")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "not modelled yet" in " ".join(r.stderr.split())

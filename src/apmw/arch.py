@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from apmw.catalog.models import load_config, resolve_model_name
+from apmw.config_fields import refusal
 from apmw.errors import ConfigError, UnknownNameError
 from apmw.spec.model import AUTO_DTYPE_HINT, dtype_key
 
@@ -490,6 +491,9 @@ def _ignored_notes(c: _Cfg) -> list[str]:
 def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
     """Build an Architecture from a HuggingFace config dict (see module docstring)."""
     text, notes = _text_config(cfg)
+    why = refusal(cfg, text)
+    if why:
+        raise ConfigError(f"{name}: {why}")
     c = _Cfg(text, name)
     hidden = c.req("hidden_size", "every parameter count")
     heads = c.req("num_attention_heads", "attention")

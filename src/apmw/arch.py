@@ -25,12 +25,11 @@ Every MLP and expert is assumed gated (SwiGLU: gate, up, down), true for all of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from apmw.catalog.models import load_config, resolve_model_name
+from apmw.catalog.models import load_config, local_path, on_disk, resolve_model_name
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError, UnknownNameError
 from apmw.spec.model import AUTO_DTYPE_HINT, dtype_key
@@ -546,14 +545,14 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
 def load_architecture(name_or_path: str) -> Architecture:
     """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json."""
     cfg, source = load_config(name_or_path)
-    name = resolve_model_name(name_or_path) if not Path(name_or_path).expanduser().exists() else None
+    name = resolve_model_name(name_or_path) if not on_disk(name_or_path) else None
     return architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
 
 
 def _name_from_path(path: str) -> str:
     """A checkpoint directory and its config.json are named after the directory (HF layout),
     other files after their name less ``.json``; a bundled-style 'org--name' becomes 'org/name'."""
-    p = Path(path).expanduser()
+    p = local_path(path)
     if p.is_dir():
         stem = p.resolve().name
     elif p.name == "config.json" and p.parent.name:

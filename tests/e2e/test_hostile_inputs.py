@@ -46,6 +46,7 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: .inf"), "finite number"),
     (CODING.replace("pue: 1.3", "pue: .nan"), "finite number"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
+    (CODING.replace("config: deepseek-ai/DeepSeek-V3", 'config: "~0"'), "unknown model '~0'"),
     (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),
     (CODING.replace("max_batch: 256", "max_batch: 1000000000000"), "max_batch"),
     (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 3600, p95: 1.0e8}\n"),

@@ -125,10 +125,23 @@ def _on_disk(path: Path, kind: str) -> bool:
         return False
 
 
+def local_path(name: str) -> Path:
+    """``name`` as a path, ``~`` expanded where it names a home (``~nobody`` with no such user stays as written)."""
+    try:
+        return Path(name).expanduser()
+    except RuntimeError:
+        return Path(name)
+
+
+def on_disk(name: str) -> bool:
+    """Whether ``name`` is an existing file or directory."""
+    return _on_disk(local_path(name), "any")
+
+
 def checkpoint_weight_dtype(name: str) -> str | None:
     """The weight dtype a checkpoint's name states ("...-FP8" -> "fp8"), or None when it states none
     (a bundled name, a tune, a file). apmw takes the dtype from ``--weight-dtype``; callers compare."""
-    if _on_disk(Path(name).expanduser(), "any"):
+    if on_disk(name):
         return None
     return _strip_tags(name.strip().lower())[1]
 
@@ -139,7 +152,7 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     A path to an existing file wins over a bundled name. Unknown names raise
     UnknownNameError listing the closest bundled names.
     """
-    path = Path(name_or_path).expanduser()
+    path = local_path(name_or_path)
     if _on_disk(path, "dir"):       # a downloaded checkpoint: its config.json (HF layout)
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path}: a directory without a config.json; pass the checkpoint directory "

@@ -61,6 +61,16 @@ def test_flops_for_falls_back_to_wider_formats():
         h100.flops_for("fp6")
 
 
+def test_cdna4_rates_follow_the_published_sparse_fp4_peak():
+    mi355x, mi350x, mi300x = get_gpu("MI355X"), get_gpu("mi350x"), get_gpu("MI300X")
+    assert mi355x.fp4_flops == pytest.approx(20.1e15 / 2) and mi350x.fp4_flops == pytest.approx(18.45e15 / 2)
+    assert mi355x.fp8_flops == pytest.approx(5.0e15, rel=0.01)          # AMD's "five petaflops" of FP8
+    assert mi355x.bf16_flops == pytest.approx(mi355x.fp8_flops / 2)
+    assert mi355x.hbm_bytes == 288 * 2**30 and mi355x.hbm_bandwidth_bytes_per_s == 8e12 and mi355x.tdp_w == 1400
+    assert mi355x.flops_for("fp4") == mi355x.fp4_flops                # CDNA 4 has native MXFP4
+    assert mi300x.flops_for("fp4") == mi300x.bf16_flops                # CDNA 3 has not: W4A16
+
+
 def test_power_defaults_follow_documented_rule():
     for name in gpu_names():
         g = get_gpu(name)

@@ -43,6 +43,8 @@ _ALIASES = {
     "l40s": "L40S",
     "mi300x": "MI300X",
     "mi325x": "MI325X",
+    "mi350x": "MI350X",
+    "mi355x": "MI355X",
 }
 
 # Which tensor-core rate a weight dtype can use, best first. int4 weights cannot use FP4

@@ -74,9 +74,12 @@ TRTLLM_MAX_BATCH = MAX_BATCH["trtllm"]     # TensorRT-LLM max_batch_size default
 # Every engine's token budget on the H100/H200/B200-class GPUs of these rows (apmw.perf.serving_policy).
 DEFAULT_TOKEN_BUDGET = 8192
 IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vllm"),
-               "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang")}
+               "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang"),
+               # AMD's MXFP4 quantisation of R1 (routed and shared weights in MXFP4, KV in fp8)
+               "amd/DeepSeek-R1-0528-MXFP4-Preview": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang")}
 # InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
-IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200"}
+IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200",
+             "mi300x": "MI300X", "mi325x": "MI325X", "mi355x": "MI355X"}
 IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm"}
 # --plain-roofline: predict on the plain spec-sheet roofline (build_step_model(calibrated=False))
 PLAIN_ROOFLINE = False

@@ -15,7 +15,7 @@ SRC = Path(apmw.__file__).parent
 
 LAYER = {
     "errors": 0, "spec": 0, "examples": 0,
-    "catalog": 1, "arch": 1,
+    "catalog": 1, "arch": 1, "config_fields": 1,
     "perf": 2,
     "capacity": 3,
     "sim": 4,

@@ -60,6 +60,21 @@ def note(message: str) -> None:
     err.print(Text.assemble(("note:", "yellow"), " ", message), highlight=False, soft_wrap=True)
 
 
+def note_gpu_basis(gpu) -> None:
+    """Say so when the GPU's step times are least checked (``gpu``: a catalogue name or a spec's GPU entry)."""
+    from apmw.errors import ApmwError
+    from apmw.perf.efficiency import roofline_caveat
+    from apmw.perf.replica import resolve_gpu
+
+    try:
+        g = resolve_gpu(gpu)
+    except ApmwError:
+        return          # the verb reports the bad GPU itself
+    caveat = roofline_caveat(g.name, g.vendor)
+    if caveat:
+        note(caveat)
+
+
 def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
     """Say so when a checkpoint's name states other weights than the dtype being priced
     ("...-FP8" priced at bf16): the dtype is the user's to give, but a mismatch is usually a slip."""

@@ -8,7 +8,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, out
+from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -28,6 +28,7 @@ def levers(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_gpu_basis(s.hardware.gpu)
         base = plan(s)
         total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS)) + (2 if verify else 0)
         with Progress(console=out if not as_json else None, transient=True, disable=as_json) as bar:

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note_checkpoint_dtype, out
+from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -38,6 +38,7 @@ def plan(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_gpu_basis(s.hardware.gpu)
         if workload_from is not None:
             s = s.model_copy(update={"workload": workload_from_trace(workload_from, trace_format)})
         efficiency = None

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, out
+from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 
 
@@ -84,6 +84,7 @@ def predict(
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype)
+    note_gpu_basis(gpu)
     try:
         if by_rate:
             ps = [predict_rate(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, r, **common) for r in levels]

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, out
+from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -137,6 +137,7 @@ def simulate(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_gpu_basis(s.hardware.gpu)
         kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
         if trace is not None:
             s, kw["tasks"] = _replayed(s, trace, trace_format)

@@ -96,3 +96,27 @@ EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
 def efficiency_for_gpu(gpu_name: str) -> Efficiency:
     """The roofline efficiencies for a catalogue GPU: its own where measured, else the defaults."""
     return EFFICIENCY_BY_GPU.get(gpu_name, DEFAULT_EFFICIENCY)
+
+
+# What the plain roofline (Hopper efficiencies) is worth on AMD parts, which have no measured kernel
+# table: the median signed error of its time per output token against InferenceMAX's DeepSeek-R1-0528
+# runs (FP8, and AMD's MXFP4 on MI355X) on SGLang at TP8, fixed concurrency (python bench/accuracy.py;
+# predicted / measured - 1).
+# Not used to correct anything: one model on one engine is too little to fit an efficiency on.
+AMD_ROOFLINE_TPOT_ERROR = {"MI300X": (-0.531, 15), "MI325X": (-0.572, 15), "MI355X": (-0.387, 35)}
+
+
+def roofline_caveat(gpu_name: str, vendor: str) -> str | None:
+    """What a user should know about step times on ``gpu_name`` where they are least checked, or None."""
+    if vendor.upper() != "AMD":
+        return None
+    basis = ("step times come from the plain roofline with efficiencies measured on NVIDIA kernel tables "
+             "(no AMD table exists here)")
+    if gpu_name in AMD_ROOFLINE_TPOT_ERROR:
+        err, n = AMD_ROOFLINE_TPOT_ERROR[gpu_name]
+        verdict = "optimistic" if err < 0 else "pessimistic"
+        return (f"{gpu_name}: {basis}; against {n} InferenceMAX DeepSeek-R1 SGLang runs on it they put the time per "
+                f"output token {abs(err):.0%} too {'short' if err < 0 else 'long'} (median; bench/accuracy.py), so "
+                f"these figures are {verdict}")
+    return f"{gpu_name}: {basis}, and no measured run on it has been checked; treat these figures as unverified"
+

@@ -103,6 +103,7 @@ class Architecture:
     expert_intermediate_size: int = 0           # one routed expert's MLP width
     dense_intermediate_size: int = 0            # a dense layer's MLP width (0: every layer is MoE)
     shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
+    mtp_modules: int = 0                        # multi-token-prediction modules (not in params; a draft)
     notes: tuple[str, ...] = ()
 
     def weight_bytes(self, weight_dtype: str) -> float:
@@ -479,7 +480,7 @@ def _ignored_notes(c: _Cfg) -> list[str]:
     notes = []
     mtp = c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
     if mtp:
-        notes.append(f"{mtp} multi-token-prediction module(s) ignored (not in params)")
+        notes.append(f"{mtp} multi-token-prediction module(s) not in params (serving.speculative draft: mtp uses them)")
     if c.model_type == "gpt_oss":
         notes.append("attention sinks ignored (one scalar per head)")
     if c.get("index_topk"):
@@ -538,6 +539,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         moe_layers=len(moe), expert_intermediate_size=expert_inter, dense_intermediate_size=dense_inter,
         shared_expert_params=shared_expert,
         max_context_tokens=c.get("max_position_embeddings"),
+        mtp_modules=c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")),
         notes=tuple(notes + _ignored_notes(c)),
     )
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from apmw.perf import Replica
+from apmw.perf.speculative import speculative_decoding
 from apmw.errors import ApmwError
 from apmw.spec import Spec
 
@@ -263,7 +264,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     kv_decode = kv(prompt + out / 2)
     kv_after = kv(prompt + out)
 
-    spec_decode = sv.speculative
+    spec_decode = speculative_decoding(sv.speculative, arch)
     tokens_per_iter = spec_decode.tokens_per_iteration if spec_decode else 1.0
     dec_iters = (out - 1) / tokens_per_iter
     n_rows = len(out)

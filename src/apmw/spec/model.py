@@ -178,16 +178,27 @@ class Speculative(_Section):
     Leviathan et al. 2023), so one iteration yields ``(1 - a^(k+1)) / (1 - a)`` tokens
     per sequence while processing ``k + 1`` tokens per sequence; the draft adds
     ``draft_cost_fraction`` of an iteration's time.
+
+    ``draft: model`` (a separate draft model, n-gram, EAGLE) needs ``draft_tokens`` and
+    ``acceptance_rate``. ``draft: mtp`` drafts with the served model's own multi-token-prediction
+    head (DeepSeek-V3/R1, GLM-5, ...): ``draft_tokens`` defaults to its MTP modules,
+    ``acceptance_rate`` to a cited figure and the draft's cost follows from the architecture
+    (apmw.perf.speculative).
     """
 
-    draft_tokens: int = Field(ge=1, le=16)
-    acceptance_rate: float = Field(ge=0, lt=1)
-    draft_cost_fraction: float = Field(default=0.1, ge=0, description="draft time per iteration / target time")
+    draft: Literal["model", "mtp"] = "model"
+    draft_tokens: int | None = Field(default=None, ge=1, le=16)
+    acceptance_rate: float | None = Field(default=None, ge=0, lt=1)
+    draft_cost_fraction: float | None = Field(default=None, ge=0, le=10,
+                                              description="draft time per iteration / target time")
 
-    @property
-    def tokens_per_iteration(self) -> float:
-        a, k = self.acceptance_rate, self.draft_tokens
-        return (1 - a ** (k + 1)) / (1 - a)
+    @model_validator(mode="after")
+    def _draft_model_needs_its_figures(self):
+        missing = [n for n in ("draft_tokens", "acceptance_rate") if getattr(self, n) is None]
+        if self.draft == "model" and missing:
+            raise ValueError(f"a separate draft model needs {' and '.join(missing)} (or draft: mtp to use "
+                             "the model's own multi-token-prediction head)")
+        return self
 
 
 class Disaggregation(_Section):

@@ -136,3 +136,33 @@ def test_mtp_speeds_up_deepseek_decode_by_its_accepted_tokens():
     # 1.85 tokens per iteration, at most; verifying 2 tokens per sequence at batch 4 routes 8 tokens
     # to the experts instead of 4, so the iteration reads more expert weights and costs more
     assert 1.2 < base / mtp < 1.85 / 1.04
+
+
+@pytest.mark.parametrize("engine,scale", [("vllm", 8), ("sglang", 1)])
+def test_batch_limit_and_token_budget_under_attention_dp_follow_the_engine(engine, scale):
+    from apmw.perf import replica_from_spec
+
+    d = _deepseek(True)
+    d["serving"].update(engine=engine, max_batch=64, max_batched_tokens=4096)
+    policy = replica_from_spec(spec_from_dict(d)).policy
+    # vLLM: one engine core per DP rank, each with its own limits; SGLang: the server's totals
+    assert (policy.max_batch, policy.token_budget) == (64 * scale, 4096 * scale)
+
+
+def test_attention_dp_on_trtllm_is_refused_not_guessed():
+    from apmw.perf import replica_from_spec
+
+    d = _deepseek(True)
+    d["serving"]["engine"] = "trtllm"
+    with pytest.raises(ApmwError, match="attention_data_parallel with engine trtllm"):
+        replica_from_spec(spec_from_dict(d))
+
+
+def test_a_rack_with_attention_dp_does_not_queue_behind_one_rank_limit():
+    # 72 GB300 ranks of DeepSeek-V3 under vLLM: 256 sequences per rank, not 256 for the rack
+    d = _deepseek(True)
+    d["hardware"] = {"gpu": "GB300", "gpus_per_replica": 72}
+    d["serving"]["max_batch"] = 256
+    result = plan(spec_from_dict(d), agents=2000).to_dict()
+    assert result["serving_policy"]["max_batch"] == 72 * 256
+    assert result["residence_breakdown_s"]["queue"] < 0.05 * result["task_latency_s"]["mean"]

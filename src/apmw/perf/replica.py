@@ -176,7 +176,8 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
                             engine=spec.serving.engine, calibrated=calibrated,
                             attention_data_parallel=spec.serving.attention_data_parallel)
-    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes)
+    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes,
+                            attention_dp_ranks=g if spec.serving.attention_data_parallel else 1)
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))

@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from apmw.errors import ApmwError
 from apmw.spec import Serving
 from apmw.spec.model import engine_key
 
@@ -260,17 +261,41 @@ class ServingPolicy:
         return asdict(self)
 
 
+def schedulers_per_limit(engine: str, attention_dp_ranks: int) -> int:
+    """How many schedulers each get the batch limit and token budget as set, under attention data
+    parallelism over ``attention_dp_ranks`` ranks (1 without it); the replica's totals are that many
+    times the settings.
+
+    - vLLM runs one engine core per DP rank, each with its own scheduler, ``max_num_seqs`` and
+      ``max_num_batched_tokens`` (docs/serving/data_parallel_deployment.md: "each DP rank is
+      deployed as a separate core engine process").
+    - SGLang reads both as the server's totals and divides them among its DP workers
+      (server_args.py: ``chunked_prefill_size // dp_size`` when DP attention is on; the scheduler's
+      ``max_running_requests // dp_size``).
+    - TensorRT-LLM's ``max_batch_size`` under attention DP is not established here; it is refused.
+    """
+    if attention_dp_ranks <= 1 or engine == "sglang":
+        return 1
+    if engine == "vllm":
+        return attention_dp_ranks
+    raise ApmwError(f"serving.attention_data_parallel with engine {engine}: whether its batch limit and token "
+                    "budget apply per attention-DP rank or to the whole replica is not established here, so apmw "
+                    "does not guess; use engine vllm or sglang, or leave attention_data_parallel off")
+
+
 def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
-                   request_overhead_s: float | None = None) -> ServingPolicy:
+                   request_overhead_s: float | None = None, attention_dp_ranks: int = 1) -> ServingPolicy:
     """The policy of ``serving`` (a spec's section, or one a benchmark built) on a GPU: every
-    field the spec leaves unset becomes the engine's default for that GPU."""
+    field the spec leaves unset becomes the engine's default for that GPU, and the batch limit and
+    token budget are the replica's totals over its schedulers (:func:`schedulers_per_limit`)."""
     e = serving.engine
+    ranks = schedulers_per_limit(e, attention_dp_ranks)
     return ServingPolicy(
         engine=e,
-        max_batch=serving.max_batch if serving.max_batch is not None else default_max_batch(e, gpu_name,
-                                                                                            hbm_bytes_per_gpu),
-        token_budget=serving.max_batched_tokens if serving.max_batched_tokens is not None
-        else default_token_budget(e, gpu_name, hbm_bytes_per_gpu),
+        max_batch=ranks * (serving.max_batch if serving.max_batch is not None
+                           else default_max_batch(e, gpu_name, hbm_bytes_per_gpu)),
+        token_budget=ranks * (serving.max_batched_tokens if serving.max_batched_tokens is not None
+                              else default_token_budget(e, gpu_name, hbm_bytes_per_gpu)),
         kv_memory_fraction=serving.kv_memory_fraction, memory_fraction_of_free=memory_fraction_of_free(e),
         workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
         mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),

@@ -30,6 +30,7 @@ _LAZY = {
     "predict": "apmw.capacity.benchmark",
     "predict_rate": "apmw.capacity.open_loop",
     "simulate": "apmw.sim",
+    "fleet_day": "apmw.capacity.fleet_day",
 }
 __all__ = [*_LAZY, "architecture_summary"]
 

@@ -321,9 +321,28 @@ class Cost(_Section):
 
 
 class Fleet(_Section):
+    """The fleet the replicas make up: a constant concurrency (``target_agents``), or a day of
+    demand (``tasks_per_hour``, 24 values from hour 0) that ``apmw fleet`` turns into replicas,
+    megawatts and dollars hour by hour."""
+
     target_agents: int | None = Field(
         default=None, ge=1, le=10**9, description="concurrent agents the fleet serves (at most a billion: past "
         "that the figure is a typo)")
+    tasks_per_hour: list[float] | None = Field(
+        default=None, min_length=24, max_length=24,
+        description="tasks started in each hour of the day, hour 0 first (24 values, each 0 to a billion)")
+    headroom: float = Field(default=0.0, ge=0, le=10, description="spare share of capacity kept above the demand "
+                            "(0.1: replicas for 10 % more agents than the hour needs)")
+    min_replicas: int = Field(default=1, ge=0, le=10**6, description="replicas kept up in the quietest hour")
+
+    @field_validator("tasks_per_hour")
+    @classmethod
+    def _rates_are_counts(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            bad = [i for i, x in enumerate(v) if not 0 <= x <= 1e9]
+            if bad:
+                raise ValueError(f"hour {bad[0]} has {v[bad[0]]!r} tasks; each hour needs 0 to 1e9 tasks")
+        return v
 
 
 class Spec(_Section):

@@ -1,0 +1,161 @@
+"""A day of demand to replicas, megawatts and dollars, hour by hour (``apmw fleet``).
+
+Each hour ``h`` of ``fleet.tasks_per_hour`` starts ``lambda_h`` tasks per second. By Little's law
+the fleet then holds ``N_h = lambda_h * R`` agents at once, ``R`` the mean task time at the load each
+replica carries. The hour gets
+
+    replicas_h = max(min_replicas, ceil(N_h * (1 + headroom) / N*))
+
+with ``N*`` the agents one replica sustains within the SLO (``apmw plan``). Each replica then
+carries ``n_h = N_h / replicas_h <= N*`` agents, whose closed loop gives ``R`` again (lighter load,
+shorter tasks): the two are solved together by fixed-point iteration, starting from ``R`` at ``N*``
+(an upper bound, so the iteration only lowers ``N_h``). Power is the replica's at ``n_h`` agents
+(:class:`apmw.perf.PowerModel`, the one power formula), for every replica that is up; GPU time is
+billed for every replica that is up. A month is 365.25 / 12 days.
+
+Not modelled yet (issue "apmw fleet"): scale-up delay and warm-up, hysteresis, what a short fleet
+does to tasks, routing across replicas, mixed fleets and power caps; each hour is a steady state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from apmw.capacity.closed_loop import ClosedLoopModel
+from apmw.capacity.economics import J_PER_KWH, economics
+from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.plan import Plan
+from apmw.errors import ApmwError
+from apmw.perf import GpuGroup
+
+HOURS = 24
+DAYS_PER_MONTH = 365.25 / 12
+# Fixed-point iterations of N_h = lambda_h * R(N_h / replicas_h); R falls with the load and settles in a few.
+LITTLE_ITERATIONS = 8
+
+
+@dataclass(frozen=True)
+class FleetHour:
+    hour: int
+    tasks: float                     # tasks started in the hour
+    concurrent_agents: float         # N_h = lambda_h * R
+    task_latency_mean_s: float       # R at the hour's load per replica
+    replicas: int
+    gpus: int
+    agents_per_replica: float        # n_h = N_h / replicas
+    it_power_w: float
+    facility_power_w: float
+    provisioned_power_w: float
+    gpu_cost_usd: float
+    electricity_cost_usd: float
+
+
+@dataclass(frozen=True)
+class FleetDay:
+    agents_per_replica_max: int      # N*, from the plan
+    headroom: float
+    min_replicas: int
+    hours: list[FleetHour]
+
+    @property
+    def tasks_per_day(self) -> float:
+        return sum(h.tasks for h in self.hours)
+
+    @property
+    def cost_per_day_usd(self) -> float:
+        return sum(h.gpu_cost_usd + h.electricity_cost_usd for h in self.hours)
+
+    @property
+    def facility_mwh_per_day(self) -> float:
+        return sum(h.facility_power_w for h in self.hours) / 1e6      # one hour each
+
+    def to_dict(self) -> dict:
+        peak = max(self.hours, key=lambda h: h.replicas)
+        day_usd = self.cost_per_day_usd
+        return {
+            "agents_per_replica_max": self.agents_per_replica_max,
+            "headroom": self.headroom,
+            "min_replicas": self.min_replicas,
+            "tasks_per_day": self.tasks_per_day,
+            "peak_hour": peak.hour,
+            "peak_replicas": peak.replicas,
+            "peak_gpus": peak.gpus,
+            "peak_facility_mw": max(h.facility_power_w for h in self.hours) / 1e6,
+            "peak_provisioned_mw": max(h.provisioned_power_w for h in self.hours) / 1e6,
+            "average_facility_mw": self.facility_mwh_per_day / HOURS,
+            "gpu_hours_per_day": sum(h.gpus for h in self.hours),
+            "facility_mwh_per_day": self.facility_mwh_per_day,
+            "facility_mwh_per_month": self.facility_mwh_per_day * DAYS_PER_MONTH,
+            "cost_per_day_usd": day_usd,
+            "cost_per_month_usd": day_usd * DAYS_PER_MONTH,
+            "cost_per_task_usd": day_usd / self.tasks_per_day if self.tasks_per_day else None,
+            "hours": [asdict(h) for h in self.hours],
+        }
+
+
+def fleet_day(result: Plan) -> FleetDay:
+    """The spec's day of demand (``fleet.tasks_per_hour``) on replicas sized by ``result`` (a plan at N*)."""
+    spec = result.spec
+    rates = spec.fleet.tasks_per_hour
+    if rates is None:
+        raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: 24 values, the tasks started in each "
+                        "hour of the day from hour 0 (fleet.target_agents alone is sized by apmw plan)")
+    model = ClosedLoopModel(spec, result.replica, result.sample)
+    fastest_s = model.evaluate(1).task_latency_mean_s
+    return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
+                    min_replicas=spec.fleet.min_replicas,
+                    hours=[_hour(result, model, h, tasks, fastest_s) for h, tasks in enumerate(rates)])
+
+
+def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowest_s: float
+          ) -> tuple[float, Evaluation]:
+    """Agents per replica where ``n = rate * R(n) / replicas`` (Little's law), and the closed loop there.
+
+    Starting from R at N* (the slowest), n only falls; R is taken at ceil(n) agents, never below the load."""
+    n = rate * slowest_s / replicas
+    at = model.evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
+    for _ in range(LITTLE_ITERATIONS):
+        n_next = rate * at.task_latency_mean_s / replicas
+        if abs(n_next - n) <= 1e-9 * max(n, 1.0):
+            break
+        n = n_next
+        at = model.evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
+    return n, at
+
+
+def _hour(result: Plan, model: ClosedLoopModel, hour: int, tasks: float, fastest_s: float) -> FleetHour:
+    """The fewest replicas whose self-consistent load, with the headroom, stays within N* each."""
+    spec, replica, fleet, stage = result.spec, result.replica, result.spec.fleet, model.prefill
+    n_star, slowest_s = result.agents_per_replica, result.at.task_latency_mean_s
+    rate = tasks / 3600.0
+    need = 1 + fleet.headroom
+    replicas = max(fleet.min_replicas, math.ceil(rate * fastest_s * need / n_star - 1e-9))
+    upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
+    n, at = 0.0, None
+    while rate > 0 and replicas > 0:
+        n, at = _load(model, rate, replicas, n_star, slowest_s)
+        if n * need <= n_star + 1e-9 or replicas >= upper:
+            break
+        replicas += 1
+    gpus_per_replica = replica.gpus + (stage.gpus if stage else 0)
+    if at is not None:
+        econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation,
+                         at.loop.compute_share, prefill_gpus=stage.gpus if stage else 0,
+                         prefill_utilisation=at.prefill_utilisation or 0.0,
+                         prefill_compute_share=stage.compute_share if stage else 1.0)
+        it_w, facility_w, provisioned_w = econ.replica_power_w, econ.facility_power_w, econ.provisioned_power_w
+        latency = at.task_latency_mean_s
+    else:       # no task starts: the replicas kept up idle
+        power = replica.power
+        it_w = power.it_power_w(GpuGroup(replica.gpus, 0.0, 0.0), GpuGroup(stage.gpus if stage else 0, 0.0, 0.0))
+        facility_w, provisioned_w = power.facility_power_w(it_w), power.provisioned_power_w(gpus_per_replica)
+        latency = fastest_s
+    facility_total = replicas * facility_w
+    return FleetHour(
+        hour=hour, tasks=tasks, concurrent_agents=n * replicas, task_latency_mean_s=latency, replicas=replicas,
+        gpus=replicas * gpus_per_replica, agents_per_replica=n,
+        it_power_w=replicas * it_w, facility_power_w=facility_total, provisioned_power_w=replicas * provisioned_w,
+        gpu_cost_usd=replicas * gpus_per_replica * spec.cost.gpu_hour_usd,
+        electricity_cost_usd=facility_total * 3600.0 / J_PER_KWH * spec.cost.electricity_usd_per_kwh,
+    )

@@ -1,0 +1,83 @@
+"""`apmw fleet`: a day of task demand to replicas, GPUs, megawatts and dollars, hour by hour."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+CSV_COLUMNS = ("hour", "tasks", "concurrent_agents", "task_latency_mean_s", "replicas", "gpus", "agents_per_replica",
+               "it_power_w", "facility_power_w", "provisioned_power_w", "gpu_cost_usd", "electricity_cost_usd")
+
+
+def _csv(hours: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(hours)
+    return buf.getvalue()
+
+
+def _table(d: dict, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("hour", "tasks", "agents", "task s", "replicas", "GPUs", "facility kW", "USD"):
+        t.add_column(col, justify="right")
+    for h in d["hours"]:
+        t.add_row(f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
+                  f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,}", f"{h['gpus']:,}",
+                  f"{h['facility_power_w'] / 1e3:,.1f}", f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}")
+    return t
+
+
+def _summary(d: dict) -> list[str]:
+    per_task = "-" if d["cost_per_task_usd"] is None else f"${d['cost_per_task_usd']:,.4f}"
+    return [
+        f"N* {d['agents_per_replica_max']} agents per replica, headroom {d['headroom']:.0%}, "
+        f"at least {d['min_replicas']} replica(s)",
+        f"peak at hour {d['peak_hour']:02d}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
+        f"{d['peak_facility_mw']:,.3f} MW facility ({d['peak_provisioned_mw']:,.3f} MW provisioned)",
+        f"day: {d['tasks_per_day']:,.0f} tasks, {d['gpu_hours_per_day']:,} GPU-hours, "
+        f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
+        f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
+        f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",
+    ]
+
+
+@app.command()
+def fleet(
+    spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/fleet.md)"),
+    csv_out: Optional[Path] = typer.Option(None, "--csv", help="also write the 24 hours to this CSV file"),
+) -> None:
+    """Size the fleet for a day of demand: replicas, GPUs, MW and dollars each hour, with day and month totals."""
+    from apmw.capacity import InfeasibleError, plan
+    from apmw.capacity.fleet_day import fleet_day
+    from apmw.spec import load_spec
+
+    if csv_out is not None:
+        output_path(csv_out, "--csv")
+    try:
+        s = load_spec(spec)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_gpu_basis(s.hardware.gpu)
+        day = fleet_day(plan(s)).to_dict()
+    except InfeasibleError as exc:
+        fail(str(exc), exc.exit_code)
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    if csv_out is not None:
+        write_text(csv_out, _csv(day["hours"]), "--csv")
+    if as_json:
+        emit_json(day)
+        return
+    out.print(_table(day, f"apmw fleet: {spec}"))
+    for line in _summary(day):
+        out.print(line, highlight=False, markup=False)

@@ -1,0 +1,113 @@
+"""A day of demand to replicas, MW and dollars (apmw fleet): Little's law, the fewest replicas, the totals."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pytest
+
+from apmw.capacity import plan
+from apmw.capacity.closed_loop import ClosedLoopModel
+from apmw.capacity.fleet_day import DAYS_PER_MONTH, _load, fleet_day
+from apmw.errors import ApmwError
+from apmw.spec import SpecError, spec_from_dict
+from tests.conftest import EXAMPLES, small_spec_dict
+
+DAY = [0, 50, 100, 400, 900, 1500, 2200, 3000, 3600, 4000, 4200, 4000,
+       3800, 3500, 3000, 2600, 2000, 1500, 1000, 700, 400, 200, 100, 0]
+
+
+def _spec(**fleet):
+    d = small_spec_dict()
+    d["fleet"] = {"tasks_per_hour": DAY, **fleet}
+    return spec_from_dict(d)
+
+
+@pytest.fixture(scope="module")
+def day():
+    result = plan(_spec(headroom=0.2, min_replicas=2))
+    return result, fleet_day(result)
+
+
+def test_each_hour_holds_littles_law(day):
+    _, d = day
+    for h in d.hours:
+        if h.tasks:
+            assert h.concurrent_agents == pytest.approx(h.tasks / 3600 * h.task_latency_mean_s, rel=1e-6)
+
+
+def test_each_hour_has_the_fewest_replicas_that_keep_the_headroom(day):
+    result, d = day
+    model = ClosedLoopModel(result.spec, result.replica, result.sample)
+    n_star = result.agents_per_replica
+    for h in d.hours:
+        assert h.replicas >= 2
+        if h.tasks:
+            assert h.agents_per_replica * 1.2 <= n_star + 1e-9
+        if h.replicas > 2:
+            fewer, _ = _load(model, h.tasks / 3600, h.replicas - 1, n_star, result.at.task_latency_mean_s)
+            assert fewer * 1.2 > n_star
+
+
+def test_the_day_adds_up(day):
+    result, d = day
+    out = d.to_dict()
+    assert out["tasks_per_day"] == sum(DAY)
+    assert out["cost_per_day_usd"] == pytest.approx(sum(h.gpu_cost_usd + h.electricity_cost_usd for h in d.hours))
+    assert out["cost_per_month_usd"] == pytest.approx(out["cost_per_day_usd"] * 365.25 / 12)
+    assert DAYS_PER_MONTH == pytest.approx(30.4375)
+    assert out["facility_mwh_per_day"] == pytest.approx(sum(h.facility_power_w for h in d.hours) / 1e6)
+    assert out["gpu_hours_per_day"] == sum(h.gpus for h in d.hours)
+    peak = max(d.hours, key=lambda h: h.replicas)
+    assert (out["peak_hour"], out["peak_replicas"]) == (peak.hour, peak.replicas)
+    for h in d.hours:
+        assert h.gpu_cost_usd == pytest.approx(h.gpus * result.spec.cost.gpu_hour_usd)
+
+
+def test_a_quiet_hour_keeps_its_minimum_idle_and_none_costs_nothing(day):
+    _, d = day
+    quiet = d.hours[0]
+    assert quiet.tasks == 0 and quiet.replicas == 2 and quiet.facility_power_w > 0
+    none = fleet_day(plan(_spec(min_replicas=0))).hours[0]
+    assert (none.replicas, none.facility_power_w, none.gpu_cost_usd) == (0, 0.0, 0.0)
+
+
+def test_a_busier_hour_never_gets_fewer_replicas(day):
+    _, d = day
+    by_tasks = sorted(d.hours, key=lambda h: h.tasks)
+    assert all(a.replicas <= b.replicas for a, b in zip(by_tasks, by_tasks[1:]))
+
+
+@pytest.mark.parametrize("value,words", [
+    (DAY[:23], "at least 24 items"),
+    (DAY[:23] + [-5], "hour 23 has -5"),
+    (DAY[:23] + [1e12], "each hour needs 0 to 1e9 tasks"),
+])
+def test_a_bad_day_is_refused_by_field(value, words):
+    with pytest.raises(SpecError, match=words):
+        _spec(tasks_per_hour=value)
+
+
+def test_a_spec_without_a_day_says_what_to_add():
+    d = small_spec_dict()
+    with pytest.raises(ApmwError, match="apmw fleet needs fleet.tasks_per_hour"):
+        fleet_day(plan(spec_from_dict(d)))
+
+
+def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
+    from tests.e2e.test_cli import APMW
+
+    csv_path = tmp_path / "day.csv"
+    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--json", "--csv", str(csv_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["hours"]) == 24 and d["tasks_per_day"] == 40_000
+    assert math.isfinite(d["cost_per_task_usd"]) and d["peak_replicas"] >= 1
+    lines = csv_path.read_text().splitlines()
+    assert lines[0].startswith("hour,tasks,concurrent_agents") and len(lines) == 25
+    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "support-chat.yaml")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "fleet.tasks_per_hour" in r.stderr

@@ -111,3 +111,20 @@ def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     r = subprocess.run([APMW, "fleet", str(EXAMPLES / "support-chat.yaml")], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 1 and "fleet.tasks_per_hour" in r.stderr
+
+
+def test_a_task_on_the_api_is_priced_from_its_own_tokens():
+    d = small_spec_dict()
+    d["fleet"] = {"tasks_per_hour": DAY}
+    d["cost"]["api_usd_per_million_tokens"] = {"input": 1.0, "cached_input": 0.1, "output": 4.0}
+    result = plan(spec_from_dict(d))
+    t = result.tokens_per_task
+    expected = (t["prefill"] * 1.0 + (t["input"] - t["prefill"]) * 0.1 + t["output"] * 4.0) / 1e6
+    assert result.to_dict()["api_cost_per_session_usd"] == pytest.approx(expected)
+    day = fleet_day(result).to_dict()
+    assert day["api_cost_per_task_usd"] == pytest.approx(expected)
+    assert day["api_cost_per_day_usd"] == pytest.approx(expected * sum(DAY))
+    d["cost"]["api_usd_per_million_tokens"] = {"input": 1.0, "output": 4.0}      # no cache discount
+    uncached = plan(spec_from_dict(d)).to_dict()["api_cost_per_session_usd"]
+    assert uncached == pytest.approx((t["input"] * 1.0 + t["output"] * 4.0) / 1e6)
+    assert plan(_spec()).to_dict()["api_cost_per_session_usd"] is None

@@ -80,3 +80,18 @@ def fleet_size(target_agents: int, agents_per_replica: int, gpus_per_replica: in
     return FleetSize(agents=target_agents, replicas=replicas, gpus=replicas * gpus_per_replica,
                      facility_power_w=replicas * facility_power_w,
                      provisioned_power_w=replicas * provisioned_power_w)
+
+
+def api_cost_per_task_usd(spec: Spec, input_tokens: float, prefilled_tokens: float, output_tokens: float
+                          ) -> float | None:
+    """What one task's tokens cost at ``cost.api_usd_per_million_tokens`` (None without a price).
+
+    Prompt tokens the replica's prefix cache serves (``input - prefilled``) are priced as the API's
+    cached input: an ASSUMPTION that the API's cache hits the same prefixes."""
+    price = spec.cost.api_usd_per_million_tokens
+    if price is None:
+        return None
+    cached = price.input if price.cached_input is None else price.cached_input
+    hits = max(input_tokens - prefilled_tokens, 0.0)
+    return (min(prefilled_tokens, input_tokens) * price.input + hits * cached + output_tokens * price.output) / 1e6
+

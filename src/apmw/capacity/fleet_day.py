@@ -57,6 +57,7 @@ class FleetDay:
     headroom: float
     min_replicas: int
     hours: list[FleetHour]
+    api_cost_per_task_usd: float | None = None     # the same task's tokens at cost.api_usd_per_million_tokens
 
     @property
     def tasks_per_day(self) -> float:
@@ -90,6 +91,9 @@ class FleetDay:
             "cost_per_day_usd": day_usd,
             "cost_per_month_usd": day_usd * DAYS_PER_MONTH,
             "cost_per_task_usd": day_usd / self.tasks_per_day if self.tasks_per_day else None,
+            "api_cost_per_task_usd": self.api_cost_per_task_usd,
+            "api_cost_per_day_usd": (None if self.api_cost_per_task_usd is None
+                                     else self.api_cost_per_task_usd * self.tasks_per_day),
             "hours": [asdict(h) for h in self.hours],
         }
 
@@ -105,7 +109,8 @@ def fleet_day(result: Plan) -> FleetDay:
     fastest_s = model.evaluate(1).task_latency_mean_s
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas,
-                    hours=[_hour(result, model, h, tasks, fastest_s) for h, tasks in enumerate(rates)])
+                    hours=[_hour(result, model, h, tasks, fastest_s) for h, tasks in enumerate(rates)],
+                    api_cost_per_task_usd=result.api_cost_per_session_usd)
 
 
 def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowest_s: float

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model
-from apmw.capacity.economics import Economics, FleetSize, economics, fleet_size
+from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.search import SearchResult, search
 from apmw.capacity.slo import slo_table, warnings_for
@@ -54,12 +54,22 @@ class Plan:
         return self.at.agents
 
     @property
+    def tokens_per_task(self) -> dict[str, float]:
+        """Mean tokens of one task: prompt (input), generated (output) and computed prompt (prefill:
+        the input its prefix cache does not serve)."""
+        prefill = self.at.prefill_tokens_per_session
+        return {"input": float(self.sample.input_tokens.mean()), "output": float(self.sample.output_tokens.mean()),
+                "prefill": float(self.sample.prefill_tokens.mean()) if prefill is None else prefill}
+
+    @property
     def tokens_per_s(self) -> dict[str, float]:
         x = self.at.session_throughput_per_s
-        prefill = self.at.prefill_tokens_per_session
-        return {"input": x * float(self.sample.input_tokens.mean()),
-                "output": x * float(self.sample.output_tokens.mean()),
-                "prefill": x * (float(self.sample.prefill_tokens.mean()) if prefill is None else prefill)}
+        return {k: x * v for k, v in self.tokens_per_task.items()}
+
+    @property
+    def api_cost_per_session_usd(self) -> float | None:
+        t = self.tokens_per_task
+        return api_cost_per_task_usd(self.spec, t["input"], t["prefill"], t["output"])
 
     def to_dict(self) -> dict:
         e, ev, r = self.economics, self.at, self.replica
@@ -113,6 +123,7 @@ class Plan:
             "cost_per_session_usd": e.cost_per_session_usd,
             "cost_breakdown_usd": {"electricity": e.electricity_cost_per_session_usd,
                                    "gpu_time": e.gpu_time_cost_per_session_usd},
+            "api_cost_per_session_usd": self.api_cost_per_session_usd,
             "fleet": None if self.fleet is None else {
                 "agents": self.fleet.agents, "replicas": self.fleet.replicas, "gpus": self.fleet.gpus,
                 "facility_power_w": self.fleet.facility_power_w,

@@ -48,7 +48,9 @@ def _summary(d: dict) -> list[str]:
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",
-    ]
+    ] + ([] if d["api_cost_per_task_usd"] is None else [
+        f"the same tasks on the API priced in the spec: ${d['api_cost_per_task_usd']:,.4f} per task, "
+        f"${d['api_cost_per_day_usd']:,.2f} a day"])
 
 
 @app.command()

@@ -313,11 +313,22 @@ class Power(_Section):
     gpu_busy_power_w: float | None = Field(default=None, gt=0, description="overrides the catalogue")
 
 
+class ApiPrice(_Section):
+    """A per-token API's list price, to set a self-served task against: USD per million tokens."""
+
+    input: float = Field(ge=0, le=1e4, description="USD per million prompt tokens that miss the API's cache")
+    cached_input: float | None = Field(default=None, ge=0, le=1e4,
+                                       description="USD per million prompt tokens read from its cache (default: input)")
+    output: float = Field(ge=0, le=1e4, description="USD per million output tokens")
+
+
 class Cost(_Section):
     """Prices have no defaults: they differ by site and contract, and a silent guess would be a wrong answer."""
 
     electricity_usd_per_kwh: float = Field(ge=0)
     gpu_hour_usd: float = Field(ge=0, description="all-in price of one GPU-hour (amortised capex or rental)")
+    api_usd_per_million_tokens: ApiPrice | None = Field(
+        default=None, description="the API the fleet would replace, for $ per task against it")
 
 
 class Fleet(_Section):

@@ -128,3 +128,31 @@ def test_a_task_on_the_api_is_priced_from_its_own_tokens():
     uncached = plan(spec_from_dict(d)).to_dict()["api_cost_per_session_usd"]
     assert uncached == pytest.approx((t["input"] * 1.0 + t["output"] * 4.0) / 1e6)
     assert plan(_spec()).to_dict()["api_cost_per_session_usd"] is None
+
+
+def test_a_power_cap_names_the_hours_over_it_and_the_fleet_that_fits():
+    cap_mw = fleet_day(plan(_spec())).to_dict()["peak_provisioned_mw"] / 2
+    result = plan(_spec(power_cap_mw=cap_mw))
+    d = fleet_day(result).to_dict()
+    per_replica = result.economics.provisioned_power_w
+    over = [h["hour"] for h in d["hours"] if h["provisioned_power_w"] > cap_mw * 1e6]
+    assert over and d["hours_over_power_cap"] == over
+    fits = d["within_power_cap"]
+    assert fits["replicas"] == int(cap_mw * 1e6 // per_replica)
+    assert fits["concurrent_agents"] == fits["replicas"] * result.agents_per_replica
+    assert fits["tasks_per_hour"] == pytest.approx(fits["concurrent_agents"] / result.at.task_latency_mean_s * 3600)
+    roomy = fleet_day(plan(_spec(power_cap_mw=1e3))).to_dict()
+    assert roomy["hours_over_power_cap"] == []
+
+
+def test_the_cli_exits_2_when_the_fleet_does_not_fit_its_hall(tmp_path):
+    from tests.e2e.test_cli import APMW
+
+    text = (EXAMPLES / "coding-agent.yaml").read_text().replace("  headroom: 0.1\n",
+                                                               "  headroom: 0.1\n  power_cap_mw: 0.3\n")
+    spec = tmp_path / "hall.yaml"
+    spec.write_text(text)
+    r = subprocess.run([APMW, "fleet", str(spec), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["hours_over_power_cap"] == [10, 11, 12]
+    assert "does not fit fleet.power_cap_mw 0.3 MW in hour(s) 10, 11, 12" in " ".join(r.stderr.split())

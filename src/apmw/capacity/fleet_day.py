@@ -13,8 +13,12 @@ shorter tasks): the two are solved together by fixed-point iteration, starting f
 (:class:`apmw.perf.PowerModel`, the one power formula), for every replica that is up; GPU time is
 billed for every replica that is up. A month is 365.25 / 12 days.
 
+With ``fleet.power_cap_mw`` (the hall's power), the hours whose provisioned facility power does
+not fit are named, and the largest fleet that fits is given: ``floor(cap / provisioned power per
+replica)`` replicas at N* agents each, and the tasks per hour they start at N*'s task time.
+
 Not modelled yet (issue "apmw fleet"): scale-up delay and warm-up, hysteresis, what a short fleet
-does to tasks, routing across replicas, mixed fleets and power caps; each hour is a steady state.
+does to tasks, routing across replicas and mixed fleets; each hour is a steady state.
 """
 
 from __future__ import annotations
@@ -58,6 +62,23 @@ class FleetDay:
     min_replicas: int
     hours: list[FleetHour]
     api_cost_per_task_usd: float | None = None     # the same task's tokens at cost.api_usd_per_million_tokens
+    power_cap_mw: float | None = None
+    provisioned_w_per_replica: float = 0.0
+    task_latency_at_n_star_s: float = 0.0
+
+    @property
+    def hours_over_power_cap(self) -> list[int]:
+        cap = self.power_cap_mw
+        return [] if cap is None else [h.hour for h in self.hours if h.provisioned_power_w > cap * 1e6 * (1 + 1e-12)]
+
+    def within_power_cap(self) -> dict | None:
+        """How big a fleet fits in the cap: replicas, agents at N* each, and the tasks per hour they start."""
+        if self.power_cap_mw is None:
+            return None
+        replicas = math.floor(self.power_cap_mw * 1e6 / self.provisioned_w_per_replica + 1e-9)
+        agents = replicas * self.agents_per_replica_max
+        return {"replicas": replicas, "concurrent_agents": agents,
+                "tasks_per_hour": agents / self.task_latency_at_n_star_s * 3600.0}
 
     @property
     def tasks_per_day(self) -> float:
@@ -91,6 +112,9 @@ class FleetDay:
             "cost_per_day_usd": day_usd,
             "cost_per_month_usd": day_usd * DAYS_PER_MONTH,
             "cost_per_task_usd": day_usd / self.tasks_per_day if self.tasks_per_day else None,
+            "power_cap_mw": self.power_cap_mw,
+            "hours_over_power_cap": self.hours_over_power_cap,
+            "within_power_cap": self.within_power_cap(),
             "api_cost_per_task_usd": self.api_cost_per_task_usd,
             "api_cost_per_day_usd": (None if self.api_cost_per_task_usd is None
                                      else self.api_cost_per_task_usd * self.tasks_per_day),
@@ -110,7 +134,9 @@ def fleet_day(result: Plan) -> FleetDay:
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas,
                     hours=[_hour(result, model, h, tasks, fastest_s) for h, tasks in enumerate(rates)],
-                    api_cost_per_task_usd=result.api_cost_per_session_usd)
+                    api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
+                    provisioned_w_per_replica=result.economics.provisioned_power_w,
+                    task_latency_at_n_star_s=result.at.task_latency_mean_s)
 
 
 def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowest_s: float

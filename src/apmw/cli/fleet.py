@@ -48,7 +48,10 @@ def _summary(d: dict) -> list[str]:
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",
-    ] + ([] if d["api_cost_per_task_usd"] is None else [
+    ] + ([] if d["within_power_cap"] is None else [
+        f"inside the {d['power_cap_mw']:g} MW cap: at most {d['within_power_cap']['replicas']:,} replicas, "
+        f"{d['within_power_cap']['concurrent_agents']:,} agents at once, "
+        f"{d['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour"]) + ([] if d["api_cost_per_task_usd"] is None else [
         f"the same tasks on the API priced in the spec: ${d['api_cost_per_task_usd']:,.4f} per task, "
         f"${d['api_cost_per_day_usd']:,.2f} a day"])
 
@@ -79,7 +82,14 @@ def fleet(
         write_text(csv_out, _csv(day["hours"]), "--csv")
     if as_json:
         emit_json(day)
-        return
-    out.print(_table(day, f"apmw fleet: {spec}"))
-    for line in _summary(day):
-        out.print(line, highlight=False, markup=False)
+    else:
+        out.print(_table(day, f"apmw fleet: {spec}"))
+        for line in _summary(day):
+            out.print(line, highlight=False, markup=False)
+    over = day["hours_over_power_cap"]
+    if over:
+        need = day["peak_provisioned_mw"]
+        fail(f"the fleet does not fit fleet.power_cap_mw {day['power_cap_mw']:g} MW in hour(s) "
+             f"{', '.join(f'{h:02d}' for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
+             f"{need:,.3f} MW, or at most {day['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour, or a "
+             "replica that does more per MW (apmw levers)", code=2)

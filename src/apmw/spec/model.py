@@ -345,6 +345,8 @@ class Fleet(_Section):
     headroom: float = Field(default=0.0, ge=0, le=10, description="spare share of capacity kept above the demand "
                             "(0.1: replicas for 10 % more agents than the hour needs)")
     min_replicas: int = Field(default=1, ge=0, le=10**6, description="replicas kept up in the quietest hour")
+    power_cap_mw: float | None = Field(default=None, gt=0, le=1e4, description="the hall's power: the fleet's "
+                                       "provisioned (nameplate) facility power must fit in it every hour")
 
     @field_validator("tasks_per_hour")
     @classmethod

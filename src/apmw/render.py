@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from apmw.capacity.slo import SLO_LABELS, binding_text, seconds_text
+
 
 def _si(value: float, unit: str) -> str:
     for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -14,18 +16,6 @@ def _si(value: float, unit: str) -> str:
 
 
 # How the tables name each SLO (apmw.capacity.slo names).
-SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95": "time per output token p95",
-              "output_speed": "output speed"}
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "not measured"
-    if value < 1:
-        return f"{value * 1e3:,.1f} ms"
-    return f"{value:,.1f} s" if value < 100 else f"{value:,.0f} s"
-
-
 def slo_line(verdict: dict) -> str:
     """Each SLO the spec sets, its figure and whether it holds: "task p95 1,073 s <= 1,800 s met"."""
     parts = []
@@ -37,15 +27,8 @@ def slo_line(verdict: dict) -> str:
                          f"tokens/s {word}")
             continue
         sign = "<=" if v["met"] else ">"
-        parts.append(f"{SLO_LABELS[name]} {_seconds(v['value_s'])} {sign} {_seconds(v['limit_s'])} {word}")
+        parts.append(f"{SLO_LABELS[name]} {seconds_text(v['value_s'])} {sign} {seconds_text(v['limit_s'])} {word}")
     return "; ".join(parts)
-
-
-def binding_text(p: dict) -> str:
-    """The binding constraint, naming the SLO where one binds: "slo (TTFT p95)"."""
-    if p.get("binding_slo"):
-        return f"{p['binding_constraint']} ({', '.join(SLO_LABELS[n] for n in p['binding_slo'])})"
-    return p["binding_constraint"]
 
 
 def plan_table(console: Console, p: dict, title: str) -> None:

@@ -254,3 +254,16 @@ def test_prefill_queue_wait_is_pollaczek_khinchine():
     # busier engine, longer wait; no traffic, no wait
     assert prefill_queue_wait(s, 2 * rate, per_token, base, budget, seed=1)[0] > 2 * mean
     assert prefill_queue_wait(s, 0.0, per_token, base, budget, seed=1)[0] == 0.0
+
+
+def test_slo_rows_read_each_slo_its_limit_figure_and_verdict():
+    from apmw.capacity.slo import slo_rows
+
+    verdict = {"task_latency_p95": {"limit_s": 1800.0, "value_s": 2100.0, "met": False},
+               "ttft_p95": {"limit_s": 2.0, "value_s": 0.1363, "met": True},
+               "output_speed": {"limit_s": 1 / 20, "value_s": 1 / 25, "met": True},
+               "tpot_p95": {"limit_s": 0.05, "value_s": None, "met": False}}
+    assert slo_rows(verdict) == [["task p95", "<= 1,800 s", "2,100 s", "MISSED"],
+                                 ["TTFT p95", "<= 2.0 s", "136.3 ms", "met"],
+                                 ["output speed", ">= 20.0 tokens/s", "25.0 tokens/s", "met"],
+                                 ["time per output token p95", "<= 50.0 ms", "not measured", "MISSED"]]

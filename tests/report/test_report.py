@@ -36,7 +36,8 @@ def test_report_is_one_self_contained_file(report_path):
         assert fetch not in text, f"the report would fetch something at view time: {fetch}"
     assert text.count("<svg") == CHARTS
     for section in ("Task latency against concurrency", "KV cache occupancy", "What to change first",
-                    "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions"):
+                    "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions",
+                    "SLO verdicts at N*", "Binding: kv_memory"):
         assert section in text
 
 

@@ -96,3 +96,37 @@ def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float, single_agent_p9
         notes.append(f"one agent alone already takes {single_agent_p95_s:,.0f} s at p95 of the {limit:,.0f} s SLO "
                      f"({single_agent_p95_s / limit:.0%}): N* is hypersensitive to the SLO and the workload")
     return notes
+
+
+# How an SLO reads in tables and messages.
+SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95": "time per output token p95",
+              "output_speed": "output speed"}
+
+
+def seconds_text(value: float | None) -> str:
+    """Seconds as a person reads them: "1,073 s", "33.9 ms", or "not measured"."""
+    if value is None:
+        return "not measured"
+    if value < 1:
+        return f"{value * 1e3:,.1f} ms"
+    return f"{value:,.1f} s" if value < 100 else f"{value:,.0f} s"
+
+
+def slo_rows(verdict: dict) -> list[list[str]]:
+    """Each SLO the spec sets as [SLO, limit, figure, verdict], plain text (for tables outside a terminal)."""
+    rows = []
+    for name, v in verdict.items():
+        if name == "output_speed":
+            figure = "not measured" if v["value_s"] is None else f"{1 / v['value_s']:,.1f} tokens/s"
+            rows.append([SLO_LABELS[name], f">= {1 / v['limit_s']:,.1f} tokens/s", figure, "met" if v["met"] else "MISSED"])
+            continue
+        rows.append([SLO_LABELS[name], f"<= {seconds_text(v['limit_s'])}", seconds_text(v["value_s"]),
+                     "met" if v["met"] else "MISSED"])
+    return rows
+
+
+def binding_text(p: dict) -> str:
+    """The binding constraint, naming the SLO where one binds: "slo (TTFT p95)"."""
+    if p.get("binding_slo"):
+        return f"{p['binding_constraint']} ({', '.join(SLO_LABELS[n] for n in p['binding_slo'])})"
+    return p["binding_constraint"]

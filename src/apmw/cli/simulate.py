@@ -59,7 +59,7 @@ def _verdict(d: dict) -> str:
         return "no SLO (open loop)"
     if d["meets_slo"]:
         return f"[green]met[/] (task p95 <= {d['slo_task_latency_p95_s']:g} s and every per-call SLO the spec sets)"
-    from apmw.render import SLO_LABELS
+    from apmw.capacity.slo import SLO_LABELS
 
     return "[bold red]MISSED[/]: " + ", ".join(SLO_LABELS[n] for n in d["slo_failed"])
 

@@ -182,3 +182,12 @@ def test_a_trace_with_huge_prompts_is_flagged_when_the_spec_sets_no_per_call_slo
     assert "workload fitted from" in text and "azure_code_head100.csv" in text
     assert "warning: TTFT p95 is" in text and "MLPerf's Server scenario" in text
     assert "warning: time per output token p95" in text
+
+
+def test_workload_from_keeps_what_the_fit_noted():
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "azure_code_head100.csv"
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--workload-from", str(trace), "--json")
+    _no_traceback(r)
+    d = json.loads(r.stdout)
+    assert any("the trace has no sessions" in n for n in d["workload_fit_notes"])
+    assert "note: " in r.stderr and "the trace has no sessions" in " ".join(r.stderr.split())

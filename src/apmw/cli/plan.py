@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -33,14 +33,19 @@ def plan(
     from apmw.render import plan_table, verify_table
     from apmw.sim import verify_plan
     from apmw.spec import load_spec
-    from apmw.traces import workload_from_trace
+    from apmw.traces import fit_trace
 
+    fit_notes: list[str] = []
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
         note_gpu_basis(s.hardware.gpu)
         if workload_from is not None:
-            s = s.model_copy(update={"workload": workload_from_trace(workload_from, trace_format)})
+            fitted = fit_trace(workload_from, trace_format)
+            fit_notes = fitted.summary["notes"]
+            for line in fit_notes:          # what the fit could not see, before any figure built on it
+                note(f"{workload_from}: {line}")
+            s = s.model_copy(update={"workload": fitted.workload})
         efficiency = None
         if calibration is not None:
             from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
@@ -59,6 +64,7 @@ def plan(
     d = result.to_dict()
     if workload_from is not None:
         d["workload_from"] = str(workload_from)
+        d["workload_fit_notes"] = fit_notes
     if calibration is not None:
         d["calibration"] = str(calibration)
     if checked is not None:

@@ -74,3 +74,4 @@ def test_any_value_in_any_field_is_refused_cleanly_or_planned_soundly(path, valu
     for key in ("task_latency_s", "ttft_s", "tpot_s"):
         q = [sim[key][k] for k in ("p50", "p95", "p99") if sim[key][k] is not None]
         assert q == sorted(q) and all(math.isfinite(x) and x >= 0 for x in q), (key, sim[key])
+

@@ -127,3 +127,12 @@ def test_unknown_dtype_or_engine_is_still_an_error(section, key, value, why):
     with pytest.raises(SpecError, match=key) as err:
         spec_from_dict(d)
     assert why in str(err.value)
+
+
+def test_a_dumped_spec_loads_back_as_itself():
+    # the report embeds this dump as its inputs: a reader must be able to run it
+    from apmw.spec import load_spec
+
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        spec = load_spec(path)
+        assert spec_from_dict(spec.model_dump(mode="json", by_alias=True, exclude_none=True)) == spec, path.name

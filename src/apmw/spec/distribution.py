@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -38,6 +39,11 @@ class Constant(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: float = Field(ge=0)
+
+    @model_serializer
+    def _as_written(self) -> float:
+        """A constant is written as its number, as a spec gives it, so a dumped spec loads again."""
+        return self.value
 
     @property
     def mean(self) -> float:

@@ -59,7 +59,7 @@ def test_the_day_adds_up(day):
     assert out["cost_per_month_usd"] == pytest.approx(out["cost_per_day_usd"] * 365.25 / 12)
     assert DAYS_PER_MONTH == pytest.approx(30.4375)
     assert out["facility_mwh_per_day"] == pytest.approx(sum(h.facility_power_w for h in d.hours) / 1e6)
-    assert out["gpu_hours_per_day"] == sum(h.gpus for h in d.hours)
+    assert out["gpu_hours_per_day"] == pytest.approx(sum(h.gpus for h in d.hours))     # nothing warms: no scale_up_s
     peak = max(d.hours, key=lambda h: h.replicas)
     assert (out["peak_hour"], out["peak_replicas"]) == (peak.hour, peak.replicas)
     for h in d.hours:
@@ -156,3 +156,21 @@ def test_the_cli_exits_2_when_the_fleet_does_not_fit_its_hall(tmp_path):
     assert r.returncode == 2
     assert json.loads(r.stdout)["hours_over_power_cap"] == [10, 11, 12]
     assert "does not fit fleet.power_cap_mw 0.3 MW in hour(s) 10, 11, 12" in " ".join(r.stderr.split())
+
+
+def test_scaling_ahead_and_holding_back_cost_what_they_keep_up():
+    busy = [20 * x for x in DAY]
+    base = fleet_day(plan(_spec(tasks_per_hour=busy))).hours
+    result = plan(_spec(tasks_per_hour=busy, scale_up_s=1800, scale_down_delay_s=7200))
+    held = fleet_day(result).hours
+    needed = [h.replicas_needed for h in held]
+    assert needed == [h.replicas for h in base]            # the demand's own sizing is unchanged
+    for h in range(24):
+        # up: the most any of this and the two hours before needed (the day repeats)
+        assert held[h].replicas == max(needed[(h - j) % 24] for j in range(3))
+        warming = max(held[(h + 1) % 24].replicas - held[h].replicas, 0)
+        assert held[h].replicas_warming == warming
+        gpus = result.replica.gpus
+        assert held[h].gpu_hours == pytest.approx((held[h].replicas + 0.5 * warming) * gpus)
+        assert held[h].gpu_cost_usd == pytest.approx(held[h].gpu_hours * result.spec.cost.gpu_hour_usd)
+    assert max(needed) > 3 and sum(h.gpu_hours for h in held) > sum(h.gpu_hours for h in base)

@@ -17,8 +17,13 @@ With ``fleet.power_cap_mw`` (the hall's power), the hours whose provisioned faci
 not fit are named, and the largest fleet that fits is given: ``floor(cap / provisioned power per
 replica)`` replicas at N* agents each, and the tasks per hour they start at N*'s task time.
 
-Not modelled yet (issue "apmw fleet"): scale-up delay and warm-up, hysteresis, what a short fleet
-does to tasks, routing across replicas and mixed fleets; each hour is a steady state.
+The day is a forecast that repeats, so the autoscaler scales ahead of it: the replicas the next
+hour adds start ``fleet.scale_up_s`` before it (provisioning, weight load, warm-up), billed and
+drawing idle power meanwhile; a replica no longer needed stays up ``fleet.scale_down_delay_s``
+(hysteresis), and the hour's tasks spread over every replica up.
+
+Not modelled yet (issue "apmw fleet"): demand the forecast misses (what a short fleet does to
+tasks), routing across replicas and mixed fleets; each hour is a steady state.
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ class FleetHour:
     tasks: float                     # tasks started in the hour
     concurrent_agents: float         # N_h = lambda_h * R
     task_latency_mean_s: float       # R at the hour's load per replica
-    replicas: int
+    replicas_needed: int             # the fewest that keep the headroom under N*
+    replicas: int                    # up and serving: needed, or more while scale-down waits
+    replicas_warming: int            # started in this hour for the next one, up for fleet.scale_up_s
     gpus: int
+    gpu_hours: float                 # GPUs up for the hour, plus the warming ones for their share of it
     agents_per_replica: float        # n_h = N_h / replicas
     it_power_w: float
     facility_power_w: float
@@ -60,6 +68,8 @@ class FleetDay:
     agents_per_replica_max: int      # N*, from the plan
     headroom: float
     min_replicas: int
+    scale_up_s: float
+    scale_down_delay_s: float
     hours: list[FleetHour]
     api_cost_per_task_usd: float | None = None     # the same task's tokens at cost.api_usd_per_million_tokens
     power_cap_mw: float | None = None
@@ -99,6 +109,8 @@ class FleetDay:
             "agents_per_replica_max": self.agents_per_replica_max,
             "headroom": self.headroom,
             "min_replicas": self.min_replicas,
+            "scale_up_s": self.scale_up_s,
+            "scale_down_delay_s": self.scale_down_delay_s,
             "tasks_per_day": self.tasks_per_day,
             "peak_hour": peak.hour,
             "peak_replicas": peak.replicas,
@@ -106,7 +118,7 @@ class FleetDay:
             "peak_facility_mw": max(h.facility_power_w for h in self.hours) / 1e6,
             "peak_provisioned_mw": max(h.provisioned_power_w for h in self.hours) / 1e6,
             "average_facility_mw": self.facility_mwh_per_day / HOURS,
-            "gpu_hours_per_day": sum(h.gpus for h in self.hours),
+            "gpu_hours_per_day": sum(h.gpu_hours for h in self.hours),
             "facility_mwh_per_day": self.facility_mwh_per_day,
             "facility_mwh_per_month": self.facility_mwh_per_day * DAYS_PER_MONTH,
             "cost_per_day_usd": day_usd,
@@ -131,12 +143,22 @@ def fleet_day(result: Plan) -> FleetDay:
                         "hour of the day from hour 0 (fleet.target_agents alone is sized by apmw plan)")
     model = ClosedLoopModel(spec, result.replica, result.sample)
     fastest_s = model.evaluate(1).task_latency_mean_s
+    needed = [_needed(result, model, tasks, fastest_s) for tasks in rates]
+    up = _kept_up(needed, spec.fleet.scale_down_delay_s)
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
-                    min_replicas=spec.fleet.min_replicas,
-                    hours=[_hour(result, model, h, tasks, fastest_s) for h, tasks in enumerate(rates)],
+                    min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
+                    scale_down_delay_s=spec.fleet.scale_down_delay_s,
+                    hours=[_hour(result, model, h, rates[h], needed[h], up[h], max(up[(h + 1) % HOURS] - up[h], 0),
+                                 fastest_s) for h in range(HOURS)],
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
                     task_latency_at_n_star_s=result.at.task_latency_mean_s)
+
+
+def _kept_up(needed: list[int], scale_down_delay_s: float) -> list[int]:
+    """Replicas up each hour: the most any of the last ``ceil(delay / 1 h)`` hours needed (the day repeats)."""
+    back = math.ceil(scale_down_delay_s / 3600.0 - 1e-9)
+    return [max(needed[(h - j) % HOURS] for j in range(back + 1)) for h in range(HOURS)]
 
 
 def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowest_s: float
@@ -155,38 +177,51 @@ def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowe
     return n, at
 
 
-def _hour(result: Plan, model: ClosedLoopModel, hour: int, tasks: float, fastest_s: float) -> FleetHour:
+def _needed(result: Plan, model: ClosedLoopModel, tasks: float, fastest_s: float) -> int:
     """The fewest replicas whose self-consistent load, with the headroom, stays within N* each."""
-    spec, replica, fleet, stage = result.spec, result.replica, result.spec.fleet, model.prefill
+    fleet = result.spec.fleet
     n_star, slowest_s = result.agents_per_replica, result.at.task_latency_mean_s
-    rate = tasks / 3600.0
-    need = 1 + fleet.headroom
+    rate, need = tasks / 3600.0, 1 + fleet.headroom
     replicas = max(fleet.min_replicas, math.ceil(rate * fastest_s * need / n_star - 1e-9))
     upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
-    n, at = 0.0, None
-    while rate > 0 and replicas > 0:
-        n, at = _load(model, rate, replicas, n_star, slowest_s)
-        if n * need <= n_star + 1e-9 or replicas >= upper:
+    while rate > 0 and 0 < replicas < upper:
+        n, _ = _load(model, rate, replicas, n_star, slowest_s)
+        if n * need <= n_star + 1e-9:
             break
         replicas += 1
+    return replicas
+
+
+def _hour(result: Plan, model: ClosedLoopModel, hour: int, tasks: float, needed: int, replicas: int, warming: int,
+          fastest_s: float) -> FleetHour:
+    """The hour with its tasks spread over the ``replicas`` up, and ``warming`` more started for the next hour."""
+    spec, replica, stage = result.spec, result.replica, model.prefill
+    rate = tasks / 3600.0
+    n, at = (0.0, None) if rate == 0 or replicas == 0 else _load(model, rate, replicas, result.agents_per_replica,
+                                                                 result.at.task_latency_mean_s)
     gpus_per_replica = replica.gpus + (stage.gpus if stage else 0)
+    power = replica.power
+    idle_it_w = power.it_power_w(GpuGroup(replica.gpus, 0.0, 0.0), GpuGroup(stage.gpus if stage else 0, 0.0, 0.0))
+    idle_facility_w = power.facility_power_w(idle_it_w)
     if at is not None:
         econ = economics(spec, replica, at.agents, at.task_latency_mean_s, at.loop.engine_utilisation,
                          at.loop.compute_share, prefill_gpus=stage.gpus if stage else 0,
                          prefill_utilisation=at.prefill_utilisation or 0.0,
                          prefill_compute_share=stage.compute_share if stage else 1.0)
-        it_w, facility_w, provisioned_w = econ.replica_power_w, econ.facility_power_w, econ.provisioned_power_w
-        latency = at.task_latency_mean_s
+        it_w, facility_w, latency = econ.replica_power_w, econ.facility_power_w, at.task_latency_mean_s
     else:       # no task starts: the replicas kept up idle
-        power = replica.power
-        it_w = power.it_power_w(GpuGroup(replica.gpus, 0.0, 0.0), GpuGroup(stage.gpus if stage else 0, 0.0, 0.0))
-        facility_w, provisioned_w = power.facility_power_w(it_w), power.provisioned_power_w(gpus_per_replica)
-        latency = fastest_s
-    facility_total = replicas * facility_w
+        it_w, facility_w, latency = idle_it_w, idle_facility_w, fastest_s
+    # a warming replica loads weights at idle power (ASSUMPTION: loading draws no more than idling) and is
+    # billed from its start, for fleet.scale_up_s of this hour
+    warm_share = min(spec.fleet.scale_up_s, 3600.0) / 3600.0 * warming
+    facility_total = replicas * facility_w + warm_share * idle_facility_w
     return FleetHour(
-        hour=hour, tasks=tasks, concurrent_agents=n * replicas, task_latency_mean_s=latency, replicas=replicas,
-        gpus=replicas * gpus_per_replica, agents_per_replica=n,
-        it_power_w=replicas * it_w, facility_power_w=facility_total, provisioned_power_w=replicas * provisioned_w,
-        gpu_cost_usd=replicas * gpus_per_replica * spec.cost.gpu_hour_usd,
+        hour=hour, tasks=tasks, concurrent_agents=n * replicas, task_latency_mean_s=latency, replicas_needed=needed,
+        replicas=replicas, replicas_warming=warming,
+        gpus=replicas * gpus_per_replica, gpu_hours=(replicas + warm_share) * gpus_per_replica, agents_per_replica=n,
+        it_power_w=replicas * it_w + warm_share * idle_it_w, facility_power_w=facility_total,
+        provisioned_power_w=(replicas + (warming if spec.fleet.scale_up_s > 0 else 0))
+        * power.provisioned_power_w(gpus_per_replica),
+        gpu_cost_usd=(replicas + warm_share) * gpus_per_replica * spec.cost.gpu_hour_usd,
         electricity_cost_usd=facility_total * 3600.0 / J_PER_KWH * spec.cost.electricity_usd_per_kwh,
     )

@@ -14,7 +14,8 @@ from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gp
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
-CSV_COLUMNS = ("hour", "tasks", "concurrent_agents", "task_latency_mean_s", "replicas", "gpus", "agents_per_replica",
+CSV_COLUMNS = ("hour", "tasks", "concurrent_agents", "task_latency_mean_s", "replicas_needed", "replicas",
+               "replicas_warming", "gpus", "gpu_hours", "agents_per_replica",
                "it_power_w", "facility_power_w", "provisioned_power_w", "gpu_cost_usd", "electricity_cost_usd")
 
 
@@ -28,11 +29,12 @@ def _csv(hours: list[dict]) -> str:
 
 def _table(d: dict, title: str) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("hour", "tasks", "agents", "task s", "replicas", "GPUs", "facility kW", "USD"):
+    for col in ("hour", "tasks", "agents", "task s", "up (needed)", "warming", "GPUs", "facility kW", "USD"):
         t.add_column(col, justify="right")
     for h in d["hours"]:
         t.add_row(f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
-                  f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,}", f"{h['gpus']:,}",
+                  f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,} ({h['replicas_needed']:,})",
+                  f"{h['replicas_warming']:,}", f"{h['gpus']:,}",
                   f"{h['facility_power_w'] / 1e3:,.1f}", f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}")
     return t
 
@@ -41,10 +43,11 @@ def _summary(d: dict) -> list[str]:
     per_task = "-" if d["cost_per_task_usd"] is None else f"${d['cost_per_task_usd']:,.4f}"
     return [
         f"N* {d['agents_per_replica_max']} agents per replica, headroom {d['headroom']:.0%}, "
-        f"at least {d['min_replicas']} replica(s)",
+        f"at least {d['min_replicas']} replica(s), scale-up {d['scale_up_s']:,.0f} s, "
+        f"scale-down delay {d['scale_down_delay_s']:,.0f} s",
         f"peak at hour {d['peak_hour']:02d}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
         f"{d['peak_facility_mw']:,.3f} MW facility ({d['peak_provisioned_mw']:,.3f} MW provisioned)",
-        f"day: {d['tasks_per_day']:,.0f} tasks, {d['gpu_hours_per_day']:,} GPU-hours, "
+        f"day: {d['tasks_per_day']:,.0f} tasks, {d['gpu_hours_per_day']:,.0f} GPU-hours, "
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",

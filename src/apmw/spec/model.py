@@ -347,6 +347,10 @@ class Fleet(_Section):
     min_replicas: int = Field(default=1, ge=0, le=10**6, description="replicas kept up in the quietest hour")
     power_cap_mw: float | None = Field(default=None, gt=0, le=1e4, description="the hall's power: the fleet's "
                                        "provisioned (nameplate) facility power must fit in it every hour")
+    scale_up_s: float = Field(default=0.0, ge=0, le=3600, description="from starting a replica to its serving "
+                              "(provisioning, weight load, warm-up): replicas for the next hour start this early")
+    scale_down_delay_s: float = Field(default=0.0, ge=0, le=86400, description="a replica no longer needed stays up "
+                                      "this long (hysteresis)")
 
     @field_validator("tasks_per_hour")
     @classmethod

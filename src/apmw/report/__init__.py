@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from apmw.capacity import InfeasibleError, plan, sweep
+from apmw.capacity.fleet_day import fleet_day
 from apmw.contrast import contrast_row
 from apmw.examples import bundled_examples
 from apmw.levers import evaluate_levers
@@ -67,6 +68,9 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
     step("planning")
     base = plan(spec)
     d = base.to_dict()
+    if spec.fleet.tasks_per_hour is not None:
+        step("a day of demand")
+        d["fleet_day"] = fleet_day(base).to_dict()
     agents = _curve_agents(base.agents_per_replica)
     evals = sweep(base, agents)
     step("levers")

@@ -36,6 +36,25 @@ def _figure(svg: str, caption: str) -> str:
     return f'<figure class="chart">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
 
 
+def _fleet_day(day: dict | None) -> str:
+    """The spec's day of demand (apmw fleet): its totals and the 24 hours."""
+    if not day:
+        return ""
+    api = "" if day["api_cost_per_task_usd"] is None else (
+        f" The same tasks on the API the spec prices cost ${day['api_cost_per_task_usd']:,.4f} each.")
+    per_task = "" if day["cost_per_task_usd"] is None else f", ${day['cost_per_task_usd']:,.4f} per task"
+    rows = [[f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
+             f"{h['replicas']:,} ({h['replicas_needed']:,})", f"{h['gpus']:,}", f"{h['facility_power_w'] / 1e3:,.1f}",
+             f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}"] for h in day["hours"]]
+    return (f"<h3>A day of demand (apmw fleet)</h3>"
+            f"<p>{day['tasks_per_day']:,.0f} tasks a day. Peak at hour {day['peak_hour']:02d}: "
+            f"{day['peak_replicas']:,} replicas, {day['peak_gpus']:,} GPUs, {day['peak_facility_mw']:,.3f} MW facility "
+            f"({day['peak_provisioned_mw']:,.3f} MW provisioned). A day: {day['gpu_hours_per_day']:,.0f} GPU-hours, "
+            f"{day['facility_mwh_per_day']:,.2f} MWh, ${day['cost_per_day_usd']:,.2f}{per_task}; a month: "
+            f"{day['facility_mwh_per_month']:,.1f} MWh, ${day['cost_per_month_usd']:,.0f}.{api}</p>"
+            + _table(["hour", "tasks", "agents", "replicas up (needed)", "GPUs", "facility kW", "USD"], rows))
+
+
 def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], contrast_rows: list[dict],
            spec_dict: dict, notes: list[str]) -> str:
     kpis = [("agents per replica", f"{plan['agents_per_replica']:,}"),
@@ -56,6 +75,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
         f"<p>For {fleet['agents']:,} concurrent agents: {fleet['replicas']:,} replicas, {fleet['gpus']:,} GPUs, "
         f"{fleet['facility_power_w'] / 1e6:,.2f} MW modelled facility power "
         f"({fleet['provisioned_power_w'] / 1e6:,.2f} MW provisioned).</p>")
+    fleet_html += _fleet_day(plan.get("fleet_day"))
     sources = _table(["figure", "source"], [[k, v] for k, v in plan["sources"].items()])
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>

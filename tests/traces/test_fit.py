@@ -99,3 +99,44 @@ def test_azure_readme_figures():
     assert round(s["input_tokens_per_call"]["mean"]) == 1155
     assert (s["input_tokens_per_call"]["p50"], s["input_tokens_per_call"]["p95"]) == (1020, 4083)
     assert round(s["output_tokens_per_call"]["mean"]) == 211
+
+
+def _two_days(tmp_path, days: float = 2.0):
+    t0 = 1_700_000_000 - (1_700_000_000 % 86400)     # a UTC midnight
+    rows = ["sid,inp,out,t0"]
+    k = 0
+    for day in range(int(days)):
+        for h in range(24):
+            n = 2 if h < 8 else 10
+            for i in range(n):
+                start = t0 + day * 86400 + h * 3600 + (i + 0.5) * 3600 / n
+                rows += [f"s{k},{1000 + 100 * c},50,{(start + 10 * c) * 1000:.0f}" for c in range(3)]
+                k += 1
+    path = tmp_path / "days.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+MAP = "session=sid,input_tokens=inp,output_tokens=out,start_ms=t0"
+
+
+def test_a_day_of_demand_is_fitted_from_wall_clock_task_starts(tmp_path):
+    result = fit_trace(_two_days(tmp_path), "csv", mapping=MAP)
+    rates = result.summary["tasks_per_hour"]
+    assert len(rates) == 24
+    # the first and last hours are covered from the first start and up to the last one only
+    assert rates[1:8] == [2.0] * 7 and rates[8:23] == [10.0] * 15
+    assert rates[0] == pytest.approx(2.0, rel=0.2) and rates[23] == pytest.approx(10.0, rel=0.05)
+    text = result.workload_yaml()
+    assert "fleet:\n  tasks_per_hour: [" in text
+    assert yaml.safe_load(text)["fleet"]["tasks_per_hour"] == rates
+
+
+def test_no_day_of_demand_from_a_short_or_relative_trace():
+    from tests.traces.conftest import FIXTURES
+
+    short = fit_trace(FIXTURES / "otel_genai.jsonl")
+    assert short.summary["tasks_per_hour"] is None
+    assert any("needs a trace of at least 24 h" in n for n in short.summary["notes"])
+    relative = fit_trace(FIXTURES / "mooncake_conversation_head200.jsonl")
+    assert relative.summary["tasks_per_hour"] is None

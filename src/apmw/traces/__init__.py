@@ -23,8 +23,8 @@ import yaml
 
 from apmw.spec import Workload
 from apmw.traces import formats
-from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, shape, stats, step_ends, validate,
-                              workload_dict)
+from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, shape, stats, step_ends, tasks_per_hour,
+                              validate, workload_dict)
 from apmw.traces.generic import parse_mapping
 from apmw.traces.records import LineErrors, TraceError
 
@@ -49,7 +49,12 @@ class FitResult:
         head = (f"# fitted by `apmw fit` from {s['path']} ({s['format']}): {s['sessions']:,} sessions, "
                 f"{s['calls']:,} calls, {s['skipped_lines']:,} lines skipped\n")
         notes = "".join(f"# note: {n}\n" for n in s["notes"])
-        return head + notes + yaml.safe_dump({"workload": self.workload_section}, sort_keys=False, width=120)
+        text = head + notes + yaml.safe_dump({"workload": self.workload_section}, sort_keys=False, width=120)
+        if s.get("tasks_per_hour") is not None:
+            text += ("# a day of demand for apmw fleet: tasks started per hour, hour 0 = 00:00 UTC\n"
+                     + yaml.safe_dump({"fleet": {"tasks_per_hour": s["tasks_per_hour"]}}, default_flow_style=None,
+                                      width=120))
+        return text
 
 
 def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dict | None = None,
@@ -106,6 +111,7 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached)
+    rates, why_no_rates = tasks_per_hour(c, s) if has_sessions else (None, None)
     return {
         "path": str(p),
         "format": fmt,
@@ -133,7 +139,8 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
         "cached_prompt_share": cached,
         "cached_prompt_share_source": source,
         "reusable_prefix_share": reusable,
-        "notes": notes,
+        "tasks_per_hour": rates,
+        "notes": notes + ([] if why_no_rates is None else [why_no_rates]),
     }
 
 

@@ -47,7 +47,7 @@ def test_each_hour_has_the_fewest_replicas_that_keep_the_headroom(day):
         if h.tasks:
             assert h.agents_per_replica * 1.2 <= n_star + 1e-9
         if h.replicas > 2:
-            fewer, _ = _load(model, h.tasks / 3600, h.replicas - 1, n_star, result.at.task_latency_mean_s)
+            fewer, _ = _load(model.evaluate, h.tasks / 3600, h.replicas - 1, n_star, result.at.task_latency_mean_s)
             assert fewer * 1.2 > n_star
 
 

@@ -28,10 +28,13 @@ tasks), routing across replicas and mixed fleets; each hour is a steady state.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from apmw.capacity.closed_loop import ClosedLoopModel
+from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.economics import J_PER_KWH, economics
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.plan import Plan
@@ -142,14 +145,16 @@ def fleet_day(result: Plan) -> FleetDay:
         raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: 24 values, the tasks started in each "
                         "hour of the day from hour 0 (fleet.target_agents alone is sized by apmw plan)")
     model = ClosedLoopModel(spec, result.replica, result.sample)
-    fastest_s = model.evaluate(1).task_latency_mean_s
-    needed = [_needed(result, model, tasks, fastest_s) for tasks in rates]
+    # the closed loop at n agents per replica, once per n: the hours share most of their loads
+    evaluate = functools.cache(model.evaluate)
+    fastest_s = evaluate(1).task_latency_mean_s
+    needed = [_needed(result, evaluate, tasks, fastest_s) for tasks in rates]
     up = _kept_up(needed, spec.fleet.scale_down_delay_s)
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
                     scale_down_delay_s=spec.fleet.scale_down_delay_s,
-                    hours=[_hour(result, model, h, rates[h], needed[h], up[h], max(up[(h + 1) % HOURS] - up[h], 0),
-                                 fastest_s) for h in range(HOURS)],
+                    hours=[_hour(result, evaluate, model.prefill, h, rates[h], needed[h], up[h],
+                                 max(up[(h + 1) % HOURS] - up[h], 0), fastest_s) for h in range(HOURS)],
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
                     task_latency_at_n_star_s=result.at.task_latency_mean_s)
@@ -161,23 +166,23 @@ def _kept_up(needed: list[int], scale_down_delay_s: float) -> list[int]:
     return [max(needed[(h - j) % HOURS] for j in range(back + 1)) for h in range(HOURS)]
 
 
-def _load(model: ClosedLoopModel, rate: float, replicas: int, n_star: int, slowest_s: float
+def _load(evaluate: Callable[[int], Evaluation], rate: float, replicas: int, n_star: int, slowest_s: float
           ) -> tuple[float, Evaluation]:
     """Agents per replica where ``n = rate * R(n) / replicas`` (Little's law), and the closed loop there.
 
     Starting from R at N* (the slowest), n only falls; R is taken at ceil(n) agents, never below the load."""
     n = rate * slowest_s / replicas
-    at = model.evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
+    at = evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
     for _ in range(LITTLE_ITERATIONS):
         n_next = rate * at.task_latency_mean_s / replicas
         if abs(n_next - n) <= 1e-9 * max(n, 1.0):
             break
         n = n_next
-        at = model.evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
+        at = evaluate(max(1, min(n_star, math.ceil(n - 1e-9))))
     return n, at
 
 
-def _needed(result: Plan, model: ClosedLoopModel, tasks: float, fastest_s: float) -> int:
+def _needed(result: Plan, evaluate: Callable[[int], Evaluation], tasks: float, fastest_s: float) -> int:
     """The fewest replicas whose self-consistent load, with the headroom, stays within N* each."""
     fleet = result.spec.fleet
     n_star, slowest_s = result.agents_per_replica, result.at.task_latency_mean_s
@@ -185,19 +190,19 @@ def _needed(result: Plan, model: ClosedLoopModel, tasks: float, fastest_s: float
     replicas = max(fleet.min_replicas, math.ceil(rate * fastest_s * need / n_star - 1e-9))
     upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
     while rate > 0 and 0 < replicas < upper:
-        n, _ = _load(model, rate, replicas, n_star, slowest_s)
+        n, _ = _load(evaluate, rate, replicas, n_star, slowest_s)
         if n * need <= n_star + 1e-9:
             break
         replicas += 1
     return replicas
 
 
-def _hour(result: Plan, model: ClosedLoopModel, hour: int, tasks: float, needed: int, replicas: int, warming: int,
-          fastest_s: float) -> FleetHour:
+def _hour(result: Plan, evaluate: Callable[[int], Evaluation], stage: PrefillStage | None, hour: int, tasks: float,
+          needed: int, replicas: int, warming: int, fastest_s: float) -> FleetHour:
     """The hour with its tasks spread over the ``replicas`` up, and ``warming`` more started for the next hour."""
-    spec, replica, stage = result.spec, result.replica, model.prefill
+    spec, replica = result.spec, result.replica
     rate = tasks / 3600.0
-    n, at = (0.0, None) if rate == 0 or replicas == 0 else _load(model, rate, replicas, result.agents_per_replica,
+    n, at = (0.0, None) if rate == 0 or replicas == 0 else _load(evaluate, rate, replicas, result.agents_per_replica,
                                                                  result.at.task_latency_mean_s)
     gpus_per_replica = replica.gpus + (stage.gpus if stage else 0)
     power = replica.power

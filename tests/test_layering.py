@@ -19,7 +19,7 @@ LAYER = {
     "perf": 2,
     "capacity": 3,
     "sim": 4,
-    "levers": 5, "contrast": 5, "report": 5, "traces": 5, "loadgen": 5, "calibration": 5,
+    "levers": 5, "contrast": 5, "report": 5, "design_search": 5, "traces": 5, "loadgen": 5, "calibration": 5,
     "render": 6, "cli": 6, "__init__": 6, "__main__": 6,
 }
 

@@ -214,11 +214,11 @@ def _read_text(p: Path) -> str:
                                  "UTF-8"]) from None
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Load and validate a YAML spec file."""
+def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
+    """(data, its node) of a YAML file read safely: UTF-8, no key twice, no alias bombs or recursion."""
     p = Path(path)
     if not p.is_file():
-        raise SpecError(str(path), ["file not found (give the path of a YAML spec; see examples/)"])
+        raise SpecError(str(path), [f"file not found (give the path of a YAML {what})"])
     text = _read_text(p)
     try:
         loader = _SpecLoader(text)
@@ -238,5 +238,16 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(str(path), [f"{where}YAML syntax error: {exc.problem}"]) from None
     except yaml.YAMLError as exc:
         raise SpecError(str(path), [f"YAML error: {exc}"]) from None
+    return data, node
+
+
+def load_yaml(path: str | Path, what: str = "file") -> Any:
+    """A YAML document other than a spec (a search space), read with the spec loader's safeguards."""
+    return _read_yaml(path, what)[0]
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and validate a YAML spec file."""
+    data, node = _read_yaml(path, "spec; see examples/")
     lines = _key_lines(node) if node is not None else {}
     return spec_from_dict(data, str(path), lines)

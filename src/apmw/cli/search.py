@@ -1,0 +1,65 @@
+"""`apmw search`: the spec's workload and SLO planned over a design space; the Pareto front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, out
+from apmw.errors import ApmwError
+from apmw.spec import SpecError
+
+
+def _settings(s: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in s.items())
+
+
+@app.command()
+def search(
+    spec: Path = typer.Argument(..., help="YAML spec: its workload and SLO are fixed, the space varies the rest"),
+    space: Optional[Path] = typer.Option(None, "--space", help="YAML with axes: {spec.field: [values]} "
+                                         "(default: GPUs per replica 1-8, bf16/fp8 weights, vLLM/SGLang)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (front, best, pruned counts)"),
+    explain: bool = typer.Option(False, "--explain", help="list every pruned point with its reason"),
+) -> None:
+    """Plan every point of a design space: the agents/MW against output-speed front and how to launch it."""
+    from apmw.design_search import default_space, read_space, search as run
+    from apmw.spec import load_spec
+    from apmw.spec.load import load_yaml
+
+    try:
+        s = load_spec(spec)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        axes = default_space() if space is None else read_space(load_yaml(space, "search space"), str(space))
+        with Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeRemainingColumn(), console=err, transient=True) as bar:
+            task = bar.add_task("search", total=None)
+            answer = run(s, axes, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    d = answer.to_dict(explain)
+    if as_json:
+        emit_json(d)
+        return
+    t = Table(title=f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
+    for col in ("settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"):
+        t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
+    for p in d["front"]:
+        t.add_row(_settings(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
+                  f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
+                  f"{p['task_latency_p95_s']:,.0f}")
+    out.print(t)
+    for name, p in d["best"].items():
+        out.print(f"best {name}: {_settings(p['settings'])}", highlight=False, markup=False)
+    for p in d["front"][:1]:
+        out.print(f"launch (best agents/MW): {p['launch']}", highlight=False, markup=False, soft_wrap=True)
+    if d["pruned"]:
+        out.print(f"pruned {d['pruned']} point(s): " + "; ".join(f"{why} ({n})" for why, n in d["pruned_by_reason"].items()),
+                  highlight=False, markup=False, soft_wrap=True)
+    if explain:
+        for p in d.get("pruned_points", []):
+            out.print(f"  {_settings(p['settings'])}: {p['message']}", highlight=False, markup=False, soft_wrap=True)

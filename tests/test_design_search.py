@@ -1,0 +1,97 @@
+"""apmw search: every point of a space planned, infeasible ones pruned with a reason, the Pareto front."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from apmw.design_search import MAX_POINTS, read_space, search
+from apmw.errors import ApmwError
+from apmw.spec import load_spec, spec_from_dict
+from tests.conftest import EXAMPLES, small_spec_dict
+
+AXES = {"hardware.gpus_per_replica": [1, 2], "serving.max_batch": [32, 128, 256], "serving.engine": ["vllm", "sglang"]}
+
+
+@pytest.fixture(scope="module")
+def answer():
+    return search(spec_from_dict(small_spec_dict()), AXES)
+
+
+def _dominates(a, b) -> bool:
+    fa, fb = a.figures, b.figures
+    better_or_equal = (fa["agents_per_mw"] >= fb["agents_per_mw"]
+                       and fa["output_speed_tokens_per_s"] >= fb["output_speed_tokens_per_s"])
+    strictly = (fa["agents_per_mw"] > fb["agents_per_mw"]
+                or fa["output_speed_tokens_per_s"] > fb["output_speed_tokens_per_s"])
+    return better_or_equal and strictly
+
+
+def test_every_point_is_planned_and_the_front_is_not_dominated(answer):
+    assert len(answer.points) + len(answer.pruned) == 12
+    front = answer.front()
+    assert front
+    for p in front:
+        assert not any(_dominates(q, p) for q in answer.points)
+    for p in answer.points:
+        assert p in front or any(_dominates(q, p) for q in front) or any(
+            q.figures["agents_per_mw"] == p.figures["agents_per_mw"]
+            and q.figures["output_speed_tokens_per_s"] == p.figures["output_speed_tokens_per_s"] for q in front)
+
+
+def test_the_best_point_per_objective(answer):
+    best = answer.best()
+    assert best["agents_per_mw"].figures["agents_per_mw"] == max(p.figures["agents_per_mw"] for p in answer.points)
+    assert best["cost_per_session_usd"].figures["cost_per_session_usd"] == min(
+        p.figures["cost_per_session_usd"] for p in answer.points)
+
+
+def test_the_launch_line_carries_the_point_settings(answer):
+    for p in answer.points:
+        s = p.settings
+        if s["serving.engine"] == "vllm":
+            assert f"--tensor-parallel-size {s['hardware.gpus_per_replica']}" in p.launch
+            assert f"--max-num-seqs {s['serving.max_batch']}" in p.launch
+        else:
+            assert f"--tp {s['hardware.gpus_per_replica']}" in p.launch
+            assert f"--max-running-requests {s['serving.max_batch']}" in p.launch
+
+
+def test_infeasible_points_are_pruned_and_counted_by_reason():
+    spec = load_spec(EXAMPLES / "coding-agent.yaml")
+    a = search(spec, {"hardware.gpus_per_replica": [1, 8], "serving.engine": ["vllm", "bogus"]})
+    d = a.to_dict(explain=True)
+    assert (d["feasible"], d["pruned"]) == (1, 3)
+    assert d["pruned_by_reason"]["does not fit: the weights and workspace leave no KV memory"] == 1
+    assert d["pruned_by_reason"]["not a valid spec (serving.engine)"] == 2
+    assert len(d["pruned_points"]) == 3 and all(p["message"] for p in d["pruned_points"])
+
+
+@pytest.mark.parametrize("space,words", [
+    ([1, 2], "a space is a mapping with 'axes'"),
+    ({"axes": {"engine": ["vllm"]}}, "not a dotted spec path"),
+    ({"axes": {"serving.engine": []}}, "needs a non-empty list"),
+    ({"axes": {"serving.max_batch": list(range(1, 101)), "hardware.gpus_per_replica": list(range(1, 101))}},
+     f"at most {MAX_POINTS:,} are evaluated"),
+])
+def test_a_bad_space_is_refused(space, words):
+    with pytest.raises(ApmwError, match=words):
+        read_space(space, "space.yaml")
+
+
+def test_the_cli_prints_the_front_as_json(tmp_path):
+    from tests.e2e.test_cli import APMW
+
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.max_batch: [128, 256]\n  serving.engine: [vllm, sglang]\n")
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["evaluated"] == 4 and d["front"] and set(d["best"]) >= {"agents_per_mw", "cost_per_session_usd"}
+    space.write_text("axes: 3\n")
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "a space is a mapping with 'axes'" in r.stderr

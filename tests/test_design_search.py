@@ -95,3 +95,21 @@ def test_the_cli_prints_the_front_as_json(tmp_path):
     r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "a space is a mapping with 'axes'" in r.stderr
+
+
+def test_the_front_holds_the_best_of_each_of_its_two_objectives(answer):
+    front, best = answer.front(), answer.best()
+    assert best["agents_per_mw"] in front
+    top_speed = max(p.figures["output_speed_tokens_per_s"] for p in answer.points)
+    assert any(p.figures["output_speed_tokens_per_s"] == top_speed for p in front)
+
+
+def test_a_one_point_space_is_the_plan():
+    from apmw.capacity import plan
+
+    spec = spec_from_dict(small_spec_dict())
+    (point,) = search(spec, {"serving.max_batch": [256]}).points
+    d = plan(spec).to_dict()
+    assert point.figures["agents_per_replica"] == d["agents_per_replica"]
+    assert point.figures["agents_per_mw"] == pytest.approx(d["agents_per_mw"])
+    assert point.figures["cost_per_session_usd"] == pytest.approx(d["cost_per_session_usd"])

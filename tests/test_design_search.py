@@ -113,3 +113,12 @@ def test_a_one_point_space_is_the_plan():
     assert point.figures["agents_per_replica"] == d["agents_per_replica"]
     assert point.figures["agents_per_mw"] == pytest.approx(d["agents_per_mw"])
     assert point.figures["cost_per_session_usd"] == pytest.approx(d["cost_per_session_usd"])
+
+
+def test_an_axis_through_a_field_that_is_not_a_section_is_refused():
+    spec = spec_from_dict(small_spec_dict())
+    with pytest.raises(ApmwError, match="axis seed.x: seed is not a section of the spec"):
+        search(spec, {"seed.x": [1]})
+    # a section the spec leaves out is created
+    (point,) = search(spec, {"serving.speculative.draft_tokens": [2], "serving.speculative.acceptance_rate": [0.5]}).points
+    assert "serving.speculative.draft_tokens" in point.settings

@@ -109,18 +109,23 @@ def default_space() -> dict[str, list]:
             "serving.engine": ["vllm", "sglang"]}
 
 
+def _check_paths(base: dict, axes: dict[str, list]) -> None:
+    """Every axis runs through sections of the spec (a section the spec leaves out is fine)."""
+    for path in axes:
+        node: object = base
+        for key in path.split(".")[:-1]:
+            node = node.get(key, {}) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise ApmwError(f"axis {path}: {key} is not a section of the spec, so nothing lies under it")
+
+
 def _with(base: dict, settings: dict) -> dict:
     d = copy.deepcopy(base)
     for path, value in settings.items():
         node = d
         *parents, leaf = path.split(".")
         for key in parents:
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-            if not isinstance(child, dict):
-                raise SpecError(f"{path}: {key} is not a section of the spec")
-            node = child
+            node = node.setdefault(key, {})
         node[leaf] = value
     return d
 
@@ -148,6 +153,7 @@ def launch_flags(result) -> str:
 def search(spec: Spec, axes: dict[str, list], progress: Callable[[int, int], None] | None = None) -> SearchAnswer:
     """Plan ``spec`` at every point of ``axes`` (dotted path -> values)."""
     base = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    _check_paths(base, axes)
     names = list(axes)
     combos = list(itertools.product(*(axes[n] for n in names)))
     answer = SearchAnswer(points=[])

@@ -10,23 +10,11 @@ is what to compare across machines.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+from plan_speed import EXAMPLES, best_of     # this folder: run as python bench/fleet_speed.py
 
 from apmw import load_spec, plan
 from apmw.capacity import fleet_day as fleet_module
 from apmw.capacity.closed_loop import ClosedLoopModel
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def best_of(fn, repeats: int = 5) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:

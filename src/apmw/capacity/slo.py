@@ -70,6 +70,18 @@ def check_slo(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | No
     return SloVerdict(failed=tuple(failed), unmeasured=tuple(unmeasured))
 
 
+def slo_slack(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | None,
+              tpot_p95_s: float | None) -> float:
+    """How far the tightest SLO is used: the largest figure / limit over the SLOs ``slo`` sets
+    (<= 1 exactly where :func:`check_slo` says the point meets; infinite for a figure not measured)."""
+    figures = _figures(task_latency_p95_s, ttft_p95_s, tpot_p95_s)
+    slack = 0.0
+    for name, limit in _limits_s(slo).items():
+        value = figures[name]
+        slack = max(slack, float("inf") if value is None else value / limit)
+    return slack
+
+
 def slo_table(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | None,
               tpot_p95_s: float | None) -> dict[str, dict]:
     """Each SLO the spec sets: its limit and the figure at the operating point in seconds (an output

@@ -26,6 +26,8 @@ size at once. See MODEL.md section 3.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 from typing import Protocol
 
 import numpy as np
@@ -101,6 +103,24 @@ class StepModel(Protocol):
         ...
 
 
+class _Rates(NamedTuple):
+    """The per-replica constants of the roofline terms (:attr:`RooflineFigures._rates`)."""
+
+    bytes_per_param: float
+    expert_params: float         # one routed expert's parameters (0: dense)
+    always_params: float         # active parameters every token reads
+    num_experts: float
+    expert_miss: float           # chance a token does not route to a given expert
+    weight_bw: float             # bytes/s weights stream at
+    kv_bw: float                 # bytes/s KV streams at, per byte of KV read (replication included)
+    flops_per_token: float       # matmul FLOPs per token per GPU
+    expert_share: float          # share of them in routed experts
+    weight_rate: float
+    bf16_rate: float
+    dense_rate: float            # FLOP/s of the non-expert GEMMs
+    served_extra_per_flop: float  # seconds a routed-expert FLOP adds at the served MoE ceiling
+
+
 @dataclass(frozen=True)
 class RooflineFigures:
     """The hardware figures of one replica that every estimator shares (module docstring)."""
@@ -147,14 +167,11 @@ class RooflineFigures:
         distinct experts touched by ``T`` tokens is ``E * (1 - (1 - k/E)^T)``.
         """
         tokens = np.asarray(tokens, dtype=float)
-        a = self.arch
-        bytes_per_param = self.weight_bytes / a.params
-        expert_params = self._routed_expert_params
-        if not expert_params:
+        c = self._rates
+        if not c.expert_params:
             return np.full_like(tokens, self.weight_bytes)
-        always_params = a.active_params - a.experts_per_token * expert_params
-        frac = 1.0 - (1.0 - a.experts_per_token / a.num_experts) ** np.maximum(tokens, 1.0)
-        return (always_params + a.num_experts * frac * expert_params) * bytes_per_param
+        frac = 1.0 - c.expert_miss ** np.maximum(tokens, 1.0)
+        return (c.always_params + c.num_experts * frac * c.expert_params) * c.bytes_per_param
 
     def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
         """Two ring all-reduces of the hidden state per layer under tensor parallelism."""
@@ -175,6 +192,33 @@ class RooflineFigures:
             return 0.0
         return (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
 
+    @cached_property
+    def _rates(self) -> "_Rates":
+        """The constants of :meth:`_terms`, worked out once per replica (an iteration is priced
+        hundreds of thousands of times in a simulation)."""
+        a, eff, gpu = self.arch, self.efficiency, self.gpu
+        expert_params = self._routed_expert_params
+        weight_rate = gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
+        bf16_rate = gpu.flops_for("bf16") * eff.flops_for("bf16")
+        ceiling = eff.served_moe_flops_per_s
+        served_extra_per_flop = 0.0
+        if ceiling and expert_params:
+            served_rate = ceiling * gpu.bf16_flops / HOPPER_BF16_FLOPS
+            served_extra_per_flop = max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
+        bw = gpu.hbm_bandwidth_bytes_per_s
+        return _Rates(
+            bytes_per_param=self.weight_bytes / a.params, expert_params=expert_params,
+            always_params=a.active_params - a.experts_per_token * expert_params,
+            num_experts=float(a.num_experts),
+            expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
+            weight_bw=bw * eff.bandwidth_for(self.weight_dtype),
+            kv_bw=bw * eff.kv_bandwidth_for(self.kv_dtype) / self.kv_replication,
+            flops_per_token=a.flops_per_token() / self.gpus,
+            expert_share=a.experts_per_token * expert_params / (a.active_params - a.embedding_params),
+            weight_rate=weight_rate, bf16_rate=bf16_rate,
+            dense_rate=bf16_rate if a.num_experts > 1 and self._four_bit else weight_rate,
+            served_extra_per_flop=served_extra_per_flop)
+
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
         """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads.
 
@@ -190,35 +234,20 @@ class RooflineFigures:
     def _terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`roofline_terms`, and the seconds the routed experts would add at the served MoE
         ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
-        eff = self.efficiency
+        c = self._rates
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * self.kv_replication
-        bw = self.gpu.hbm_bandwidth_bytes_per_s
-        memory_s = (self.touched_weight_bytes(tokens) / (bw * eff.bandwidth_for(self.weight_dtype))
-                    + kv_bytes / (bw * eff.kv_bandwidth_for(self.kv_dtype))) / self.gpus
-        expert_flops, dense_flops = self._matmul_flops(tokens)
+        kv_bytes = np.asarray(load.kv_read_bytes, dtype=float)
+        memory_s = (self.touched_weight_bytes(tokens) / c.weight_bw + kv_bytes / c.kv_bw) / self.gpus
+        flops = c.flops_per_token * tokens
+        expert_flops = flops * c.expert_share
         attention_flops = np.asarray(load.attention_flops, dtype=float) / self.gpus
-        weight_rate = self.gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
-        bf16_rate = self.gpu.flops_for("bf16") * eff.flops_for("bf16")
-        dense_rate = bf16_rate if self.arch.num_experts > 1 and self._four_bit else weight_rate
-        compute_s = expert_flops / weight_rate + dense_flops / dense_rate + attention_flops / bf16_rate
-        ceiling = eff.served_moe_flops_per_s
-        served_extra = np.zeros_like(compute_s)
-        if ceiling and self._routed_expert_params:
-            served_rate = ceiling * self.gpu.bf16_flops / HOPPER_BF16_FLOPS
-            served_extra = expert_flops * max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
-        return memory_s, compute_s, served_extra
+        compute_s = (expert_flops / c.weight_rate + (flops - expert_flops) / c.dense_rate
+                     + attention_flops / c.bf16_rate)
+        return memory_s, compute_s, expert_flops * c.served_extra_per_flop
 
     @property
     def _four_bit(self) -> bool:
         return self.weight_dtype.lower() in ("fp4", "int4")
-
-    def _matmul_flops(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Matmul FLOPs per GPU of ``tokens`` tokens: (routed experts, everything else)."""
-        a = self.arch
-        flops = a.flops_per_token() * tokens / self.gpus
-        share = a.experts_per_token * self._routed_expert_params / (a.active_params - a.embedding_params)
-        return flops * share, flops * (1 - share)
 
     def served_compute_s(self, load: IterationLoad) -> np.ndarray:
         """The compute-bound seconds as served: routed-expert GEMMs run no faster than the served

@@ -297,12 +297,28 @@ class Engine:
         for seq in self.running.remove(done):
             self.driver.on_done(seq, self.now)
 
-    def _stop_time(self) -> float:
-        """The earliest time at which the plain loop would do something other than decode."""
-        t = min(self.driver.stop_time_s, self.ledger.next_expiry_s())
+    def _stop_times(self) -> tuple[float, float]:
+        """When the plain loop would next do something other than decode: (the first iteration
+        ending at or after this time is the last of the segment, an arrival that may join: the
+        segment ends with the iteration whose batch takes it)."""
+        t = min(self.driver.stop_time_s, self.ledger.next_expiry_s(), self.meter.next_due_s(self.now))
+        joins = np.inf
         if self.arrivals and not self.waiting and len(self.running) < self.max_batch:
-            t = min(t, self.arrivals[0][0])
-        return min(t, self.meter.next_due_s(self.now))
+            joins = self.arrivals[0][0]
+        return t, joins
+
+    def _segment_length(self, ends: np.ndarray) -> int:
+        """How many of the iterations ending at ``ends`` the plain loop runs before its next event."""
+        stop, joins = self._stop_times()
+        k = int(np.searchsorted(ends, stop, side="left")) + 1
+        if np.isfinite(joins):
+            # the arrival is queued after the first iteration ending at or after it; scheduling ahead,
+            # after the first one *starting* at or after it (_arrival_cutoff_s), one iteration later
+            if not self.ahead:
+                k = min(k, int(np.searchsorted(ends, joins, side="left")) + 1)
+            else:
+                k = min(k, 1 if joins <= self.now else int(np.searchsorted(ends, joins, side="left")) + 2)
+        return k
 
     def _decay_share(self, steps: int) -> None:
         """SGLang's new_token_ratio falls a step per decode iteration, to its floor."""
@@ -337,19 +353,15 @@ class Engine:
             kv_bytes = arch.kv_bytes_for_context(ctx, self.kv_dtype).sum(axis=1)
             attn = arch.attention_flops_per_token(ctx).sum(axis=1)
         else:
-            f0 = arch.kv_bytes_for_context(kvf, self.kv_dtype)
-            f1 = arch.kv_bytes_for_context(kvf + 1.0, self.kv_dtype)
-            g0 = arch.attention_flops_per_token(kvf)
-            g1 = arch.attention_flops_per_token(kvf + 1.0)
-            kv_bytes = float(np.sum(f0)) + j * float(np.sum(f1 - f0))
-            attn = float(np.sum(g0)) + j * float(np.sum(g1 - g0))
+            # linear in the context from here: the batch's sum is b times the figure at its mean context
+            ctx = float(kvf.mean()) + j
+            kv_bytes = b * arch.kv_bytes_for_context(ctx, self.kv_dtype)
+            attn = b * arch.attention_flops_per_token(ctx)
         load = IterationLoad(float(b), 0.0, kv_bytes, attn)
         t = np.asarray(self.step.iteration_time_s(load), dtype=float)
         t = np.broadcast_to(t, j.shape)
         ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
-        stop = self._stop_time()
-        first = int(np.searchsorted(ends, stop, side="left"))
-        k = min(k, first + 1)
+        k = min(k, self._segment_length(ends))
         t = t[:k]
         ledger = self.ledger
         self.meter.sample(self.now, r, ledger.kv_tokens)

@@ -87,11 +87,13 @@ class SimResult:
     slo_p95_s: float | None
     meets_slo: bool | None
     compute_bound_share: float = 0.0   # compute-bound share of the busy time (drives power)
-    slo_failed: tuple = ()
-    task_latency_p95_interval_s: tuple[float, float] | None = None   # INTERVAL_CONFIDENCE interval of the p95          # the SLOs missed (apmw.capacity.slo names), empty when met
+    slo_failed: tuple = ()           # the SLOs missed (apmw.capacity.slo names), empty when met
+    task_latency_p95_interval_s: tuple[float, float] | None = None   # INTERVAL_CONFIDENCE interval of the p95
     serving_policy: dict = field(default_factory=dict)   # the engine settings simulated (apmw.perf.ServingPolicy)
     timeseries: dict = field(default_factory=dict)
     wall_s: float = 0.0
+    # the recorded tasks' latencies and their calls' TTFTs and TPOTs (seconds), for pooling replications
+    samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self, timeseries: bool = False) -> dict:
         d = {

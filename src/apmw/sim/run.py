@@ -68,6 +68,8 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         timeseries={"t_s": samples[:, 0].tolist(), "decode_batch": samples[:, 1].tolist(),
                     "kv_tokens": samples[:, 2].tolist()},
         wall_s=wall_s,
+        samples={"task_latency_s": np.asarray(latency, dtype=float), "ttft_s": np.asarray(ttft, dtype=float),
+                 "tpot_s": np.asarray(tpot, dtype=float)},
     )
 
 

@@ -33,25 +33,34 @@ def slo_line(verdict: dict) -> str:
 
 def plan_table(console: Console, p: dict, title: str) -> None:
     lat, br, tok, rep = p["task_latency_s"], p["residence_breakdown_s"], p["tokens_per_s"], p["replica"]
+    simulated = p.get("agents_per_replica_source") == "simulated"
     t = Table(title=f"apmw plan: {title}", show_header=False, title_justify="left")
     t.add_column("", style="bold")
     t.add_column("")
     t.add_row("replica", f"{rep['model']} on {rep['gpus']} x {rep['gpu']}")
-    t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {binding_text(p)})")
+    t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {binding_text(p)})" + _source_text(p))
     t.add_row("SLO", slo_line(p["slo_verdict"]))
-    t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s, "
-              f"p99 {lat['p99']:,.0f} s")
-    t.add_row("residence per task", ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
-    t.add_row("per call", f"TTFT p95 {p['ttft_p95_s'] * 1e3:,.0f} ms, time per output token "
-              f"{p['time_per_output_token_s'] * 1e3:,.1f} ms (p95 {p['tpot_p95_s'] * 1e3:,.1f} ms)")
+    ci = p.get("task_latency_p95_interval_s")
+    t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s"
+              + ("" if not ci else f" (95% CI {ci[0]:,.0f}-{'?' if ci[1] is None else f'{ci[1]:,.0f}'}, "
+                 f"{p['completed_tasks']:,} simulated tasks)")
+              + f", p99 {lat['p99']:,.0f} s")
+    t.add_row("residence per task" + (" (analytic)" if simulated else ""), ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
+    t.add_row("per call", f"TTFT p95 {seconds_text(p['ttft_p95_s'])}, time per output token "
+              f"{seconds_text(p['time_per_output_token_s'])} (p95 {seconds_text(p['tpot_p95_s'])})")
     t.add_row("decode batch", f"{p['decode_batch_mean']:,.1f} mean  (engine busy {p['engine_utilisation']:.0%})")
-    t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean, {p['kv_tokens_resident_p95']:,.0f} p95"
-              f" of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token), "
-              + ("fits" if p["fits_kv_memory"] else "[bold red]DOES NOT FIT[/]"))
+    if simulated:       # the simulator allocates blocks: a pool that runs short preempts, at a latency cost
+        t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean (simulated) of "
+                  f"{p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token); "
+                  f"{p['preempted_call_share']:.1%} of calls preempted")
+    else:
+        t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean, {p['kv_tokens_resident_p95']:,.0f} "
+                  f"p95 of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token), "
+                  + ("fits" if p["fits_kv_memory"] else "[bold red]DOES NOT FIT[/]"))
     t.add_row("tokens/s", f"output {tok['output']:,.0f}, input {tok['input']:,.0f} (prefilled {tok['prefill']:,.0f})")
     t.add_row("replica power", f"{_si(rep['power_w'], 'W')} IT, {_si(rep['facility_power_w'], 'W')} facility, "
               f"{_si(rep['provisioned_power_w'], 'W')} provisioned")
-    valid = p["meets_slo"] and p["fits_kv_memory"]
+    valid = p["meets_slo"] and (simulated or p["fits_kv_memory"])
     t.add_row("agents per MW", f"[bold {'green' if valid else 'red'}]{p['agents_per_mw']:,.0f}[/] modelled, "
               f"{p['agents_per_mw_provisioned']:,.0f} provisioned" + ("" if valid else "  (not a valid operating point)"))
     t.add_row("per session", f"{p['energy_per_session_j'] / 3.6e6:,.3f} kWh IT energy, "
@@ -70,6 +79,35 @@ def plan_table(console: Console, p: dict, title: str) -> None:
                       + f"; N* is {p['agents_per_replica_max']:,}")
     for note in p.get("warnings", []):
         console.print(f"[yellow]warning:[/] {note}")
+
+
+def _source_text(p: dict) -> str:
+    """Where N* came from: the simulator (with its interval and the analytic answer) or the analytic model."""
+    if p.get("agents_per_replica_source") != "simulated":
+        return ""
+    lo, hi = p["agents_per_replica_interval"]
+    lowest = p["check"]["points"][0]["agents"]
+    highest = p["check"]["points"][-1]["agents"]
+    span = f"{'<' + str(lowest) if lo is None else lo}-{'>' + str(highest) if hi is None else hi}"
+    return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
+
+
+def check_table(console: Console, p: dict) -> None:
+    """The agent counts simulated to settle N*: pooled tasks, p95 with its interval, verdict, preemptions."""
+    c = p["check"]
+    t = Table(title=f"N* checked in the simulator: {c['replications']} seeded runs per agent count, "
+                    f"about {c['tasks_per_point']:,} tasks each", title_justify="left")
+    for col in ("agents", "tasks", "task p95 s (95% CI)", "TTFT p95", "per output token p95", "preempted calls",
+                "SLO"):
+        t.add_column(col, justify="right" if col != "SLO" else "left")
+    for q in c["points"]:
+        lo, hi = q["task_latency_p95_interval_s"]
+        p95 = q["task_latency_s"]["p95"]
+        ci = "" if p95 is None else f" ({lo:,.0f}-{'?' if hi is None else f'{hi:,.0f}'})"
+        t.add_row(f"{q['agents']:,}", f"{q['completed_tasks']:,}", ("n/a" if p95 is None else f"{p95:,.0f}") + ci,
+                  seconds_text(q["ttft_p95_s"]), seconds_text(q["tpot_p95_s"]), f"{q['preempted_call_share']:.1%}",
+                  "met" if q["meets_slo"] else "[red]MISSED[/]")
+    console.print(t)
 
 
 def verify_table(console: Console, v: dict) -> None:

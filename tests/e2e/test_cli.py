@@ -27,7 +27,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_plan_json_on_every_example(example):
-    r = run("plan", str(EXAMPLES / example), "--json")
+    r = run("plan", str(EXAMPLES / example), "--json", "--analytic")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert PLAN_FIELDS <= d.keys()
@@ -42,7 +42,7 @@ def test_plan_json_on_every_example(example):
 
 
 def test_plan_table_for_people():
-    r = run("plan", str(EXAMPLES / "coding-agent.yaml"))
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--analytic")
     assert r.returncode == 0, r.stderr
     assert "agents per MW" in r.stdout and "binding" in r.stdout
 
@@ -112,8 +112,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 
 
 def test_plan_workload_from_trace_replaces_the_workload():
-    base = json.loads(run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json").stdout)
-    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--workload-from",
+    base = json.loads(run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--analytic").stdout)
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--analytic", "--workload-from",
             str(FIXTURES / "mini_swe_calls_3sessions.csv"))
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -133,7 +133,7 @@ def test_plan_workload_from_unreadable_trace(tmp_path):
 
 @pytest.mark.slow
 def test_plan_verify_puts_simulation_beside_the_plan():
-    r = run("plan", str(EXAMPLES / "deep-research.yaml"), "--json", "--verify")
+    r = run("plan", str(EXAMPLES / "deep-research.yaml"), "--json", "--analytic", "--verify")
     v = json.loads(r.stdout)["verify"]
     assert r.returncode == (0 if v["simulated_meets_slo"] else 3), r.stderr
     assert v["completed_tasks"] > 100
@@ -144,7 +144,7 @@ def test_plan_reads_a_served_checkpoint_id_and_notes_a_dtype_slip(tmp_path):
     """The hub id a user serves reads its base config; an -NVFP4 id priced at fp8 gets a note on
     stderr, and stdout stays one JSON document."""
     r = run("plan", str(_spec_with(tmp_path, "config: deepseek-ai/DeepSeek-V3",
-                                   "config: nvidia/DeepSeek-V3-NVFP4")), "--json")
+                                   "config: nvidia/DeepSeek-V3-NVFP4")), "--json", "--analytic")
     _no_traceback(r)
     assert r.returncode == 0 and json.loads(r.stdout)["agents_per_replica"] >= 1
     assert "names fp4 weights, but fp8 weights are priced" in " ".join(r.stderr.split())
@@ -152,9 +152,9 @@ def test_plan_reads_a_served_checkpoint_id_and_notes_a_dtype_slip(tmp_path):
 
 @pytest.mark.slow
 def test_plan_verify_exits_3_when_the_simulator_misses_the_slo():
-    """The flagship example's analytic N* sits at its KV limit, where the simulator preempts and misses
-    the SLO: --verify says so with a documented exit code, and stdout stays one JSON document."""
-    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--verify")
+    """The flagship example's analytic N* (--analytic) sits at its KV limit, where the simulator preempts
+    and misses the SLO: --verify says so with a documented exit code, and stdout stays one JSON document."""
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--analytic", "--verify")
     _no_traceback(r)
     assert r.returncode == 3, r.stderr
     assert json.loads(r.stdout)["verify"]["simulated_meets_slo"] is False
@@ -169,13 +169,13 @@ def test_plan_table_names_the_missed_slo_and_the_invalid_operating_point():
     assert "binding: slo (TTFT p95)" in text
     assert "TTFT p95" in text and "MISSED" in text
     assert "not a valid operating point: at 40 agents the replica misses the SLO; N* is 20" in text
-    ok = " ".join(run("plan", str(EXAMPLES / "support-chat.yaml")).stdout.split())
+    ok = " ".join(run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic").stdout.split())
     assert "MISSED" not in ok and "not a valid operating point" not in ok and "fits" in ok
 
 
 def test_a_trace_with_huge_prompts_is_flagged_when_the_spec_sets_no_per_call_slo():
     trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "azure_code_head100.csv"
-    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--workload-from", str(trace))
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--analytic", "--workload-from", str(trace))
     _no_traceback(r)
     text = " ".join(r.stdout.split())
     assert r.returncode == 0
@@ -186,7 +186,7 @@ def test_a_trace_with_huge_prompts_is_flagged_when_the_spec_sets_no_per_call_slo
 
 def test_workload_from_keeps_what_the_fit_noted():
     trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "azure_code_head100.csv"
-    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--workload-from", str(trace), "--json")
+    r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--analytic", "--workload-from", str(trace), "--json")
     _no_traceback(r)
     d = json.loads(r.stdout)
     assert any("the trace has no sessions" in n for n in d["workload_fit_notes"])

@@ -42,7 +42,7 @@ def test_yaml_output_plans(tmp_path):
     spec["workload"] = yaml.safe_load(out.read_text())["workload"]
     full = tmp_path / "spec.yaml"
     full.write_text(yaml.safe_dump(spec))
-    p = subprocess.run([APMW, "plan", str(full), "--json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([APMW, "plan", str(full), "--json", "--analytic"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["agents_per_replica"] >= 1
 

@@ -77,6 +77,7 @@ class Plan:
         return {
             "agents_per_replica": ev.agents,
             "agents_per_replica_max": self.search.agents,
+            "agents_per_replica_source": "analytic",
             "binding_constraint": self.search.binding_constraint,
             "meets_slo": ev.meets_latency,
             "slo_failed": list(ev.slo.failed),

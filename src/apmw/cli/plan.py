@@ -10,6 +10,7 @@ from rich.table import Table
 
 from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
+from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
 
 
@@ -25,13 +26,23 @@ def plan(
                                 "code 3 when the simulated run misses the SLO"),
     calibration: Optional[Path] = typer.Option(
         None, "--calibration", help="step-time calibration measured by apmw bench --calibrate FILE"),
+    analytic: bool = typer.Option(False, "--analytic", help="answer from the analytic model alone (milliseconds; "
+                                  "the default settles N* in the simulator)"),
+    check_tasks: int = typer.Option(CHECK_TASKS_PER_POINT, "--check-tasks", min=1, max=10_000,
+                                    help="tasks simulated per agent count when checking N* (more: a tighter "
+                                    "interval, a longer run)"),
 ) -> None:
-    """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session."""
+    """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session.
+
+    N* comes from the analytic model and is then settled in the simulator (seeded replications
+    around it; the answer carries its interval). --analytic skips the simulation; --agents N
+    evaluates exactly N agents analytically."""
     from rich.progress import Progress
 
     from apmw.capacity import InfeasibleError, plan as solve
-    from apmw.render import plan_table, verify_table
-    from apmw.sim import verify_plan
+    from apmw.render import check_table, plan_table, verify_table
+    from apmw.sim import unsupported, verify_plan
+    from apmw.sim.checked import check_plan
     from apmw.spec import load_spec
     from apmw.traces import fit_trace
 
@@ -52,6 +63,18 @@ def plan(
 
             efficiency = efficiency_from_calibration(read_calibration(calibration), s)
         result = solve(s, agents=agents, efficiency=efficiency)
+        settled = None
+        if agents is None and not analytic:
+            gap = unsupported(s)
+            if gap:
+                note(f"N* is the analytic model's, not checked in the simulator: it does not model {gap}")
+            else:
+                with Progress(console=out, transient=True, disable=as_json) as bar:
+                    task = bar.add_task("checking N* in the simulator", total=1.0)
+                    settled = check_plan(result, tasks_per_point=check_tasks,
+                                         progress=lambda what, done: bar.update(task, description=what,
+                                                                                completed=done))
+                result = settled.plan
         checked = None
         if verify:
             with Progress(console=out, transient=True, disable=as_json) as bar:
@@ -61,7 +84,7 @@ def plan(
         _fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
         _fail(str(exc))
-    d = result.to_dict()
+    d = result.to_dict() if settled is None else settled.to_dict()
     if workload_from is not None:
         d["workload_from"] = str(workload_from)
         d["workload_fit_notes"] = fit_notes
@@ -75,6 +98,8 @@ def plan(
         return
     title = str(spec) if workload_from is None else f"{spec}, workload fitted from {workload_from}"
     plan_table(out, d, title)
+    if settled is not None:
+        check_table(out, d)
     if checked is not None:
         verify_table(out, checked)
     _exit_if_simulation_missed(checked)

@@ -1,0 +1,317 @@
+"""`apmw plan`'s checked N*: the analytic model brackets it, the simulator settles it.
+
+The analytic plan (:func:`apmw.capacity.plan`) is fast but approximate where an engine runs
+full: admission waits and preemptions near the KV pool's capacity are outside it. So the
+answer ``apmw plan`` prints is re-derived in the simulator:
+
+1. **Start at the analytic N*.** Simulate it: ``replications`` seeded runs (seeds
+   ``spec.seed``, ``spec.seed + 1``, ...; the same seeds at every agent count, so two counts
+   differ by the agents, not the luck), each long enough that the runs together record about
+   ``tasks_per_point`` tasks, and pool their tasks.
+2. **Correct the analytic curve and step.** The simulated SLO slack at a point (largest
+   figure / limit over the SLOs set, :func:`apmw.capacity.slo.slo_slack`) over the analytic
+   one there is a correction factor; the next count is the largest whose corrected analytic
+   slack is at most 1, kept strictly inside the bracket found so far.
+3. **Stop** when a count that meets the SLO and the next one that misses it are one agent
+   apart, or after ``max_points`` counts.
+
+**The answer.** N* is the largest simulated count that meets the SLO below the smallest that
+misses it. Its interval runs from where the upper end of the pooled p95's confidence interval
+crosses the SLO to where the lower end does (linear between simulated counts): the agent counts
+the simulation cannot tell apart from N*. The pooled p95's interval is distribution-free
+(:func:`apmw.sim.result.quantile_interval`) and treats tasks as independent, so it is a lower
+bound on the uncertainty; the per-run p95s are listed beside it.
+
+**What is simulated and what is not.** The figures the simulator measures at N* replace the
+analytic ones (task latency, TTFT and TPOT p95, decode batch, resident KV mean, utilisation, and
+the power, energy and cost built on them); the rest (the residence breakdown, the KV p95) is the
+analytic model's at N*. The analytic plan's own answer is kept under ``analytic``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from apmw.capacity import Plan
+from apmw.capacity.closed_loop import closed_loop_model
+from apmw.capacity.economics import economics, fleet_size
+from apmw.capacity.search import largest_passing
+from apmw.capacity.slo import check_slo, slo_slack, slo_table
+from apmw.errors import ApmwError
+from apmw.sim.result import SimResult, percentiles, quantile_interval
+from apmw.sim.run import MAX_AGENTS, MAX_DURATION_S, simulate, unsupported
+
+# Tasks recorded per agent count, pooled over the replications: about 300 puts the p95 in a
+# distribution-free 95 % interval of roughly +-10 % on the bundled examples (docs/simulate.md).
+CHECK_TASKS_PER_POINT = 300
+CHECK_REPLICATIONS = 3
+# Agent counts simulated at most (each is ``replications`` runs).
+CHECK_MAX_POINTS = 5
+# Each run covers at least this many mean task times, so a fifth of it (the warm-up) fills the engine.
+MIN_RUN_TASK_TIMES = 4.0
+# Before a bracket is found, one step raises the agent count by at most this share.
+MAX_STEP_SHARE = 0.2
+# Calls preempted above this share at the first count that misses the SLO: the KV pool, not the
+# step time, is what stops N* (more KV memory would raise it).
+KV_BINDING_PREEMPTED_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class SimulatedPoint:
+    """One agent count, simulated ``len(runs)`` times with consecutive seeds; its tasks pooled."""
+
+    agents: int
+    runs: tuple[SimResult, ...]
+
+    def _pooled(self, name: str) -> np.ndarray:
+        return np.concatenate([r.samples[name] for r in self.runs])
+
+    @property
+    def completed_tasks(self) -> int:
+        return sum(r.completed_tasks for r in self.runs)
+
+    @property
+    def task_latency(self) -> dict:
+        return percentiles(self._pooled("task_latency_s"))
+
+    def p95(self, name: str) -> float | None:
+        v = self._pooled(name)
+        return float(np.quantile(v, 0.95)) if len(v) else None
+
+    def p95_interval(self, name: str) -> tuple[float, float]:
+        """The pooled p95's confidence interval; (0, inf) where too few samples bracket it."""
+        ci = quantile_interval(self._pooled(name))
+        return (0.0, math.inf) if ci is None else ci
+
+    def slack(self, spec_slo, end: int | None = None) -> float:
+        """SLO slack at the pooled p95s; ``end`` 0 or 1 takes the low or high end of their intervals."""
+        figures = [self.p95(n) if end is None else self.p95_interval(n)[end]
+                   for n in ("task_latency_s", "ttft_s", "tpot_s")]
+        return slo_slack(spec_slo, *figures)
+
+    def mean_of(self, name: str) -> float | None:
+        v = self._pooled(name)
+        return float(v.mean()) if len(v) else None
+
+    @property
+    def preempted_share(self) -> float:
+        calls = sum(len(r.samples["ttft_s"]) for r in self.runs)
+        return sum(r.preemptions for r in self.runs) / calls if calls else 0.0
+
+    def mean(self, field: str) -> float:
+        return float(np.mean([getattr(r, field) for r in self.runs]))
+
+    def to_dict(self, slo) -> dict:
+        ttft, tpot = self.p95("ttft_s"), self.p95("tpot_s")
+        return {
+            "agents": self.agents, "completed_tasks": self.completed_tasks,
+            "task_latency_s": self.task_latency,
+            "task_latency_p95_interval_s": _interval(self.p95_interval("task_latency_s")),
+            "task_latency_p95_by_run_s": [r.task_latency["p95"] for r in self.runs],
+            "ttft_p95_s": ttft, "tpot_p95_s": tpot,
+            "meets_slo": check_slo(slo, self.p95("task_latency_s"), ttft, tpot).meets,
+            "slo_slack": _finite(self.slack(slo)), "preempted_call_share": self.preempted_share,
+            "simulated_s_per_run": self.runs[0].duration_s, "seeds": [r.seed for r in self.runs],
+        }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _interval(ci: tuple[float, float]) -> list[float | None]:
+    return [ci[0], None if math.isinf(ci[1]) else ci[1]]
+
+
+def _crossing(points: list[SimulatedPoint], slack: Callable[[SimulatedPoint], float]) -> int | None:
+    """The largest agent count whose slack, linear between simulated counts, is at most 1 below the
+    first count that exceeds it; None when even the smallest simulated count exceeds it."""
+    previous = None
+    for p in points:
+        s = slack(p)
+        if s > 1.0:
+            if previous is None:
+                return None
+            n0, s0 = previous
+            share = (1.0 - s0) / (s - s0) if s > s0 else 0.0
+            return min(n0 + int(math.floor(share * (p.agents - n0))), p.agents - 1)
+        previous = (p.agents, s)
+    assert previous is not None
+    return previous[0]
+
+
+@dataclass(frozen=True)
+class CheckedPlan:
+    """``plan`` re-derived at the simulated N* (module docstring); ``analytic`` is the plan it started from."""
+
+    plan: Plan                       # the plan at the checked N*, its economics from the simulation
+    analytic: Plan
+    points: tuple[SimulatedPoint, ...]   # every agent count simulated, by count
+    agents: int                      # the checked N*
+    interval: tuple[int | None, int | None]   # (None: below / above the counts simulated)
+    tasks_per_point: int
+    replications: int
+
+    @property
+    def at(self) -> SimulatedPoint:
+        return next(p for p in self.points if p.agents == self.agents)
+
+    @property
+    def first_miss(self) -> SimulatedPoint | None:
+        return next((p for p in self.points if p.agents > self.agents), None)
+
+    @property
+    def binding(self) -> tuple[str, list[str] | None]:
+        """(binding constraint, the SLOs missed) at the first simulated count past N*."""
+        miss = self.first_miss
+        if miss is None:
+            return "not_found", None
+        slo = self.plan.spec.slo
+        failed = list(check_slo(slo, miss.p95("task_latency_s"), miss.p95("ttft_s"), miss.p95("tpot_s")).failed)
+        if miss.preempted_share >= KV_BINDING_PREEMPTED_SHARE:
+            return "kv_memory", failed
+        return "slo", failed
+
+    def to_dict(self) -> dict:
+        d = self.plan.to_dict()
+        at, slo = self.at, self.plan.spec.slo
+        ttft, tpot, task_p95 = at.p95("ttft_s"), at.p95("tpot_s"), at.p95("task_latency_s")
+        verdict = check_slo(slo, task_p95, ttft, tpot)
+        binding, binding_slo = self.binding
+        a = self.analytic.to_dict()
+        x = self.agents / at.task_latency["mean"]        # tasks per second, by Little's law
+        d.update({
+            "agents_per_replica": self.agents,
+            "agents_per_replica_max": self.agents,
+            "agents_per_replica_interval": list(self.interval),
+            "agents_per_replica_source": "simulated",
+            "binding_constraint": binding, "binding_slo": binding_slo,
+            "meets_slo": verdict.meets, "slo_failed": list(verdict.failed),
+            "slo_verdict": slo_table(slo, task_p95, ttft, tpot),
+            "task_latency_s": at.task_latency,
+            "task_latency_p95_interval_s": _interval(at.p95_interval("task_latency_s")),
+            "completed_tasks": at.completed_tasks,
+            "ttft_p95_s": ttft, "tpot_p95_s": tpot, "time_per_output_token_s": at.mean_of("tpot_s"),
+            "decode_batch_mean": at.mean("decode_batch_mean"), "running_batch_mean": at.mean("running_batch_mean"),
+            "engine_utilisation": at.mean("engine_utilisation"), "compute_bound_share": at.mean("compute_bound_share"),
+            "kv_tokens_resident_mean": at.mean("kv_tokens_resident_mean"),
+            "preempted_call_share": at.preempted_share,
+            "sessions_per_s": x, "tokens_per_s": {k: x * v for k, v in self.plan.tokens_per_task.items()},
+            "analytic": {k: a[k] for k in ("agents_per_replica", "binding_constraint", "binding_slo", "meets_slo",
+                                           "task_latency_s", "ttft_p95_s", "tpot_p95_s", "agents_per_mw")},
+            "check": {"tasks_per_point": self.tasks_per_point, "replications": self.replications,
+                      "points": [p.to_dict(slo) for p in self.points]},
+        })
+        return d
+
+
+def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, replications: int = CHECK_REPLICATIONS,
+               max_points: int = CHECK_MAX_POINTS, progress: Callable[[str, float], None] | None = None
+               ) -> CheckedPlan:
+    """The analytic plan's N* settled in the simulator (module docstring). ``progress(what, done)``
+    is told what runs and the share of the largest possible work done."""
+    spec, replica = analytic.spec, analytic.replica
+    gap = unsupported(spec)
+    if gap:
+        raise ApmwError(f"the simulator does not model {gap}, so N* cannot be checked; use --analytic")
+    if tasks_per_point < 1 or replications < 1 or max_points < 1:
+        raise ApmwError("tasks_per_point, replications and max_points must each be at least 1")
+    model = closed_loop_model(spec, replica)
+    analytic_slack: dict[int, float] = {}
+
+    def slack_a(n: int) -> float:
+        if n not in analytic_slack:
+            ev = model.evaluate(n)
+            analytic_slack[n] = slo_slack(spec.slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s)
+        return analytic_slack[n]
+
+    points: dict[int, SimulatedPoint] = {}
+    runs_total = max_points * replications
+
+    def run(n: int) -> SimulatedPoint:
+        x = n / model.evaluate(n).task_latency_mean_s           # tasks started per second, analytic
+        per_run = math.ceil(tasks_per_point / replications)
+        duration = min(max(per_run / ((1 - 0.2) * x), MIN_RUN_TASK_TIMES * n / x), MAX_DURATION_S)
+        runs = []
+        for i in range(replications):
+            done = (len(points) * replications + i) / runs_total
+            if progress is not None:
+                progress(f"simulating {n} agents, run {i + 1}/{replications}", done)
+            cb = None if progress is None else (
+                lambda now, end, d=done: progress(f"simulating {n} agents, run {i + 1}/{replications}",
+                                                  d + now / end / runs_total))
+            runs.append(simulate(spec, n, duration_s=duration, seed=spec.seed + i, replica=replica, progress=cb))
+        return SimulatedPoint(n, tuple(runs))
+
+    n = max(analytic.agents_per_replica, 1)
+    while len(points) < max_points:
+        points[n] = run(n)
+        lo, hi = _bracket(points, spec.slo)
+        if lo is not None and hi is not None and hi - lo <= 1:
+            break
+        nxt = _next_count(points, lo, hi, spec.slo, slack_a)
+        if nxt is None or nxt in points:
+            break
+        n = nxt
+    ordered = [points[k] for k in sorted(points)]
+    lo, hi = _bracket(points, spec.slo)
+    if lo is None:
+        first = ordered[0]
+        raise ApmwError(
+            f"the simulator misses the SLO at every agent count it checked, down to {first.agents} "
+            f"(task p95 {first.p95('task_latency_s') or math.nan:,.0f} s over {first.completed_tasks} tasks; "
+            f"the analytic N* was {analytic.agents_per_replica}): run apmw simulate at fewer agents, or "
+            "use --analytic for the analytic answer")
+    # the counts the simulation cannot tell from N*: crossings of the interval's ends (see module doc)
+    below = [p for p in ordered if hi is None or p.agents <= hi]
+    interval = (_crossing(below, lambda p: p.slack(spec.slo, 1)),
+                None if hi is None else _crossing(below, lambda p: p.slack(spec.slo, 0)))
+    at = points[lo]
+    econ = economics(spec, replica, lo, at.task_latency["mean"], at.mean("engine_utilisation"),
+                     at.mean("compute_bound_share"))
+    fleet = None
+    if spec.fleet.target_agents is not None:
+        fleet = fleet_size(spec.fleet.target_agents, lo, replica.gpus, econ.facility_power_w,
+                           econ.provisioned_power_w)
+    if progress is not None:
+        progress("done", 1.0)
+    return CheckedPlan(plan=replace(analytic, at=model.evaluate(lo), economics=econ, fleet=fleet), analytic=analytic,
+                       points=tuple(ordered), agents=lo, interval=interval, tasks_per_point=tasks_per_point,
+                       replications=replications)
+
+
+def _bracket(points: dict[int, SimulatedPoint], slo) -> tuple[int | None, int | None]:
+    """(largest count meeting the SLO below the smallest that misses it, that smallest missing count)."""
+    missing = [n for n, p in points.items() if p.slack(slo) > 1.0]
+    hi = min(missing) if missing else None
+    meeting = [n for n, p in points.items() if p.slack(slo) <= 1.0 and (hi is None or n < hi)]
+    return (max(meeting) if meeting else None), hi
+
+
+def _next_count(points: dict[int, SimulatedPoint], lo: int | None, hi: int | None, slo,
+                slack_a: Callable[[int], float]) -> int | None:
+    """Where to simulate next (None: nowhere left to look). Inside a bracket, where the line through
+    its two ends' simulated slacks crosses 1; before there is one, the largest count whose analytic
+    slack, times the simulated over the analytic slack at the count just simulated, is at most 1."""
+    if lo is not None and hi is not None:
+        s0, s1 = points[lo].slack(slo), points[hi].slack(slo)
+        share = (1.0 - s0) / (s1 - s0) if math.isfinite(s1) and s1 > s0 else 0.5
+        return min(max(lo + int(round(share * (hi - lo))), lo + 1), hi - 1)
+    ref = lo if lo is not None else hi
+    assert ref is not None
+    correction = points[ref].slack(slo) / max(slack_a(ref), 1e-12)
+    n = largest_passing(lambda m: slack_a(m) * correction <= 1.0, MAX_AGENTS if hi is None else hi - 1)
+    # the analytic curve misses what binds in the simulator (a KV pool that runs short), so it may
+    # point far too high: a step up goes at most MAX_STEP_SHARE higher (down, the jump is on the safe side)
+    n = min(n, math.ceil(ref * (1 + MAX_STEP_SHARE)))
+    if n < 1 and hi is not None and hi > 1:
+        n = hi // 2         # the corrected curve misses even at one agent: halve towards it
+    if lo is not None:
+        n = max(n, lo + 1)
+    if hi is not None:
+        n = min(n, hi - 1)
+    return n if n >= 1 else None

@@ -1,0 +1,114 @@
+"""`apmw plan`'s checked N*: the simulator settles the analytic answer, with its uncertainty."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+from apmw.capacity import plan
+from apmw.sim.checked import SimulatedPoint, _crossing, check_plan
+from apmw.spec import load_spec
+from tests.e2e.test_cli import APMW, EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def support():
+    analytic = plan(load_spec(EXAMPLES / "support-chat.yaml"))
+    return analytic, check_plan(analytic, tasks_per_point=150, replications=2)
+
+
+def test_n_star_meets_the_simulated_slo_and_one_more_agent_misses(support):
+    analytic, checked = support
+    d = checked.to_dict()
+    points = {p["agents"]: p for p in d["check"]["points"]}
+    n = d["agents_per_replica"]
+    assert d["agents_per_replica_source"] == "simulated"
+    assert points[n]["meets_slo"] and d["meets_slo"]
+    # the bracket: the next simulated count misses, and it is one agent above N*
+    assert min(k for k, p in points.items() if not p["meets_slo"]) == n + 1
+    assert d["binding_constraint"] == "slo" and d["binding_slo"]
+    assert d["analytic"]["agents_per_replica"] == analytic.agents_per_replica
+
+
+def test_the_answer_carries_its_uncertainty(support):
+    _, checked = support
+    d = checked.to_dict()
+    lo, hi = d["agents_per_replica_interval"]
+    n = d["agents_per_replica"]
+    assert (lo is None or lo <= n) and hi is not None and hi >= n
+    ci = d["task_latency_p95_interval_s"]
+    assert ci[0] <= d["task_latency_s"]["p95"] <= ci[1]
+    at = next(p for p in d["check"]["points"] if p["agents"] == n)
+    assert d["completed_tasks"] == at["completed_tasks"] >= 100
+    assert len(at["seeds"]) == 2 and len(at["task_latency_p95_by_run_s"]) == 2
+
+
+def test_economics_come_from_the_simulated_operating_point(support):
+    analytic, checked = support
+    d, sim = checked.to_dict(), checked.at
+    # energy per session = replica power x the simulated mean task time / N*
+    mean = sim.task_latency["mean"]
+    assert d["energy_per_session_j"] == pytest.approx(d["replica"]["power_w"] * mean / d["agents_per_replica"])
+    assert d["agents_per_mw"] == pytest.approx(d["agents_per_replica"] / (d["replica"]["facility_power_w"] / 1e6))
+    assert d["fleet"]["replicas"] == math.ceil(d["fleet"]["agents"] / d["agents_per_replica"])
+
+
+def test_same_seed_same_checked_answer(support):
+    analytic, checked = support
+    again = check_plan(analytic, tasks_per_point=150, replications=2)
+    assert again.to_dict()["check"] == checked.to_dict()["check"]
+    assert again.agents == checked.agents
+
+
+def test_the_interval_is_where_the_confidence_bounds_cross_the_slo():
+    class Point:
+        def __init__(self, agents, slack):
+            self.agents, self.value = agents, slack
+
+    pts = [Point(10, 0.8), Point(20, 1.2)]
+    assert _crossing(pts, lambda p: p.value) == 15
+    assert _crossing([Point(10, 1.1)], lambda p: p.value) is None
+    assert _crossing([Point(10, 0.5), Point(12, 0.9)], lambda p: p.value) == 12
+    assert _crossing([Point(10, 0.5), Point(11, 2.0)], lambda p: p.value) == 10
+
+
+def test_a_slack_that_was_not_measured_fails():
+    analytic = plan(load_spec(EXAMPLES / "support-chat.yaml"))
+    from apmw.sim import simulate
+
+    run = simulate(analytic.spec, 1, duration_s=5.0)      # far shorter than one task: none completes
+    point = SimulatedPoint(1, (run,))
+    assert point.completed_tasks == 0 and math.isinf(point.slack(analytic.spec.slo))
+    assert point.to_dict(analytic.spec.slo)["slo_slack"] is None
+
+
+def test_cli_checks_by_default_and_analytic_skips_it():
+    spec = str(EXAMPLES / "support-chat.yaml")
+    fast = subprocess.run([APMW, "plan", spec, "--json", "--analytic"], capture_output=True, text=True, timeout=120)
+    checked = subprocess.run([APMW, "plan", spec, "--json", "--check-tasks", "60"], capture_output=True, text=True,
+                             timeout=300)
+    assert fast.returncode == 0 and checked.returncode == 0, fast.stderr + checked.stderr
+    a, c = json.loads(fast.stdout), json.loads(checked.stdout)
+    assert a["agents_per_replica_source"] == "analytic" and "check" not in a
+    assert c["agents_per_replica_source"] == "simulated" and c["check"]["tasks_per_point"] == 60
+    assert c["analytic"]["agents_per_replica"] == a["agents_per_replica"]
+    table = subprocess.run([APMW, "plan", spec, "--check-tasks", "60"], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "COLUMNS": "200"})
+    text = " ".join(table.stdout.split())
+    assert f"agents per replica │ {c['agents_per_replica']} (binding: slo (TTFT p95)); simulated" in text
+    assert "simulated, 95% interval" in text and "N* checked in the simulator" in text
+
+
+def test_a_spec_the_simulator_cannot_run_keeps_the_analytic_answer_and_says_why(tmp_path):
+    text = (EXAMPLES / "coding-agent.yaml").read_text().replace(
+        "serving:\n", "serving:\n  speculative: {draft: mtp}\n", 1)
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    r = subprocess.run([APMW, "plan", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["agents_per_replica_source"] == "analytic"
+    assert "not checked in the simulator" in " ".join(r.stderr.split())

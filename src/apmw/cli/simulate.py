@@ -55,13 +55,20 @@ def _interval(ci: list | None, tasks: int) -> str:
 
 
 def _verdict(d: dict) -> str:
+    """Each SLO the spec sets, its simulated figure and whether it holds (the plan table's wording)."""
     if d["meets_slo"] is None:
         return "no SLO (open loop)"
-    if d["meets_slo"]:
-        return f"[green]met[/] (task p95 <= {d['slo_task_latency_p95_s']:g} s and every per-call SLO the spec sets)"
-    from apmw.capacity.slo import SLO_LABELS
+    from apmw.render import slo_line
 
-    return "[bold red]MISSED[/]: " + ", ".join(SLO_LABELS[n] for n in d["slo_failed"])
+    return slo_line(d["slo_verdict"])
+
+
+def _kv_verdict(d: dict) -> str:
+    """Whether the KV pool held every running call: a pool that ran short preempted (recompute)."""
+    peak = f"peak {d['kv_blocks_used_max']:,} of {d['kv_blocks_capacity']:,} blocks"
+    if d["preemptions"] == 0:
+        return f"[green]fits[/] ({peak}, no preemption)"
+    return f"[bold red]RAN SHORT[/]: {d['preemptions']:,} preemptions ({peak})"
 
 
 def _table(d: dict, title: str) -> Table:
@@ -80,6 +87,7 @@ def _table(d: dict, title: str) -> Table:
         ("engine utilisation", _fmt(d["engine_utilisation"])),
         ("replica power W / energy per task J", f"{d['replica_power_w']:,.0f} / {_fmt(d['energy_per_task_j'])}"),
         ("SLO", _verdict(d)),
+        ("KV pool", _kv_verdict(d)),
     ]
     for k, v in rows:
         t.add_row(k, v)

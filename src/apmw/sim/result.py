@@ -88,6 +88,7 @@ class SimResult:
     meets_slo: bool | None
     compute_bound_share: float = 0.0   # compute-bound share of the busy time (drives power)
     slo_failed: tuple = ()           # the SLOs missed (apmw.capacity.slo names), empty when met
+    slo_verdict: dict = field(default_factory=dict)   # per SLO set: {limit_s, value_s, met} (capacity.slo.slo_table)
     task_latency_p95_interval_s: tuple[float, float] | None = None   # INTERVAL_CONFIDENCE interval of the p95
     serving_policy: dict = field(default_factory=dict)   # the engine settings simulated (apmw.perf.ServingPolicy)
     timeseries: dict = field(default_factory=dict)
@@ -120,7 +121,8 @@ class SimResult:
             "replica_power_w": self.replica_power_w, "energy_j": self.energy_j,
             "energy_per_task_j": self.energy_per_task_j, "sessions_per_s": self.sessions_per_s,
             "slo_task_latency_p95_s": self.slo_p95_s, "meets_slo": self.meets_slo,
-            "slo_failed": list(self.slo_failed), "serving_policy": self.serving_policy,
+            "slo_failed": list(self.slo_failed), "slo_verdict": self.slo_verdict,
+            "serving_policy": self.serving_policy,
             "wall_s": self.wall_s,
         }
         if timeseries:

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
-from apmw.capacity.slo import check_slo
+from apmw.capacity.slo import check_slo, slo_table
 from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import Engine
@@ -42,7 +42,8 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
     x = agents / lat["mean"] if mode == "closed_loop" and lat["mean"] else (
         len(latency) / win if mode == "open_loop" else None)
     slo = spec.slo.task_latency_p95_s if mode == "closed_loop" else None
-    verdict = check_slo(spec.slo, lat["p95"], percentiles(ttft)["p95"], percentiles(tpot)["p95"])
+    p95s = (lat["p95"], percentiles(ttft)["p95"], percentiles(tpot)["p95"])
+    verdict = check_slo(spec.slo, *p95s)
     samples = np.array(st.samples, dtype=float).reshape(-1, 3)
     kv_per_token = replica.step.kv_bytes_per_token
     return SimResult(
@@ -64,6 +65,7 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
         slo_p95_s=slo,
         meets_slo=verdict.meets if slo is not None else None,
         compute_bound_share=compute_share, slo_failed=verdict.failed if slo is not None else (),
+        slo_verdict=slo_table(spec.slo, *p95s) if slo is not None else {},
         task_latency_p95_interval_s=quantile_interval(latency), serving_policy=replica.policy.to_dict(),
         timeseries={"t_s": samples[:, 0].tolist(), "decode_batch": samples[:, 1].tolist(),
                     "kv_tokens": samples[:, 2].tolist()},

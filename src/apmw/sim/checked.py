@@ -7,7 +7,8 @@ answer ``apmw plan`` prints is re-derived in the simulator:
 1. **Start at the analytic N*.** Simulate it: ``replications`` seeded runs (seeds
    ``spec.seed``, ``spec.seed + 1``, ...; the same seeds at every agent count, so two counts
    differ by the agents, not the luck), each long enough that the runs together record about
-   ``tasks_per_point`` tasks, and pool their tasks.
+   ``tasks_per_point`` tasks, and pool their tasks. A count the first runs already put clearly
+   inside or outside the SLO (:data:`DECIDED_MARGIN`) gets no more runs.
 2. **Correct the analytic curve and step.** The simulated SLO slack at a point (largest
    figure / limit over the SLOs set, :func:`apmw.capacity.slo.slo_slack`) over the analytic
    one there is a correction factor; the next count is the largest whose corrected analytic
@@ -53,6 +54,9 @@ CHECK_REPLICATIONS = 3
 CHECK_MAX_POINTS = 5
 # Each run covers at least this many mean task times, so a fifth of it (the warm-up) fills the engine.
 MIN_RUN_TASK_TIMES = 4.0
+# A count whose first two or more runs each put its SLO slack this far from 1, on the same side, gets no
+# more replications: it is clearly in or clearly out, and the runs are better spent near N*.
+DECIDED_MARGIN = 0.2
 # Before a bracket is found, one step raises the agent count by at most this share.
 MAX_STEP_SHARE = 0.2
 # Calls preempted above this share at the first count that misses the SLO: the KV pool, not the
@@ -245,6 +249,8 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
                 lambda now, end, d=done: progress(f"simulating {n} agents, run {i + 1}/{replications}",
                                                   d + now / end / runs_total))
             runs.append(simulate(spec, n, duration_s=duration, seed=spec.seed + i, replica=replica, progress=cb))
+            if _decided(SimulatedPoint(n, tuple(runs)), spec.slo):
+                break
         return SimulatedPoint(n, tuple(runs))
 
     n = max(analytic.agents_per_replica, 1)
@@ -282,6 +288,16 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     return CheckedPlan(plan=replace(analytic, at=model.evaluate(lo), economics=econ, fleet=fleet), analytic=analytic,
                        points=tuple(ordered), agents=lo, interval=interval, tasks_per_point=tasks_per_point,
                        replications=replications)
+
+
+def _decided(point: SimulatedPoint, slo) -> bool:
+    """A count is settled before its last replication when at least two runs each put its SLO slack
+    DECIDED_MARGIN or more on the same side of 1. Runs, not the pooled interval, decide: tasks of one
+    run share the engine's state, so one run's interval understates how much the next run differs."""
+    if len(point.runs) < 2:
+        return False
+    slacks = [SimulatedPoint(point.agents, (r,)).slack(slo) for r in point.runs]
+    return all(x <= 1 - DECIDED_MARGIN for x in slacks) or all(x >= 1 + DECIDED_MARGIN for x in slacks)
 
 
 def _bracket(points: dict[int, SimulatedPoint], slo) -> tuple[int | None, int | None]:

@@ -14,7 +14,8 @@ from apmw.examples import bundled_examples
 from apmw.levers import evaluate_levers
 from apmw.report import charts
 from apmw.report.html import render
-from apmw.sim import simulate, unsupported
+from apmw.sim import unsupported
+from apmw.sim.checked import check_plan
 from apmw.spec import Spec, load_spec
 
 # Points on the latency and KV curves.
@@ -22,8 +23,10 @@ CURVE_POINTS = 40
 
 ASSUMPTIONS = [
     "Task-latency percentiles come from sampled sessions (the spec's seed) with exponential per-call queueing; "
-    "engine-level jitter is not in the analytic curve. Red points: p95 from the iteration-level simulator "
-    "(apmw simulate) at half, one and one and a half times N*.",
+    "engine-level jitter, admission waits and preemptions are not in the analytic curve. N* is settled in the "
+    "iteration-level simulator as apmw plan does (docs/simulate.md, 'The checked N*'); red points: the pooled "
+    "p95 of each agent count it simulated, with its 95% interval. The curves, levers, contrast and the day of "
+    "demand use the analytic model.",
     "Step time: calibrated on measured vLLM kernel tables where they cover the model and GPU, else a roofline "
     "with efficiencies measured from the same tables (docs/accuracy.md). The engine's fixed cost per iteration "
     "is a cost per layer on the calibrated path (vLLM's fitted, SGLang's and TensorRT-LLM's assumed) and 1 ms "
@@ -37,24 +40,10 @@ ASSUMPTIONS = [
 ]
 
 
-# Simulated check points on the latency curve, as multiples of N*, and how long each runs:
-# at least SIM_MIN_S and SIM_TASKS mean task times, so that enough tasks finish for a p95.
-SIM_POINTS = (0.5, 1.0, 1.5)
-SIM_MIN_S = 1800.0
-SIM_TASKS = 5
-
-
-def _simulated_points(base, step) -> list[tuple[int, float]]:
-    duration = max(SIM_MIN_S, SIM_TASKS * base.at.task_latency_mean_s)
-    points = []
-    for share in SIM_POINTS:
-        n = max(1, round(share * base.agents_per_replica))
-        step(f"simulating {n} agents")
-        p95 = simulate(base.spec, n, duration_s=duration, seed=base.spec.seed,
-                       replica=base.replica).to_dict()["task_latency_s"]["p95"]
-        if p95 is not None:
-            points.append((n, p95))
-    return points
+def _simulated_points(checked: dict) -> list[tuple[int, float, float, float | None]]:
+    """The agent counts `apmw plan` simulated to settle N*: (agents, pooled p95, its 95 % interval)."""
+    return [(p["agents"], p["task_latency_s"]["p95"], *p["task_latency_p95_interval_s"])
+            for p in checked["check"]["points"] if p["task_latency_s"]["p95"] is not None]
 
 
 def _curve_agents(n_star: int) -> list[int]:
@@ -68,6 +57,10 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
     step("planning")
     base = plan(spec)
     d = base.to_dict()
+    sim_points = None
+    if simulated and not unsupported(spec):       # the headline is the checked N*, as apmw plan prints it
+        d = check_plan(base, progress=lambda what, _done: step(f"checking N*: {what}")).to_dict()
+        sim_points = _simulated_points(d)
     if spec.fleet.tasks_per_hour is not None:
         step("a day of demand")
         d["fleet_day"] = fleet_day(base).to_dict()
@@ -84,15 +77,14 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
             rows.append(contrast_row(name, plan(load_spec(path))).to_dict())
         except InfeasibleError:
             continue
-    sim_points = _simulated_points(base, step) if simulated and not unsupported(spec) else None
     econ = d["cost_breakdown_usd"]
     figs = {
         "latency": charts.latency_curve(agents, [e.task_latency_mean_s for e in evals],
                                         [e.task_latency_p95_s for e in evals], spec.slo.task_latency_p95_s,
-                                        base.agents_per_replica, sim_points),
+                                        d["agents_per_replica"], sim_points),
         "kv": charts.kv_curve(agents, [e.kv_bytes_resident_mean / base.replica.step.kv_bytes_per_token for e in evals],
                               [e.kv_bytes_resident_p95 / base.replica.step.kv_bytes_per_token for e in evals],
-                              d["kv_tokens_capacity"], base.agents_per_replica),
+                              d["kv_tokens_capacity"], d["agents_per_replica"]),
         "residence": charts.breakdown(d["residence_breakdown_s"], "s", "task residence at N*"),
         "tornado": charts.tornado(levers),
         "contrast": charts.agents_vs_tokens(rows, title),

@@ -29,12 +29,17 @@ def _svg(fig) -> str:
 
 
 def latency_curve(agents: list[int], mean_s: list[float], p95_s: list[float], slo_s: float, n_star: int,
-                  simulated: list[tuple[int, float]] | None = None) -> str:
+                  simulated: list[tuple[int, float, float, float | None]] | None = None) -> str:
+    """``simulated``: (agents, p95, low, high) of each simulated count; a missing high end is drawn to the p95."""
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     ax.plot(agents, mean_s, color=BLUE, label="mean (analytic)")
     ax.plot(agents, p95_s, color=ORANGE, label="p95 (analytic)")
     if simulated:
-        ax.scatter([a for a, _ in simulated], [p for _, p in simulated], color=RED, zorder=3, label="p95 (simulated)")
+        n, p95 = [s[0] for s in simulated], [s[1] for s in simulated]
+        below = [p - s[2] for p, s in zip(p95, simulated)]
+        above = [(s[3] if s[3] is not None else p) - p for p, s in zip(p95, simulated)]
+        ax.errorbar(n, p95, yerr=[below, above], fmt="o", color=RED, zorder=3, capsize=3,
+                    label="p95 (simulated, 95% interval)")
     ax.axhline(slo_s, color=GREY, linestyle="--", label=f"SLO p95 {slo_s:,.0f} s")
     ax.axvline(n_star, color=GREEN, linestyle=":", label=f"N* = {n_star}")
     ax.set_xlabel("concurrent agents per replica")

@@ -122,3 +122,37 @@ def test_an_axis_through_a_field_that_is_not_a_section_is_refused():
     # a section the spec leaves out is created
     (point,) = search(spec, {"serving.speculative.draft_tokens": [2], "serving.speculative.acceptance_rate": [0.5]}).points
     assert "serving.speculative.draft_tokens" in point.settings
+
+
+def test_check_settles_the_best_front_points_in_the_simulator():
+    from apmw.design_search import check_front
+    from apmw.sim.checked import check_plan
+    from apmw.capacity import plan
+
+    spec = load_spec(EXAMPLES / "support-chat.yaml")
+    found = search(spec, {"serving.engine": ["vllm", "sglang"]})
+    checked = check_front(spec, found, 1, tasks_per_point=60)
+    front = checked.front()
+    assert front[0].checked is not None and all(p.checked is None for p in front[1:])
+    # the same answer apmw plan gives for that point
+    direct = check_plan(plan(spec_from_dict({**spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                                             "serving": {**spec.serving.model_dump(mode="json", by_alias=True,
+                                                                                   exclude_none=True),
+                                                         **{"engine": front[0].settings["serving.engine"]}}})),
+                        tasks_per_point=60).to_dict()
+    c = front[0].checked
+    assert c["agents_per_replica"] == direct["agents_per_replica"]
+    assert c["agents_per_replica_interval"] == direct["agents_per_replica_interval"]
+    assert c["agents_per_mw"] == pytest.approx(direct["agents_per_mw"])
+    assert "checked" in checked.to_dict()["front"][0]
+
+
+def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():
+    from apmw.design_search import check_front
+
+    spec = load_spec(EXAMPLES / "support-chat.yaml")
+    found = search(spec, {"serving.speculative": [{"draft": "model", "acceptance_rate": 0.7, "draft_tokens": 3,
+                                                   "draft_cost_fraction": 0.1}]})
+    assert found.points, found.pruned
+    checked = check_front(spec, found, 1)
+    assert "speculative decoding" in checked.front()[0].checked["not_checked"]

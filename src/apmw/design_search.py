@@ -14,19 +14,23 @@ reason. The answer is the Pareto front of agents per MW against per-agent output
 at the p95 time per output token, the way interactivity curves are read), the best point per
 objective, and for each front point the engine flags that deploy it.
 
-This first slice evaluates points one after another (about a plan each, 30-70 ms on the bundled
-examples); the vectorised evaluation and the Ray executor of the issue are not built yet.
+Points are evaluated one after another (about a plan each, 30-70 ms on the bundled examples) with
+the analytic model; :func:`check_front` then settles N* in the simulator for the best front points,
+as ``apmw plan`` does (tens of seconds each). The vectorised evaluation and the Ray executor of the
+issue are not built yet.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from apmw.capacity import InfeasibleError, plan
 from apmw.errors import ApmwError
+from apmw.sim import unsupported
+from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan
 from apmw.spec import Spec, SpecError, spec_from_dict
 
 # Points one search evaluates: one after another, a larger space would run for hours.
@@ -41,6 +45,7 @@ class Point:
     settings: dict                      # dotted path -> value
     figures: dict                       # the objectives, and N* and its binding constraint
     launch: str                         # the engine's command line for this replica
+    checked: dict | None = None         # N* settled in the simulator (check_front), or why it was not
 
 
 @dataclass
@@ -80,7 +85,10 @@ class SearchAnswer:
 
 
 def _point_dict(p: Point) -> dict:
-    return {"settings": p.settings, **p.figures, "launch": p.launch}
+    d = {"settings": p.settings, **p.figures, "launch": p.launch}
+    if p.checked is not None:
+        d["checked"] = p.checked
+    return d
 
 
 def read_space(data: object, where: str) -> dict[str, list]:
@@ -178,6 +186,42 @@ def search(spec: Spec, axes: dict[str, list], progress: Callable[[int, int], Non
         if progress is not None:
             progress(i + 1, len(combos))
     return answer
+
+
+def check_front(spec: Spec, answer: SearchAnswer, top: int, tasks_per_point: int = CHECK_TASKS_PER_POINT,
+                progress: Callable[[str], None] | None = None) -> SearchAnswer:
+    """The ``top`` front points (best agents per MW first) with N* settled in the simulator, as
+    ``apmw plan`` does (:func:`apmw.sim.checked.check_plan`); each gets ``checked``: the simulated N*,
+    its interval, agents per MW and task p95 there, or the reason it could not be checked."""
+    base = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    chosen = {id(p) for p in answer.front()[:top]}
+    points = []
+    for p in answer.points:
+        if id(p) in chosen:
+            if progress is not None:
+                progress(f"checking {_settings_text(p.settings)}")
+            p = replace(p, checked=_checked(spec_from_dict(_with(base, p.settings), path="search point"),
+                                            tasks_per_point))
+        points.append(p)
+    return SearchAnswer(points=points, pruned=answer.pruned)
+
+
+def _checked(point_spec: Spec, tasks_per_point: int) -> dict:
+    gap = unsupported(point_spec)
+    if gap:
+        return {"not_checked": f"the simulator does not model {gap}"}
+    try:
+        d = check_plan(plan(point_spec), tasks_per_point=tasks_per_point).to_dict()
+    except ApmwError as exc:
+        return {"not_checked": str(exc)}
+    return {"agents_per_replica": d["agents_per_replica"], "agents_per_replica_interval": d["agents_per_replica_interval"],
+            "binding_constraint": d["binding_constraint"], "agents_per_mw": d["agents_per_mw"],
+            "cost_per_session_usd": d["cost_per_session_usd"], "task_latency_p95_s": d["task_latency_s"]["p95"],
+            "task_latency_p95_interval_s": d["task_latency_p95_interval_s"], "completed_tasks": d["completed_tasks"]}
+
+
+def _settings_text(settings: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in settings.items())
 
 
 def _reason(message: str) -> str:

@@ -11,11 +11,22 @@ from rich.table import Table
 
 from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, out
 from apmw.errors import ApmwError
+from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
 
 
 def _settings(s: dict) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in s.items())
+
+
+def _checked_cells(c: dict | None) -> tuple[str, str]:
+    if c is None:
+        return "-", "-"
+    if "not_checked" in c:
+        return "not checked", c["not_checked"][:60]
+    lo, hi = c["agents_per_replica_interval"]
+    span = f"{'?' if lo is None else lo}-{'?' if hi is None else hi}"
+    return f"{c['agents_per_replica']:,} ({span})", f"{c['agents_per_mw']:,.0f}"
 
 
 @app.command()
@@ -25,9 +36,13 @@ def search(
                                          "(default: GPUs per replica 1-8, bf16/fp8 weights, vLLM/SGLang)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (front, best, pruned counts)"),
     explain: bool = typer.Option(False, "--explain", help="list every pruned point with its reason"),
+    check: int = typer.Option(0, "--check", min=0, max=50, help="settle N* in the simulator for this many front "
+                              "points, best agents/MW first, as apmw plan does (tens of seconds each)"),
+    check_tasks: int = typer.Option(CHECK_TASKS_PER_POINT, "--check-tasks", min=1, max=10_000,
+                                    help="tasks simulated per agent count when checking"),
 ) -> None:
     """Plan every point of a design space: the agents/MW against output-speed front and how to launch it."""
-    from apmw.design_search import default_space, read_space, search as run
+    from apmw.design_search import check_front, default_space, read_space, search as run
     from apmw.spec import load_spec
     from apmw.spec.load import load_yaml
 
@@ -39,6 +54,11 @@ def search(
                       TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("search", total=None)
             answer = run(s, axes, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        if check:
+            with Progress(TextColumn("{task.description}"), console=err, transient=True) as bar:
+                task = bar.add_task("checking", total=None)
+                answer = check_front(s, answer, check, check_tasks,
+                                     progress=lambda what: bar.update(task, description=what))
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
     d = answer.to_dict(explain)
@@ -46,12 +66,15 @@ def search(
         emit_json(d)
         return
     t = Table(title=f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
-    for col in ("settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"):
+    cols = ["settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"]
+    if check:
+        cols += ["simulated N* (interval)", "simulated agents/MW"]
+    for col in cols:
         t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
     for p in d["front"]:
         t.add_row(_settings(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                   f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
-                  f"{p['task_latency_p95_s']:,.0f}")
+                  f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if check else ()))
     out.print(t)
     for name, p in d["best"].items():
         out.print(f"best {name}: {_settings(p['settings'])}", highlight=False, markup=False)

@@ -58,6 +58,7 @@ OUTPUT_OPTIONS = {"-o", "--out", "--export-path", "--csv"}
 ALWAYS = {   # options given every time, so that a run stays short or reaches past the required ones
     "simulate": {"--duration-s": ["120", "300"]},
     "plan": {"--check-tasks": ["10", "30"]},
+    "search": {"--check-tasks": ["10", "30"]},
     "bench": {"--duration-s": ["5"], "--endpoint": [ENDPOINT], "--model": ["m"]},
     "predict": {"--model": MODELS, "--gpu": GPUS, "--isl": ["100", "4000"], "--osl": ["10", "200"]},
 }

@@ -16,7 +16,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CHARTS = 7
+CHARTS = 9
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +39,13 @@ def test_report_is_one_self_contained_file(report_path):
                     "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions",
                     "SLO verdicts at N*", "Binding: kv_memory", "A day of demand (apmw fleet)", "40,000 tasks a day",
                     "At N* = 30 (settled in the simulator from", "the analytic model gives 27",
-                    "of calls preempted", "p95 (simulated, 95% interval)"):
+                    "of calls preempted", "p95 (simulated, 95% interval)",
+                    "Per call: time to first token and time per output token", "by apmw 0.1.0 with <code>apmw report",
+                    'download="plan.json" href="data:application/json;base64,', 'download="spec.yaml"',
+                    "<td>workload.steps_per_task</td><td>mean: 80.3, p95: 134</td>"):
         assert section in text
+    assert "<h2>Plan (JSON)</h2>" not in text           # attached, not dumped
+    assert " 0.0" not in text.split("energy per session")[1][:40]     # readable units: Wh, not 0.0xx kWh
 
 
 @pytest.mark.slow

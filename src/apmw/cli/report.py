@@ -29,7 +29,8 @@ def report(
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
                       transient=True) as bar:
             task = bar.add_task("planning", total=None)
-            html = build_report(load_spec(spec), spec.stem, lambda msg: bar.update(task, description=msg), simulate)
+            html = build_report(load_spec(spec), spec.stem, lambda msg: bar.update(task, description=msg), simulate,
+                                f"apmw report {spec} -o {output}" + ("" if simulate else " --no-simulate"))
     except InfeasibleError as exc:
         fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:

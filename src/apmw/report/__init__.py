@@ -46,13 +46,26 @@ def _simulated_points(checked: dict) -> list[tuple[int, float, float, float | No
             for p in checked["check"]["points"] if p["task_latency_s"]["p95"] is not None]
 
 
+def _simulated_per_call(checked: dict, field: str) -> list[tuple[int, float]] | None:
+    if "check" not in checked:
+        return None
+    return [(p["agents"], p[field]) for p in checked["check"]["points"] if p[field] is not None]
+
+
+def _tpot_limit_s(spec: Spec) -> float | None:
+    """The tighter of the TPOT SLO and the output-speed SLO, as seconds per output token."""
+    limits = [spec.slo.tpot_p95_s, 1 / spec.slo.output_speed_tokens_per_s if spec.slo.output_speed_tokens_per_s else None]
+    present = [x for x in limits if x is not None]
+    return min(present) if present else None
+
+
 def _curve_agents(n_star: int) -> list[int]:
     top = max(2 * n_star, 10)
     return sorted(set(np.unique(np.linspace(1, top, CURVE_POINTS).astype(int)).tolist()) | {n_star})
 
 
 def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None = None,
-                 simulated: bool = True) -> str:
+                 simulated: bool = True, command: str | None = None) -> str:
     step = progress or (lambda _: None)
     step("planning")
     base = plan(spec)
@@ -82,6 +95,11 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
         "latency": charts.latency_curve(agents, [e.task_latency_mean_s for e in evals],
                                         [e.task_latency_p95_s for e in evals], spec.slo.task_latency_p95_s,
                                         d["agents_per_replica"], sim_points),
+        "ttft": charts.per_call_curve(agents, [e.ttft_p95_s for e in evals], spec.slo.ttft_p95_s,
+                                      d["agents_per_replica"], "TTFT", _simulated_per_call(d, "ttft_p95_s")),
+        "tpot": charts.per_call_curve(agents, [e.tpot_p95_s for e in evals], _tpot_limit_s(spec),
+                                      d["agents_per_replica"], "time per output token",
+                                      _simulated_per_call(d, "tpot_p95_s")),
         "kv": charts.kv_curve(agents, [e.kv_bytes_resident_mean / base.replica.step.kv_bytes_per_token for e in evals],
                               [e.kv_bytes_resident_p95 / base.replica.step.kv_bytes_per_token for e in evals],
                               d["kv_tokens_capacity"], d["agents_per_replica"]),
@@ -97,11 +115,12 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
     }
     step("writing")
     return render(f"apmw report: {title}", d, figs, levers, rows,
-                  spec.model_dump(mode="json", by_alias=True, exclude_none=True), ASSUMPTIONS)
+                  spec.model_dump(mode="json", by_alias=True, exclude_none=True), ASSUMPTIONS, command)
 
 
 def write_report(spec_path: Path, out_path: Path, progress: Callable[[str], None] | None = None,
                  simulated: bool = True) -> Path:
     spec = load_spec(spec_path)
-    out_path.write_text(build_report(spec, spec_path.stem, progress, simulated), encoding="utf-8")
+    out_path.write_text(build_report(spec, spec_path.stem, progress, simulated,
+                                     f"apmw report {spec_path} -o {out_path}"), encoding="utf-8")
     return out_path

@@ -48,6 +48,23 @@ def latency_curve(agents: list[int], mean_s: list[float], p95_s: list[float], sl
     return _svg(fig)
 
 
+def per_call_curve(agents: list[int], p95_s: list[float], slo_s: float | None, n_star: int, label: str,
+                   simulated: list[tuple[int, float]] | None = None) -> str:
+    """A per-call latency's p95 (TTFT, or time per output token) against concurrency, in ms, with its SLO."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    ax.plot(agents, [p * 1e3 for p in p95_s], color=ORANGE, label=f"{label} p95 (analytic)")
+    if simulated:
+        ax.scatter([n for n, _ in simulated], [p * 1e3 for _, p in simulated], color=RED, zorder=3,
+                   label=f"{label} p95 (simulated)")
+    if slo_s is not None:
+        ax.axhline(slo_s * 1e3, color=GREY, linestyle="--", label=f"SLO p95 {slo_s * 1e3:,.0f} ms")
+    ax.axvline(n_star, color=GREEN, linestyle=":", label=f"N* = {n_star}")
+    ax.set_xlabel("concurrent agents per replica")
+    ax.set_ylabel(f"{label} (ms)")
+    ax.legend(frameon=False)
+    return _svg(fig)
+
+
 def kv_curve(agents: list[int], kv_mean: list[float], kv_p95: list[float], capacity: float, n_star: int) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     ax.plot(agents, [k / 1e6 for k in kv_mean], color=BLUE, label="resident KV, mean")
@@ -81,7 +98,7 @@ def tornado(levers: list[dict]) -> str:
     ax.barh([r["lever"] for r in rows], [r["gain"] - 1 for r in rows],
             color=[GREEN if r["gain"] >= 1 else RED for r in rows])
     ax.axvline(0, color=GREY)
-    ax.set_xlabel("change in agents per MW (gain - 1)")
+    ax.set_xlabel("change in agents per MW (+0.5 = 1.5x, -0.2 = 0.8x)")
     return _svg(fig)
 
 

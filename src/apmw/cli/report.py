@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from apmw.cli.common import app, fail, out, output_path, write_text
 from apmw.errors import ApmwError
@@ -17,7 +17,8 @@ def report(
     spec: Path = typer.Argument(..., help="YAML spec"),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="where to write the HTML file"),
     simulate: bool = typer.Option(True, "--simulate/--no-simulate",
-                                  help="add simulated p95 points to the latency curve (takes longer)"),
+                                  help="settle N* in the simulator as apmw plan does, and draw its points (--no-simulate: "
+                                  "the analytic answer, seconds)"),
 ) -> None:
     """Latency and KV curves, residence breakdown, levers, tokens/s contrast, cost, inputs: one HTML file."""
     from apmw.capacity import InfeasibleError
@@ -26,10 +27,11 @@ def report(
 
     output_path(output, "-o")
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
-                      transient=True) as bar:
-            task = bar.add_task("planning", total=None)
-            html = build_report(load_spec(spec), spec.stem, lambda msg: bar.update(task, description=msg), simulate,
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=out, transient=True) as bar:
+            task = bar.add_task("planning", total=1.0)
+            html = build_report(load_spec(spec), spec.stem,
+                                lambda what, done: bar.update(task, description=what, completed=done), simulate,
                                 f"apmw report {spec} -o {output}" + ("" if simulate else " --no-simulate"))
     except InfeasibleError as exc:
         fail(str(exc), exc.exit_code)

@@ -20,6 +20,9 @@ from apmw.spec import Spec, load_spec
 
 # Points on the latency and KV curves.
 CURVE_POINTS = 40
+# Shares of a report's time each stage takes, for its progress bar (coding-agent, measured: the check of
+# N* about 50 s of 60-75 s, the levers most of the rest).
+STAGE_SHARES = {"check": 0.75, "levers": 0.15, "writing": 0.05}
 
 ASSUMPTIONS = [
     "Task-latency percentiles come from sampled sessions (the spec's seed) with exponential per-call queueing; "
@@ -64,24 +67,28 @@ def _curve_agents(n_star: int) -> list[int]:
     return sorted(set(np.unique(np.linspace(1, top, CURVE_POINTS).astype(int)).tolist()) | {n_star})
 
 
-def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None = None,
+def build_report(spec: Spec, title: str, progress: Callable[[str, float], None] | None = None,
                  simulated: bool = True, command: str | None = None) -> str:
-    step = progress or (lambda _: None)
-    step("planning")
+    """The report's HTML. ``progress(stage, done)`` hears each stage and the share of the work done (the
+    simulator's check of N*, when it runs, is most of it: STAGE_SHARES)."""
+    step = progress or (lambda _what, _done: None)
+    step("planning", 0.0)
     base = plan(spec)
     d = base.to_dict()
     sim_points = None
     if simulated and not unsupported(spec):       # the headline is the checked N*, as apmw plan prints it
-        d = check_plan(base, progress=lambda what, _done: step(f"checking N*: {what}")).to_dict()
+        d = check_plan(base, progress=lambda what, done: step(f"checking N*: {what}", done * STAGE_SHARES["check"])
+                       ).to_dict()
         sim_points = _simulated_points(d)
     if spec.fleet.tasks_per_hour is not None:
-        step("a day of demand")
+        step("a day of demand", STAGE_SHARES["check"])
         d["fleet_day"] = fleet_day(base).to_dict()
     agents = _curve_agents(base.agents_per_replica)
     evals = sweep(base, agents)
-    step("levers")
-    levers = [r.to_dict() for r in evaluate_levers(spec, base, progress=lambda name: step(f"lever {name}"))]
-    step("bundled workloads")
+    step("levers", STAGE_SHARES["check"])
+    levers = [r.to_dict() for r in evaluate_levers(spec, base, progress=lambda name: step(
+        f"lever {name}", STAGE_SHARES["check"]))]
+    step("bundled workloads", STAGE_SHARES["check"] + STAGE_SHARES["levers"])
     rows = [contrast_row(title, base).to_dict()]
     for name, path in bundled_examples().items():
         if name == title:
@@ -113,12 +120,12 @@ def build_report(spec: Spec, title: str, progress: Callable[[str], None] | None 
                                                           - d["energy_per_session_j"]) / 3.6e3},
                                    "Wh", "energy per session"),
     }
-    step("writing")
+    step("writing", 1.0 - STAGE_SHARES["writing"])
     return render(f"apmw report: {title}", d, figs, levers, rows,
                   spec.model_dump(mode="json", by_alias=True, exclude_none=True), ASSUMPTIONS, command)
 
 
-def write_report(spec_path: Path, out_path: Path, progress: Callable[[str], None] | None = None,
+def write_report(spec_path: Path, out_path: Path, progress: Callable[[str, float], None] | None = None,
                  simulated: bool = True) -> Path:
     spec = load_spec(spec_path)
     out_path.write_text(build_report(spec, spec_path.stem, progress, simulated,

@@ -67,6 +67,16 @@ def test_report_renders_in_chromium_without_errors(report_path):
             " return [b.width, b.height, e.querySelectorAll('path,rect,line,text,use').length]})")
         shot = Path(os.environ.get("APMW_REPORT_SCREENSHOT", report_path.with_suffix(".png")))
         page.screenshot(path=str(shot), full_page=True)
+        # every section, from its heading to the next, shot on its own: each must draw something
+        sections = page.eval_on_selector_all(
+            "h2", "els => els.map((e, i) => {const next = els[i + 1]; const top = e.getBoundingClientRect().top"
+                  " + window.scrollY; const end = next ? next.getBoundingClientRect().top + window.scrollY"
+                  " : document.body.scrollHeight; return [e.textContent, top, end - top]})")
+        section_shots = []
+        for i, (name, top, height) in enumerate(sections):
+            path = shot.with_name(f"{shot.stem}-section{i}.png")
+            page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": top, "width": 1100, "height": height})
+            section_shots.append((name, height, path.stat().st_size))
         browser.close()
     assert not problems, problems
     assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
@@ -74,3 +84,8 @@ def test_report_renders_in_chromium_without_errors(report_path):
     for width, height, marks in charts:
         assert width > 200 and height > 100 and marks > 10
     assert shot.stat().st_size > 50_000
+    assert [name for name, _, _ in section_shots] == [
+        "Task latency against concurrency", "KV cache occupancy", "Where a task's time goes", "What to change first",
+        "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions"]
+    for name, height, size in section_shots:
+        assert height > 100 and size > 5_000, (name, height, size)

@@ -10,10 +10,10 @@ import base64
 import datetime as _dt
 import html
 import json
+from importlib.metadata import version
 
 import yaml
 
-from apmw import __version__
 from apmw.capacity.slo import binding_text, slo_rows
 
 _CSS = """
@@ -146,7 +146,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
 <body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']} x {html.escape(plan['replica']['gpu'])}.</p>
-<p class="meta">Generated {generated} by apmw {html.escape(__version__)}{'' if not command else
+<p class="meta">Generated {generated} by apmw {html.escape(version('apmw'))}{'' if not command else
 ' with <code>' + html.escape(command) + '</code>'}.</p>
 <div class="kpi">{kpi_html}</div>
 

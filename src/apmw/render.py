@@ -42,8 +42,9 @@ def plan_table(console: Console, p: dict, title: str) -> None:
     t.add_row("SLO", slo_line(p["slo_verdict"]))
     ci = p.get("task_latency_p95_interval_s")
     t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s"
-              + ("" if not ci else f" (95% CI {ci[0]:,.0f}-{'?' if ci[1] is None else f'{ci[1]:,.0f}'}, "
-                 f"{p['completed_tasks']:,} simulated tasks)")
+              + ("" if not ci else (f" (95% CI {ci[0]:,.0f}-{ci[1]:,.0f}" if ci[1] is not None else
+                                    " (too few tasks for a 95% CI")
+                 + f", {p['completed_tasks']:,} simulated tasks)")
               + f", p99 {lat['p99']:,.0f} s")
     t.add_row("residence per task" + (" (analytic)" if simulated else ""), ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
     t.add_row("per call", f"TTFT p95 {seconds_text(p['ttft_p95_s'])}, time per output token "
@@ -99,11 +100,11 @@ def check_table(console: Console, p: dict) -> None:
                     f"about {c['tasks_per_point']:,} tasks each", title_justify="left")
     for col in ("agents", "tasks", "task p95 s (95% CI)", "TTFT p95", "per output token p95", "preempted calls",
                 "SLO"):
-        t.add_column(col, justify="right" if col != "SLO" else "left")
+        t.add_column(col, justify="right" if col != "SLO" else "left", overflow="fold")
     for q in c["points"]:
         lo, hi = q["task_latency_p95_interval_s"]
         p95 = q["task_latency_s"]["p95"]
-        ci = "" if p95 is None else f" ({lo:,.0f}-{'?' if hi is None else f'{hi:,.0f}'})"
+        ci = "" if p95 is None else (" (too few tasks)" if hi is None else f" ({lo:,.0f}-{hi:,.0f})")
         t.add_row(f"{q['agents']:,}", f"{q['completed_tasks']:,}", ("n/a" if p95 is None else f"{p95:,.0f}") + ci,
                   seconds_text(q["ttft_p95_s"]), seconds_text(q["tpot_p95_s"]), f"{q['preempted_call_share']:.1%}",
                   "met" if q["meets_slo"] else "[red]MISSED[/]")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from apmw import load_spec, plan
-from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan
+from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan, interval_text
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -37,9 +37,8 @@ def main() -> None:
         checked = check_plan(analytic, tasks_per_point=args.check_tasks)
         checked_s, cpu_s = time.perf_counter() - t, time.process_time() - cpu
         simulated = sum(r.simulated_s for p in checked.points for r in p.runs)
-        lo, hi = checked.interval
-        low, high = checked.points[0].agents, checked.points[-1].agents
-        answer = (f"N* {checked.agents} ({f'<{low}' if lo is None else lo}-{f'>{high}' if hi is None else hi}), "
+        span = interval_text(checked.interval, [p.agents for p in checked.points])
+        answer = (f"N* {checked.agents} ({span}), "
                   f"analytic {analytic.agents_per_replica}")
         print(f"{path.stem:<16}{analytic_s:>11.3f}{checked_s:>10.1f}{cpu_s:>8.1f}{checked_s / analytic_s:>8.0f}"
               f"{len(checked.points):>8}{simulated:>10,.0f}{simulated / checked_s:>13,.0f}   {answer}")

@@ -20,7 +20,7 @@ from apmw.capacity.plan import plan
 from apmw.contrast import contrast
 from apmw.capacity.slo import SLO_LABELS
 from apmw.levers import evaluate_levers, top_two
-from apmw.sim.checked import check_plan
+from apmw.sim.checked import check_plan, interval_text
 from apmw.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,9 +59,7 @@ def checked(plans):
 def example_row(name: str, p, c) -> str:
     """The README's examples-table row for one example, from its analytic plan and checked answer."""
     d, a = c.to_dict(), p.to_dict()
-    lo, hi = d["agents_per_replica_interval"]
-    points = d["check"]["points"]
-    span = f"{'<' + str(points[0]['agents']) if lo is None else lo}-{'>' + str(points[-1]['agents']) if hi is None else hi}"
+    span = interval_text(d["agents_per_replica_interval"], [q["agents"] for q in d["check"]["points"]])
     binding = d["binding_constraint"] + (f" ({', '.join(SLO_LABELS[s] for s in d['binding_slo'])})"
                                          if d["binding_slo"] else "")
     return (f"| `{name}.yaml` | {REPLICAS[name]} | {d['step_time_source']} | {d['agents_per_replica']} ({span}) | "

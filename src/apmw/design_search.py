@@ -215,6 +215,7 @@ def _checked(point_spec: Spec, tasks_per_point: int) -> dict:
     except ApmwError as exc:
         return {"not_checked": str(exc)}
     return {"agents_per_replica": d["agents_per_replica"], "agents_per_replica_interval": d["agents_per_replica_interval"],
+            "agents_simulated": [p["agents"] for p in d["check"]["points"]],
             "binding_constraint": d["binding_constraint"], "agents_per_mw": d["agents_per_mw"],
             "cost_per_session_usd": d["cost_per_session_usd"], "task_latency_p95_s": d["task_latency_s"]["p95"],
             "task_latency_p95_interval_s": d["task_latency_p95_interval_s"], "completed_tasks": d["completed_tasks"]}

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from apmw.capacity.slo import SLO_LABELS, binding_text, seconds_text
+from apmw.sim.checked import interval_text
 
 
 def _si(value: float, unit: str) -> str:
@@ -86,10 +87,7 @@ def _source_text(p: dict) -> str:
     """Where N* came from: the simulator (with its interval and the analytic answer) or the analytic model."""
     if p.get("agents_per_replica_source") != "simulated":
         return ""
-    lo, hi = p["agents_per_replica_interval"]
-    lowest = p["check"]["points"][0]["agents"]
-    highest = p["check"]["points"][-1]["agents"]
-    span = f"{'<' + str(lowest) if lo is None else lo}-{'>' + str(highest) if hi is None else hi}"
+    span = interval_text(p["agents_per_replica_interval"], [q["agents"] for q in p["check"]["points"]])
     return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, out
 from apmw.errors import ApmwError
-from apmw.sim.checked import CHECK_TASKS_PER_POINT
+from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
 
 
@@ -24,8 +24,7 @@ def _checked_cells(c: dict | None) -> tuple[str, str]:
         return "-", "-"
     if "not_checked" in c:
         return "not checked", c["not_checked"][:60]
-    lo, hi = c["agents_per_replica_interval"]
-    span = f"{'?' if lo is None else lo}-{'?' if hi is None else hi}"
+    span = interval_text(c["agents_per_replica_interval"], c["agents_simulated"])
     return f"{c['agents_per_replica']:,} ({span})", f"{c['agents_per_mw']:,.0f}"
 
 

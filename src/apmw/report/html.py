@@ -15,6 +15,7 @@ from importlib.metadata import version
 import yaml
 
 from apmw.capacity.slo import binding_text, slo_rows
+from apmw.sim.checked import interval_text
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:980px;margin:2em auto;
@@ -100,9 +101,7 @@ def _source(plan: dict) -> str:
     """Where N* comes from, in words: the simulator's answer with its interval, or the analytic one."""
     if plan.get("agents_per_replica_source") != "simulated":
         return " (analytic model)"
-    lo, hi = plan["agents_per_replica_interval"]
-    pts = plan["check"]["points"]
-    span = f"{'below ' + str(pts[0]['agents']) if lo is None else lo} to {'above ' + str(pts[-1]['agents']) if hi is None else hi}"
+    span = interval_text(plan["agents_per_replica_interval"], [p["agents"] for p in plan["check"]["points"]])
     ci = plan["task_latency_p95_interval_s"]
     ci_text = "" if ci[1] is None else f", task p95 95% interval {ci[0]:,.0f}-{ci[1]:,.0f} s"
     return (f" (settled in the simulator from {plan['completed_tasks']:,} tasks; 95% interval {span} agents"

@@ -44,7 +44,7 @@ from apmw.capacity.search import largest_passing
 from apmw.capacity.slo import check_slo, slo_slack, slo_table
 from apmw.errors import ApmwError
 from apmw.sim.result import SimResult, percentiles, quantile_interval
-from apmw.sim.run import MAX_AGENTS, MAX_DURATION_S, simulate, unsupported
+from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, MAX_DURATION_S, simulate, unsupported
 
 # Tasks recorded per agent count, pooled over the replications: about 300 puts the p95 in a
 # distribution-free 95 % interval of roughly +-10 % on the bundled examples (docs/simulate.md).
@@ -121,6 +121,13 @@ class SimulatedPoint:
             "slo_slack": _finite(self.slack(slo)), "preempted_call_share": self.preempted_share,
             "simulated_s_per_run": self.runs[0].duration_s, "seeds": [r.seed for r in self.runs],
         }
+
+
+def interval_text(interval: list | tuple, counts: list[int]) -> str:
+    """N*'s interval as tables print it: "28-30"; "<17-18" or "30->33" where an end lies below or above
+    the agent ``counts`` simulated."""
+    lo, hi = interval
+    return f"{f'<{min(counts)}' if lo is None else lo}-{f'>{max(counts)}' if hi is None else hi}"
 
 
 def _finite(x: float) -> float | None:
@@ -239,7 +246,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     def run(n: int) -> SimulatedPoint:
         x = n / model.evaluate(n).task_latency_mean_s           # tasks started per second, analytic
         per_run = math.ceil(tasks_per_point / replications)
-        duration = min(max(per_run / ((1 - 0.2) * x), MIN_RUN_TASK_TIMES * n / x), MAX_DURATION_S)
+        duration = min(max(per_run / ((1 - DEFAULT_WARMUP_SHARE) * x), MIN_RUN_TASK_TIMES * n / x), MAX_DURATION_S)
         runs = []
         for i in range(replications):
             done = (len(points) * replications + i) / runs_total

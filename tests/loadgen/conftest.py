@@ -80,7 +80,7 @@ def tiny_spec_dict(config: Path, **workload) -> dict:
         "workload": w,
         "model": {"config": str(config), "weight_dtype": "int8", "kv_dtype": "fp16"},
         "hardware": {"gpu": CPU_GPU},
-        "serving": {"max_batch": SLOTS, "kv_memory_fraction": 1.0, "workspace_bytes_per_gpu": 0,
+        "serving": {"engine": "llamacpp", "max_batch": SLOTS, "kv_memory_fraction": 1.0, "workspace_bytes_per_gpu": 0,
                     "max_batched_tokens": 2048},
         "slo": {"task_latency_p95_s": 5.0},
         "cost": {"electricity_usd_per_kwh": 0.1, "gpu_hour_usd": 0.05},

@@ -207,19 +207,24 @@ def _sweep_run(server, spec_dict, levels, out):
 
 
 def test_calibration_file(llama_server, tmp_path):
-    from apmw.loadgen.calibrate import efficiency_from_calibration, measure_calibration, read_calibration
+    from apmw.loadgen.calibrate import measure_calibration, read_calibration, step_model_from_calibration
 
     path = tmp_path / "cal.json"
     cal = asyncio.run(measure_calibration(llama_server.url, "tiny", path, prompt_tokens=(32, 256, 1024),
-                                          concurrency=(1, 4), repeats=2, decode_tokens=32))
+                                          concurrency=(1, 4), repeats=2, decode_tokens=32,
+                                          context_tokens=(32, 1024)))
     assert read_calibration(path) == cal
     ttft = [r["ttft_s_p50"] for r in cal["ttft_vs_prompt_tokens"]]
     assert ttft[-1] > ttft[0] > 0                                   # longer prompts take longer to prefill
     assert [r["prompt_tokens"] for r in cal["ttft_vs_prompt_tokens"]] == [32, 256, 1024]
     assert all(r["tpot_s_p50"] > 0 for r in cal["tpot_vs_concurrency"])
+    # a decode step reads the whole context: after 1,024 prompt tokens it is slower than after 32
+    context = [r["tpot_s_p50"] for r in cal["tpot_vs_context"]]
+    assert context[1] > context[0] > 0
     assert cal["linear_fit"]["prefill_s_per_token"] > 0
-    eff = efficiency_from_calibration(cal, spec_from_dict(tiny_spec_dict(llama_server.config_path)))
-    assert eff.fixed_s > 0 and eff.bandwidth > 0 and "fitted to calibration" in eff.source
+    step = step_model_from_calibration(cal, spec_from_dict(tiny_spec_dict(llama_server.config_path)))
+    assert step.source == "measured" and "rms error" in step.source_detail
+    assert step.coefficients[2] > 0                                  # a prompt token costs time
 
     # apmw plan accepts the file: its step times follow the measurement, not the spec sheet
     import json
@@ -238,7 +243,7 @@ def test_calibration_file(llama_server, tmp_path):
     a, b = json.loads(plain.stdout), json.loads(fitted.stdout)
     assert b["calibration"] == str(path)
     assert b["time_per_output_token_s"] != a["time_per_output_token_s"]
-    assert "fitted to calibration" in b["sources"]["step_time"]
+    assert b["sources"]["step_time"].startswith("measured on")
 
 
 def test_sweep_syntax_errors_say_how_to_fix():

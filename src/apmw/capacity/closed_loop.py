@@ -6,7 +6,8 @@
 (:mod:`apmw.capacity.closed_network`) and reads tails and memory off the sample
 (:mod:`apmw.capacity.evaluate`). Where the policy frees contexts at tool waits, it solves for the
 prefix-cache miss share (:mod:`apmw.capacity.prefix_cache`) by blending two samples drawn with the
-same seed, one with every freed context found and one with none.
+same seed, one with every freed context found and one with none; with llama.cpp's one prompt per
+slot, from how often its slot is taken (:class:`apmw.capacity.prefix_cache.SlotSurvival`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from apmw.capacity.closed_network import solve_at
 from apmw.capacity.disaggregation import prefill_stage
 from apmw.capacity.engine_curve import EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
-from apmw.capacity.prefix_cache import LruSurvival, frees_contexts
+from apmw.capacity.prefix_cache import LruSurvival, SlotSurvival, frees_contexts
 from apmw.capacity.sessions import SessionSample, sample_session_pair, sample_sessions
 from apmw.errors import ApmwError
 from apmw.perf import Replica
@@ -73,7 +74,9 @@ class ClosedLoopModel:
         self.mixed = replica.policy.mixed_prefill
         self.miss_curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
                                        mixed=self.mixed)
+        self.slots = replica.policy.slot_prompt_cache
         self.cache = LruSurvival.from_sample(sample)
+        self.slot_cache = SlotSurvival.from_sample(sample) if self.slots else None
         if self.prefill is not None and len(self.cache.wait_s):
             raise ApmwError("serving.disaggregation together with a policy that frees contexts at tool waits "
                             f"('{spec.serving.tool_wait_kv_policy}') is not modelled yet; use retain or offload")
@@ -101,8 +104,9 @@ class ClosedLoopModel:
         c = replace(c, completion_rate=c.batch / (iters * c.iteration_s), iterations_per_call=iters)
         return s, evaluate(self.spec, self.replica.policy, s, c, self.replica.kv_capacity_bytes, agents)
 
-    def _means(self, m: float, agents: int) -> tuple[float, float]:
-        """(resident KV bytes, sessions per second) at miss share ``m``: means only, no tails (fast)."""
+    def _means(self, m: float, agents: int) -> tuple[float, float, float]:
+        """(resident KV bytes, sessions per second, calls running) at miss share ``m``: means only, no
+        tails (fast)."""
         h, x = self._hit_means, self._miss_means
         mean = lambda name: h[name] + m * (x[name] - h[name])  # noqa: E731
         c: EngineCurve = _blend(self.hit_curve, self.miss_curve, m, self._curve_fields)
@@ -116,7 +120,7 @@ class ClosedLoopModel:
         kv = agents * (mean("kv_q") * wq + mean("kv_prefill") * t_pf + mean("kv_decode") * t_dec
                        + mean("kv_tool")) / r
         assert self.hit_sample is not None     # only called where freed contexts are blended
-        return kv + self.hit_sample.shared_prefix_kv_bytes, agents / r
+        return kv + self.hit_sample.shared_prefix_kv_bytes, agents / r, loop.running_batch_mean
 
     def evaluate(self, agents: int) -> Evaluation:
         cap = self.replica.kv_capacity_bytes
@@ -124,7 +128,9 @@ class ClosedLoopModel:
             return evaluate(self.spec, self.replica.policy, self.miss_sample, self.miss_curve, cap, agents,
                             self.prefill)
         def step(m: float) -> float:
-            kv, sessions_per_s = self._means(m, agents)
+            kv, sessions_per_s, running = self._means(m, agents)
+            if self.slot_cache is not None:           # llama.cpp: freed contexts wait in idle slots
+                return self.slot_cache.miss_share(m, sessions_per_s, self.max_batch - running)
             return self.cache.miss_share(self.cache.characteristic_time(cap - kv, sessions_per_s))
 
         # fixed point of m = step(m): secant steps from the last answer (nearby N have nearby m),

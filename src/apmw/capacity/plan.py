@@ -16,7 +16,7 @@ from apmw.capacity.search import SearchResult, search
 from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
-from apmw.perf import Efficiency, Replica, replica_from_spec
+from apmw.perf import Efficiency, Replica, StepModel, replica_from_spec
 from apmw.spec import Spec
 
 
@@ -172,14 +172,18 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
     return "no number of agents meets the SLO; even one agent alone has " + "; and ".join(failures) + "."
 
 
-def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = None) -> Plan:
+def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = None,
+         step: StepModel | None = None) -> Plan:
     """Solve the spec. With ``agents``, report the closed loop at exactly that many agents.
 
-    ``efficiency`` (e.g. fitted by ``apmw bench --calibrate``) prices iterations with the
-    roofline at those efficiencies instead of the built-in step model.
+    ``efficiency`` prices iterations with the roofline at those efficiencies instead of the built-in
+    step model; ``step`` with that step model (a server's measured one, ``apmw bench --calibrate``).
     """
-    replica = (replica_from_spec(spec) if efficiency is None
-               else replica_from_spec(spec, efficiency, calibrated=False))
+    if step is not None:
+        replica = replica_from_spec(spec, step=step)
+    else:
+        replica = (replica_from_spec(spec) if efficiency is None
+                   else replica_from_spec(spec, efficiency, calibrated=False))
     model = closed_loop_model(spec, replica)
     sample = model.miss_sample
     result = search(spec, replica, sample, model)

@@ -14,6 +14,14 @@ calls leave free:
 
 Every task's last context is freed for good and sits in the cache ``T`` seconds too.
 A context whose wait is shorter than ``T`` is a hit; otherwise it is recomputed.
+
+llama.cpp's server keeps one prompt per slot instead (:mod:`apmw.sim.slots`): a context stays
+until another request takes its slot. A request takes another's slot when it does not find its
+own context: every task's first call, and every returning call that missed. It takes the first
+idle slot that holds a prompt, which is neither the least recently used nor one that tracks a
+context's age, so :class:`SlotSurvival` treats it as a random idle slot: a context waiting ``w``
+seconds survives with probability ``exp(-r w / k)`` for ``r`` such takes per second among ``k``
+idle slots. The simulator prices the rule exactly.
 The miss share ``m`` changes the prefill work, hence the step time, hence the free
 memory: we iterate to the fixed point, blending two session samples drawn with the
 same seed (all hits, all misses) and their engine curves linearly in ``m``
@@ -73,6 +81,29 @@ class LruSurvival:
         if len(self.wait_s) == 0:
             return 0.0
         return 1.0 - np.searchsorted(self.wait_s, t, side="left") / len(self.wait_s)
+
+
+@dataclass(frozen=True)
+class SlotSurvival:
+    """Freed contexts' waits, for one cached prompt per slot (module docstring)."""
+
+    wait_s: np.ndarray
+    returning_per_session: float     # freed contexts a task comes back to
+
+    @classmethod
+    def from_sample(cls, s: SessionSample) -> "SlotSurvival":
+        return cls(wait_s=s.freed_s, returning_per_session=len(s.freed_s) / s.sessions)
+
+    def miss_share(self, m: float, sessions_per_s: float, idle_slots: float) -> float:
+        """Share of freed contexts whose slot is taken before they return, when a share ``m`` of them
+        miss: each task's first call and each miss take a slot, ``sessions_per_s (1 + returning m)``
+        per second, spread over ``idle_slots``."""
+        if len(self.wait_s) == 0:
+            return 0.0
+        if idle_slots <= 0:
+            return 1.0
+        takes_per_s = sessions_per_s * (1.0 + self.returning_per_session * m)
+        return float(1.0 - np.exp(-takes_per_s * self.wait_s / idle_slots).mean())
 
 
 def frees_contexts(spec: Spec) -> bool:

@@ -158,12 +158,11 @@ async def _run(base, levels, results, api_key, resume, live):
 
 
 def _compare(spec, summary, calibration):
-    from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
+    from apmw.loadgen.calibrate import read_calibration, step_model_from_calibration
     from apmw.loadgen.compare import compare
 
-    eff = None if calibration is None else efficiency_from_calibration(read_calibration(calibration),
-                                                                                     spec)
-    return compare(spec, summary, eff)
+    step = None if calibration is None else step_model_from_calibration(read_calibration(calibration), spec)
+    return compare(spec, summary, step)
 
 
 def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json):
@@ -186,4 +185,10 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json):
         t.add_column(col, justify="right")
     for r in cal["tpot_vs_concurrency"]:
         t.add_row(str(r["concurrency"]), _fmt(r["tpot_s_p50"] * 1e3), _fmt(r["output_tokens_per_s"]))
+    out.print(t)
+    t = Table(title="decode after a longer prompt (one request)", title_justify="left")
+    for col in ("prompt tokens", "TPOT p50 ms"):
+        t.add_column(col, justify="right")
+    for r in cal.get("tpot_vs_context", []):
+        t.add_row(str(r["prompt_tokens"]), _fmt(r["tpot_s_p50"] * 1e3))
     out.print(t)

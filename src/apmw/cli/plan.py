@@ -57,12 +57,12 @@ def plan(
             for line in fit_notes:          # what the fit could not see, before any figure built on it
                 note(f"{workload_from}: {line}")
             s = s.model_copy(update={"workload": fitted.workload})
-        efficiency = None
+        step = None
         if calibration is not None:
-            from apmw.loadgen.calibrate import efficiency_from_calibration, read_calibration
+            from apmw.loadgen.calibrate import read_calibration, step_model_from_calibration
 
-            efficiency = efficiency_from_calibration(read_calibration(calibration), s)
-        result = solve(s, agents=agents, efficiency=efficiency)
+            step = step_model_from_calibration(read_calibration(calibration), s)
+        result = solve(s, agents=agents, step=step)
         settled = None
         if agents is None and not analytic:
             gap = unsupported(s)

@@ -1,37 +1,41 @@
-"""Measure an endpoint's step times and fit the planner's roofline efficiencies to them.
+"""Measure an endpoint's step times, and price a replica's iterations from them.
 
 ``apmw bench --calibrate FILE`` sends, on an otherwise idle server:
 
 * **TTFT vs prompt length** -- one request at a time, fresh random text (no prefix-cache hits),
   ``max_tokens`` 2, ``repeats`` times per length: the time of a whole-prompt prefill;
 * **TPOT vs concurrency** -- ``B`` requests at once with short prompts and ``decode_tokens``
-  output tokens each: per-token decode latency at batch ``B`` (the batching curve).
+  output tokens each: per-token decode latency at batch ``B`` (the batching curve);
+* **TPOT vs context** -- one request at a time with a prompt of each length and
+  ``decode_tokens`` output tokens: what reading a longer context adds to a decode step.
 
-The file (JSON, ``"format": "apmw-calibration/1"``) holds both tables, raw medians, and a
-straight-line fit of each (documented in docs/bench.md). :func:`efficiency_from_calibration`
-fits the three :class:`~apmw.perf.Efficiency` numbers (``fixed_s``, ``bandwidth``, ``flops``) of
-the roofline step model for a given spec's model and hardware to the measured points, so
-``apmw plan`` (via ``--compare-plan --calibration``) predicts with them.
+The file (JSON, ``"format": "apmw-calibration/1"``) holds the tables, raw medians, and a
+straight-line fit of the first two (documented in docs/bench.md). :func:`step_model_from_calibration`
+turns the rows into iteration loads of the spec's model and prices its iterations by the line
+through them (:class:`apmw.perf.measured.MeasuredStepModel`), so ``apmw plan --calibration`` and
+``apmw bench --compare-plan --calibration`` predict with the server's own step times.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as _dt
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 
 from apmw.loadgen.bench import make_text
 from apmw.loadgen.client import BenchError, Client
-from apmw.perf import DEFAULT_EFFICIENCY, Efficiency, IterationLoad, RooflineStepModel, replica_from_spec
+from apmw.perf import IterationLoad, replica_from_spec
+from apmw.perf.measured import MeasuredStepModel
 from apmw.spec import Spec
 
 FORMAT = "apmw-calibration/1"
 PROMPT_TOKENS = (32, 128, 512, 1024, 1536)
 CONCURRENCY = (1, 2, 4, 8)
+CONTEXT_TOKENS = (32, 512, 1024, 1536)
 DECODE_TOKENS = 64
 DECODE_PROMPT_TOKENS = 32
 
@@ -63,18 +67,34 @@ async def _tpot_row(client: Client, text, rng, b: int, decode_tokens: int) -> di
             "output_tokens_per_s": sum(r.output_tokens or 0 for r in results) / wall}
 
 
+async def _context_row(client: Client, text, rng, n: int, decode_tokens: int, repeats: int) -> dict:
+    samples = []
+    for r in range(repeats):
+        res = await client.call(text.text(n - 1, rng).lstrip(), decode_tokens, f"calibrate-context-{n}-{r}")
+        if not res.ok or res.tpot_s is None:
+            raise BenchError(f"calibration decode after {n} prompt tokens failed: {res.fault}: {res.detail}")
+        samples.append((res.tpot_s, res.prompt_tokens or n, res.output_tokens or decode_tokens))
+    return {"prompt_tokens": int(np.median([s[1] for s in samples])), "samples": len(samples),
+            "tpot_s_p50": float(np.median([s[0] for s in samples])),
+            "output_tokens": int(np.median([s[2] for s in samples]))}
+
+
 async def measure_calibration(endpoint: str, model: str, path: Path, api_key: str | None = None,
                               timeout_s: float = 60.0, seed: int = 0, prompt_tokens=PROMPT_TOKENS,
-                              concurrency=CONCURRENCY, repeats: int = 3, decode_tokens: int = DECODE_TOKENS) -> dict:
+                              concurrency=CONCURRENCY, repeats: int = 3, decode_tokens: int = DECODE_TOKENS,
+                              context_tokens=CONTEXT_TOKENS) -> dict:
     """Measure both tables against ``endpoint`` and write the calibration file to ``path``."""
     client = Client(endpoint, model, api="completions", api_key=api_key, timeout_s=timeout_s,
                     max_connections=max(concurrency) + 2)
-    rng = np.random.default_rng(seed)
+    # the prompts differ from every earlier calibration's, whatever the seed: a server keeps the last
+    # prompts it ran (llama.cpp per slot, vLLM in its prefix cache), and a hit is no prefill time
+    rng = np.random.default_rng((seed, time.time_ns()))
     try:
         text = await make_text(client)
         await client.call(text.text(16, rng), 4, "calibrate-warmup")     # first call pays one-off set-up
         ttft = [await _ttft_row(client, text, rng, n, repeats) for n in prompt_tokens]
         tpot = [await _tpot_row(client, text, rng, b, decode_tokens) for b in concurrency]
+        context = [await _context_row(client, text, rng, n, decode_tokens, repeats) for n in context_tokens]
     finally:
         await client.close()
     a, b0 = np.polyfit([r["prompt_tokens"] for r in ttft], [r["ttft_s_p50"] for r in ttft], 1)
@@ -87,6 +107,7 @@ async def measure_calibration(endpoint: str, model: str, path: Path, api_key: st
         "decode_prompt_tokens": DECODE_PROMPT_TOKENS,
         "ttft_vs_prompt_tokens": ttft,
         "tpot_vs_concurrency": tpot,
+        "tpot_vs_context": context,
         "linear_fit": {"ttft_intercept_s": float(b0), "prefill_s_per_token": float(a),
                        "tpot_intercept_s": float(c0), "tpot_s_per_sequence": float(d)},
     }
@@ -111,63 +132,39 @@ def read_calibration(path: Path) -> dict:
 
 
 def _points(cal: dict, spec: Spec):
-    """Iteration loads of the calibration points for the spec's model, and their measured times."""
-    arch, kv_dtype = replica_from_spec(spec).arch, spec.model.kv_dtype
+    """Iteration loads of the calibration rows for the spec's model, and their measured seconds inside
+    the engine (a TTFT less the engine's request overhead, apmw.perf.serving_policy.REQUEST_OVERHEAD_S)."""
+    replica = replica_from_spec(spec)
+    arch, kv_dtype, policy = replica.arch, spec.model.kv_dtype, replica.policy
     loads, times = [], []
     for r in cal["ttft_vs_prompt_tokens"]:
         n = float(r["prompt_tokens"])
+        t = r["ttft_s_p50"] - policy.request_overhead_s
+        if t <= 0:
+            raise BenchError(f"calibration: TTFT {r['ttft_s_p50'] * 1e3:.1f} ms at {n:.0f} prompt tokens is no more "
+                             f"than engine {policy.engine}'s request overhead ({policy.request_overhead_s * 1e3:.0f} ms); "
+                             "is serving.engine the server that was measured?")
         loads.append(IterationLoad(decode_seqs=0.0, prefill_tokens=n, kv_read_bytes=0.0,
                                    attention_flops=n * float(arch.attention_flops_per_token(n / 2))))
-        times.append(r["ttft_s_p50"])
+        times.append(t)
     ctx = cal.get("decode_prompt_tokens", DECODE_PROMPT_TOKENS)
     for r in cal["tpot_vs_concurrency"]:
-        b, c = float(r["concurrency"]), ctx + r.get("output_tokens", DECODE_TOKENS) / 2
+        # requests beyond the engine's batch limit wait for a slot: the batch is the limit
+        b, c = float(min(r["concurrency"], policy.max_batch)), ctx + r.get("output_tokens", DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=b, prefill_tokens=0.0,
                                    kv_read_bytes=b * float(arch.kv_bytes_for_context(c, kv_dtype)),
                                    attention_flops=b * float(arch.attention_flops_per_token(c))))
         times.append(r["tpot_s_p50"])
-    return loads, np.array(times)
+    for r in cal.get("tpot_vs_context", []):       # files written before this table have none
+        c = float(r["prompt_tokens"]) + r.get("output_tokens", DECODE_TOKENS) / 2
+        loads.append(IterationLoad(decode_seqs=1.0, prefill_tokens=0.0,
+                                   kv_read_bytes=float(arch.kv_bytes_for_context(c, kv_dtype)),
+                                   attention_flops=float(arch.attention_flops_per_token(c))))
+        times.append(r["tpot_s_p50"])
+    return replica.step, loads, np.array(times)
 
 
-def efficiency_from_calibration(cal: dict, spec: Spec) -> Efficiency:
-    """The ``fixed_s``, ``bandwidth`` and ``flops`` efficiencies that best reproduce the measurement.
-
-    Least squares on log(predicted / measured) over all TTFT and TPOT points, with the spec's
-    GPU figures as the peaks the efficiencies scale. Values above 1 mean the spec's peaks are
-    lower than what the server reached (e.g. nominal figures for a CPU 'GPU').
-    """
-    from scipy.optimize import least_squares
-
-    loads, measured = _points(cal, spec)
-    step = replica_from_spec(spec).step
-
-    def predict(x: np.ndarray) -> np.ndarray:
-        eff = _efficiency(*np.exp(x), source="")
-        # the plain roofline: its efficiencies are what a calibration fits (apmw plan reads them with
-        # calibrated=False)
-        s = RooflineStepModel(arch=step.arch, gpu=step.gpu, gpus=step.gpus, weight_dtype=step.weight_dtype,
-                      kv_dtype=step.kv_dtype, efficiency=eff, attention_data_parallel=step.attention_data_parallel)
-        return np.array([float(s.iteration_time_s(ld)) for ld in loads])
-
-    x0 = np.log([max(float(measured.min()) / 2, 1e-5), DEFAULT_EFFICIENCY.bandwidth, DEFAULT_EFFICIENCY.flops["bf16"]])
-    fit = least_squares(lambda x: np.log(predict(x) / measured), x0)
-    fixed, bw, fl = (float(v) for v in np.exp(fit.x))
-    rms = float(np.sqrt(np.mean(fit.fun ** 2)))
-    return _efficiency(fixed, bw, fl, source=f"fitted to calibration of {cal.get('endpoint')} "
-                       f"({cal.get('measured_at')}): fixed {fixed * 1e3:.3g} ms, bandwidth x{bw:.3g}, "
-                       f"flops x{fl:.3g}, rms log error {rms:.2f}")
-
-
-def _efficiency(fixed_s: float, bandwidth: float, flops: float, source: str) -> Efficiency:
-    """One bandwidth and one flops factor for every dtype (a calibration measures one server, one dtype).
-
-    Sets whichever per-dtype tables :class:`Efficiency` has (weights, KV), so the fitted
-    bandwidth is the one the step model uses whatever the spec's dtypes are.
-    """
-    changes = {"fixed_s": fixed_s, "bandwidth": bandwidth, "source": source,
-               "flops": {k: flops for k in DEFAULT_EFFICIENCY.flops}}
-    for name in ("bandwidth_by_dtype", "kv_bandwidth_by_dtype"):
-        table = getattr(DEFAULT_EFFICIENCY, name, None)
-        if isinstance(table, dict):
-            changes[name] = {k: bandwidth for k in table}
-    return dataclasses.replace(DEFAULT_EFFICIENCY, **changes)
+def step_model_from_calibration(cal: dict, spec: Spec) -> MeasuredStepModel:
+    """The spec's replica priced by the server's measured rows (:class:`apmw.perf.measured.MeasuredStepModel`)."""
+    step, loads, times = _points(cal, spec)
+    return MeasuredStepModel.fit(step, loads, times, origin=f"{cal.get('endpoint')} ({cal.get('measured_at')})")

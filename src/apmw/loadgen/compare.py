@@ -2,14 +2,14 @@
 
 The planner is run with ``agents=N`` for every level the bench measured, so each row compares
 the same closed loop. Only fields that mean the same on both sides are paired (names as in
-``apmw plan --json``). An :class:`~apmw.perf.Efficiency` fitted from a calibration file
-(:mod:`apmw.loadgen.calibrate`) can replace the default roofline efficiencies.
+``apmw plan --json``). A step model measured from a calibration file
+(:mod:`apmw.loadgen.calibrate`) can replace the built-in one.
 """
 
 from __future__ import annotations
 
 from apmw.capacity import InfeasibleError, plan
-from apmw.perf import Efficiency, replica_from_spec
+from apmw.perf import StepModel, replica_from_spec
 from apmw.spec import Spec
 
 # (label, path into the plan dict, path into the bench level dict)
@@ -37,11 +37,11 @@ def _get(d: dict, path: tuple[str, ...]):
     return d
 
 
-def compare(spec: Spec, summary: dict, efficiency: Efficiency | None = None) -> dict:
+def compare(spec: Spec, summary: dict, step: StepModel | None = None) -> dict:
     """``{"levels": [{agents, rows: [{field, predicted, measured, ratio}]}], "agents_star": {...}}``."""
     levels = []
     for lv in summary["levels"]:
-        predicted = plan(spec, agents=lv["agents"], efficiency=efficiency).to_dict()
+        predicted = plan(spec, agents=lv["agents"], step=step).to_dict()
         rows = []
         for label, ppath, mpath in PAIRED:
             p, m = _get(predicted, ppath), _get(lv, mpath)
@@ -49,11 +49,11 @@ def compare(spec: Spec, summary: dict, efficiency: Efficiency | None = None) -> 
                          "measured_over_predicted": (m / p) if (p and m is not None) else None})
         levels.append({"agents": lv["agents"], "rows": rows})
     try:
-        predicted_star = plan(spec, efficiency=efficiency).agents_per_replica
+        predicted_star = plan(spec, step=step).agents_per_replica
     except InfeasibleError:
         predicted_star = 0
-    # the step model the prediction used: the bench calibration's fit, or the built-in one
-    source = efficiency.source if efficiency is not None else replica_from_spec(spec).step.source_detail
+    # the step model the prediction used: the server's measured one, or the built-in one
+    source = (step if step is not None else replica_from_spec(spec).step).source_detail
     return {"levels": levels, "agents_star": {"predicted": predicted_star,
                                               "measured": summary.get("agents_per_replica")},
-            "efficiency_source": source}
+            "step_time_source": source}

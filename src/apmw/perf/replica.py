@@ -20,7 +20,7 @@ from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap
 from apmw.perf.power import PowerModel
 from apmw.perf.scaled import scaled_step_model
-from apmw.perf.serving_policy import DEFAULT_ENGINE, ServingPolicy, resolve_policy
+from apmw.perf.serving_policy import DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, resolve_policy
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
@@ -115,6 +115,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     """
     if efficiency is None:
         efficiency = efficiency_for_gpu(gpu.name)
+    calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
     if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                    efficiency=efficiency, attention_data_parallel=attention_data_parallel,
@@ -160,10 +161,13 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
         f"a smaller {dtype_field}, or a larger GPU.")
 
 
-def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True) -> Replica:
+def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True,
+                      step: StepModel | None = None) -> Replica:
     """A replica for the spec; its step model is ``calibrated`` where measured tables cover it.
 
-    Pass ``calibrated=False`` to force the roofline (e.g. to compare the two paths).
+    Pass ``calibrated=False`` to force the roofline (e.g. to compare the two paths), or a ``step``
+    model already built for the spec's model and GPUs (a server's measured one,
+    :mod:`apmw.perf.measured`).
     """
     arch = load_architecture(spec.model.config)
     gpu = resolve_gpu(spec.hardware.gpu)
@@ -173,9 +177,10 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
             f"hardware.gpus_per_replica: {g} GPUs do not divide {arch.name}'s {arch.num_heads} attention heads; "
             f"tensor parallelism shards heads evenly, so use a count that divides {arch.num_heads} "
             f"(or serving.attention_data_parallel: true)")
-    step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                            engine=spec.serving.engine, calibrated=calibrated,
-                            attention_data_parallel=spec.serving.attention_data_parallel)
+    if step is None:
+        step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
+                                engine=spec.serving.engine, calibrated=calibrated,
+                                attention_data_parallel=spec.serving.attention_data_parallel)
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes,
                             attention_dp_ranks=g if spec.serving.attention_data_parallel else 1)
     mem = replica_memory(step, policy)

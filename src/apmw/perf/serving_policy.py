@@ -45,6 +45,19 @@ And how an engine admits a request when KV memory is short:
   running request holds ``isl + osl``. NVIDIA's NIM Llama-3.3-70B runs saturate where this
   puts them (docs/accuracy.md).
 
+And what an engine keeps of a finished call's KV for the next call with the same prefix:
+
+* **One LRU prefix cache over the whole pool** (vLLM's automatic prefix caching, SGLang's radix
+  cache): freed blocks stay cached until the pool needs them (:mod:`apmw.sim.kvcache`).
+* **One cached prompt per slot** (llama.cpp's server, ``SLOT_PROMPT_CACHE_ENGINES``): each of its
+  ``--parallel`` slots keeps the last prompt it ran; a request takes the idle slot whose prompt
+  shares the longest prefix with its own, as a share of its prompt, if above
+  ``--slot-prompt-similarity`` (0.1), else the least recently used idle slot
+  (``server_context::get_available_slot``, tools/server/server-context.cpp). A returning agent
+  hits only if no other request took its slot meanwhile (:mod:`apmw.sim.slots`). Its host-memory
+  prompt cache (``--cache-ram``) is not modelled: the server builds measured here log no prompt
+  cache with per-slot (non-unified) KV, and calls whose slot was taken recompute their context.
+
 And when a prompt that arrives mid-iteration can first run:
 
 * **Scheduled one iteration ahead** (the default of all three in current versions): the
@@ -114,8 +127,13 @@ def reserved_output_share(engine: str, osl: float | None = None) -> float:
     return 0.0
 
 
-# Engines whose default scheduler forms the next iteration's batch while the current one runs.
+# Engines whose default scheduler forms the next iteration's batch while the current one runs
+# (llama.cpp's server loop decodes, then schedules: no overlap).
 OVERLAP_SCHEDULING_ENGINES = frozenset({"vllm", "sglang", "trtllm"})
+# Engines that keep one cached prompt per slot instead of an LRU prefix cache (module docstring).
+SLOT_PROMPT_CACHE_ENGINES = frozenset({"llamacpp"})
+# Engines without measured kernel tables: their iterations are priced by the roofline.
+ROOFLINE_ONLY_ENGINES = frozenset({"llamacpp"})
 
 
 def iterations_scheduled_ahead(engine: str, overlap: bool | None = None) -> int:
@@ -186,7 +204,9 @@ VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
 VLLM_MAX_NUM_BATCHED_TOKENS = {True: 8192, False: 2048}
 # SGLang and TensorRT-LLM (module docstring).
 MAX_BATCH = {"sglang": 2048, "trtllm": 2048}
-TOKEN_BUDGET = {"sglang": 8192, "trtllm": 8192}
+# llama.cpp: its logical batch, --batch-size (common_params.n_batch = 2048); its slots have no
+# default apmw takes (the spec must say --parallel, apmw.spec.Serving).
+TOKEN_BUDGET = {"sglang": 8192, "trtllm": 8192, "llamacpp": 2048}
 
 # Client-observed time to first token outside the engine's iterations: HTTP, chat
 # template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
@@ -197,8 +217,11 @@ TOKEN_BUDGET = {"sglang": 8192, "trtllm": 8192}
 # engine-only TTFT (15 runs), GPUStack's Qwen3-8B on H100 about 50 ms (vLLM 0.11), 20 ms
 # (SGLang 0.5.3) and 40 ms (trtllm-serve 1.2) beyond the prefill (docs/accuracy.md). An
 # in-process harness (MLPerf LoadGen, trtllm-bench) has none.
-REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025}
+# llama.cpp's server on loopback: MEASURED, the median client TTFT less the server's own
+# timings.prompt_ms, 5.9 ms over 157 calls of the tiny test model (bench/README.md "loadgen").
+REQUEST_OVERHEAD_S = {"vllm": 0.025, "sglang": 0.025, "trtllm": 0.025, "llamacpp": 0.006}
 
+# Engines whose measured kernel tables price iterations (apmw predict takes these).
 ENGINES = tuple(ENGINE_OVERHEAD_S_PER_LAYER)
 
 
@@ -251,6 +274,7 @@ class ServingPolicy:
     mixed_prefill: bool               # prompt chunks ride beside decodes (False: prefill first)
     iterations_ahead: int             # batches already formed when a prompt arrives at a busy engine
     reserved_output_share: float      # share of running requests' remaining output kept at admission
+    slot_prompt_cache: bool           # one cached prompt per slot (llama.cpp) instead of an LRU prefix cache
     request_overhead_s: float         # client-observed time outside the engine, per request
     overhead_s_per_layer: float       # the engine's fixed cost per layer of an iteration
 
@@ -301,6 +325,8 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),
         iterations_ahead=iterations_scheduled_ahead(e, serving.overlap_scheduling),
         reserved_output_share=reserved_output_share(e),
+        slot_prompt_cache=e in SLOT_PROMPT_CACHE_ENGINES,
         request_overhead_s=REQUEST_OVERHEAD_S[e] if request_overhead_s is None else request_overhead_s,
-        overhead_s_per_layer=ENGINE_OVERHEAD_S_PER_LAYER[e],
+        # llama.cpp has no kernel tables, so no per-layer floor beside them (the roofline's fixed_s)
+        overhead_s_per_layer=ENGINE_OVERHEAD_S_PER_LAYER.get(e, 0.0),
     )

@@ -1,15 +1,17 @@
 """The step-model protocol: what every estimator of one engine iteration offers its callers.
 
 An iteration runs every running sequence one step: ``decode_seqs`` sequences produce one token
-each and ``prefill_tokens`` new prompt tokens are processed (chunked prefill, vLLM V1). Three
+each and ``prefill_tokens`` new prompt tokens are processed (chunked prefill, vLLM V1). Four
 estimators price it, siblings behind :class:`StepModel`, each naming itself in ``source``:
 
 * ``roofline`` (:class:`apmw.perf.roofline.RooflineStepModel`): spec sheets and fitted efficiencies;
 * ``calibrated`` (:class:`apmw.perf.calibrated.CalibratedStepModel`): measured kernel tables;
 * ``scaled`` (:class:`apmw.perf.scaled.ScaledStepModel`): a measured relative's calibrated
-  iteration, scaled by the two GPUs' roofline ratio.
+  iteration, scaled by the two GPUs' roofline ratio;
+* ``measured`` (:class:`apmw.perf.measured.MeasuredStepModel`): one server's own measured step
+  times (``apmw bench --calibrate``), as a line in the iteration's load.
 
-All three share :class:`RooflineFigures`, the replica's hardware figures: weight and KV bytes,
+All four share :class:`RooflineFigures`, the replica's hardware figures: weight and KV bytes,
 KV replication under tensor parallelism, the weights an iteration touches, the TP all-reduce,
 and the memory- and compute-bound roofline terms,
 
@@ -73,7 +75,7 @@ class StepModel(Protocol):
 
     @property
     def source(self) -> str:
-        """Which estimator priced the step times: ``roofline``, ``calibrated`` or ``scaled``."""
+        """Which estimator priced the step times: ``roofline``, ``calibrated``, ``scaled`` or ``measured``."""
         ...
 
     @property

@@ -176,7 +176,8 @@ class ClosedLoopAgents:
             self._end_task(a, now + wait)
             return
         host = 0
-        if self.sv.prefix_caching and (wait == 0 or policy == "retain"):
+        # llama.cpp keeps nothing pinned: a finished call's tokens stay in its slot (apmw.sim.slots)
+        if self.sv.prefix_caching and (wait == 0 or policy == "retain") and ledger.slots is None:
             ledger.pin(a, seq, None)
         elif self.sv.prefix_caching and policy == "ttl":
             ledger.pin(a, seq, now + self.sv.ttl_s)

@@ -14,7 +14,7 @@ class Seq:
     """One model call inside the engine."""
 
     __slots__ = ("agent", "ctx", "total", "kv_len", "own", "generated", "out", "prefill", "ready_s", "first_s",
-                 "host_tokens", "retained")
+                 "host_tokens", "retained", "slot")
 
     def __init__(self, agent: int, ctx: int, prompt: int, out: int, ready_s: float, host_tokens: int = 0):
         self.agent = agent
@@ -29,6 +29,7 @@ class Seq:
         self.first_s = -1.0
         self.host_tokens = host_tokens  # history reloadable from host memory (offload)
         self.retained = False          # holds pinned blocks while queued (retain/ttl)
+        self.slot = -1                 # the llama.cpp slot it runs in (apmw.sim.slots), -1 none
 
 
 class Batch:

@@ -66,6 +66,7 @@ from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NE
                                   SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
+from apmw.sim.slots import SlotPromptCache
 from apmw.sim.stats import Meter
 from apmw.spec import Serving
 
@@ -97,8 +98,10 @@ class Engine:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.ahead = policy.iterations_ahead
         self._last_start_s = 0.0          # when the iteration that ended last began
+        slots = (SlotPromptCache(policy.max_batch, shared_tokens)
+                 if policy.slot_prompt_cache and serving.prefix_caching else None)
         self.ledger = KvLedger(replica.kv_capacity_bytes, step.kv_bytes_per_token, serving.prefix_caching,
-                               shared_tokens)
+                               shared_tokens, slots)
         self.running = Batch()
         self.waiting: deque[Seq] = deque()
         self.arrivals: list = []          # heap of (time, n, seq)

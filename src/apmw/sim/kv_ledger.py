@@ -15,6 +15,8 @@ what the pool does not know:
   prefix cache (where they may still hit) before it preempts or stalls.
 * **Resident KV tokens.** The shared prefix plus every held context beyond it, the quantity
   whose time average is ``kv_tokens_resident_mean``.
+* **Slots** (llama.cpp): with a :class:`~apmw.sim.slots.SlotPromptCache` the pool caches nothing;
+  a call finds what its slot still holds, and its slot keeps its tokens when it ends.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.kvcache import BlockPool
+from apmw.sim.slots import SlotPromptCache
 
 # vLLM's default KV block size in tokens (--block-size, CacheConfig.block_size = 16).
 BLOCK_TOKENS = 16
@@ -39,9 +42,13 @@ def _blocks(tokens: np.ndarray) -> np.ndarray:
 class KvLedger:
     """The KV blocks of one replica: the pool, the shared prefix, the pins and the resident tokens."""
 
-    __slots__ = ("pool", "caching", "sb", "shared", "kv_tokens", "pinned", "expiries", "retained_waiting", "_n")
+    __slots__ = ("pool", "caching", "sb", "shared", "kv_tokens", "pinned", "expiries", "retained_waiting", "_n",
+                 "slots")
 
-    def __init__(self, kv_capacity_bytes: float, kv_bytes_per_token: float, caching: bool, shared_tokens: int):
+    def __init__(self, kv_capacity_bytes: float, kv_bytes_per_token: float, caching: bool, shared_tokens: int,
+                 slots: SlotPromptCache | None = None):
+        self.slots = slots
+        caching = caching and slots is None      # with slots, the slots are the only prompt cache
         self.caching = caching
         kv_block_bytes = kv_bytes_per_token * BLOCK_TOKENS
         self.pool = BlockPool(int(kv_capacity_bytes // kv_block_bytes), caching)
@@ -113,6 +120,8 @@ class KvLedger:
         """
         if seq.retained:
             return seq.kv_len, 0
+        if self.slots is not None:
+            return self.slots.choose(seq.ctx, seq.total)[1], 0
         kv, reuse = self.shared, 0
         if self.caching:
             limit = (seq.total - 1) // BLOCK_TOKENS - self.sb
@@ -123,11 +132,16 @@ class KvLedger:
         return kv, reuse
 
     def hit_tokens(self, kv: int, reuse: int) -> int:
-        """Prompt tokens found in the prefix cache (the shared prefix and reused blocks; a host copy is no hit)."""
+        """Prompt tokens found in the prefix cache (the shared prefix and reused blocks, or the slot's
+        tokens; a host copy is no hit)."""
+        if self.slots is not None:
+            return kv
         return min(kv, (self.sb + reuse) * BLOCK_TOKENS) if self.caching else 0
 
     def admit(self, seq: Seq, kv: int, reuse: int, new: int) -> None:
         """A queued call starts to run holding ``kv`` tokens, ``reuse`` of its cached blocks and ``new`` blocks."""
+        if self.slots is not None:
+            seq.slot = self.slots.take(seq.ctx, seq.total)[0]
         if not seq.retained:
             if self.caching:
                 self.pool.reclaim(seq.ctx, reuse)
@@ -180,7 +194,12 @@ class KvLedger:
                 self.unpin(agent)
 
     def release(self, seq: Seq) -> None:
-        """Free a call's blocks; its full blocks stay in the prefix cache under its context."""
+        """Free a call's blocks; its full blocks stay in the prefix cache under its context (or its
+        tokens in its slot)."""
+        if seq.slot >= 0:
+            assert self.slots is not None
+            self.slots.release(seq.slot, seq.ctx, seq.kv_len)
+            seq.slot = -1
         self.free(seq.ctx, seq.kv_len, seq.own)
         seq.kv_len = seq.own = 0
         if seq.retained:

@@ -26,7 +26,8 @@ AUTO_DTYPE_HINT = ("'auto' depends on the checkpoint: vLLM's follows the model's
                    "most fp8 checkpoints; say which")
 # Other ways engines are written ("vLLM", "TensorRT-LLM", "trtllm-serve"), once case and
 # punctuation are dropped.
-ENGINE_SPELLINGS = {"tensorrtllm": "trtllm", "trtllmserve": "trtllm"}
+ENGINE_SPELLINGS = {"tensorrtllm": "trtllm", "trtllmserve": "trtllm", "llamaserver": "llamacpp",
+                    "llamacppserver": "llamacpp"}
 
 
 def dtype_key(dtype: object) -> object:
@@ -215,11 +216,13 @@ class Disaggregation(_Section):
 class Serving(_Section):
     """The engine's knobs (vLLM names in brackets)."""
 
-    engine: Literal["vllm", "sglang", "trtllm"] = Field(
+    engine: Literal["vllm", "sglang", "trtllm", "llamacpp"] = Field(
         default="vllm",
         description="the serving engine whose measured behaviour prices iterations: its fixed cost per layer "
         "of each iteration; for trtllm also fp8-KV attention at bf16 bandwidth and kv_memory_fraction read as a share "
-        "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md)",
+        "of the memory free after weights [TensorRT-LLM free_gpu_memory_fraction] (docs/accuracy.md); llamacpp: "
+        "llama.cpp's server, one cached prompt per slot (max_batch is its --parallel slots), iterations on the "
+        "roofline (calibrate with apmw bench --calibrate)",
     )
     mixed_prefill: bool | None = Field(
         default=None,
@@ -242,7 +245,7 @@ class Serving(_Section):
     max_batched_tokens: int | None = Field(
         default=None, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]; "
         "unset: the engine's default for the GPU (vLLM 8192 on >=70 GiB GPUs other than A100, else 2048; "
-        "SGLang and TensorRT-LLM 8192)")
+        "SGLang and TensorRT-LLM 8192; llama.cpp 2048, its --batch-size)")
     kv_memory_fraction: float = Field(
         default=0.9, gt=0, le=1, description="share of HBM the engine may use [gpu_memory_utilization]"
     )
@@ -270,6 +273,32 @@ class Serving(_Section):
     @classmethod
     def _engine_spelling(cls, v: object) -> object:
         return engine_key(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _llamacpp_default_policy(cls, data: object) -> object:
+        """llama.cpp's server frees a finished call's KV into its slot's prompt cache: 'evict' unless said."""
+        if isinstance(data, dict) and engine_key(data.get("engine")) == "llamacpp":
+            data = {"tool_wait_kv_policy": "evict", **data}
+        return data
+
+    @model_validator(mode="after")
+    def _llamacpp(self) -> "Serving":
+        if self.engine != "llamacpp":
+            return self
+        if self.max_batch is None:
+            raise ValueError("engine llamacpp needs max_batch: the server's slots (llama-server --parallel N)")
+        if self.tool_wait_kv_policy != "evict":
+            raise ValueError(f"engine llamacpp: tool_wait_kv_policy '{self.tool_wait_kv_policy}' is not what "
+                             "llama.cpp does; its server keeps a finished call's prompt in the slot until another "
+                             "request takes the slot, which is 'evict' with its per-slot prompt cache: set "
+                             "tool_wait_kv_policy: evict")
+        for name in ("speculative", "disaggregation"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"engine llamacpp with serving.{name} is not modelled")
+        if self.attention_data_parallel:
+            raise ValueError("engine llamacpp has no attention data parallelism; leave attention_data_parallel off")
+        return self
 
     @model_validator(mode="after")
     def _ttl(self) -> "Serving":

@@ -1,0 +1,48 @@
+"""The real-engine loop: apmw's plan, priced from a llama.cpp server's own calibration, against the knee
+that server shows under closed-loop agents (issue 20; bench/README.md "The llama.cpp loop")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.loadgen.test_bench import APMW
+
+pytestmark = pytest.mark.slow   # about four minutes: a calibration and a sweep against a real server
+
+HERE = Path(__file__).parent
+# Measured (bench/README.md) on the 2-core development machine: N* 8 twice; predicted 7-8. The sweep
+# brackets it; levels of ~60 tasks make the measured knee uncertain by about an agent on a shared CI
+# machine, hence one agent of margin beyond the 15 % (or one agent) the recorded runs meet.
+SWEEP = "5:11:1"
+MARGIN_AGENTS = 1
+
+
+def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    done = subprocess.run(APMW + args, capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode in (0, 2), done.stderr[-2000:]
+    return done
+
+
+def test_plan_with_the_servers_calibration_predicts_its_measured_knee(own_server, tmp_path):
+    spec = yaml.safe_load((HERE / "llamacpp-knee-4slots.yaml").read_text())
+    spec["model"]["config"] = str(own_server.config_path)
+    spec_path = tmp_path / "knee.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    cal = tmp_path / "cal.json"
+    _run(["bench", "--calibrate", str(cal), "--endpoint", own_server.url, "--model", "tiny"], 120)
+    sweep = _run(["bench", str(spec_path), "--endpoint", own_server.url, "--model", "tiny", "--agents-sweep", SWEEP,
+                  "--duration-s", "35", "--warmup-s", "5", "--seed", "2", "--out", str(tmp_path / "sweep.jsonl"),
+                  "--no-live", "--json"], 600)
+    measured = json.loads(sweep.stdout)["agents_per_replica"]
+    plan = json.loads(_run(["plan", str(spec_path), "--calibration", str(cal), "--json"], 300).stdout)
+    predicted = plan["agents_per_replica"]
+    assert plan["agents_per_replica_source"] == "simulated"
+    assert plan["sources"]["step_time"].startswith("measured on")
+    assert 5 <= measured, f"the server missed the SLO at the sweep's first level: {sweep.stdout[-1500:]}"
+    allowed = max(1, round(0.15 * measured)) + MARGIN_AGENTS
+    assert abs(predicted - measured) <= allowed, (predicted, measured, plan["check"]["points"])

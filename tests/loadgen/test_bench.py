@@ -105,6 +105,10 @@ def test_summary_fields_and_latency_figures(closed_loop):
     # only tasks begun after warm-up count
     measured = [t for t in _by_type(records, "task") if t["status"] == "completed" and not t["warmup"]]
     assert lv["completed_tasks"] == len(measured)
+    # calls after the first of a task find their context in the server's slots (the shared prompt at least)
+    assert 0.2 < lv["prefix_hit_rate"] < 1.0
+    ci = lv["task_latency_p95_interval_s"]     # a few seconds of tasks: too few to bracket the p95, or an interval
+    assert ci is None if lv["completed_tasks"] < 75 else ci[0] <= lat["p95"] <= ci[1]
 
 
 def test_results_file_is_jsonl_and_holds_no_key(closed_loop):

@@ -31,6 +31,7 @@ from apmw.capacity.slo import check_slo
 from apmw.loadgen.client import FAULT_KINDS, BenchError
 from apmw.spec import Slo
 from apmw.loadgen.metrics import summarise_polls
+from apmw.sim.result import quantile_interval
 
 
 class ResultsWriter:
@@ -172,6 +173,7 @@ def summarise_level(lvl: Level) -> dict:
         "slo": slo,
         "slo_task_latency_p95_s": slo.get("task_latency_p95_s"),
         "task_latency_s": latency,
+        "task_latency_p95_interval_s": _interval([t["latency_s"] for t in done]),
         "ttft_s": ttft,
         "ttft_p95_s": ttft["p95"],
         "tpot_s": tpot,
@@ -184,6 +186,7 @@ def summarise_level(lvl: Level) -> dict:
         "tokens_per_s": {"input": rate(sum(c["prompt_tokens"] or 0 for c in calls_in_window)),
                          "output": rate(sum(c["output_tokens"] or 0 for c in calls_in_window)),
                          "cached": rate(sum(c["cached_tokens"] or 0 for c in calls_in_window))},
+        "prefix_hit_rate": _share(sum(c["cached_tokens"] or 0 for c in ok), sum(c["prompt_tokens"] or 0 for c in ok)),
         "prompt_tokens_mean": _mean([c["prompt_tokens"] for c in ok if c["prompt_tokens"] is not None]),
         "target_prompt_tokens_mean": _mean([c["target_prompt_tokens"] for c in ok]),
         "output_tokens_mean": _mean([c["output_tokens"] for c in ok if c["output_tokens"] is not None]),
@@ -197,6 +200,16 @@ def summarise_level(lvl: Level) -> dict:
         "errors": sum(faults.values()),
         "faults": {k: faults.get(k, 0) for k in FAULT_KINDS},
     }
+
+
+def _interval(values: list[float]) -> list[float] | None:
+    """The p95's distribution-free 95 % interval, as ``apmw simulate`` gives it (None: too few tasks)."""
+    ci = quantile_interval(values)
+    return None if ci is None else list(ci)
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole else None
 
 
 def _mean(v: list[float]) -> float | None:

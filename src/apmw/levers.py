@@ -95,7 +95,10 @@ class LeverResult:
 
 
 def _with(spec: Spec, section: str, **changes) -> Spec:
-    part = getattr(spec, section).model_copy(update=changes)
+    """``spec`` with ``changes`` in one section, checked as a spec file would be: a lever whose change
+    the section refuses (retain on llama.cpp, which has no such policy) raises ValueError."""
+    old = getattr(spec, section)
+    part = type(old).model_validate({**dict(old), **changes})
     return spec.model_copy(update={section: part})
 
 
@@ -230,7 +233,10 @@ def evaluate_levers(spec: Spec, base: Plan | None = None,
     before = base.to_dict()
     results = []
     for lever in LEVERS:
-        changed = lever.change(spec, base)
+        try:
+            changed = lever.change(spec, base)
+        except ValueError:         # not a valid spec for this engine (the section refuses it)
+            continue
         if progress:
             progress(lever.name)
         if changed is None:

@@ -107,3 +107,15 @@ def test_a_4bit_kv_cache_is_offered_only_on_gpus_with_fp4():
         d["hardware"]["gpu"] = gpu
         names = {r.lever for r in evaluate_levers(spec_from_dict(d))}
         assert ("kv_fp4" in names) is offered, gpu
+
+
+def test_levers_a_llamacpp_server_cannot_take_are_not_offered():
+    """llama.cpp has no retain/ttl/offload policy and no speculative decoding here: a lever that would
+    need one is not a valid spec for that engine, so it is left out rather than priced."""
+    from tests.sim.helpers import spec_with
+
+    spec = spec_with(engine="llamacpp", max_batch=8)
+    names = {r.lever for r in evaluate_levers(spec)}
+    assert names and not names & {"policy_retain", "policy_offload", "policy_ttl", "speculative_decoding"}
+    vllm = {r.lever for r in evaluate_levers(spec_with(max_batch=8, tool_wait_kv_policy="evict"))}
+    assert "policy_retain" in vllm

@@ -38,9 +38,10 @@ TERMS = ("fixed_s", "per_sequence_s", "per_prefill_token_s", "per_kv_byte_s", "p
 
 
 def _features(load: IterationLoad) -> list[np.ndarray]:
-    d = np.asarray(load.decode_seqs, dtype=float)
-    return [np.ones_like(d), d, np.asarray(load.prefill_tokens, dtype=float) + 0 * d,
-            np.asarray(load.kv_read_bytes, dtype=float) + 0 * d, np.asarray(load.attention_flops, dtype=float) + 0 * d]
+    """The load's terms in TERMS order, broadcast to one shape (1 for the fixed cost)."""
+    terms = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+        load.decode_seqs, load.prefill_tokens, load.kv_read_bytes, load.attention_flops)))
+    return [np.ones_like(terms[0]), *terms]
 
 
 @dataclass(frozen=True)

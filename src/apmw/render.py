@@ -58,7 +58,9 @@ def plan_table(console: Console, p: dict, title: str) -> None:
     else:
         t.add_row("KV resident", f"{p['kv_tokens_resident_mean']:,.0f} tokens mean, {p['kv_tokens_resident_p95']:,.0f} "
                   f"p95 of {p['kv_tokens_capacity']:,.0f} ({p['kv_bytes_per_token']:,.0f} B/token), "
-                  + ("fits" if p["fits_kv_memory"] else "[bold red]DOES NOT FIT[/]"))
+                  + ("fits" if p["fits_kv_memory"] else "[bold red]DOES NOT FIT[/]")
+                  + (f"; demand exceeds it {share:.1%} of the time (those calls re-prefill their context)"
+                     if (share := p.get("kv_overflow_share")) and share >= 0.0005 else ""))
     t.add_row("tokens/s", f"output {tok['output']:,.0f}, input {tok['input']:,.0f} (prefilled {tok['prefill']:,.0f})")
     t.add_row("replica power", f"{_si(rep['power_w'], 'W')} IT, {_si(rep['facility_power_w'], 'W')} facility, "
               f"{_si(rep['provisioned_power_w'], 'W')} provisioned")

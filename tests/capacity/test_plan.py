@@ -84,11 +84,40 @@ def test_evict_finds_freed_contexts_while_memory_is_ample_and_recomputes_under_p
 
     retain, evict = at("retain", 8), at("evict", 8)
     assert evict["freed_context_hit_rate"] == pytest.approx(1.0)
-    assert evict["tokens_per_s"]["prefill"] == pytest.approx(retain["tokens_per_s"]["prefill"], rel=1e-6)
+    # (retain prices the KV-overflow share, here about 2e-6: within the tolerance)
+    assert evict["tokens_per_s"]["prefill"] == pytest.approx(retain["tokens_per_s"]["prefill"], rel=1e-5)
     assert evict["kv_tokens_resident_mean"] < retain["kv_tokens_resident_mean"] / 10
     retain, evict = at("retain", 100), at("evict", 100)
     assert evict["freed_context_hit_rate"] < 0.1
-    assert evict["tokens_per_s"]["prefill"] > 3 * retain["tokens_per_s"]["prefill"]
+    assert evict["tokens_per_s"]["prefill"] > 3 * at("evict", 8)["tokens_per_s"]["prefill"]
+    # retain cannot hold 100 agents' contexts either (7x the pool): they spill and are recomputed too
+    assert retain["kv_overflow_share"] > 0.99
+    assert retain["tokens_per_s"]["prefill"] == pytest.approx(evict["tokens_per_s"]["prefill"], rel=0.05)
+
+
+def test_retained_contexts_that_overflow_the_pool_are_prefilled_again():
+    """Under retain, the share of calls whose pinned context is lost is the normal tail of the KV demand
+    above the pool (capacity/closed_loop.overflow_share); those calls prefill their whole prompt."""
+    from apmw.capacity.closed_loop import overflow_share
+    from apmw.spec.distribution import Z95
+
+    assert overflow_share(100.0, 100.0 + Z95 * 10.0, 100.0) == pytest.approx(0.5)
+    assert overflow_share(100.0, 100.0 + Z95 * 10.0, 116.45) == pytest.approx(0.05, abs=1e-4)
+    assert overflow_share(100.0, 100.0, 99.0) == 1.0 and overflow_share(100.0, 100.0, 101.0) == 0.0
+
+    data = _deterministic(steps=10, new=4000, out=50, tool=300.0)     # binds on KV memory
+    n = _plan(data).to_dict()["agents_per_replica"]
+    low, near, over = (_plan(data, agents=a).to_dict() for a in (max(n // 4, 1), n, 2 * n))
+    assert low["kv_overflow_share"] < 1e-3 < near["kv_overflow_share"] < over["kv_overflow_share"]
+    share = over["kv_overflow_share"]
+    assert share == pytest.approx(overflow_share(over["kv_tokens_resident_mean"], over["kv_tokens_resident_p95"],
+                                                 over["kv_tokens_capacity"]), abs=2e-3)
+    # the lost calls' prompts are prefilled again: prefill per session rises with the share
+    per_session = lambda d: d["tokens_per_s"]["prefill"] / d["sessions_per_s"]  # noqa: E731
+    assert per_session(over) > per_session(low) * (1 + share)
+    evict = copy.deepcopy(data)
+    evict["serving"]["tool_wait_kv_policy"] = "evict"
+    assert _plan(evict, agents=n).to_dict()["kv_overflow_share"] is None
 
 
 def test_long_tool_waits_with_retain_bind_on_kv_memory():

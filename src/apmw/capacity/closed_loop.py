@@ -8,10 +8,19 @@
 prefix-cache miss share (:mod:`apmw.capacity.prefix_cache`) by blending two samples drawn with the
 same seed, one with every freed context found and one with none; with llama.cpp's one prompt per
 slot, from how often its slot is taken (:class:`apmw.capacity.prefix_cache.SlotSurvival`).
+
+Under ``retain`` the engine keeps each context pinned over its tool wait only while memory allows
+(:mod:`apmw.sim.kv_ledger`): when the agents' KV demand exceeds the pool, pins are spilled and
+running calls preempted, and the next call of each prefills its whole prompt again. The share of
+calls that lose their context is the share of time the demand exceeds the pool, read from the
+same Gaussian the memory check uses (:func:`overflow_share`); the model blends two samples drawn
+with the same seed, every context kept and every context lost, by that share (a fixed point: the
+recomputed prompts slow every iteration, and the timings weigh the demand).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields, replace
 
 import numpy as np
@@ -21,10 +30,12 @@ from apmw.capacity.disaggregation import prefill_stage
 from apmw.capacity.engine_curve import EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.prefix_cache import LruSurvival, SlotSurvival, frees_contexts
-from apmw.capacity.sessions import SessionSample, sample_session_pair, sample_sessions
+from apmw.capacity.sessions import (FREED_FOUND, RETAINED_LOST, SessionSample, sample_retained_pair,
+                                    sample_session_pair, sample_sessions)
 from apmw.errors import ApmwError
 from apmw.perf import Replica
 from apmw.spec import Spec
+from apmw.spec.distribution import Z95
 
 # Fixed-point iterations on the miss share, and the change at which they stop.
 MAX_ITERATIONS = 12
@@ -55,61 +66,119 @@ def _blend(hit, miss, m: float, names: tuple[str, ...] | None = None):
     return replace(hit, **changes)
 
 
+def spills_retained(spec: Spec, replica: Replica) -> bool:
+    """Whether contexts are pinned over tool waits and spilled when memory runs short (``retain``
+    with prefix caching, aggregated, without llama.cpp's slots)."""
+    sv = spec.serving
+    return (sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is None
+            and not replica.policy.slot_prompt_cache)
+
+
+def overflow_share(kv_mean_bytes: float, kv_p95_bytes: float, kv_capacity_bytes: float) -> float:
+    """Share of the time the agents' KV demand exceeds the pool: the normal tail above capacity of
+    the demand whose mean and 95th percentile the memory check reads."""
+    sd = (kv_p95_bytes - kv_mean_bytes) / Z95
+    if sd <= 0:
+        return float(kv_mean_bytes > kv_capacity_bytes)
+    return 0.5 * math.erfc((kv_capacity_bytes - kv_mean_bytes) / (sd * math.sqrt(2.0)))
+
+
 def closed_loop_model(spec: Spec, replica: Replica) -> "ClosedLoopModel":
-    """Sample the spec's sessions (both pricings where contexts are freed) and build the model."""
+    """Sample the spec's sessions (both pricings where contexts are freed or spilled) and build the model."""
     if frees_contexts(spec):
         miss, hit = sample_session_pair(spec, replica)
-        return ClosedLoopModel(spec, replica, miss, hit_sample=hit)
+        return ClosedLoopModel(spec, replica, miss, found_sample=hit)
+    if spills_retained(spec, replica):
+        kept, lost = sample_retained_pair(spec, replica)
+        return ClosedLoopModel(spec, replica, kept, lost_sample=lost)
     return ClosedLoopModel(spec, replica, sample_sessions(spec, replica))
 
 
+def _fixed_point(step, m0: float) -> float:
+    """The share ``m`` in [0, 1] with ``m = step(m)``: secant steps from ``m0`` (nearby N have nearby
+    m), damped iteration where the secant stalls."""
+    g0 = step(m0) - m0
+    m1 = min(max(m0 + g0, 0.0), 1.0)
+    for _ in range(MAX_ITERATIONS):
+        g1 = step(m1) - m1
+        if abs(g1) < TOLERANCE:
+            break
+        slope = (g1 - g0) / (m1 - m0) if m1 != m0 else -1.0
+        m_next = m1 - g1 / slope if slope < 0 else m1 + 0.5 * g1
+        m0, g0, m1 = m1, g1, min(max(m_next, 0.0), 1.0)
+    return m1
+
+
 class ClosedLoopModel:
-    """Evaluates the closed loop at any N, with the LRU prefix cache where the policy frees contexts."""
+    """Evaluates the closed loop at any N, with the share of contexts lost where the policy frees
+    them (the LRU prefix cache) or spills them (KV overflow under ``retain``).
+
+    ``sample`` is the spec's sessions as the policy prices them. Where a share ``m`` of contexts
+    can be lost, the model blends ``found`` (every context found) and ``lost`` (every one lost):
+    under ``evict`` the policy's own pricing is the lost one, under ``retain`` the found one.
+    """
 
     def __init__(self, spec: Spec, replica: Replica, sample: SessionSample, max_batch: int | None = None,
-                 hit_sample: SessionSample | None = None):
-        self.spec, self.replica, self.miss_sample = spec, replica, sample
+                 found_sample: SessionSample | None = None, lost_sample: SessionSample | None = None):
+        self.spec, self.replica, self.sample = spec, replica, sample
         self.max_batch = max_batch or replica.policy.max_batch
         self.prefill = prefill_stage(spec, replica, sample)
         self.mixed = replica.policy.mixed_prefill
-        self.miss_curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
-                                       mixed=self.mixed)
+        self.curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
+                                  mixed=self.mixed)
         self.slots = replica.policy.slot_prompt_cache
         self.cache = LruSurvival.from_sample(sample)
         self.slot_cache = SlotSurvival.from_sample(sample) if self.slots else None
         if self.prefill is not None and len(self.cache.wait_s):
             raise ApmwError("serving.disaggregation together with a policy that frees contexts at tool waits "
                             f"('{spec.serving.tool_wait_kv_policy}') is not modelled yet; use retain or offload")
-        self.hit_sample = self.hit_curve = None
+        self.frees = bool(len(self.cache.wait_s))
+        self.spills = not self.frees and spills_retained(spec, replica)
+        self.found = self.lost = None
         self._last_m = 0.0
-        if len(self.cache.wait_s):
-            self.hit_sample = hit_sample or sample_sessions(spec, replica, sessions=sample.sessions,
-                                                            freed_contexts_hit=True)
-            self.hit_curve = engine_curve(replica.step, self.hit_sample, self.max_batch, mixed=self.mixed)
+        if self.frees:
+            self.found = found_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=FREED_FOUND)
+            self.lost = sample
+        elif self.spills:
+            self.found = sample
+            self.lost = lost_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=RETAINED_LOST)
+        if self.found is not None and self.lost is not None:
+            curves = {id(sample): self.curve}
+            self.found_curve = curves.get(id(self.found)) or engine_curve(replica.step, self.found, self.max_batch,
+                                                                        mixed=self.mixed)
+            self.lost_curve = curves.get(id(self.lost)) or engine_curve(replica.step, self.lost, self.max_batch,
+                                                                      mixed=self.mixed)
+            self._sample_fields = _differing(self.found, self.lost)
+            self._curve_fields = _differing(self.found_curve, self.lost_curve)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",
                      "kv_decode", "kv_tool")
-            self._hit_means = {n: float(getattr(self.hit_sample, n).mean()) for n in names}
-            self._sample_fields = _differing(self.hit_sample, sample)
-            self._curve_fields = _differing(self.hit_curve, self.miss_curve)
-            self._miss_means = {n: float(getattr(sample, n).mean()) for n in names}
+            self._found_means = {n: float(getattr(self.found, n).mean()) for n in names}
+            self._lost_means = {n: float(getattr(self.lost, n).mean()) for n in names}
 
     def with_max_batch(self, max_batch: int) -> "ClosedLoopModel":
         """The same model with another batch limit (the binding-constraint counterfactual)."""
-        return ClosedLoopModel(self.spec, self.replica, self.miss_sample, max_batch, self.hit_sample)
+        found = self.found if self.frees else None
+        lost = self.lost if self.spills else None
+        return ClosedLoopModel(self.spec, self.replica, self.sample, max_batch, found, lost)
 
     def _at(self, m: float, agents: int) -> tuple[SessionSample, Evaluation]:
-        s = _blend(self.hit_sample, self.miss_sample, m, self._sample_fields)
-        c: EngineCurve = _blend(self.hit_curve, self.miss_curve, m, self._curve_fields)
+        """The loop with a share ``m`` of contexts lost (the KV demand read off the kept contexts
+        where they are spilled)."""
+        assert self.found is not None and self.lost is not None
+        s = _blend(self.found, self.lost, m, self._sample_fields)
+        c: EngineCurve = _blend(self.found_curve, self.lost_curve, m, self._curve_fields)
         iters = s.call_prefill_iters + s.call_decode_iters
         c = replace(c, completion_rate=c.batch / (iters * c.iteration_s), iterations_per_call=iters)
-        return s, evaluate(self.spec, self.replica.policy, s, c, self.replica.kv_capacity_bytes, agents)
+        demand = self.found if self.spills else None
+        return s, evaluate(self.spec, self.replica.policy, s, c, self.replica.kv_capacity_bytes, agents,
+                           demand=demand)
 
     def _means(self, m: float, agents: int) -> tuple[float, float, float]:
-        """(resident KV bytes, sessions per second, calls running) at miss share ``m``: means only, no
-        tails (fast)."""
-        h, x = self._hit_means, self._miss_means
+        """(resident KV bytes, sessions per second, calls running) at a share ``m`` of freed contexts
+        lost: means only, no tails (fast)."""
+        h, x = self._found_means, self._lost_means
         mean = lambda name: h[name] + m * (x[name] - h[name])  # noqa: E731
-        c: EngineCurve = _blend(self.hit_curve, self.miss_curve, m, self._curve_fields)
+        c: EngineCurve = _blend(self.found_curve, self.lost_curve, m, self._curve_fields)
         iters = c.iterations_per_call
         c = replace(c, completion_rate=c.batch / (iters * c.iteration_s))
         calls = mean("calls")
@@ -119,33 +188,28 @@ class ClosedLoopModel:
              + mean("kv_transfer_s"))
         kv = agents * (mean("kv_q") * wq + mean("kv_prefill") * t_pf + mean("kv_decode") * t_dec
                        + mean("kv_tool")) / r
-        assert self.hit_sample is not None     # only called where freed contexts are blended
-        return kv + self.hit_sample.shared_prefix_kv_bytes, agents / r, loop.running_batch_mean
+        assert self.found is not None
+        return kv + self.found.shared_prefix_kv_bytes, agents / r, loop.running_batch_mean
 
     def evaluate(self, agents: int) -> Evaluation:
         cap = self.replica.kv_capacity_bytes
-        if self.hit_sample is None:
-            return evaluate(self.spec, self.replica.policy, self.miss_sample, self.miss_curve, cap, agents,
-                            self.prefill)
-        def step(m: float) -> float:
-            kv, sessions_per_s, running = self._means(m, agents)
-            if self.slot_cache is not None:           # llama.cpp: freed contexts wait in idle slots
-                return self.slot_cache.miss_share(m, sessions_per_s, self.max_batch - running)
-            return self.cache.miss_share(self.cache.characteristic_time(cap - kv, sessions_per_s))
+        if self.frees:
+            def freed_lost(m: float) -> float:
+                kv, sessions_per_s, running = self._means(m, agents)
+                if self.slot_cache is not None:       # llama.cpp: freed contexts wait in idle slots
+                    return self.slot_cache.miss_share(m, sessions_per_s, self.max_batch - running)
+                return self.cache.miss_share(self.cache.characteristic_time(cap - kv, sessions_per_s))
 
-        # fixed point of m = step(m): secant steps from the last answer (nearby N have nearby m),
-        # kept inside [0, 1]; damped iteration where the secant stalls
-        m0 = self._last_m
-        g0 = step(m0) - m0
-        m1 = min(max(m0 + g0, 0.0), 1.0)
-        for _ in range(MAX_ITERATIONS):
-            g1 = step(m1) - m1
-            if abs(g1) < TOLERANCE:
-                break
-            slope = (g1 - g0) / (m1 - m0) if m1 != m0 else -1.0
-            m_next = m1 - g1 / slope if slope < 0 else m1 + 0.5 * g1
-            m0, g0, m1 = m1, g1, min(max(m_next, 0.0), 1.0)
-        m = m1
-        self._last_m = m
-        s, ev = self._at(m, agents)
-        return replace(ev, freed_context_hit_rate=1.0 - m, prefill_tokens_per_session=float(s.prefill_tokens.mean()))
+            m = self._last_m = _fixed_point(freed_lost, self._last_m)
+            s, ev = self._at(m, agents)
+            return replace(ev, freed_context_hit_rate=1.0 - m,
+                           prefill_tokens_per_session=float(s.prefill_tokens.mean()))
+        if self.spills:
+            def spilled(m: float) -> float:
+                ev = self._at(m, agents)[1]
+                return overflow_share(ev.kv_bytes_resident_mean, ev.kv_bytes_resident_p95, cap)
+
+            m = self._last_m = _fixed_point(spilled, self._last_m)
+            s, ev = self._at(m, agents)
+            return replace(ev, kv_overflow_share=m, prefill_tokens_per_session=float(s.prefill_tokens.mean()))
+        return evaluate(self.spec, self.replica.policy, self.sample, self.curve, cap, agents, self.prefill)

@@ -69,6 +69,9 @@ class Evaluation:
     slo: SloVerdict
     # set by capacity.closed_loop where contexts are freed at tool waits
     freed_context_hit_rate: float | None = None
+    # set by capacity.closed_loop under retain: share of calls whose retained context was spilled
+    # because the agents' KV demand exceeded the pool (they prefill their whole prompt again)
+    kv_overflow_share: float | None = None
     prefill_tokens_per_session: float | None = None
     # set with disaggregated prefill: busy share of the prefill instance
     prefill_utilisation: float | None = None
@@ -121,9 +124,10 @@ def prefill_queue_wait(s: SessionSample, calls_per_s: float, per_prefill_token_s
 
 
 def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float,
-             agents: int, prefill: PrefillStage | None = None) -> Evaluation:
+             agents: int, prefill: PrefillStage | None = None, demand: SessionSample | None = None) -> Evaluation:
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
-    (``curve`` must then be decode-only)."""
+    (``curve`` must then be decode-only). The memory check reads the KV of ``demand`` (default
+    ``s``) at these timings: the contexts the agents would hold if every one fitted."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
     prefill_wait, prefill_util = 0.0, None
     if prefill is None:
@@ -166,12 +170,13 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
     mean_r = queue + prefill_s + decode + tool + transfer
 
-    per_agent_kv = float((s.kv_q.mean() * wq + s.kv_prefill.mean() * t_pf + s.kv_decode.mean() * t_dec
-                          + s.kv_tool.mean()) / mean_r)
-    per_agent_kv2 = float((s.kv2_q.mean() * wq + s.kv2_prefill.mean() * t_pf + s.kv2_decode.mean() * t_dec
-                           + s.kv2_tool.mean()) / mean_r)
+    d = demand or s
+    per_agent_kv = float((d.kv_q.mean() * wq + d.kv_prefill.mean() * t_pf + d.kv_decode.mean() * t_dec
+                          + d.kv_tool.mean()) / mean_r)
+    per_agent_kv2 = float((d.kv2_q.mean() * wq + d.kv2_prefill.mean() * t_pf + d.kv2_decode.mean() * t_dec
+                           + d.kv2_tool.mean()) / mean_r)
     variance = max(per_agent_kv2 - per_agent_kv**2, 0.0)
-    kv_mean = agents * per_agent_kv + s.shared_prefix_kv_bytes
+    kv_mean = agents * per_agent_kv + d.shared_prefix_kv_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
 
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token

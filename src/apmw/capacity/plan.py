@@ -103,6 +103,7 @@ class Plan:
             "engine_utilisation": ev.loop.engine_utilisation,
             "prefill_utilisation": ev.prefill_utilisation,
             "freed_context_hit_rate": ev.freed_context_hit_rate,
+            "kv_overflow_share": ev.kv_overflow_share,
             "compute_bound_share": ev.loop.compute_share,
             "kv_tokens_resident_mean": ev.kv_bytes_resident_mean / kv_per_token,
             "kv_tokens_resident_p95": ev.kv_bytes_resident_p95 / kv_per_token,
@@ -185,7 +186,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
         replica = (replica_from_spec(spec) if efficiency is None
                    else replica_from_spec(spec, efficiency, calibrated=False))
     model = closed_loop_model(spec, replica)
-    sample = model.miss_sample
+    sample = model.sample
     result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:

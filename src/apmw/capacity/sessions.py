@@ -131,27 +131,43 @@ def default_session_count(spec: Spec) -> int:
 
 
 def sample_sessions(spec: Spec, replica: Replica, sessions: int | None = None,
-                    seed: int | None = None, freed_contexts_hit: bool = False) -> SessionSample:
-    """Sample the spec's sessions as ``replica`` serves them (its architecture, its engine's token budget)."""
-    return _sample(spec, replica, sessions, seed, (freed_contexts_hit,))[0]
+                    seed: int | None = None, variant: str = "as_policy") -> SessionSample:
+    """Sample the spec's sessions as ``replica`` serves them (its architecture, its engine's token
+    budget), priced as ``variant`` (see :func:`_sample`) says."""
+    return _sample(spec, replica, sessions, seed, (variant,))[0]
 
 
 def sample_session_pair(spec: Spec, replica: Replica, sessions: int | None = None,
                         seed: int | None = None) -> tuple[SessionSample, SessionSample]:
     """The same sessions priced with every freed context lost, and with every one found."""
-    miss, hit = _sample(spec, replica, sessions, seed, (False, True))
+    miss, hit = _sample(spec, replica, sessions, seed, (AS_POLICY, FREED_FOUND))
     return miss, hit
 
 
+def sample_retained_pair(spec: Spec, replica: Replica, sessions: int | None = None,
+                         seed: int | None = None) -> tuple[SessionSample, SessionSample]:
+    """The same sessions priced with every context retained over its tool wait, and with every one
+    lost (spilled while memory was short, so the next call prefills its whole prompt again)."""
+    kept, lost = _sample(spec, replica, sessions, seed, (AS_POLICY, RETAINED_LOST))
+    return kept, lost
+
+
+# Which contexts a priced variant finds: those the policy keeps; those plus every context freed at a
+# tool wait (found in the prefix cache); or none that waited for a tool (every retained one lost).
+AS_POLICY, FREED_FOUND, RETAINED_LOST = "as_policy", "freed_found", "retained_lost"
+
+
 def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None,
-            variants: tuple[bool, ...]) -> list[SessionSample]:
-    """Sample sessions; ``freed_contexts_hit`` prices contexts freed at a tool wait as prefix-cache hits.
+            variants: tuple[str, ...]) -> list[SessionSample]:
+    """Sample sessions once and price them as each of ``variants`` says.
 
     Under ``evict`` (and ``ttl`` past its limit) a context freed at a tool wait stays in
-    the LRU prefix cache until evicted. The default prices every such context as lost
-    (recomputed); ``freed_contexts_hit=True`` prices all of them as found. The same
-    seed draws the same sessions either way, so :mod:`apmw.capacity.closed_loop`
-    can blend the two by the miss rate the cache's free memory implies.
+    the LRU prefix cache until evicted: ``AS_POLICY`` prices every such context as lost
+    (recomputed), ``FREED_FOUND`` all of them as found. Under ``retain`` the engine spills
+    pinned contexts when memory runs short: ``RETAINED_LOST`` prices every call after a tool
+    wait as finding nothing but the shared prefix. The same seed draws the same sessions
+    either way, so :mod:`apmw.capacity.closed_loop` can blend two variants by the share the
+    cache's free memory (or the KV overflow) implies.
     """
     w, sv, arch = spec.workload, spec.serving, replica.arch
     sessions = default_session_count(spec) if sessions is None else sessions
@@ -319,4 +335,5 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),
         **priced(kept_calls),
     )
-    return [replace(base, **priced(kept_calls | freed)) if hits else base for hits in variants]
+    found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed, RETAINED_LOST: kept_calls & ~after_wait}
+    return [base if v == AS_POLICY else replace(base, **priced(found[v])) for v in variants]

@@ -97,8 +97,8 @@ def test_evict_finds_freed_contexts_while_memory_is_ample_and_recomputes_under_p
 
 def test_retained_contexts_that_overflow_the_pool_are_prefilled_again():
     """Under retain, the share of calls whose pinned context is lost is the normal tail of the KV demand
-    above the pool (capacity/closed_loop.overflow_share); those calls prefill their whole prompt."""
-    from apmw.capacity.closed_loop import overflow_share
+    above the pool (capacity/kv_overflow.overflow_share); those calls prefill their whole prompt."""
+    from apmw.capacity.kv_overflow import overflow_share
     from apmw.spec.distribution import Z95
 
     assert overflow_share(100.0, 100.0 + Z95 * 10.0, 100.0) == pytest.approx(0.5)

@@ -20,7 +20,6 @@ recomputed prompts slow every iteration, and the timings weigh the demand).
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields, replace
 
 import numpy as np
@@ -29,6 +28,8 @@ from apmw.capacity.closed_network import solve_at
 from apmw.capacity.disaggregation import prefill_stage
 from apmw.capacity.engine_curve import EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
+from apmw.capacity.kv_overflow import MIN_SHARE, overflow_share, spread_over_tasks
+from apmw.capacity.slo import check_slo
 from apmw.capacity.prefix_cache import LruSurvival, SlotSurvival, frees_contexts
 from apmw.capacity.sessions import (FREED_FOUND, RETAINED_LOST, SessionSample, sample_retained_pair,
                                     sample_session_pair, sample_sessions)
@@ -72,15 +73,6 @@ def spills_retained(spec: Spec, replica: Replica) -> bool:
     sv = spec.serving
     return (sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is None
             and not replica.policy.slot_prompt_cache)
-
-
-def overflow_share(kv_mean_bytes: float, kv_p95_bytes: float, kv_capacity_bytes: float) -> float:
-    """Share of the time the agents' KV demand exceeds the pool: the normal tail above capacity of
-    the demand whose mean and 95th percentile the memory check reads."""
-    sd = (kv_p95_bytes - kv_mean_bytes) / Z95
-    if sd <= 0:
-        return float(kv_mean_bytes > kv_capacity_bytes)
-    return 0.5 * math.erfc((kv_capacity_bytes - kv_mean_bytes) / (sd * math.sqrt(2.0)))
 
 
 def closed_loop_model(spec: Spec, replica: Replica) -> "ClosedLoopModel":
@@ -191,6 +183,25 @@ class ClosedLoopModel:
         assert self.found is not None
         return kv + self.found.shared_prefix_kv_bytes, agents / r, loop.running_batch_mean
 
+    def _spread(self, m: float, ev: Evaluation, kept: Evaluation) -> Evaluation:
+        """``ev`` (every task at the mean overflow share ``m``) with each task's own share of the
+        overflow episodes in its tail (:mod:`apmw.capacity.kv_overflow`); ``kept`` is the loop
+        with no overflow."""
+        sd = (ev.kv_bytes_resident_p95 - ev.kv_bytes_resident_mean) / Z95
+        if sd <= 0:
+            return ev
+        k = self.found
+        assert k is not None
+        hold_s = (ev.queue_s / k.mean_calls + k.timeline_prefill_iters * ev.loop.prefill_iteration_s
+                  + k.timeline_decode_iters * ev.loop.decode_iteration_s + k.timeline_wait_s)
+        z = (ev.kv_capacity_bytes - ev.kv_bytes_resident_mean) / sd
+        samples = spread_over_tasks(m, z, kept.task_latency_samples_s, ev.task_latency_samples_s, k.timeline_kv_bytes, hold_s,
+                                    k.exposure_uniform)
+        p50, p95, p99 = (float(q) for q in np.quantile(samples, [0.5, 0.95, 0.99]))
+        verdict = check_slo(self.spec.slo, p95, ev.ttft_p95_s, ev.tpot_p95_s)
+        return replace(ev, task_latency_p50_s=p50, task_latency_p95_s=p95, task_latency_p99_s=p99,
+                       slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
+
     def evaluate(self, agents: int) -> Evaluation:
         cap = self.replica.kv_capacity_bytes
         if self.frees:
@@ -209,7 +220,14 @@ class ClosedLoopModel:
                 ev = self._at(m, agents)[1]
                 return overflow_share(ev.kv_bytes_resident_mean, ev.kv_bytes_resident_p95, cap)
 
-            m = self._last_m = _fixed_point(spilled, self._last_m)
+            assert self.found is not None
+            kept = self._at(0.0, agents)[1]
+            m = overflow_share(kept.kv_bytes_resident_mean, kept.kv_bytes_resident_p95, cap)
+            if m < MIN_SHARE:             # memory is ample: every context is kept
+                return replace(kept, kv_overflow_share=m,
+                               prefill_tokens_per_session=float(self.found.prefill_tokens.mean()))
+            m = self._last_m = _fixed_point(spilled, max(self._last_m, m))
             s, ev = self._at(m, agents)
-            return replace(ev, kv_overflow_share=m, prefill_tokens_per_session=float(s.prefill_tokens.mean()))
+            return replace(self._spread(m, ev, kept), kv_overflow_share=m,
+                           prefill_tokens_per_session=float(s.prefill_tokens.mean()))
         return evaluate(self.spec, self.replica.policy, self.sample, self.curve, cap, agents, self.prefill)

@@ -26,7 +26,7 @@ variance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -75,6 +75,8 @@ class Evaluation:
     prefill_tokens_per_session: float | None = None
     # set with disaggregated prefill: busy share of the prefill instance
     prefill_utilisation: float | None = None
+    # each sampled session's task latency (the tail above is read off it)
+    task_latency_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     @property
     def feasible(self) -> bool:
@@ -193,5 +195,5 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         session_throughput_per_s=agents / mean_r,
         meets_latency=verdict.meets and (prefill_util is None or prefill_util < 1.0),
         fits_memory=bool(kv_p95 <= kv_capacity_bytes), slo=verdict,
-        prefill_utilisation=prefill_util,
+        prefill_utilisation=prefill_util, task_latency_samples_s=samples,
     )

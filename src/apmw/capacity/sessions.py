@@ -97,6 +97,15 @@ class SessionSample:
     call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
     call_prefill_tokens_sample: np.ndarray  # ... and their prefill tokens
     call_queue_exp: np.ndarray
+    # every call in session order, as the policy prices it: the KV it holds while it decodes, its
+    # prefill and decode iterations and the tool wait after it (one agent's timeline, for the
+    # autocorrelation of the KV demand: apmw.capacity.kv_overflow); and a unit uniform draw per
+    # session for its share of KV-overflow episodes
+    timeline_kv_bytes: np.ndarray
+    timeline_prefill_iters: np.ndarray
+    timeline_decode_iters: np.ndarray
+    timeline_wait_s: np.ndarray
+    exposure_uniform: np.ndarray
 
     @property
     def mean_calls(self) -> float:
@@ -307,6 +316,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
             call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
         )
 
+    own_prefill = np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0)
     base = SessionSample(
         sessions=sessions,
         calls=calls_per_session.astype(float),
@@ -333,6 +343,9 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         final_kv_bytes=final_kv,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),
+        exposure_uniform=rng.random(sessions),
+        timeline_kv_bytes=kv_decode[:n_calls], timeline_decode_iters=dec_iters[:n_calls],
+        timeline_prefill_iters=np.ceil(own_prefill / replica.policy.token_budget), timeline_wait_s=wait_after[:n_calls],
         **priced(kept_calls),
     )
     found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed, RETAINED_LOST: kept_calls & ~after_wait}

@@ -113,6 +113,27 @@ def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     assert r.returncode == 1 and "fleet.tasks_per_hour" in r.stderr
 
 
+def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.e2e.test_cli import APMW
+
+    path = tmp_path / "day.parquet"
+    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--json", "--parquet", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    table = pq.read_table(path)
+    assert table.num_rows == 24 and table.column_names[:3] == ["hour", "tasks", "concurrent_agents"]
+    assert table.to_pylist() == [{k: h[k] for k in table.column_names} for h in d["hours"]]
+    assert str(table.schema.field("replicas").type) == "int64"
+    totals = json.loads(table.schema.metadata[b"apmw.fleet_day"])
+    assert totals["cost_per_month_usd"] == d["cost_per_month_usd"] and "hours" not in totals
+    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--parquet", str(tmp_path / "no" / "x")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "--parquet" in r.stderr and "does not exist" in r.stderr
+
+
 def test_a_task_on_the_api_is_priced_from_its_own_tokens():
     d = small_spec_dict()
     d["fleet"] = {"tasks_per_hour": DAY}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +18,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a closed network: without the background-networking ones Chromium keeps dialling out.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-CHARTS = 9
+CHARTS = 10      # coding-agent has a day of demand: its curves are the tenth
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,21 @@ def report_path(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+def _attached_plan(text: str) -> dict:
+    """The plan.json the report carries (a base64 data link)."""
+    start = text.index('download="plan.json" href="data:application/json;base64,') + len(
+        'download="plan.json" href="data:application/json;base64,')
+    return json.loads(base64.b64decode(text[start:text.index('"', start)]))
+
+
 def test_report_is_one_self_contained_file(report_path):
     text = report_path.read_text()
+    plan = _attached_plan(text)
+    day = plan["fleet_day"]
+    assert f"<div>GPUs at peak<b>{day['peak_gpus']:,}</b>" in text
+    assert f"<div>MWh a month<b>{day['facility_mwh_per_month']:,.0f}</b>" in text
+    ratio = day["cost_per_task_usd"] / day["api_cost_per_task_usd"]
+    assert f"<div>per task vs the API<b>{ratio:.2f}x" in text
     assert text.startswith("<!DOCTYPE html>")
     for fetch in ('src="http', "src='http", 'href="http', "href='http", "url(http", "@import", "<script"):
         assert fetch not in text, f"the report would fetch something at view time: {fetch}"
@@ -38,7 +53,10 @@ def test_report_is_one_self_contained_file(report_path):
     for section in ("Task latency against concurrency", "KV cache occupancy", "What to change first",
                     "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions",
                     "SLO verdicts at N*", "Binding: kv_memory", "A day of demand (apmw fleet)", "40,000 tasks a day",
-                    "At N* = 30 (settled in the simulator from", "the analytic model gives 27",
+                    f"At N* = {plan['agents_per_replica']} (settled in the simulator from",
+                    f"the analytic model gives {plan['analytic']['agents_per_replica']})",
+                    "<h2>The fleet</h2>", "<div>GPUs at peak<b>", "<div>MWh a month<b>", "<div>cost per task<b>",
+                    "<div>per task vs the API<b>", "The day hour by hour",
                     "of calls preempted", "p95 (simulated, 95% interval)",
                     "Per call: time to first token and time per output token", "by apmw 0.1.0 with <code>apmw report",
                     'download="plan.json" href="data:application/json;base64,', 'download="spec.yaml"',
@@ -86,6 +104,20 @@ def test_report_renders_in_chromium_without_errors(report_path):
     assert shot.stat().st_size > 50_000
     assert [name for name, _, _ in section_shots] == [
         "Task latency against concurrency", "KV cache occupancy", "Where a task's time goes", "What to change first",
-        "Why tokens per second misled", "Cost and energy per session", "Inputs and assumptions"]
+        "Why tokens per second misled", "Cost and energy per session", "The fleet", "Inputs and assumptions"]
     for name, height, size in section_shots:
         assert height > 100 and size > 5_000, (name, height, size)
+
+
+def test_fleet_tiles_read_in_the_units_a_budget_uses():
+    from apmw.report.html import _money, fleet_tiles
+
+    assert [_money(x) for x in (0.15514, 84.2, 12_345.0, 1_520_000.0, 2.5e9)] == [
+        "$0.1551", "$84.20", "$12,345", "$1.52M", "$2.50B"]
+    day = {"peak_gpus": 2864, "peak_facility_mw": 1.913, "peak_provisioned_mw": 4.75, "average_facility_mw": 0.9,
+           "facility_mwh_per_month": 657.0, "cost_per_month_usd": 1_520_000.0, "cost_per_task_usd": 0.31,
+           "api_cost_per_task_usd": 0.62}
+    tiles = dict(fleet_tiles(day))
+    assert tiles["GPUs at peak"] == "2,864" and tiles["MW at peak (provisioned)"] == "1.91 (4.75)"
+    assert tiles["cost a month"] == "$1.52M" and tiles["per task vs the API"] == "0.50x ($0.6200 on the API)"
+    assert "per task vs the API" not in dict(fleet_tiles(day | {"api_cost_per_task_usd": None}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -25,6 +26,23 @@ def _csv(hours: list[dict]) -> str:
     w.writeheader()
     w.writerows(hours)
     return buf.getvalue()
+
+
+def _parquet(day: dict, path: Path) -> None:
+    """The 24 hours as a Parquet table (one row an hour, the CSV's columns and types), the day's
+    totals as JSON in the file's metadata under ``apmw.fleet_day``."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        fail("--parquet needs pyarrow, which is not installed: pip install 'apmw[parquet]' (or use --csv)")
+    totals = {k: v for k, v in day.items() if k != "hours"}
+    table = pa.Table.from_pylist([{c: h[c] for c in CSV_COLUMNS} for h in day["hours"]])
+    table = table.replace_schema_metadata({"apmw.fleet_day": json.dumps(totals, allow_nan=False)})
+    try:
+        pq.write_table(table, path)
+    except OSError as exc:
+        fail(f"--parquet {path}: cannot write it ({exc})")
 
 
 def _table(d: dict, title: str) -> Table:
@@ -64,6 +82,9 @@ def fleet(
     spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/fleet.md)"),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help="also write the 24 hours to this CSV file"),
+    parquet_out: Optional[Path] = typer.Option(None, "--parquet",
+                                               help="also write the 24 hours to this Parquet file (totals in its "
+                                                    "metadata; needs pyarrow)"),
 ) -> None:
     """Size the fleet for a day of demand: replicas, GPUs, MW and dollars each hour, with day and month totals."""
     from apmw.capacity import InfeasibleError, plan
@@ -72,6 +93,8 @@ def fleet(
 
     if csv_out is not None:
         output_path(csv_out, "--csv")
+    if parquet_out is not None:
+        output_path(parquet_out, "--parquet")
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
@@ -83,6 +106,8 @@ def fleet(
         fail(str(exc))
     if csv_out is not None:
         write_text(csv_out, _csv(day["hours"]), "--csv")
+    if parquet_out is not None:
+        _parquet(day, parquet_out)
     if as_json:
         emit_json(day)
     else:

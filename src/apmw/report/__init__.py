@@ -120,6 +120,8 @@ def build_report(spec: Spec, title: str, progress: Callable[[str, float], None] 
                                                           - d["energy_per_session_j"]) / 3.6e3},
                                    "Wh", "energy per session"),
     }
+    if "fleet_day" in d:
+        figs["fleet_day"] = charts.fleet_day_curves(d["fleet_day"]["hours"], d["fleet_day"]["power_cap_mw"])
     step("writing", 1.0 - STAGE_SHARES["writing"])
     return render(f"apmw report: {title}", d, figs, levers, rows,
                   spec.model_dump(mode="json", by_alias=True, exclude_none=True), ASSUMPTIONS, command)

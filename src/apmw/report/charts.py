@@ -115,3 +115,32 @@ def agents_vs_tokens(points: list[dict], highlight: str) -> str:
     ax.set_xlabel("output tokens/s per MW at N*")
     ax.set_ylabel("agents per MW")
     return _svg(fig)
+
+
+def fleet_day_curves(hours: list[dict], power_cap_mw: float | None = None) -> str:
+    """A day of demand (apmw fleet): tasks started and concurrent agents, replicas up and needed, and
+    facility and provisioned power, hour by hour (three panels on one hour axis)."""
+    h = [x["hour"] for x in hours]
+    fig, (demand, replicas, power) = plt.subplots(3, 1, figsize=(6.4, 6.6), sharex=True)
+    demand.bar(h, [x["tasks"] for x in hours], color=BLUE, width=0.8, label="tasks started")
+    demand.set_ylabel("tasks per hour")
+    agents = demand.twinx()
+    agents.plot(h, [x["concurrent_agents"] for x in hours], color=ORANGE, marker=".", label="concurrent agents")
+    agents.set_ylabel("concurrent agents")
+    agents.spines["right"].set_visible(True)
+    lines = demand.get_legend_handles_labels()[0] + agents.get_legend_handles_labels()[0]
+    demand.legend(lines, ["tasks started", "concurrent agents"], frameon=False, loc="upper left")
+    replicas.step(h, [x["replicas"] for x in hours], where="mid", color=BLUE, label="replicas up")
+    replicas.step(h, [x["replicas_needed"] for x in hours], where="mid", color=GREY, linestyle="--",
+                  label="replicas needed")
+    replicas.set_ylabel("replicas")
+    replicas.legend(frameon=False, loc="upper left")
+    power.plot(h, [x["facility_power_w"] / 1e6 for x in hours], color=BLUE, marker=".", label="facility (modelled)")
+    power.plot(h, [x["provisioned_power_w"] / 1e6 for x in hours], color=ORANGE, marker=".", label="provisioned")
+    if power_cap_mw is not None:
+        power.axhline(power_cap_mw, color=RED, linestyle="--", label=f"power cap {power_cap_mw:,.2f} MW")
+    power.set_ylabel("MW")
+    power.set_xlabel("hour of the day")
+    power.set_xticks(range(0, 24, 3))
+    power.legend(frameon=False, loc="upper left")
+    return _svg(fig)

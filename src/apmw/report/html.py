@@ -77,8 +77,35 @@ def _figure(svg: str, caption: str) -> str:
     return f'<figure class="chart">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
 
 
-def _fleet_day(day: dict | None) -> str:
-    """The spec's day of demand (apmw fleet): its totals and the 24 hours."""
+def _tiles(items: list[tuple[str, str]]) -> str:
+    return '<div class="kpi">' + "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>" for k, v in items) + "</div>"
+
+
+def _money(usd: float) -> str:
+    """Dollars in the unit their size reads best in: "$0.1551", "$84.20", "$1.52M"."""
+    for factor, unit in ((1e9, "B"), (1e6, "M")):
+        if abs(usd) >= factor:
+            return f"${usd / factor:,.2f}{unit}"
+    return f"${usd:,.0f}" if abs(usd) >= 1000 else (f"${usd:,.2f}" if abs(usd) >= 1 else f"${usd:,.4f}")
+
+
+def fleet_tiles(day: dict) -> list[tuple[str, str]]:
+    """The day's figures a budget is signed on: GPUs at peak, MW, MWh and dollars a month, $ per task."""
+    tiles = [("GPUs at peak", f"{day['peak_gpus']:,}"),
+             ("MW at peak (provisioned)", f"{day['peak_facility_mw']:,.2f} ({day['peak_provisioned_mw']:,.2f})"),
+             ("MW on average", f"{day['average_facility_mw']:,.2f}"),
+             ("MWh a month", f"{day['facility_mwh_per_month']:,.0f}"),
+             ("cost a month", _money(day["cost_per_month_usd"]))]
+    if day["cost_per_task_usd"] is not None:
+        tiles.append(("cost per task", _money(day["cost_per_task_usd"])))
+        api = day["api_cost_per_task_usd"]
+        if api:
+            tiles.append(("per task vs the API", f"{day['cost_per_task_usd'] / api:.2f}x ({_money(api)} on the API)"))
+    return tiles
+
+
+def _fleet_day(day: dict | None, chart: str | None) -> str:
+    """The spec's day of demand (apmw fleet): the tile row, its curves, its totals and the 24 hours."""
     if not day:
         return ""
     api = "" if day["api_cost_per_task_usd"] is None else (
@@ -87,13 +114,20 @@ def _fleet_day(day: dict | None) -> str:
     rows = [[f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
              f"{h['replicas']:,} ({h['replicas_needed']:,})", f"{h['gpus']:,}", f"{h['facility_power_w'] / 1e3:,.1f}",
              f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}"] for h in day["hours"]]
-    return (f"<h3>A day of demand (apmw fleet)</h3>"
+    cap = "" if day["power_cap_mw"] is None else (
+        f" The hall's cap, {day['power_cap_mw']:,.2f} MW provisioned, is exceeded in hour(s) "
+        f"{', '.join(str(h) for h in day['hours_over_power_cap'])}." if day["hours_over_power_cap"] else
+        f" The fleet stays inside the hall's cap of {day['power_cap_mw']:,.2f} MW provisioned all day.")
+    figure = "" if chart is None else _figure(chart, "The day hour by hour: tasks started and concurrent agents; "
+                                              "replicas up (with scale-up and scale-down delays) and needed; facility "
+                                              "power as modelled and as provisioned (nameplate), and the hall's cap.")
+    return ("<h3>A day of demand (apmw fleet)</h3>" + _tiles(fleet_tiles(day)) + figure +
             f"<p>{day['tasks_per_day']:,.0f} tasks a day, sized with the analytic model (N* "
             f"{day['agents_per_replica_max']:,}, the curve it uses for each hour's load). Peak at hour {day['peak_hour']:02d}: "
             f"{day['peak_replicas']:,} replicas, {day['peak_gpus']:,} GPUs, {day['peak_facility_mw']:,.3f} MW facility "
             f"({day['peak_provisioned_mw']:,.3f} MW provisioned). A day: {day['gpu_hours_per_day']:,.0f} GPU-hours, "
             f"{day['facility_mwh_per_day']:,.2f} MWh, ${day['cost_per_day_usd']:,.2f}{per_task}; a month: "
-            f"{day['facility_mwh_per_month']:,.1f} MWh, ${day['cost_per_month_usd']:,.0f}.{api}</p>"
+            f"{day['facility_mwh_per_month']:,.1f} MWh, ${day['cost_per_month_usd']:,.0f}.{api}{cap}</p>"
             + _table(["hour", "tasks", "agents", "replicas up (needed)", "GPUs", "facility kW", "USD"], rows))
 
 
@@ -124,7 +158,6 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
             ("agents per MW (provisioned)", f"{plan['agents_per_mw_provisioned']:,.0f}"),
             ("cost per session", f"${plan['cost_per_session_usd']:,.4f}"),
             ("energy per session", energy_text(plan["energy_per_session_j"]))]
-    kpi_html = "".join(f"<div>{html.escape(k)}<b>{html.escape(v)}</b></div>" for k, v in kpis)
     lat = plan["task_latency_s"]
     lever_rows = [[r["lever"], r["group"], r["relaxes"], f"{r['agents_per_mw_after']:,.0f}", f"{r['gain']:.2f}x",
                    r["binding_after"] or "infeasible"] for r in levers]
@@ -133,10 +166,12 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
                        f"{c['tool_share']:.0%}", c["binding_constraint"]] for c in contrast_rows]
     fleet = plan.get("fleet")
     fleet_html = "" if not fleet else (
-        f"<p>For {fleet['agents']:,} concurrent agents: {fleet['replicas']:,} replicas, {fleet['gpus']:,} GPUs, "
-        f"{fleet['facility_power_w'] / 1e6:,.2f} MW modelled facility power "
+        f"<p>For {fleet['agents']:,} concurrent agents (<code>fleet.target_agents</code>): {fleet['replicas']:,} "
+        f"replicas, {fleet['gpus']:,} GPUs, {fleet['facility_power_w'] / 1e6:,.2f} MW modelled facility power "
         f"({fleet['provisioned_power_w'] / 1e6:,.2f} MW provisioned).</p>")
-    fleet_html += _fleet_day(plan.get("fleet_day"))
+    fleet_html += _fleet_day(plan.get("fleet_day"), charts.get("fleet_day"))
+    if fleet_html:
+        fleet_html = "<h2>The fleet</h2>\n" + fleet_html
     sources = _table(["figure", "source"], [[k, v] for k, v in plan["sources"].items()])
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>
@@ -147,7 +182,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
 <p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']} x {html.escape(plan['replica']['gpu'])}.</p>
 <p class="meta">Generated {generated} by apmw {html.escape(version('apmw'))}{'' if not command else
 ' with <code>' + html.escape(command) + '</code>'}.</p>
-<div class="kpi">{kpi_html}</div>
+{_tiles(kpis)}
 
 <h2>Task latency against concurrency</h2>
 <p>The SLO is a p95 of the whole task. At N* = {plan['agents_per_replica']}{_source(plan)} the task takes

@@ -27,3 +27,32 @@ def test_too_few_tasks_give_no_interval():
     assert quantile_interval([]) is None
     assert quantile_interval([1.0, 2.0, 3.0]) is None     # 3 tasks cannot bracket a p95
     assert quantile_interval(list(range(200))) is not None
+
+
+def test_runs_that_disagree_widen_the_checked_p95_interval():
+    """The checked N*'s p95 interval (sim/checked.py) is the hull of the pooled tasks' interval and
+    the replication interval: three runs of 100 tasks whose p95s sit at about 1.0, 1.3 and 1.6 (one
+    run's engine state shifts all its tasks) give a wider interval than their 300 tasks alone."""
+    from types import SimpleNamespace
+
+    import scipy.stats
+
+    from apmw.sim.checked import SimulatedPoint
+
+    rng = np.random.default_rng(7)
+    runs = tuple(SimpleNamespace(samples={"task_latency_s": rng.exponential(1.0, 100) * scale / 3.0})
+                 for scale in (1.0, 1.3, 1.6))
+    point = SimulatedPoint(agents=10, runs=runs)
+    pooled = quantile_interval(np.concatenate([r.samples["task_latency_s"] for r in runs]))
+    lo, hi = point.p95_interval("task_latency_s")
+    per_run = [np.quantile(r.samples["task_latency_s"], 0.95) for r in runs]
+    half = scipy.stats.t.ppf(0.975, 2) * np.std(per_run, ddof=1) / math.sqrt(3)
+    assert (hi - lo) > 1.5 * (pooled[1] - pooled[0])
+    assert hi == max(pooled[1], point.p95("task_latency_s") + half)
+    # the hull never narrows the pooled interval; one run alone gives the pooled interval
+    same = tuple(SimpleNamespace(samples={"task_latency_s": rng.exponential(1.0, 2000)}) for _ in range(3))
+    lo, hi = SimulatedPoint(agents=10, runs=same).p95_interval("task_latency_s")
+    pooled = quantile_interval(np.concatenate([r.samples["task_latency_s"] for r in same]))
+    assert lo <= pooled[0] and hi >= pooled[1]
+    assert SimulatedPoint(agents=10, runs=same[:1]).p95_interval("task_latency_s") == quantile_interval(
+        same[0].samples["task_latency_s"])

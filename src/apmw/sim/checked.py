@@ -19,9 +19,11 @@ answer ``apmw plan`` prints is re-derived in the simulator:
 **The answer.** N* is the largest simulated count that meets the SLO below the smallest that
 misses it. Its interval runs from where the upper end of the pooled p95's confidence interval
 crosses the SLO to where the lower end does (linear between simulated counts): the agent counts
-the simulation cannot tell apart from N*. The pooled p95's interval is distribution-free
-(:func:`apmw.sim.result.quantile_interval`) and treats tasks as independent, so it is a lower
-bound on the uncertainty; the per-run p95s are listed beside it.
+the simulation cannot tell apart from N*. The pooled p95's interval is the wider of two: the
+distribution-free one of the pooled tasks (:func:`apmw.sim.result.quantile_interval`, which takes
+tasks as independent) and the replication one, from how far the runs' own p95s spread (tasks of
+one run share the engine's state: near a KV limit, runs differ by far more than their tasks
+suggest). The per-run p95s are listed beside it.
 
 **What is simulated and what is not.** The figures the simulator measures at N* replace the
 analytic ones (task latency, TTFT and TPOT p95, decode batch, resident KV mean, utilisation, and
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
+from scipy.stats import t as student_t
 
 from apmw.capacity import Plan
 from apmw.capacity.closed_loop import closed_loop_model
@@ -57,6 +60,8 @@ MIN_RUN_TASK_TIMES = 4.0
 # A count whose first two or more runs each put its SLO slack this far from 1, on the same side, gets no
 # more replications: it is clearly in or clearly out, and the runs are better spent near N*.
 DECIDED_MARGIN = 0.2
+# A run's own p95 joins the replication interval when it rests on at least this many samples.
+MIN_RUN_SAMPLES = 20
 # Before a bracket is found, one step raises the agent count by at most this share.
 MAX_STEP_SHARE = 0.2
 # Calls preempted above this share at the first count that misses the SLO: the KV pool, not the
@@ -87,9 +92,23 @@ class SimulatedPoint:
         return float(np.quantile(v, 0.95)) if len(v) else None
 
     def p95_interval(self, name: str) -> tuple[float, float]:
-        """The pooled p95's confidence interval; (0, inf) where too few samples bracket it."""
-        ci = quantile_interval(self._pooled(name))
-        return (0.0, math.inf) if ci is None else ci
+        """The pooled p95's 95 % confidence interval: the hull of the order-statistic interval of the
+        pooled samples (tasks taken as independent) and the replication interval (the pooled p95
+        plus or minus Student's t times the standard error of the runs' own p95s: tasks of one run
+        share the engine's state, so runs differ by more than their tasks' spread says). (0, inf)
+        where too few samples bracket it."""
+        pooled = self._pooled(name)
+        ci = quantile_interval(pooled)
+        if ci is None:
+            return 0.0, math.inf
+        per_run = [float(np.quantile(r.samples[name], 0.95)) for r in self.runs
+                   if len(r.samples[name]) >= MIN_RUN_SAMPLES]
+        if len(per_run) < 2:
+            return ci
+        k = len(per_run)
+        half = float(student_t.ppf(0.975, k - 1)) * float(np.std(per_run, ddof=1)) / math.sqrt(k)
+        centre = float(np.quantile(pooled, 0.95))
+        return min(ci[0], centre - half), max(ci[1], centre + half)
 
     def slack(self, spec_slo, end: int | None = None) -> float:
         """SLO slack at the pooled p95s; ``end`` 0 or 1 takes the low or high end of their intervals."""

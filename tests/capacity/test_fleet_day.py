@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -96,31 +97,31 @@ def test_a_spec_without_a_day_says_what_to_add():
         fleet_day(plan(spec_from_dict(d)))
 
 
-def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
+def _fleet_cli(spec: Path, *flags: str) -> subprocess.CompletedProcess:
+    """`apmw fleet SPEC FLAGS...` through the installed entry point."""
     from tests.e2e.test_cli import APMW
 
+    return subprocess.run([APMW, "fleet", str(spec), *flags], capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     csv_path = tmp_path / "day.csv"
-    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--json", "--csv", str(csv_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--json", "--csv", str(csv_path))
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert len(d["hours"]) == 24 and d["tasks_per_day"] == 40_000
     assert math.isfinite(d["cost_per_task_usd"]) and d["peak_replicas"] >= 1
     lines = csv_path.read_text().splitlines()
     assert lines[0].startswith("hour,tasks,concurrent_agents") and len(lines) == 25
-    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "support-chat.yaml")], capture_output=True, text=True,
-                       timeout=120)
+    r = _fleet_cli(EXAMPLES / "support-chat.yaml")
     assert r.returncode == 1 and "fleet.tasks_per_hour" in r.stderr
 
 
 def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):
     import pyarrow.parquet as pq
 
-    from tests.e2e.test_cli import APMW
-
     path = tmp_path / "day.parquet"
-    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--json", "--parquet", str(path)],
-                       capture_output=True, text=True, timeout=120)
+    r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--json", "--parquet", str(path))
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     table = pq.read_table(path)
@@ -129,8 +130,7 @@ def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp
     assert str(table.schema.field("replicas").type) == "int64"
     totals = json.loads(table.schema.metadata[b"apmw.fleet_day"])
     assert totals["cost_per_month_usd"] == d["cost_per_month_usd"] and "hours" not in totals
-    r = subprocess.run([APMW, "fleet", str(EXAMPLES / "coding-agent.yaml"), "--parquet", str(tmp_path / "no" / "x")],
-                       capture_output=True, text=True, timeout=120)
+    r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--parquet", str(tmp_path / "no" / "x"))
     assert r.returncode == 1 and "--parquet" in r.stderr and "does not exist" in r.stderr
 
 
@@ -167,13 +167,11 @@ def test_a_power_cap_names_the_hours_over_it_and_the_fleet_that_fits():
 
 
 def test_the_cli_exits_2_when_the_fleet_does_not_fit_its_hall(tmp_path):
-    from tests.e2e.test_cli import APMW
-
     text = (EXAMPLES / "coding-agent.yaml").read_text().replace("  headroom: 0.1\n",
                                                                "  headroom: 0.1\n  power_cap_mw: 0.3\n")
     spec = tmp_path / "hall.yaml"
     spec.write_text(text)
-    r = subprocess.run([APMW, "fleet", str(spec), "--json"], capture_output=True, text=True, timeout=120)
+    r = _fleet_cli(spec, "--json")
     assert r.returncode == 2
     d = json.loads(r.stdout)
     over = [h["hour"] for h in d["hours"] if h["provisioned_power_w"] > 0.3e6]

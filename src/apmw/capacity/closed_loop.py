@@ -135,11 +135,10 @@ class ClosedLoopModel:
             self.found = sample
             self.lost = lost_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=RETAINED_LOST)
         if self.found is not None and self.lost is not None:
-            curves = {id(sample): self.curve}
-            self.found_curve = curves.get(id(self.found)) or engine_curve(replica.step, self.found, self.max_batch,
-                                                                        mixed=self.mixed)
-            self.lost_curve = curves.get(id(self.lost)) or engine_curve(replica.step, self.lost, self.max_batch,
-                                                                      mixed=self.mixed)
+            def curve_of(s: SessionSample) -> EngineCurve:     # the policy's own sample has its curve
+                return self.curve if s is sample else engine_curve(replica.step, s, self.max_batch, mixed=self.mixed)
+
+            self.found_curve, self.lost_curve = curve_of(self.found), curve_of(self.lost)
             self._sample_fields = _differing(self.found, self.lost)
             self._curve_fields = _differing(self.found_curve, self.lost_curve)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",

@@ -73,7 +73,7 @@ def test_infeasible_points_are_pruned_and_counted_by_reason():
     ([1, 2], "a space is a mapping with 'axes'"),
     ({"axes": {"engine": ["vllm"]}}, "not a dotted spec path"),
     ({"axes": {"serving.engine": []}}, "needs a non-empty list"),
-    ({"axes": {"serving.max_batch": list(range(1, 101)), "hardware.gpus_per_replica": list(range(1, 101))}},
+    ({"axes": {"serving.max_batch": list(range(1, 1002)), "hardware.gpus_per_replica": list(range(1, 101))}},
      f"at most {MAX_POINTS:,} are evaluated"),
 ])
 def test_a_bad_space_is_refused(space, words):

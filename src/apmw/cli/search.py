@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, out
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, out, output_path
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -28,6 +29,19 @@ def _checked_cells(c: dict | None) -> tuple[str, str]:
     return f"{c['agents_per_replica']:,} ({span})", f"{c['agents_per_mw']:,.0f}"
 
 
+# Below this many points a pool's start-up (a second or two a worker) outweighs what it saves.
+POOL_FROM_POINTS = 32
+
+
+def _workers(asked: int, axes: dict) -> int:
+    """Processes to plan on: as asked, or one per core for a space big enough to pay for them."""
+    if asked:
+        return asked
+    from apmw.design_search.space import space_size
+
+    return 1 if space_size(axes) < POOL_FROM_POINTS else max(1, len(os.sched_getaffinity(0)))
+
+
 @app.command()
 def search(
     spec: Path = typer.Argument(..., help="YAML spec: its workload and SLO are fixed, the space varies the rest"),
@@ -39,27 +53,60 @@ def search(
                               "points, best agents/MW first, as apmw plan does (tens of seconds each)"),
     check_tasks: int = typer.Option(CHECK_TASKS_PER_POINT, "--check-tasks", min=1, max=10_000,
                                     help="tasks simulated per agent count when checking"),
+    workers: int = typer.Option(0, "--workers", min=0, max=1024, help="processes planning points on this machine "
+                                "(0: one per core, in this process when the space has under 32 points)"),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="plan on an existing Ray cluster: auto, "
+                                              "host:port or ray://host:port (needs apmw[ray])"),
+    parquet_out: Optional[Path] = typer.Option(None, "--parquet", help="write every evaluated point to this "
+                                               "Parquet file, saved as it arrives (needs pyarrow)"),
+    csv_out: Optional[Path] = typer.Option(None, "--csv", help="write every evaluated point to this CSV file"),
+    resume: bool = typer.Option(False, "--resume", help="continue the search whose results --parquet holds: "
+                                "plan only the points it lacks"),
 ) -> None:
     """Plan every point of a design space: the agents/MW against output-speed front and how to launch it."""
-    from apmw.design_search import check_front, default_space, read_space, search as run
+    from apmw.design_search import (ResultStore, check_front, default_space, read_space, search as run,
+                                    search_key, spec_document, write_csv)
     from apmw.spec import load_spec
     from apmw.spec.load import load_yaml
 
+    if resume and parquet_out is None:
+        fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
+    for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv")):
+        if path is not None:
+            output_path(path, flag)
+    store = None
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
         axes = default_space() if space is None else read_space(load_yaml(space, "search space"), str(space))
+        if parquet_out is not None:
+            store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)
+            if not resume and (held := store.clear()):
+                note(f"started afresh: {held} point(s) saved in {store.parts} by a stopped run were dropped "
+                     "(--resume continues one)")
+        procs = _workers(workers, axes)
         with Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("search", total=None)
-            answer = run(s, axes, progress=lambda done, total: bar.update(task, completed=done, total=total))
+            answer = run(s, axes, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                         workers=procs, ray_address=ray_address, store=store, resume=resume)
         if check:
             with Progress(TextColumn("{task.description}"), console=err, transient=True) as bar:
                 task = bar.add_task("checking", total=None)
                 answer = check_front(s, answer, check, check_tasks,
                                      progress=lambda what: bar.update(task, description=what))
+        checked = {p.index: p.checked for p in answer.points if p.checked is not None}
+        if store is not None:
+            store.finish(answer.rows, checked)
+        if csv_out is not None:
+            write_csv(answer.rows, axes, csv_out)
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        if store is not None:
+            err.print(f"interrupted: the points planned so far are saved in {store.parts}; run the same command "
+                      "with --resume to continue", highlight=False, markup=False, soft_wrap=True)
+        raise
     d = answer.to_dict(explain)
     if as_json:
         emit_json(d)

@@ -1,0 +1,89 @@
+"""How fast does `apmw search` plan a space, here and on a process pool or a Ray cluster, against `plan`?
+
+Run: .venv/bin/python bench/search_speed.py [--ray]
+
+The space is 96 points of the bundled support-chat example (GPUs per replica x batch cap x engine x
+KV dtype). Prints, in one process so that the machine's speed cancels:
+- ``plan``'s time per spec, each point's spec planned directly (the baseline);
+- the search in this process, and its ratio to the baseline (what the search machinery adds);
+- the search on a local process pool of 2 workers (start-up included), and its speed-up over this process;
+- with ``--ray``: the search on a local Ray cluster (started here, ``ray start --head``) with one
+  node of one CPU, then with a second one-CPU node joined, and the speed-up 1 -> 2.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from plan_speed import EXAMPLES     # this folder: run as python bench/search_speed.py
+
+from apmw import load_spec, plan
+from apmw.design_search import search, spec_document
+from apmw.design_search.space import points, with_settings
+from apmw.errors import ApmwError
+from apmw.spec import spec_from_dict
+
+AXES = {"hardware.gpus_per_replica": [2, 4, 8], "serving.max_batch": [32, 48, 64, 96, 128, 192, 256, 512],
+        "serving.engine": ["vllm", "sglang"], "model.kv_dtype": ["fp8", "bf16"]}
+RAY = str(Path(sys.executable).parent / "ray")
+NODE = ["--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _plan_every_point(spec) -> None:
+    base = spec_document(spec)
+    for _, settings in points(AXES):
+        try:
+            plan(spec_from_dict(with_settings(base, settings)))
+        except ApmwError:
+            pass
+
+
+def _ray_runs(spec) -> tuple[float, float]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    try:
+        subprocess.run([RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                        "--include-dashboard=false", *NODE], check=True, capture_output=True)
+        one = _timed(lambda: search(spec, AXES, ray_address=address))
+        subprocess.run([RAY, "start", "--address", address, "--node-ip-address", "127.0.0.1", *NODE],
+                       check=True, capture_output=True)
+        two = _timed(lambda: search(spec, AXES, ray_address=address))
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True)
+    return one, two
+
+
+def main() -> None:
+    spec = load_spec(EXAMPLES / "support-chat.yaml")
+    n = len(list(points(AXES)))
+    plan(spec)                                        # warm caches
+    t_plan = _timed(lambda: _plan_every_point(spec))
+    t_here = _timed(lambda: search(spec, AXES))
+    t_pool2 = _timed(lambda: search(spec, AXES, workers=2))
+    print(f"{n} points of support-chat")
+    print(f"{'run':<34}{'s':>7}{'ms/point':>10}{'points/s':>10}{'vs plan':>9}")
+    rows = [("plan, each point's spec", t_plan), ("search, this process", t_here),
+            ("search, process pool of 2", t_pool2)]
+    if "--ray" in sys.argv:
+        one, two = _ray_runs(spec)
+        rows += [("search, Ray: 1 node x 1 CPU", one), ("search, Ray: 2 nodes x 1 CPU", two)]
+    for name, t in rows:
+        print(f"{name:<34}{t:>7.2f}{t / n * 1e3:>10.1f}{n / t:>10.1f}{t / t_plan:>9.2f}")
+    print(f"speed-up 1 -> 2 workers: process pool {t_here / t_pool2:.2f}x (against this process)"
+          + (f", Ray {rows[-2][1] / rows[-1][1]:.2f}x" if "--ray" in sys.argv else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""What a search answers: the feasible points, the pruned ones by reason, the Pareto front, the best per objective."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from apmw.design_search.point import FIGURES
+
+# What each objective reads from a point, and whether more is better.
+OBJECTIVES = {"agents_per_mw": True, "agents_per_mw_provisioned": True, "cost_per_session_usd": False,
+              "agents_per_gpu": True, "task_latency_p95_s": False, "output_speed_tokens_per_s": True}
+
+
+@dataclass(frozen=True)
+class Point:
+    settings: dict                      # dotted path -> value
+    figures: dict                       # the objectives, and N* and its binding constraint
+    launch: str                         # the engine's command line for this replica
+    checked: dict | None = None         # N* settled in the simulator (check_front), or why it was not
+    index: int = -1                     # the point's place in the space (space.points)
+
+
+@dataclass
+class SearchAnswer:
+    points: list[Point]
+    pruned: list[tuple[dict, str, str]] = field(default_factory=list)      # settings, reason, full message
+    rows: list[dict] = field(default_factory=list)     # every point's row (point.evaluate_point), in point order
+    resumed: int = 0                                   # rows taken from a stopped run's saved results
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> SearchAnswer:
+        """The answer the rows of every point give (``point.evaluate_point``), in point order."""
+        answer = cls(points=[], rows=sorted(rows, key=lambda r: r["point"]))
+        for row in answer.rows:
+            settings = json.loads(row["settings"])
+            if row["status"] == "feasible":
+                answer.points.append(Point(settings=settings, figures={k: row[k] for k in FIGURES},
+                                           launch=row["launch"], index=row["point"]))
+            else:
+                answer.pruned.append((settings, row["reason"], row["message"]))
+        return answer
+
+    def front(self) -> list[Point]:
+        """Points no other beats on both agents per MW and per-agent output speed, best agents per MW first."""
+        front, fastest = [], -1.0
+        for p in sorted(self.points, key=lambda p: (-p.figures["agents_per_mw"],
+                                                    -p.figures["output_speed_tokens_per_s"])):
+            if p.figures["output_speed_tokens_per_s"] > fastest:
+                front.append(p)
+                fastest = p.figures["output_speed_tokens_per_s"]
+        return front
+
+    def best(self) -> dict[str, Point]:
+        return {name: (max if more else min)(self.points, key=lambda p: p.figures[name])
+                for name, more in OBJECTIVES.items()} if self.points else {}
+
+    def to_dict(self, explain: bool = False) -> dict:
+        reasons: dict[str, int] = {}
+        for _, why, _ in self.pruned:
+            reasons[why] = reasons.get(why, 0) + 1
+        out = {
+            "evaluated": len(self.points) + len(self.pruned),
+            "feasible": len(self.points),
+            "pruned": len(self.pruned),
+            "pruned_by_reason": reasons,
+            "resumed_points": self.resumed,
+            "front": [_point_dict(p) for p in self.front()],
+            "best": {name: _point_dict(p) for name, p in self.best().items()},
+        }
+        if explain:
+            out["pruned_points"] = [{"settings": s, "reason": why, "message": msg} for s, why, msg in self.pruned]
+        return out
+
+
+def _point_dict(p: Point) -> dict:
+    d = {"point": p.index, "settings": p.settings, **p.figures, "launch": p.launch}
+    if p.checked is not None:
+        d["checked"] = p.checked
+    return d

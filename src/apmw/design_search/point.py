@@ -1,0 +1,75 @@
+"""One point of a space planned: the row it leaves in the results, feasible or pruned with a reason.
+
+A row is a flat dict of plain values (the results file's columns, ``store.COLUMNS``), so it travels
+between processes and Ray workers as is and reads back from Parquet unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+
+from apmw.capacity import InfeasibleError, plan
+from apmw.design_search.space import with_settings
+from apmw.errors import ApmwError
+from apmw.spec import SpecError, spec_from_dict
+
+# The figures of a feasible point; a pruned point has none of them.
+FIGURES = ("agents_per_replica", "binding_constraint", "agents_per_mw", "agents_per_mw_provisioned",
+           "cost_per_session_usd", "agents_per_gpu", "task_latency_p95_s", "output_speed_tokens_per_s")
+
+
+def evaluate_batch(base: dict, batch: list[tuple[int, dict]]) -> list[dict]:
+    """The rows of the points ``batch`` (``(index, settings)`` each) of the spec document ``base``:
+    what a process-pool or Ray task runs."""
+    return [evaluate_point(base, index, settings) for index, settings in batch]
+
+
+def evaluate_point(base: dict, index: int, settings: dict) -> dict:
+    """Plan the spec ``base`` with ``settings`` applied; the row, or a pruned row saying why not."""
+    row: dict = {"point": index, "settings": json.dumps(settings)}
+    pruned = {**row, "status": "pruned", **dict.fromkeys(FIGURES), "launch": None}
+    try:
+        result = plan(spec_from_dict(with_settings(base, settings), path="search point"))
+    except InfeasibleError as exc:
+        return {**pruned, "reason": "no number of agents meets the SLO", "message": str(exc)}
+    except (SpecError, ApmwError) as exc:
+        return {**pruned, "reason": prune_reason(str(exc)), "message": str(exc)}
+    d = result.to_dict()
+    gpus = result.replica.gpus + result.prefill_gpus
+    return {**row, "status": "feasible", "reason": None, "message": None,
+            "agents_per_replica": int(d["agents_per_replica"]), "binding_constraint": d["binding_constraint"],
+            "agents_per_mw": float(d["agents_per_mw"]), "agents_per_mw_provisioned": float(d["agents_per_mw_provisioned"]),
+            "cost_per_session_usd": float(d["cost_per_session_usd"]),
+            "agents_per_gpu": d["agents_per_replica"] / gpus, "task_latency_p95_s": float(d["task_latency_s"]["p95"]),
+            "output_speed_tokens_per_s": 1.0 / d["tpot_p95_s"],
+            "launch": launch_flags(result)}
+
+
+def launch_flags(result) -> str:
+    """The engine's command line for the replica ``result`` plans (vLLM, SGLang or TensorRT-LLM serve)."""
+    spec, policy = result.spec, result.replica.policy
+    model, tp = spec.model.config, spec.hardware.gpus_per_replica
+    kv_fp8 = spec.model.kv_dtype == "fp8"
+    caching = spec.serving.prefix_caching
+    if policy.engine == "sglang":
+        return (f"python -m sglang.launch_server --model-path {model} --tp {tp} --max-running-requests "
+                f"{policy.max_batch} --chunked-prefill-size {policy.token_budget} --mem-fraction-static "
+                f"{policy.kv_memory_fraction:g}" + (" --kv-cache-dtype fp8_e4m3" if kv_fp8 else "")
+                + ("" if caching else " --disable-radix-cache"))
+    if policy.engine == "trtllm":
+        return (f"trtllm-serve {model} --tp_size {tp} --max_batch_size {policy.max_batch} --max_num_tokens "
+                f"{policy.token_budget} --kv_cache_free_gpu_memory_fraction {policy.kv_memory_fraction:g}")
+    return (f"vllm serve {model} --tensor-parallel-size {tp} --max-num-seqs {policy.max_batch} "
+            f"--max-num-batched-tokens {policy.token_budget} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
+            + (" --kv-cache-dtype fp8" if kv_fp8 else "")
+            + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching"))
+
+
+def prune_reason(message: str) -> str:
+    """The class of a pruned point's message, to count points by (the message itself is kept for --explain)."""
+    if "does not fit" in message:
+        return "does not fit: the weights and workspace leave no KV memory"
+    if "invalid spec" in message:
+        detail = message.split("\n")[-1].strip()
+        return f"not a valid spec ({detail.split(':')[0]})"
+    return message.split(";")[0].split(":")[0][:120]

@@ -1,0 +1,91 @@
+"""A design space: spec fields by dotted path, the values to try, and the points of their product.
+
+A space document names the axes::
+
+    axes:
+      hardware.gpu: [H100, H200]
+      hardware.gpus_per_replica: [1, 2, 4, 8]
+
+Point ``i`` is the ``i``-th combination in row-major order over the axes as written (the last axis
+varies fastest), so a point's index names it in a results file and across a resumed run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from typing import Iterator
+
+from apmw.errors import ApmwError
+
+# Points one search evaluates. Each is about one plan (70-140 ms on the bundled examples, per core),
+# so the largest space is about an hour on 8 cores; a larger one is a sign of an axis with too many values.
+MAX_POINTS = 100_000
+
+
+def read_space(data: object, where: str) -> dict[str, list]:
+    """The axes of a space document, checked: a mapping ``axes: {dotted.path: [values]}``."""
+    axes = data.get("axes") if isinstance(data, dict) else None
+    if not isinstance(axes, dict) or not axes:
+        raise ApmwError(f"{where}: a space is a mapping with 'axes': {{spec.field: [values, ...]}}, e.g. "
+                        "axes: {hardware.gpus_per_replica: [1, 2, 4, 8]}")
+    for path, values in axes.items():
+        if not isinstance(path, str) or path.count(".") < 1:
+            raise ApmwError(f"{where}: axis {path!r} is not a dotted spec path such as serving.engine")
+        if not isinstance(values, list) or not values:
+            raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
+    size = space_size(axes)
+    if size > MAX_POINTS:
+        raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
+                        "(about a plan each): drop values or axes")
+    return axes
+
+
+def default_space() -> dict[str, list]:
+    """GPUs per replica (1 to 8), weight dtype and engine: the axes every spec has."""
+    return {"hardware.gpus_per_replica": [1, 2, 4, 8], "model.weight_dtype": ["bf16", "fp8"],
+            "serving.engine": ["vllm", "sglang"]}
+
+
+def space_size(axes: dict[str, list]) -> int:
+    size = 1
+    for values in axes.values():
+        size *= len(values)
+    return size
+
+
+def points(axes: dict[str, list]) -> Iterator[tuple[int, dict]]:
+    """Every point of the space as ``(index, {path: value})``, in index order."""
+    names = list(axes)
+    for i, values in enumerate(itertools.product(*(axes[n] for n in names))):
+        yield i, dict(zip(names, values))
+
+
+def check_paths(base: dict, axes: dict[str, list]) -> None:
+    """Every axis runs through sections of the spec (a section the spec leaves out is fine)."""
+    for path in axes:
+        node: object = base
+        for key in path.split(".")[:-1]:
+            node = node.get(key, {}) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise ApmwError(f"axis {path}: {key} is not a section of the spec, so nothing lies under it")
+
+
+def with_settings(base: dict, settings: dict) -> dict:
+    """The spec document ``base`` with each dotted path of ``settings`` set (sections created)."""
+    d = copy.deepcopy(base)
+    for path, value in settings.items():
+        node = d
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return d
+
+
+def search_key(base: dict, axes: dict[str, list]) -> str:
+    """A digest of the spec and the space: a results file from another spec or space is not resumed."""
+    text = json.dumps({"spec": base, "axes": axes}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,182 @@
+"""A search's results on disk: every evaluated point as a Parquet row, saved as it arrives, resumable.
+
+While a search runs, rows land in ``OUT.parts/`` (a Parquet file per few dozen rows, each written
+to a temporary name and renamed, so a killed run leaves only whole files). When it ends, ``OUT`` is
+written: one row per point, in point order, and the parts are removed. ``--resume`` reads what
+``OUT`` and ``OUT.parts/`` hold and plans only the points missing from them. Every file carries,
+under the metadata key ``apmw.search``, the digest of the spec and space that produced it
+(``space.search_key``), so rows of another search are never mixed in.
+
+Columns (``docs/search.md``): ``point`` (the point's index in the space), ``settings`` (its axis
+values as JSON), ``status`` (``feasible`` or ``pruned``), ``reason`` and ``message`` (why pruned),
+the figures of ``point.FIGURES``, ``launch``; in ``OUT`` also one column per axis (named by its
+dotted path, typed by its values: integer, float, boolean or string, else the value as JSON) and
+``checked`` (the simulator's answer for checked points, as JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from apmw.errors import ApmwError
+
+META_KEY = b"apmw.search"
+# A part is written once this many rows, or this many seconds of them, are waiting.
+PART_ROWS = 64
+PART_SECONDS = 2.0
+
+
+def _pa():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ApmwError("--parquet needs pyarrow, which is not installed: pip install 'apmw[parquet]'") from None
+    return pa, pq
+
+
+def row_schema():
+    """The columns every row has, parts and final file alike."""
+    pa, _ = _pa()
+    return pa.schema([
+        ("point", pa.int64()), ("settings", pa.string()), ("status", pa.string()), ("reason", pa.string()),
+        ("message", pa.string()), ("agents_per_replica", pa.int64()), ("binding_constraint", pa.string()),
+        ("agents_per_mw", pa.float64()), ("agents_per_mw_provisioned", pa.float64()),
+        ("cost_per_session_usd", pa.float64()), ("agents_per_gpu", pa.float64()),
+        ("task_latency_p95_s", pa.float64()), ("output_speed_tokens_per_s", pa.float64()), ("launch", pa.string()),
+    ])
+
+
+class ResultStore:
+    """The Parquet results of one search (spec and space ``key``) at ``path``."""
+
+    def __init__(self, path: Path, key: str, axes: dict[str, list]):
+        self.path, self.key, self.axes = path, key, axes
+        self.parts = path.with_name(path.name + ".parts")
+        self._waiting: list[dict] = []
+        self._since = time.monotonic()
+        _pa()
+
+    def saved_rows(self) -> list[dict]:
+        """The rows a stopped search of the same spec and space left here (``--resume``)."""
+        files = ([self.path] if self.path.is_file() else []) + sorted(self.parts.glob("part-*.parquet"))
+        rows: dict[int, dict] = {}
+        for f in files:
+            for row in self._read(f):
+                rows.setdefault(row["point"], row)
+        return list(rows.values())
+
+    def clear(self) -> int:
+        """Forget saved parts (a fresh start); how many rows they held."""
+        held = sum(len(self._read(f)) for f in sorted(self.parts.glob("part-*.parquet"))) if self.parts.is_dir() else 0
+        shutil.rmtree(self.parts, ignore_errors=True)
+        return held
+
+    def add(self, rows: list[dict]) -> None:
+        self._waiting.extend(rows)
+        if len(self._waiting) >= PART_ROWS or time.monotonic() - self._since >= PART_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the waiting rows as one part (whole or not at all)."""
+        if not self._waiting:
+            return
+        pa, pq = _pa()
+        self.parts.mkdir(exist_ok=True)
+        first = min(r["point"] for r in self._waiting)
+        name = self.parts / f"part-{first:09d}-{time.time_ns()}.parquet"
+        table = pa.Table.from_pylist(self._waiting, schema=row_schema()).replace_schema_metadata(self._meta())
+        tmp = name.with_suffix(".tmp")
+        self._write(table, tmp)
+        os.replace(tmp, name)
+        self._waiting, self._since = [], time.monotonic()
+
+    def finish(self, rows: list[dict], checked: dict[int, dict] | None = None) -> None:
+        """``OUT``: every row in point order, with a column per axis and the checked answers; parts removed."""
+        pa, pq = _pa()
+        table = final_table(rows, self.axes, checked or {}).replace_schema_metadata(self._meta())
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self._write(table, tmp)
+        os.replace(tmp, self.path)
+        self._waiting = []
+        shutil.rmtree(self.parts, ignore_errors=True)
+
+    def _meta(self) -> dict:
+        return {META_KEY: json.dumps({"key": self.key, "axes": self.axes}, default=str).encode()}
+
+    def _read(self, f: Path) -> list[dict]:
+        _, pq = _pa()
+        try:
+            table = pq.read_table(f, columns=row_schema().names)
+        except Exception as exc:     # pyarrow raises ArrowInvalid, OSError or KeyError for a foreign file
+            raise ApmwError(f"{f}: cannot read it as a search's results ({str(exc)[:200]}); remove it to start afresh")
+        meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
+        if meta.get("key") != self.key:
+            raise ApmwError(f"{f} holds the results of another spec or space; --resume continues only the same "
+                            "search: remove it, or give another --parquet path")
+        return table.to_pylist()
+
+    @staticmethod
+    def _write(table, path: Path) -> None:
+        _, pq = _pa()
+        try:
+            pq.write_table(table, path)
+        except OSError as exc:
+            raise ApmwError(f"{path}: cannot write it ({exc})") from None
+
+
+def final_table(rows: list[dict], axes: dict[str, list], checked: dict[int, dict]):
+    pa, _ = _pa()
+    rows = sorted(rows, key=lambda r: r["point"])
+    table = pa.Table.from_pylist(rows, schema=row_schema())
+    settings = [json.loads(r["settings"]) for r in rows]
+    for path, values in axes.items():
+        kind = _axis_type(values)
+        column = [s.get(path) for s in settings]
+        if kind is None:
+            table = table.append_column(path, pa.array([json.dumps(v) for v in column], pa.string()))
+        else:
+            table = table.append_column(path, pa.array(column, kind()))
+    return table.append_column("checked", pa.array(
+        [json.dumps(checked[r["point"]]) if r["point"] in checked else None for r in rows], pa.string()))
+
+
+def _axis_type(values: list):
+    """The Arrow type an axis' values share, or None (then they are written as JSON text)."""
+    pa, _ = _pa()
+    if all(isinstance(v, bool) for v in values):
+        return pa.bool_
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return pa.int64
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return pa.float64
+    if all(isinstance(v, str) for v in values):
+        return pa.string
+    return None
+
+
+def write_csv(rows: list[dict], axes: dict[str, list], path: Path) -> None:
+    """The same columns as the Parquet ``OUT`` (no pyarrow needed), one row per point."""
+    from apmw.design_search.point import FIGURES
+
+    names = ["point", "settings", "status", "reason", "message", *FIGURES, "launch", *axes]
+    try:
+        with path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(names)
+            for r in sorted(rows, key=lambda r: r["point"]):
+                s = json.loads(r["settings"])
+                w.writerow([_cell(r.get(n)) for n in names[:-len(axes)]] + [_cell(s.get(a)) for a in axes])
+    except OSError as exc:
+        raise ApmwError(f"--csv {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _cell(v: object) -> object:
+    if v is None:
+        return ""
+    return json.dumps(v) if isinstance(v, (dict, list)) else v

@@ -1,0 +1,166 @@
+"""apmw search runs: the same rows in this process, on a process pool and on Ray; every point saved to
+Parquet as it arrives; an interrupted search resumed; a worker killed mid-search replaced."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from apmw.design_search import ResultStore, search, search_key, spec_document
+from apmw.design_search.store import META_KEY
+from apmw.spec import load_spec
+from tests.conftest import EXAMPLES
+from tests.e2e.test_cli import APMW
+
+SPEC = EXAMPLES / "support-chat.yaml"
+AXES = {"hardware.gpus_per_replica": [1, 2, 4, 8], "serving.max_batch": [32, 64, 128, 192, 256, 512],
+        "serving.engine": ["vllm", "sglang"]}
+SPACE_YAML = "axes:\n" + "".join(f"  {k}: [{', '.join(map(str, v))}]\n" for k, v in AXES.items())
+
+
+def planned_here(out: Path) -> Path:
+    """The undisturbed search, planned in this process, as its Parquet file ``out``."""
+    spec = load_spec(SPEC)
+    store = ResultStore(out, search_key(spec_document(spec), AXES), AXES)
+    answer = search(spec, AXES, store=store)
+    store.finish(answer.rows)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    return planned_here(tmp_path_factory.mktemp("reference") / "reference.parquet")
+
+
+@pytest.fixture()
+def space(tmp_path) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE_YAML)
+    return path
+
+
+def _same_table(a: Path, b: Path) -> None:
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.schema.metadata[META_KEY] == tb.schema.metadata[META_KEY]
+    assert ta.to_pylist() == tb.to_pylist()
+
+
+def test_the_parquet_holds_every_point_typed_with_its_reason_or_figures(reference, space, tmp_path):
+    out, table_csv = tmp_path / "points.parquet", tmp_path / "points.csv"
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--workers", "1", "--parquet", str(out),
+                        "--csv", str(table_csv), "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    _same_table(out, reference)
+    t = pq.read_table(out)
+    assert t.num_rows == 48 and t.column("point").to_pylist() == list(range(48))
+    assert t.schema.field("hardware.gpus_per_replica").type == pa.int64()
+    assert t.schema.field("serving.engine").type == pa.string()
+    assert t.schema.field("agents_per_mw").type == pa.float64()
+    rows = t.to_pylist()
+    pruned = [row for row in rows if row["status"] == "pruned"]
+    assert pruned and all(row["reason"] and row["message"] and row["agents_per_mw"] is None for row in pruned)
+    assert all(row["hardware.gpus_per_replica"] == 1 for row in pruned)     # one GPU holds no session's KV
+    feasible = [row for row in rows if row["status"] == "feasible"]
+    assert all(row["agents_per_replica"] > 0 and row["launch"] for row in feasible)
+    assert json.loads(t.schema.metadata[META_KEY])["axes"] == AXES
+    d = json.loads(r.stdout)
+    assert (d["evaluated"], d["feasible"], d["resumed_points"]) == (48, len(feasible), 0)
+    with table_csv.open() as f:
+        lines = list(csv.DictReader(f))
+    assert len(lines) == 48 and [int(x["point"]) for x in lines] == list(range(48))
+    assert set(lines[0]) == set(t.schema.names) - {"checked"}
+    assert float(lines[-1]["agents_per_mw"]) == pytest.approx(rows[-1]["agents_per_mw"])
+    assert not out.with_name(out.name + ".parts").exists()
+
+
+def test_the_process_pool_gives_the_rows_this_process_gives(reference):
+    answer = search(load_spec(SPEC), AXES, workers=2)
+    assert answer.rows == pq.read_table(reference, columns=list(answer.rows[0])).to_pylist()
+
+
+@pytest.mark.slow
+def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_answer(reference, space, tmp_path):
+    out = tmp_path / "points.parquet"
+    parts = out.with_name(out.name + ".parts")
+    cmd = [APMW, "search", str(SPEC), "--space", str(space), "--workers", "1", "--parquet", str(out), "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(parts.glob("part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stderr and not out.exists()
+    saved = sum(pq.read_metadata(f).num_rows for f in parts.glob("part-*.parquet"))
+    assert 0 < saved < 48
+    r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_points"] >= saved
+    _same_table(out, reference)
+    assert not parts.exists()
+    # resuming a finished search plans nothing more
+    again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and json.loads(again.stdout)["resumed_points"] == 48
+
+
+def test_resume_refuses_the_results_of_another_space_and_needs_the_file(space, tmp_path):
+    out = tmp_path / "points.parquet"
+    other = tmp_path / "other.yaml"
+    other.write_text("axes:\n  serving.max_batch: [64, 128]\n")
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(other), "--parquet", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "another spec or space" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--resume"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--parquet" in r.stderr
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_a_pool_worker_killed_mid_search_is_replaced_and_nothing_is_lost_or_counted_twice(reference, space, tmp_path):
+    out = tmp_path / "points.parquet"
+    proc = subprocess.Popen([APMW, "search", str(SPEC), "--space", str(space), "--workers", "2", "--parquet", str(out),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers: list[int] = []
+    deadline = time.monotonic() + 60
+    while not workers and time.monotonic() < deadline:
+        servers = [p for p in _children(proc.pid) if "forkserver" in _cmdline(p)]
+        workers = [w for s in servers for w in _children(s)]
+        time.sleep(0.05)
+    assert workers, "no pool worker started"
+    time.sleep(0.5)
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["evaluated"] == 48
+    _same_table(out, reference)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, out, output_path
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -42,6 +44,16 @@ def _workers(asked: int, axes: dict) -> int:
     return 1 if space_size(axes) < POOL_FROM_POINTS else max(1, len(os.sched_getaffinity(0)))
 
 
+def _page(answer, spec, axes: dict, spec_path: Path, argv: list[str]) -> str:
+    from apmw.design_search import spec_document
+    from apmw.design_search.answer import point_dict
+    from apmw.report.search_page import render_search
+
+    return render_search(f"apmw search: {spec_path.stem}", answer.to_dict(explain=True),
+                         [point_dict(p) for p in answer.points], spec_document(spec), axes,
+                         "apmw " + " ".join(shlex.quote(a) for a in argv))
+
+
 @app.command()
 def search(
     spec: Path = typer.Argument(..., help="YAML spec: its workload and SLO are fixed, the space varies the rest"),
@@ -60,6 +72,8 @@ def search(
     parquet_out: Optional[Path] = typer.Option(None, "--parquet", help="write every evaluated point to this "
                                                "Parquet file, saved as it arrives (needs pyarrow)"),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help="write every evaluated point to this CSV file"),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="write the answer as one HTML page: the front "
+                                            "plotted with each point's settings on hover, the chosen point's launch"),
     resume: bool = typer.Option(False, "--resume", help="continue the search whose results --parquet holds: "
                                 "plan only the points it lacks"),
 ) -> None:
@@ -71,7 +85,7 @@ def search(
 
     if resume and parquet_out is None:
         fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
-    for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv")):
+    for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):
         if path is not None:
             output_path(path, flag)
     store = None
@@ -100,6 +114,8 @@ def search(
             store.finish(answer.rows, checked)
         if csv_out is not None:
             write_csv(answer.rows, axes, csv_out)
+        if html_out is not None:
+            write_text(html_out, _page(answer, s, axes, spec, sys.argv[1:]), "--html")
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

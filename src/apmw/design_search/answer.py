@@ -65,15 +65,16 @@ class SearchAnswer:
             "pruned": len(self.pruned),
             "pruned_by_reason": reasons,
             "resumed_points": self.resumed,
-            "front": [_point_dict(p) for p in self.front()],
-            "best": {name: _point_dict(p) for name, p in self.best().items()},
+            "front": [point_dict(p) for p in self.front()],
+            "best": {name: point_dict(p) for name, p in self.best().items()},
         }
         if explain:
             out["pruned_points"] = [{"settings": s, "reason": why, "message": msg} for s, why, msg in self.pruned]
         return out
 
 
-def _point_dict(p: Point) -> dict:
+def point_dict(p: Point) -> dict:
+    """A point as the JSON answer writes it: its index, settings, figures, launch line (and checked)."""
     d = {"point": p.index, "settings": p.settings, **p.figures, "launch": p.launch}
     if p.checked is not None:
         d["checked"] = p.checked

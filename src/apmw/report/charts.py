@@ -6,6 +6,7 @@ plain numbers (the JSON-ready results of the verbs) and returns one ``<svg>``.
 
 from __future__ import annotations
 
+import html
 import io
 import re
 
@@ -144,3 +145,33 @@ def fleet_day_curves(hours: list[dict], power_cap_mw: float | None = None) -> st
     power.set_xticks(range(0, 24, 3))
     power.legend(frameon=False, loc="upper left")
     return _svg(fig)
+
+
+def search_scatter(x: list[float], y: list[float], hover: list[str], front: list[int], chosen: int,
+                   x_label: str, y_label: str) -> str:
+    """A search's feasible points (grey), its front joined in blue and the chosen point ringed; each
+    point carries its ``hover`` text as an SVG ``<title>``: the browser shows it on hover, no script."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.scatter(x, y, s=22, color=GREY, alpha=0.6, label="feasible point", gid="search-points", zorder=2)
+    order = sorted(front, key=lambda i: x[i])
+    ax.plot([x[i] for i in order], [y[i] for i in order], color=BLUE, marker="o", markersize=5, label="front",
+            zorder=3, gid="search-overlay")
+    ax.scatter([x[chosen]], [y[chosen]], s=140, facecolors="none", edgecolors=ORANGE, linewidths=2,
+               label="best agents/MW", zorder=4, gid="search-overlay")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.legend(frameon=False)
+    svg = _with_titles(_svg(fig), "search-points", hover)
+    # classes, not ids (a page has two such charts); the overlay lets the pointer through to the points
+    svg = svg.replace('<g id="search-points">', '<g class="search-points">')
+    return svg.replace('<g id="search-overlay">', '<g class="search-overlay" style="pointer-events:none">')
+
+
+def _with_titles(svg: str, gid: str, titles: list[str]) -> str:
+    """Each marker of the scatter ``gid`` (its ``<use>`` elements, in data order) given a ``<title>``."""
+    start = svg.index(f'<g id="{gid}">')
+    end = svg.index("</g>", svg.index("<use", start))
+    uses = iter(titles)
+    body = re.sub(r"<use ([^>]*?)/>", lambda m: f"<use {m.group(1)}><title>{html.escape(next(uses))}</title></use>",
+                  svg[start:end])
+    return svg[:start] + body + svg[end:]

@@ -56,7 +56,7 @@ class SearchResult:
     at_optimum: Evaluation | None  # the evaluation at N* (None when N* = 0)
     first_failure: Evaluation     # the evaluation at N* + 1
     agents_latency_only: int      # N meeting latency, ignoring memory
-    agents_memory_only: int       # N fitting memory, ignoring latency
+    agents_memory_only: int       # N fitting memory, ignoring latency (searched up to agents_latency_only)
     single_agent: Evaluation      # the evaluation at N = 1: the floor of the task latency
 
 
@@ -70,7 +70,9 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
         return cache[n]
 
     n_latency = largest_passing(lambda n: at(n).meets_latency)
-    n_memory = largest_passing(lambda n: at(n).fits_memory)
+    # memory matters only where latency is met: past that N, an engine that queues calls without
+    # their KV (zero think time, a small batch cap) would fit memory up to MAX_AGENTS, at O(N) each
+    n_memory = largest_passing(lambda n: at(n).fits_memory, limit=max(n_latency, 1))
     n_star = min(n_latency, n_memory)
     # the batch limit can only bind if the engine sometimes holds max_batch calls where latency fails
     batch_full = at(n_latency + 1).loop.batch_distribution[-1]

@@ -156,3 +156,21 @@ def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():
     assert found.points, found.pruned
     checked = check_front(spec, found, 1)
     assert "speculative decoding" in checked.front()[0].checked["not_checked"]
+
+
+@pytest.mark.parametrize("engine,worker", [("vllm", "dynamo.vllm --model"), ("sglang", "dynamo.sglang --model-path"),
+                                           ("trtllm", "dynamo.trtllm --model-path")])
+def test_a_disaggregated_point_launches_as_a_frontend_a_prefill_and_a_decode_worker(engine, worker):
+    spec = spec_from_dict(small_spec_dict())
+    a = search(spec, {"serving.engine": [engine], "serving.tool_wait_kv_policy": ["retain"],
+                      "serving.disaggregation": [None, {"prefill_gpus": 2}]})
+    assert len(a.points) == 2, a.pruned
+    together, apart = a.points
+    assert "\n" not in together.launch and "dynamo" not in together.launch
+    frontend, prefill, decode = apart.launch.split("\n")
+    assert frontend == "python3 -m dynamo.frontend --http-port 8000"
+    assert worker in prefill and "--disaggregation-mode prefill" in prefill
+    assert worker in decode and "--disaggregation-mode decode" in decode
+    tp = {"vllm": "--tensor-parallel-size {}", "sglang": "--tp {}", "trtllm": "tensor_parallel_size: {}"}[engine]
+    assert tp.format(2) in prefill and tp.format(1) in decode     # the prefill instance's GPUs, then the replica's
+    assert ("NixlConnector" in prefill) == (engine == "vllm")

@@ -46,21 +46,53 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
 
 
 def launch_flags(result) -> str:
-    """The engine's command line for the replica ``result`` plans (vLLM, SGLang or TensorRT-LLM serve)."""
+    """The command line(s) that deploy the replica ``result`` plans: the engine's own server (vLLM,
+    SGLang or TensorRT-LLM serve), or for a disaggregated replica a Dynamo-style layout: a frontend,
+    a prefill worker on the prefill instance's GPUs and a decode worker on the replica's, as
+    AIConfigurator 0.12.0 writes them (its generator templates, backend_templates/*/run.sh.j2)."""
     spec, policy = result.spec, result.replica.policy
     model, tp = spec.model.config, spec.hardware.gpus_per_replica
+    disaggregation = spec.serving.disaggregation
+    if disaggregation is None:
+        prefix = {"sglang": f"python -m sglang.launch_server --model-path {model}",
+                  "trtllm": f"trtllm-serve {model}"}.get(policy.engine, f"vllm serve {model}")
+        return f"{prefix} {_engine_args(spec, policy, tp)}"
+    return "\n".join(["python3 -m dynamo.frontend --http-port 8000",
+                      _dynamo_worker(spec, policy, disaggregation.prefill_gpus, "prefill"),
+                      _dynamo_worker(spec, policy, tp, "decode")])
+
+
+# vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.
+NIXL_KV_TRANSFER = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
+
+
+def _dynamo_worker(spec, policy, tp: int, role: str) -> str:
+    model = spec.model.config
+    if policy.engine == "trtllm":       # Dynamo's TensorRT-LLM worker reads its engine settings from a YAML file
+        return (f"python3 -m dynamo.trtllm --model-path {model} --extra-engine-args {role}.yaml "
+                f"--disaggregation-mode {role}  # {role}.yaml: {{tensor_parallel_size: {tp}, max_batch_size: "
+                f"{policy.max_batch}, max_num_tokens: {policy.token_budget}, kv_cache_config: "
+                f"{{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}}}}}")
+    if policy.engine == "sglang":
+        return (f"python3 -m dynamo.sglang --model-path {model} {_engine_args(spec, policy, tp)} "
+                f"--disaggregation-mode {role}")
+    return (f"python3 -m dynamo.vllm --model {model} {_engine_args(spec, policy, tp)} --disaggregation-mode {role} "
+            f"--kv-transfer-config {NIXL_KV_TRANSFER}")
+
+
+def _engine_args(spec, policy, tp: int) -> str:
+    """The engine's own flags for ``tp`` GPUs: batch cap, token budget, memory share, KV dtype, prefix caching."""
     kv_fp8 = spec.model.kv_dtype == "fp8"
     caching = spec.serving.prefix_caching
     if policy.engine == "sglang":
-        return (f"python -m sglang.launch_server --model-path {model} --tp {tp} --max-running-requests "
-                f"{policy.max_batch} --chunked-prefill-size {policy.token_budget} --mem-fraction-static "
-                f"{policy.kv_memory_fraction:g}" + (" --kv-cache-dtype fp8_e4m3" if kv_fp8 else "")
+        return (f"--tp {tp} --max-running-requests {policy.max_batch} --chunked-prefill-size {policy.token_budget} "
+                f"--mem-fraction-static {policy.kv_memory_fraction:g}" + (" --kv-cache-dtype fp8_e4m3" if kv_fp8 else "")
                 + ("" if caching else " --disable-radix-cache"))
     if policy.engine == "trtllm":
-        return (f"trtllm-serve {model} --tp_size {tp} --max_batch_size {policy.max_batch} --max_num_tokens "
-                f"{policy.token_budget} --kv_cache_free_gpu_memory_fraction {policy.kv_memory_fraction:g}")
-    return (f"vllm serve {model} --tensor-parallel-size {tp} --max-num-seqs {policy.max_batch} "
-            f"--max-num-batched-tokens {policy.token_budget} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
+        return (f"--tp_size {tp} --max_batch_size {policy.max_batch} --max_num_tokens {policy.token_budget} "
+                f"--kv_cache_free_gpu_memory_fraction {policy.kv_memory_fraction:g}")
+    return (f"--tensor-parallel-size {tp} --max-num-seqs {policy.max_batch} --max-num-batched-tokens "
+            f"{policy.token_budget} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
             + (" --kv-cache-dtype fp8" if kv_fp8 else "")
             + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching"))
 

@@ -174,3 +174,32 @@ def test_a_disaggregated_point_launches_as_a_frontend_a_prefill_and_a_decode_wor
     tp = {"vllm": "--tensor-parallel-size {}", "sglang": "--tp {}", "trtllm": "tensor_parallel_size: {}"}[engine]
     assert tp.format(2) in prefill and tp.format(1) in decode     # the prefill instance's GPUs, then the replica's
     assert ("NixlConnector" in prefill) == (engine == "vllm")
+
+
+def test_the_default_space_holds_the_spec_itself_and_says_where_it_ranks():
+    from apmw.capacity import plan
+    from apmw.design_search import default_space, spec_document
+
+    spec = load_spec(EXAMPLES / "deep-research.yaml")
+    axes = default_space(spec_document(spec))
+    assert axes["model.weight_dtype"][0] == spec.model.weight_dtype == "fp4"     # the checkpoint's own, first
+    assert set(axes["serving.engine"]) == {"vllm", "sglang", "trtllm"} and axes["hardware.gpus_per_replica"] == [1, 2, 4, 8]
+    small = {k: v[:1] for k, v in axes.items()} | {"serving.max_batch": axes["serving.max_batch"][:2]}
+    d = search(spec, small).to_dict()
+    own, direct = d["as_specified"], plan(spec).to_dict()
+    assert own["settings"] == {k: v[0] for k, v in small.items()}
+    assert own["agents_per_replica"] == direct["agents_per_replica"]
+    assert own["agents_per_mw"] == pytest.approx(direct["agents_per_mw"])
+    assert own["rank_by_agents_per_mw"] in (1, 2)
+    # a space that leaves the spec's value out of an axis has no such point
+    assert search(spec, {"serving.max_batch": [64]}).to_dict()["as_specified"] is None
+
+
+def test_a_spec_pruned_as_specified_says_why():
+    spec = load_spec(EXAMPLES / "coding-agent.yaml")
+    d = search(spec, {"hardware.gpus_per_replica": [1, 8]}).to_dict()
+    assert d["as_specified"]["settings"] == {"hardware.gpus_per_replica": 8} and "agents_per_mw" in d["as_specified"]
+    one = spec_from_dict({**spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+                          "hardware": {"gpu": spec.hardware.gpu, "gpus_per_replica": 1}})
+    d = search(one, {"hardware.gpus_per_replica": [1, 8]}).to_dict()
+    assert d["as_specified"]["reason"].startswith("does not fit")

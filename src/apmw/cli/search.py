@@ -54,6 +54,22 @@ def _page(answer, spec, axes: dict, spec_path: Path, argv: list[str]) -> str:
                          "apmw " + " ".join(shlex.quote(a) for a in argv))
 
 
+def _print_as_specified(d: dict) -> None:
+    """Where the spec's own settings stand: the question a search answers is whether to change them."""
+    own = d["as_specified"]
+    if own is None:
+        return
+    if "reason" in own:
+        text = f"as specified ({_settings(own['settings'])}): pruned, {own['reason']}"
+    else:
+        best = d["best"]["agents_per_mw"]["agents_per_mw"]
+        text = (f"as specified ({_settings(own['settings'])}): N* {own['agents_per_replica']:,}, "
+                f"{own['agents_per_mw']:,.0f} agents/MW, rank {own['rank_by_agents_per_mw']:,} of {d['feasible']:,}; "
+                f"the best has {best / own['agents_per_mw']:.2f}x its agents per MW (analytic: --check K settles the "
+                "best front points in the simulator)")
+    out.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
 @app.command()
 def search(
     spec: Path = typer.Argument(..., help="YAML spec: its workload and SLO are fixed, the space varies the rest"),
@@ -92,7 +108,7 @@ def search(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
-        axes = default_space() if space is None else read_space(load_yaml(space, "search space"), str(space))
+        axes = default_space(spec_document(s)) if space is None else read_space(load_yaml(space, "search space"), str(space))
         if parquet_out is not None:
             store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)
             if not resume and (held := store.clear()):
@@ -142,6 +158,7 @@ def search(
         out.print(f"best {name}: {_settings(p['settings'])}", highlight=False, markup=False)
     for p in d["front"][:1]:
         out.print(f"launch (best agents/MW): {p['launch']}", highlight=False, markup=False, soft_wrap=True)
+    _print_as_specified(d)
     if d["pruned"]:
         out.print(f"pruned {d['pruned']} point(s): " + "; ".join(f"{why} ({n})" for why, n in d["pruned_by_reason"].items()),
                   highlight=False, markup=False, soft_wrap=True)

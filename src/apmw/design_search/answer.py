@@ -27,6 +27,7 @@ class SearchAnswer:
     pruned: list[tuple[dict, str, str]] = field(default_factory=list)      # settings, reason, full message
     rows: list[dict] = field(default_factory=list)     # every point's row (point.evaluate_point), in point order
     resumed: int = 0                                   # rows taken from a stopped run's saved results
+    as_specified: int | None = None                    # the point that is the spec itself, if the space holds it
 
     @classmethod
     def from_rows(cls, rows: list[dict]) -> SearchAnswer:
@@ -68,9 +69,21 @@ class SearchAnswer:
             "front": [point_dict(p) for p in self.front()],
             "best": {name: point_dict(p) for name, p in self.best().items()},
         }
+        out["as_specified"] = self._as_specified()
         if explain:
             out["pruned_points"] = [{"settings": s, "reason": why, "message": msg} for s, why, msg in self.pruned]
         return out
+
+    def _as_specified(self) -> dict | None:
+        """The spec's own point: its figures and where it ranks by agents per MW, or why it was pruned."""
+        if self.as_specified is None:
+            return None
+        for rank, p in enumerate(sorted(self.points, key=lambda p: -p.figures["agents_per_mw"]), start=1):
+            if p.index == self.as_specified:
+                return {**point_dict(p), "rank_by_agents_per_mw": rank}
+        row = next(r for r in self.rows if r["point"] == self.as_specified)
+        return {"point": row["point"], "settings": json.loads(row["settings"]), "reason": row["reason"],
+                "message": row["message"]}
 
 
 def point_dict(p: Point) -> dict:

@@ -30,7 +30,8 @@ def check_front(spec: Spec, answer: SearchAnswer, top: int, tasks_per_point: int
             p = replace(p, checked=_checked(spec_from_dict(with_settings(base, p.settings), path="search point"),
                                             tasks_per_point))
         points.append(p)
-    return SearchAnswer(points=points, pruned=answer.pruned, rows=answer.rows, resumed=answer.resumed)
+    return SearchAnswer(points=points, pruned=answer.pruned, rows=answer.rows, resumed=answer.resumed,
+                        as_specified=answer.as_specified)
 
 
 def _checked(point_spec: Spec, tasks_per_point: int) -> dict:

@@ -7,7 +7,7 @@ from typing import Callable
 
 from apmw.design_search.answer import SearchAnswer
 from apmw.design_search.executor import execute
-from apmw.design_search.space import check_paths, points, space_size
+from apmw.design_search.space import check_paths, points, space_size, spec_point
 from apmw.design_search.store import ResultStore
 from apmw.spec import Spec
 
@@ -48,4 +48,5 @@ def search(spec: Spec, axes: dict[str, list], progress: Callable[[int, int], Non
             store.flush()
     answer = SearchAnswer.from_rows(list(rows.values()))
     answer.resumed = total - len(todo)
+    answer.as_specified = spec_point(base, axes)
     return answer

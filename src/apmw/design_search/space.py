@@ -43,10 +43,37 @@ def read_space(data: object, where: str) -> dict[str, list]:
     return axes
 
 
-def default_space() -> dict[str, list]:
-    """GPUs per replica (1 to 8), weight dtype and engine: the axes every spec has."""
-    return {"hardware.gpus_per_replica": [1, 2, 4, 8], "model.weight_dtype": ["bf16", "fp8"],
-            "serving.engine": ["vllm", "sglang"]}
+def default_space(base: dict) -> dict[str, list]:
+    """The axes every spec has, each holding the spec's own value (so the spec is one of the points,
+    ``as_specified``): GPUs per replica 1-8, the engines, weight and KV dtype, batch cap. A
+    llama.cpp spec keeps its engine and GPUs: a GGUF server has no other engine to compare."""
+    def axis(path: str, values: list) -> list:
+        section, field = path.split(".")
+        own = base.get(section, {}).get(field)
+        return list(dict.fromkeys([own, *values]))
+
+    ours = base.get("serving", {}).get("engine", "vllm")
+    llamacpp = ours == "llamacpp"
+    return {
+        "hardware.gpus_per_replica": sorted(axis("hardware.gpus_per_replica", [] if llamacpp else [1, 2, 4, 8])),
+        "serving.engine": axis("serving.engine", [] if llamacpp else ["vllm", "sglang", "trtllm"]),
+        "model.weight_dtype": axis("model.weight_dtype", ["fp8", "bf16"]),
+        "model.kv_dtype": axis("model.kv_dtype", ["fp8", "bf16"]),
+        "serving.max_batch": axis("serving.max_batch", [64, 128, 256, 512]),
+    }
+
+
+def spec_point(base: dict, axes: dict[str, list]) -> int | None:
+    """The index of the point that is the spec itself, when every axis holds the spec's value."""
+    index = 0
+    for path, values in axes.items():
+        node: object = base
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node not in values:
+            return None
+        index = index * len(values) + values.index(node)
+    return index
 
 
 def space_size(axes: dict[str, list]) -> int:

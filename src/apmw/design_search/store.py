@@ -147,8 +147,10 @@ def final_table(rows: list[dict], axes: dict[str, list], checked: dict[int, dict
 
 
 def _axis_type(values: list):
-    """The Arrow type an axis' values share, or None (then they are written as JSON text)."""
+    """The Arrow type an axis' values share (null, "leave the field out", aside), or None (then they
+    are written as JSON text)."""
     pa, _ = _pa()
+    values = [v for v in values if v is not None] or [None]
     if all(isinstance(v, bool) for v in values):
         return pa.bool_
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):

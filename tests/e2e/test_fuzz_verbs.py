@@ -54,7 +54,7 @@ GPUS = ["H200", "H100", "B200", "A100", "H20", "h200"]
 ENDPOINT = "http://127.0.0.1:9/v1"      # a closed port: bench must say it cannot reach it
 PATH_OPTIONS = {"--workload-from", "--trace", "--calibration", "--compare-plan", "--history", "--export-from", "--space",
                 "--resume"}
-OUTPUT_OPTIONS = {"-o", "--out", "--export-path", "--csv"}
+OUTPUT_OPTIONS = {"-o", "--out", "--export-path", "--csv", "--parquet", "--html"}
 ALWAYS = {   # options given every time, so that a run stays short or reaches past the required ones
     "simulate": {"--duration-s": ["120", "300"]},
     "plan": {"--check-tasks": ["10", "30"]},

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -66,36 +67,54 @@ def test_report_is_one_self_contained_file(report_path):
     assert " 0.0" not in text.split("energy per session")[1][:40]     # readable units: Wh, not 0.0xx kWh
 
 
-@pytest.mark.slow
-def test_report_renders_in_chromium_without_errors(report_path):
+@contextmanager
+def opened(path: Path):
+    """``path`` open in headless Chromium at 1,100 px: the page, and the console problems and the
+    requests it makes, gathered while it is open."""
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: apt-get install chromium (.ci/run does this)"
-    problems, requests = [], []
+    problems: list[str] = []
+    requests: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1100, "height": 900})
         page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
         page.on("request", lambda r: requests.append(r.url))
-        page.goto(report_path.as_uri())
+        page.goto(path.as_uri())
+        try:
+            yield page, problems, requests
+        finally:
+            browser.close()
+
+
+def shoot_sections(page, shot: Path) -> list[tuple[str, float, int]]:
+    """Every section of the open page, from its heading to the next, shot on its own next to ``shot``:
+    (heading, height in px, PNG bytes) each, so a test can check that each draws something."""
+    sections = page.eval_on_selector_all(
+        "h2", "els => els.map((e, i) => {const next = els[i + 1]; const top = e.getBoundingClientRect().top"
+              " + window.scrollY; const end = next ? next.getBoundingClientRect().top + window.scrollY"
+              " : document.body.scrollHeight; return [e.textContent, top, end - top]})")
+    shots = []
+    for i, (name, top, height) in enumerate(sections):
+        path = shot.with_name(f"{shot.stem}-section{i}.png")
+        page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": top, "width": 1100, "height": height})
+        shots.append((name, height, path.stat().st_size))
+    return shots
+
+
+@pytest.mark.slow
+def test_report_renders_in_chromium_without_errors(report_path):
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed: apt-get install chromium (.ci/run does this)"
+    with opened(report_path) as (page, problems, requests):
         charts = page.eval_on_selector_all(
             "figure.chart svg",
             "els => els.map(e => {const b = e.getBoundingClientRect();"
             " return [b.width, b.height, e.querySelectorAll('path,rect,line,text,use').length]})")
         shot = Path(os.environ.get("APMW_REPORT_SCREENSHOT", report_path.with_suffix(".png")))
         page.screenshot(path=str(shot), full_page=True)
-        # every section, from its heading to the next, shot on its own: each must draw something
-        sections = page.eval_on_selector_all(
-            "h2", "els => els.map((e, i) => {const next = els[i + 1]; const top = e.getBoundingClientRect().top"
-                  " + window.scrollY; const end = next ? next.getBoundingClientRect().top + window.scrollY"
-                  " : document.body.scrollHeight; return [e.textContent, top, end - top]})")
-        section_shots = []
-        for i, (name, top, height) in enumerate(sections):
-            path = shot.with_name(f"{shot.stem}-section{i}.png")
-            page.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": top, "width": 1100, "height": height})
-            section_shots.append((name, height, path.stat().st_size))
-        browser.close()
+        section_shots = shoot_sections(page, shot)
     assert not problems, problems
     assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
     assert len(charts) == CHARTS

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import EXAMPLES
 from tests.e2e.test_cli import APMW
-from tests.report.test_report import CHROMIUM, CHROMIUM_ARGS
+from tests.report.test_report import opened, shoot_sections
 
 SPACE = "axes:\n  hardware.gpus_per_replica: [1, 2, 4, 8]\n  serving.max_batch: [32, 128, 256]\n"
 
@@ -55,17 +55,8 @@ def test_the_page_holds_the_answer_and_every_feasible_point_on_hover(page):
 
 @pytest.mark.slow
 def test_the_page_renders_in_chromium_with_a_hover_title_on_each_point(page):
-    from playwright.sync_api import sync_playwright
-
     path, answer = page
-    problems, requests = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        view = browser.new_page(viewport={"width": 1100, "height": 900})
-        view.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        view.on("pageerror", lambda e: problems.append(str(e)))
-        view.on("request", lambda r: requests.append(r.url))
-        view.goto(path.as_uri())
+    with opened(path) as (view, problems, requests):
         titles = view.eval_on_selector_all(".search-points use > title", "els => els.map(e => e.textContent)")
         charts = view.eval_on_selector_all("figure.chart svg", "els => els.map(e => {const b = "
                                            "e.getBoundingClientRect(); return [b.width, b.height]})")
@@ -78,16 +69,7 @@ def test_the_page_renders_in_chromium_with_a_hover_title_on_each_point(page):
         view.mouse.move(x, y)
         under = view.evaluate(f"(() => {{const e = document.elementFromPoint({x}, {y}).closest('use');"
                               " return e && e.closest('.search-points') ? e.querySelector('title').textContent : null})()")
-        sections = view.eval_on_selector_all(
-            "h2", "els => els.map((e, i) => {const next = els[i + 1]; const top = e.getBoundingClientRect().top"
-                  " + window.scrollY; const end = next ? next.getBoundingClientRect().top + window.scrollY"
-                  " : document.body.scrollHeight; return [e.textContent, top, end - top]})")
-        sizes = []
-        for i, (name, top, height) in enumerate(sections):
-            shot = path.with_name(f"section{i}.png")
-            view.screenshot(path=str(shot), full_page=True, clip={"x": 0, "y": top, "width": 1100, "height": height})
-            sizes.append((name, height, shot.stat().st_size))
-        browser.close()
+        sizes = shoot_sections(view, path.with_suffix(".png"))
     assert not problems, problems
     assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
     assert len(titles) == 2 * answer["feasible"]

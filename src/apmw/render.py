@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from apmw.capacity.economics import energy_text
 from apmw.capacity.slo import SLO_LABELS, binding_text, seconds_text
 from apmw.sim.checked import interval_text
 
@@ -67,7 +68,7 @@ def plan_table(console: Console, p: dict, title: str) -> None:
     valid = p["meets_slo"] and (simulated or p["fits_kv_memory"])
     t.add_row("agents per MW", f"[bold {'green' if valid else 'red'}]{p['agents_per_mw']:,.0f}[/] modelled, "
               f"{p['agents_per_mw_provisioned']:,.0f} provisioned" + ("" if valid else "  (not a valid operating point)"))
-    t.add_row("per session", f"{p['energy_per_session_j'] / 3.6e6:,.3f} kWh IT energy, "
+    t.add_row("per session", f"{energy_text(p['energy_per_session_j'])} IT energy, "
               f"${p['cost_per_session_usd']:,.4f} (electricity ${p['cost_breakdown_usd']['electricity']:,.4f}, "
               f"GPU time ${p['cost_breakdown_usd']['gpu_time']:,.4f})")
     f = p.get("fleet")

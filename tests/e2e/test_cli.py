@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
 
@@ -191,3 +191,12 @@ def test_workload_from_keeps_what_the_fit_noted():
     d = json.loads(r.stdout)
     assert any("the trace has no sessions" in n for n in d["workload_fit_notes"])
     assert "note: " in r.stderr and "the trace has no sessions" in " ".join(r.stderr.split())
+
+
+def test_plan_prints_energy_in_the_unit_its_size_reads_best_in():
+    from apmw.capacity.economics import energy_text
+
+    assert [energy_text(j) for j in (1422.0, 112_727.6, 4.5e6, 7.2e9)] == ["395 mWh", "31.3 Wh", "1.25 kWh", "2.00 MWh"]
+    r = run("plan", str(ROOT / "bench" / "data" / "aiconfigurator-default.yaml"), "--analytic")
+    assert r.returncode == 0, r.stderr
+    assert "mWh IT energy" in r.stdout and "0.000 kWh" not in r.stdout

@@ -22,6 +22,15 @@ from apmw.spec import Spec
 J_PER_KWH = 3.6e6
 
 
+def energy_text(joules: float) -> str:
+    """Energy in the unit its size reads best in: "23.4 Wh", "1.25 kWh", "3.2 MWh"."""
+    wh = joules / 3600.0
+    for factor, unit in ((1e6, "MWh"), (1e3, "kWh")):
+        if wh >= factor:
+            return f"{wh / factor:,.2f} {unit}"
+    return f"{wh:,.1f} Wh" if wh >= 1 else f"{wh * 1e3:,.0f} mWh"
+
+
 @dataclass(frozen=True)
 class Economics:
     replica_power_w: float

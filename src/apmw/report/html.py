@@ -14,6 +14,7 @@ from importlib.metadata import version
 
 import yaml
 
+from apmw.capacity.economics import energy_text
 from apmw.capacity.slo import binding_text, slo_rows
 from apmw.sim.checked import interval_text
 
@@ -34,15 +35,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def energy_text(joules: float) -> str:
-    """Energy in the unit its size reads best in: "23.4 Wh", "1.25 kWh", "3.2 MWh"."""
-    wh = joules / 3600.0
-    for factor, unit in ((1e6, "MWh"), (1e3, "kWh")):
-        if wh >= factor:
-            return f"{wh / factor:,.2f} {unit}"
-    return f"{wh:,.1f} Wh" if wh >= 1 else f"{wh * 1e3:,.0f} mWh"
 
 
 def _inputs(spec_dict: dict, prefix: str = "") -> list[list[str]]:

@@ -18,10 +18,12 @@ HERE = Path(__file__).parent
 # Measured (bench/README.md "The llama.cpp loop") on the 2-core development machine: N* 7, predicted 8
 # from a calibration taken after the sweep (the server in its serving state; a freshly started one
 # decodes faster and gives 10). Levels of ~120 tasks leave the measured knee uncertain by about an
-# agent on a shared CI machine, hence one agent of margin beyond the 15 % (or one agent) the recorded
-# runs meet.
+# agent on a shared CI machine, and the calibration after the sweep sometimes runs as fast as a fresh
+# server's (two of about seven clean-clone runs here measured 7 against a prediction of 10), hence
+# two agents of margin beyond the 15 % (or one agent) the recorded runs meet. The error this test
+# was written for (measured 8, predicted 19) stays far outside it.
 SWEEP = "5:11:1"
-MARGIN_AGENTS = 1
+MARGIN_AGENTS = 2
 
 
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:

@@ -12,14 +12,11 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from apmw.design_search.space import settings_text
 from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
-
-
-def _settings(s: dict) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in s.items())
 
 
 def _checked_cells(c: dict | None) -> tuple[str, str]:
@@ -60,10 +57,10 @@ def _print_as_specified(d: dict) -> None:
     if own is None:
         return
     if "reason" in own:
-        text = f"as specified ({_settings(own['settings'])}): pruned, {own['reason']}"
+        text = f"as specified ({settings_text(own['settings'])}): pruned, {own['reason']}"
     else:
         best = d["best"]["agents_per_mw"]["agents_per_mw"]
-        text = (f"as specified ({_settings(own['settings'])}): N* {own['agents_per_replica']:,}, "
+        text = (f"as specified ({settings_text(own['settings'])}): N* {own['agents_per_replica']:,}, "
                 f"{own['agents_per_mw']:,.0f} agents/MW, rank {own['rank_by_agents_per_mw']:,} of {d['feasible']:,}; "
                 f"the best has {best / own['agents_per_mw']:.2f}x its agents per MW (analytic: --check K settles the "
                 "best front points in the simulator)")
@@ -150,12 +147,12 @@ def search(
     for col in cols:
         t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
     for p in d["front"]:
-        t.add_row(_settings(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
+        t.add_row(settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                   f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
                   f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if check else ()))
     out.print(t)
     for name, p in d["best"].items():
-        out.print(f"best {name}: {_settings(p['settings'])}", highlight=False, markup=False)
+        out.print(f"best {name}: {settings_text(p['settings'])}", highlight=False, markup=False)
     for p in d["front"][:1]:
         out.print(f"launch (best agents/MW): {p['launch']}", highlight=False, markup=False, soft_wrap=True)
     _print_as_specified(d)
@@ -164,4 +161,4 @@ def search(
                   highlight=False, markup=False, soft_wrap=True)
     if explain:
         for p in d.get("pruned_points", []):
-            out.print(f"  {_settings(p['settings'])}: {p['message']}", highlight=False, markup=False, soft_wrap=True)
+            out.print(f"  {settings_text(p['settings'])}: {p['message']}", highlight=False, markup=False, soft_wrap=True)

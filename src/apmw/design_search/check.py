@@ -8,7 +8,7 @@ from typing import Callable
 
 from apmw.capacity import plan
 from apmw.design_search.answer import SearchAnswer
-from apmw.design_search.space import with_settings
+from apmw.design_search.space import settings_text, with_settings
 from apmw.errors import ApmwError
 from apmw.sim import unsupported
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan
@@ -47,7 +47,3 @@ def _checked(point_spec: Spec, tasks_per_point: int) -> dict:
             "binding_constraint": d["binding_constraint"], "agents_per_mw": d["agents_per_mw"],
             "cost_per_session_usd": d["cost_per_session_usd"], "task_latency_p95_s": d["task_latency_s"]["p95"],
             "task_latency_p95_interval_s": d["task_latency_p95_interval_s"], "completed_tasks": d["completed_tasks"]}
-
-
-def settings_text(settings: dict) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in settings.items())

@@ -112,6 +112,11 @@ def with_settings(base: dict, settings: dict) -> dict:
     return d
 
 
+def settings_text(settings: dict) -> str:
+    """A point's settings in words, each field by its last name: "gpus_per_replica=4, engine=vllm"."""
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in settings.items())
+
+
 def search_key(base: dict, axes: dict[str, list]) -> str:
     """A digest of the spec and the space: a results file from another spec or space is not resumed."""
     text = json.dumps({"spec": base, "axes": axes}, sort_keys=True, default=str)

@@ -15,6 +15,7 @@ from importlib.metadata import version
 
 import yaml
 
+from apmw.design_search.space import settings_text
 from apmw.report import charts
 from apmw.report.html import _CSS, _attachment, _figure, _inputs, _money, _table, _tiles
 
@@ -28,12 +29,8 @@ _PAGE_CSS = _CSS + "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
 MAX_PLOTTED = 5000
 
 
-def _settings_text(settings: dict) -> str:
-    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in settings.items())
-
-
 def _hover(p: dict) -> str:
-    return (f"{_settings_text(p['settings'])}\nN* {p['agents_per_replica']:,} ({p['binding_constraint']}), "
+    return (f"{settings_text(p['settings'])}\nN* {p['agents_per_replica']:,} ({p['binding_constraint']}), "
             f"{p['agents_per_mw']:,.0f} agents/MW, {p['output_speed_tokens_per_s']:,.1f} tokens/s per agent, "
             f"${p['cost_per_session_usd']:,.4f}/session, task p95 {p['task_latency_p95_s']:,.0f} s")
 
@@ -96,10 +93,10 @@ def render_search(title: str, answer: dict, points: list[dict], spec_dict: dict,
             f" {len(drawn):,} of the {len(points):,} feasible points are drawn: both fronts, the chosen point and an "
             "even share of the rest; the Parquet or CSV output has them all.")
         best = answer["best"]["agents_per_mw"]
-        front_rows = [[_settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
+        front_rows = [[settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                        f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
                        f"{p['task_latency_p95_s']:,.0f}", _checked(p)] for p in answer["front"]]
-        best_rows = [[name, _settings_text(p["settings"]), OBJECTIVE_FORMATS[name].format(p[name])]
+        best_rows = [[name, settings_text(p["settings"]), OBJECTIVE_FORMATS[name].format(p[name])]
                      for name, p in answer["best"].items()]
         body = f"""
 {_tiles([('best agents per MW', f"{best['agents_per_mw']:,.0f}"), ('its N*', f"{best['agents_per_replica']:,}"),

@@ -104,6 +104,7 @@ class Architecture:
     dense_intermediate_size: int = 0            # a dense layer's MLP width (0: every layer is MoE)
     shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
     mtp_modules: int = 0                        # multi-token-prediction modules (not in params; a draft)
+    attention_params: int = 0                   # attention (and linear-attention) projections, all layers
     notes: tuple[str, ...] = ()
 
     def weight_bytes(self, weight_dtype: str) -> float:
@@ -537,7 +538,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
         moe_layers=len(moe), expert_intermediate_size=expert_inter, dense_intermediate_size=dense_inter,
-        shared_expert_params=shared_expert,
+        shared_expert_params=shared_expert, attention_params=attn_params,
         max_context_tokens=c.get("max_position_embeddings"),
         mtp_modules=c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")),
         notes=tuple(notes + _ignored_notes(c)),

@@ -36,6 +36,8 @@ def test_every_csv_row_loads():
     ("B300", "B300-SXM-288GB"), ("A100", "A100-SXM4-80GB"), ("L40S", "L40S"),
     ("mi300x", "MI300X"), ("MI325X", "MI325X"), ("GB200", "GB200 (per GPU)"),
     ("gb300", "GB300 (per GPU)"), ("h200-sxm-141gb", "H200-SXM-141GB"),
+    ("h200_sxm", "H200-SXM-141GB"), ("b300_sxm", "B300-SXM-288GB"), ("a100_sxm", "A100-SXM4-80GB"),
+    ("H20", "H20-96GB"), ("NVIDIA H20", "H20-96GB"), ("h800", "H800-SXM5-80GB"), ("NVIDIA H800", "H800-SXM5-80GB"),
 ])
 def test_aliases(alias, name):
     assert get_gpu(alias).name == name

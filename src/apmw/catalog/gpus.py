@@ -45,6 +45,29 @@ _ALIASES = {
     "mi325x": "MI325X",
     "mi350x": "MI350X",
     "mi355x": "MI355X",
+    "h20": "H20-96GB",
+    "h2096gb": "H20-96GB",
+    "h800": "H800-SXM5-80GB",
+    "h800sxm": "H800-SXM5-80GB",
+    "h800sxm5": "H800-SXM5-80GB",
+    "h80080gbhbm3": "H800-SXM5-80GB",  # nvidia-smi's name, by analogy with the H100's
+}
+
+# aiconfigurator's system keys (ai-dynamo/aiconfigurator, aiconfigurator-core 0.12.0 systems/<key>.yaml)
+# -> (catalogue GPU, whether that key has measured kernel tables). One table serves two
+# purposes: the keys are accepted as GPU names (``get_gpu("h200_sxm")``), and
+# ``aiconfigurator_system_of`` maps a GPU back to the key whose measurements describe it.
+# h100_pcie is a placeholder there (a yaml, no tables); AMD parts have no key at all.
+_AICONFIGURATOR_SYSTEMS = {
+    "a100_sxm": ("A100-SXM4-80GB", True),
+    "h100_sxm": ("H100-SXM5-80GB", True),
+    "h100_pcie": ("H100-PCIe-80GB", False),
+    "h200_sxm": ("H200-SXM-141GB", True),
+    "b200_sxm": ("B200-SXM-180GB", True),
+    "b300_sxm": ("B300-SXM-288GB", True),
+    "gb200": ("GB200 (per GPU)", True),
+    "gb300": ("GB300 (per GPU)", True),
+    "l40s": ("L40S", True),
 }
 
 # Which tensor-core rate a weight dtype can use, best first. int4 weights cannot use FP4
@@ -141,6 +164,7 @@ def _lookup() -> dict[str, str]:
     """Normalised key -> catalogue name, for full names and aliases."""
     table = {_norm(name): name for name in _catalogue()}
     table.update(_ALIASES)
+    table.update({_norm(key): gpu for key, (gpu, _) in _AICONFIGURATOR_SYSTEMS.items()})
     return table
 
 
@@ -155,8 +179,9 @@ _VENDOR_PREFIXES = ("nvidia", "amdinstinct", "amd")
 
 
 def get_gpu(name: str) -> GpuSpec:
-    """Look up a GPU by catalogue name, short alias ("H100", "b200") or the name nvidia-smi
-    prints ("NVIDIA H100 80GB HBM3"), ignoring case."""
+    """Look up a GPU by catalogue name, short alias ("H100", "b200"), aiconfigurator system
+    key ("h200_sxm", "gb200") or the name nvidia-smi prints ("NVIDIA H100 80GB HBM3"),
+    ignoring case, spaces and punctuation."""
     key = _norm(name)
     canonical = _lookup().get(key)
     for prefix in _VENDOR_PREFIXES:
@@ -173,6 +198,19 @@ def _unknown_message(name: str) -> str:
     closest = list(dict.fromkeys(keys[k] for k in close))[:3]
     hint = ", ".join(closest) if closest else "none"
     return (f"unknown GPU '{name}'; closest: {hint}; known: {', '.join(gpu_names())}. "
-            "Use one of the known names or a short alias such as H100, H200, B200; for a GPU not in the "
+            "Use one of the known names, a short alias such as H100, H200, B200 or an aiconfigurator system "
+            "name such as h200_sxm, gb200; for a GPU not in the "
             "catalogue, describe it in the spec: hardware.gpu: {hbm_bytes, hbm_bandwidth_bytes_per_s, bf16_flops, "
             "tdp_w, idle_power_w, busy_power_w, scaleup_bw_bytes_per_s} from its datasheet (no 'name': a custom GPU)")
+
+
+def aiconfigurator_system_of(gpu_name: str) -> str | None:
+    """The aiconfigurator system key whose measured kernel tables describe this GPU.
+
+    ``gpu_name`` is any spelling ``get_gpu`` accepts. None when aiconfigurator has no
+    measurements of the part (AMD GPUs, H20, H800, and the H100-PCIe placeholder), so a
+    caller knows to fall back to a measured relative or the plain roofline.
+    """
+    canonical = get_gpu(gpu_name).name
+    return next((key for key, (gpu, measured) in _AICONFIGURATOR_SYSTEMS.items()
+                 if gpu == canonical and measured), None)

@@ -123,6 +123,8 @@ def model(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     list_models: bool = typer.Option(False, "--list", help="list bundled model names"),
     gpus: bool = typer.Option(False, "--gpus", help="list the GPU catalogue"),
+    systems: bool = typer.Option(False, "--systems", help="list the systems catalogue (nodes and racks: "
+                                 "scale-up domain, links, all-in power; docs/systems.md)"),
 ) -> None:
     """Architecture figures from a config.json: parameters, weight bytes, KV bytes per token."""
     from apmw.arch import load_architecture, summary
@@ -132,6 +134,9 @@ def model(
     if list_models:
         names = model_names()
         _emit_json({"models": names}) if as_json else out.print("\n".join(names))
+        return
+    if systems:
+        _print_systems(as_json)
         return
     if gpus:
         from apmw.perf.scaled import step_time_basis
@@ -167,4 +172,28 @@ def model(
         elif isinstance(value, int):
             value = f"{value:,}"
         table.add_row(key, str(value))
+    out.print(table)
+
+
+def _print_systems(as_json: bool) -> None:
+    """`apmw model --systems`: the systems catalogue, one row per node or rack type."""
+    from dataclasses import asdict
+
+    from apmw.catalog.systems import assumed_figures, list_systems, provisioned_power_w_per_gpu
+
+    rows = list_systems()
+    if as_json:
+        _emit_json({"systems": [{**asdict(s), "gpus_per_system": s.gpus_per_system,
+                                 "provisioned_power_w_per_gpu": provisioned_power_w_per_gpu(s),
+                                 "assumed_figures": assumed_figures(s)} for s in rows]})
+        return
+    table = Table(title="Systems catalogue (sources: apmw model --systems --json, docs/systems.md)")
+    for col in ("system", "GPU", "GPUs", "scale-up domain", "scale-up GB/s", "scale-out GB/s", "power kW",
+                "kW/GPU", "assumed"):
+        table.add_column(col, justify="left" if col in ("system", "GPU", "assumed") else "right")
+    for s in rows:
+        table.add_row(s.name, s.gpu, f"{s.gpus_per_node} x {s.nodes_per_system}", str(s.scaleup_domain_gpus),
+                      f"{s.scaleup_bw_bytes_per_s / 1e9:g}", f"{s.scaleout_bw_bytes_per_s_per_gpu / 1e9:g}",
+                      f"{s.power_w / 1e3:g}", f"{provisioned_power_w_per_gpu(s) / 1e3:.2f}",
+                      ", ".join(assumed_figures(s)) or "-")
     out.print(table)

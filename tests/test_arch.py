@@ -122,7 +122,8 @@ def test_kimi_k2_counts(arch):
 @pytest.mark.parametrize("name", model_names())
 def test_bf16_weights_are_two_bytes_per_param(arch, name):
     a = arch(name)
-    assert a.weight_bytes("bf16") == 2 * a.params
+    # plus the non-parameter tables stored with the weights (V4's hash-routing token table, int32)
+    assert a.weight_bytes("bf16") == 2 * a.params + a.lookup_table_bytes
     assert a.active_weight_bytes("bf16") == 2 * (a.active_params - a.embedding_params)
 
 
@@ -206,7 +207,8 @@ def test_glm5_sparse_attention_caps_core_attention(arch):
 
 
 @pytest.mark.parametrize("name", ["gpt-oss-120b", "Qwen3.5-397B-A17B",
-                                  "Llama-4-Scout-17B-16E-Instruct", "GLM-5", "Llama-3.1-70B"])
+                                  "Llama-4-Scout-17B-16E-Instruct", "GLM-5", "Llama-3.1-70B",
+                                  "DeepSeek-V4-Pro", "DeepSeek-V4-Flash"])
 def test_vectorised_equals_scalar(arch, name):
     a = arch(name)
     ctx = np.array([0.0, 1.0, 127.0, 128.0, 129.0, 5000.0, 8192.0, 1e5, 1.3e5])
@@ -215,7 +217,10 @@ def test_vectorised_equals_scalar(arch, name):
     assert isinstance(kv, np.ndarray) and kv.shape == ctx.shape
     np.testing.assert_allclose(kv, [a.kv_bytes_for_context(float(c), "fp8") for c in ctx])
     np.testing.assert_allclose(flops, [a.attention_flops_per_token(float(c)) for c in ctx])
+    reads = a.kv_read_bytes_for_context(ctx, "fp8")
+    np.testing.assert_allclose(reads, [a.kv_read_bytes_for_context(float(c), "fp8") for c in ctx])
     assert isinstance(a.kv_bytes_for_context(10.0, "bf16"), float)
+    assert isinstance(a.kv_read_bytes_for_context(10.0, "bf16"), float)
     assert np.all(np.diff(kv) >= 0)
 
 
@@ -276,15 +281,6 @@ def test_summary_is_json_ready(arch, name):
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 
 
-@pytest.mark.parametrize("name", ["DeepSeek-V4-Pro", "DeepSeek-V4-Flash"])
-def test_deepseek_v4_is_refused_with_what_is_missing_not_read_as_gqa(name):
-    with pytest.raises(ConfigError) as err:
-        load_architecture(str(CONFIGS / f"deepseek-ai--{name}.json"))
-    text = str(err.value)
-    assert "model_type 'deepseek_v4'" in text and "not modelled yet" in text
-    assert "compressed attention" in text and "compress_ratios" in text and "hc_mult" in text
-
-
 def test_an_unknown_field_in_a_known_family_is_refused_by_name():
     cfg, _ = load_config("Llama-3.1-8B")
     with pytest.raises(ConfigError, match="does not understand for model_type 'llama': compress_ratios, o_groups"):
@@ -309,12 +305,149 @@ def test_every_bundled_config_is_read_exactly(name):
     architecture_from_config(cfg, name=name)     # no refusal: every field is read or known not to cost
 
 
-def test_the_cli_refuses_deepseek_v4_with_exit_1():
+def test_deepseek_v4_fields_are_still_refused_in_another_family():
+    """compress_ratios and o_groups are read for deepseek_v4 only: in a Llama they are not understood."""
+    cfg, _ = load_config("Llama-3.1-8B")
+    with pytest.raises(ConfigError, match="does not understand for model_type 'llama': compress_ratios, o_groups"):
+        architecture_from_config({**cfg, "compress_ratios": [4] * 32, "o_groups": 8}, name="odd-llama")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"compress_mode": "overlap"}, "does not understand for model_type 'deepseek_v4': compress_mode"),
+    ({"model_type": "deepseek_v5"}, "model_type 'deepseek_v5' .* is not a family apmw reads exactly"),
+])
+def test_a_v4_config_with_what_apmw_does_not_know_is_refused_by_name(change, message):
+    cfg, _ = load_config("DeepSeek-V4-Flash")
+    with pytest.raises(ConfigError, match=message):
+        architecture_from_config({**cfg, **change}, name="v4-variant")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"compress_ratios": [16] * 44}, r"compress_ratios has \[16\]"),
+    ({"compress_ratios": [4] * 43}, "one ratio per layer and per MTP module"),
+    ({"attention_bias": True}, "attention_bias"),
+    ({"o_groups": 7}, "o_groups 7 does not divide"),
+])
+def test_a_v4_config_apmw_cannot_count_exactly_is_refused(change, message):
+    cfg, _ = load_config("DeepSeek-V4-Flash")
+    with pytest.raises(ConfigError, match=message):
+        architecture_from_config({**cfg, **change}, name="v4-variant")
+
+
+# --------------------------------------------------------------------- DeepSeek-V4 (docs/models.md)
+
+# (model, layers at ratio 4, at ratio 128, at ratio 0, index_topk): counted by hand from compress_ratios
+V4_LAYERS = [("DeepSeek-V4-Pro", 30, 31, 0, 1024), ("DeepSeek-V4-Flash", 21, 20, 2, 512)]
+
+
+@pytest.mark.parametrize("name, total, active", [
+    ("DeepSeek-V4-Pro", 1.6e12, 49e9),       # model card: 1.6T total, 49B active
+    ("DeepSeek-V4-Flash", 284e9, 13e9),      # model card: 284B total, 13B active
+])
+def test_deepseek_v4_parameters_match_the_model_cards(arch, name, total, active):
+    """Within 5 %: '1.6T' is rounded to two digits; active counts leave the input embedding out, as
+    DeepSeek's cards for V3 do (with it, Flash would be 13.8B)."""
+    a = arch(name)
+    assert a.params == pytest.approx(total, rel=0.05)
+    assert a.active_params - a.embedding_params == pytest.approx(active, rel=0.05)
+    assert a.attention == "csa" and a.num_kv_heads == 1 and a.head_dim == 512
+
+
+@pytest.mark.parametrize("name, csa, hca, window_only, topk", V4_LAYERS)
+def test_deepseek_v4_kv_per_token_and_state_are_the_hand_derivation(arch, name, csa, hca, window_only, topk):
+    """Per token: a 512-wide entry per 4 tokens and a 128-wide index key per 4 on CSA layers, a 512-wide
+    entry per 128 tokens on HCA layers. Per sequence: every layer's 128-token window of 512-wide entries,
+    and the compressors' fp32 tail (kv and score: 2 x 8 x 1024 + 2 x 8 x 256 at ratio 4, 2 x 128 x 512 at 128)."""
+    a = arch(name)
+    layers = csa + hca + window_only
+    assert layers == a.num_layers
+    assert dict(a.compressed.layers_by_ratio) == {r: n for r, n in ((4, csa), (128, hca), (0, window_only)) if n}
+    assert a.compressed.index_topk == topk
+    per_token = csa * (512 + 128) / 4 + hca * 512 / 128
+    assert a.kv_bytes_per_token("fp8") == per_token
+    assert a.kv_bytes_per_token("bf16") == 2 * per_token
+    compressor = csa * 4 * (2 * 8 * 1024 + 2 * 8 * 256) + hca * 4 * 2 * 128 * 512
+    assert a.compressed.compressor_state_bytes == compressor
+    assert a.sequence_state_bytes("fp8") == layers * 128 * 512 + compressor
+    ctx = 50_000
+    assert a.kv_bytes_for_context(ctx, "fp8") == pytest.approx(per_token * ctx + layers * 128 * 512 + compressor)
+
+
+@pytest.mark.parametrize("name, csa, hca, window_only, topk", V4_LAYERS)
+def test_deepseek_v4_decode_reads_are_capped_at_top_k(arch, name, csa, hca, window_only, topk):
+    """Beyond 4 x index_topk tokens a step reads no more CSA entries, only the indexer's keys (and
+    HCA's entries) grow: reads grow far slower than storage."""
+    a = arch(name)
+    layers = csa + hca + window_only
+    far = 4 * topk + 10_000
+    slope = (a.kv_read_bytes_for_context(far + 1000, "fp8") - a.kv_read_bytes_for_context(far, "fp8")) / 1000
+    assert slope == pytest.approx(csa * 128 / 4 + hca * 512 / 128)
+    at = a.kv_read_bytes_for_context(far, "fp8")
+    assert at == pytest.approx(layers * 128 * 512 + csa * (topk * 512 + far / 4 * 128) + hca * far / 128 * 512)
+    assert a.kv_reads_linear_from_tokens == 4 * topk
+    assert at < a.kv_bytes_for_context(far, "fp8") - a.compressed.compressor_state_bytes
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_more_context_never_reads_fewer_bytes_nor_costs_fewer_flops(arch, name):
+    a = arch(name)
+    ctx = np.array([0.0, 1, 100, 127, 128, 129, 2047, 2048, 2049, 4095, 4096, 4097, 1e4, 1e5, 1e6])
+    assert np.all(np.diff(a.kv_read_bytes_for_context(ctx, "fp8")) >= 0)
+    assert np.all(np.diff(a.attention_flops_per_token(ctx)) >= 0)
+    assert np.all(a.kv_read_bytes_for_context(ctx, "fp8") <= a.kv_bytes_for_context(ctx, "fp8"))
+
+
+@pytest.mark.parametrize("name", ["Llama-3.1-70B", "DeepSeek-V3", "gpt-oss-120b", "Qwen3.5-397B-A17B"])
+def test_dense_attention_reads_what_it_stores(arch, name):
+    a = arch(name)
+    ctx = np.array([10.0, 5000.0, 200_000.0])
+    np.testing.assert_array_equal(a.kv_read_bytes_for_context(ctx, "bf16"), a.kv_bytes_for_context(ctx, "bf16"))
+
+
+def test_dsa_reads_top_k_latents_and_every_index_key(arch):
+    """GLM-5 stores latent + rope + index key per token; a step reads 2,048 latents and all index keys."""
+    a = arch("GLM-5")
+    n = a.full_attention_layers
+    assert a.kv_read_bytes_for_context(1000, "bf16") == a.kv_bytes_for_context(1000, "bf16")
+    assert a.kv_read_bytes_for_context(100_000, "bf16") == n * (2048 * (512 + 64) + 100_000 * 128) * 2
+
+
+def test_checkpoint_expert_dtype_and_pricing_experts_apart(arch):
+    assert arch("DeepSeek-V4-Flash").expert_dtype_in_checkpoint == "fp4"    # config: expert_dtype fp4
+    assert arch("DeepSeek-V4-Pro").expert_dtype_in_checkpoint == "fp8"      # config names none: quant_method
+    assert arch("DeepSeek-V3").expert_dtype_in_checkpoint == "fp8"
+    assert arch("gpt-oss-120b").expert_dtype_in_checkpoint == "fp4"         # mxfp4
+    assert arch("Llama-3.1-8B").expert_dtype_in_checkpoint is None          # dense
+    a = arch("DeepSeek-V4-Flash")
+    saved = a.weight_bytes("fp8") - a.weight_bytes("fp8", expert_dtype="fp4")
+    assert saved == pytest.approx(a.routed_expert_params * (1 - 4.25 / 8))
+    assert a.routed_expert_params == 43 * 256 * 3 * 4096 * 2048
+    assert a.active_routed_expert_params == 43 * 6 * 3 * 4096 * 2048
+
+
+def test_v4_attention_params_count_compressors_and_indexers(arch):
+    """Flash layer 0 (ratio 0): wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b, sinks (reference model.py)."""
+    a = arch("DeepSeek-V4-Flash")
+    d, q, h, hd, g, o = 4096, 1024, 64, 512, 8, 1024
+    window_only = d * q + q + q * h * hd + d * hd + hd + (h * hd // g) * g * o + g * o * d + h
+    hca = window_only + 128 * hd + 2 * d * hd + hd                        # + Compressor (ape, wkv, wgate, norm)
+    csa = (window_only + 4 * 2 * hd + 2 * d * 2 * hd + hd                 # overlapping Compressor
+           + q * 64 * 128 + d * 64 + 4 * 2 * 128 + 2 * d * 2 * 128 + 128)  # Indexer: wq_b, weights_proj, Compressor
+    assert a.attention_params == 2 * window_only + 21 * csa + 20 * hca
+
+
+def test_the_cli_prints_deepseek_v4s_figures():
     import subprocess
 
     from tests.e2e.test_cli import APMW
 
+    r = subprocess.run([APMW, "model", "deepseek-ai/DeepSeek-V4-Pro", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["attention"] == "csa" and info["layers_by_compress_ratio"] == {"4": 30, "128": 31}
+    assert info["kv_bytes_per_token"]["fp8"] == 4924
+    assert "at most 1024 compressed entries" in info["decode_reads"]
     r = subprocess.run([APMW, "model", str(CONFIGS / "deepseek-ai--DeepSeek-V4-Flash.json")], capture_output=True,
                        text=True, timeout=60)
-    assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert "not modelled yet" in " ".join(r.stderr.split())
+    assert r.returncode == 0 and "sequence_state_bytes" in r.stdout and "csa" in r.stdout

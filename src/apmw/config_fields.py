@@ -8,8 +8,9 @@ with every layer a 128-token window and 0 KV bytes per token. So a config is rea
 - its ``model_type`` is one of :data:`FAMILIES` (each checked against its published parameter
   counts in ``tests/test_arch.py``), or a family apmw knows it cannot model yet
   (:data:`NOT_YET`) is refused with what is missing; and
-- every field is one apmw reads (:data:`READ`) or one known not to change the served model's
-  parameters, compute or KV cache (:data:`NO_COST`), with the values :data:`VALUES` allows.
+- every field is one apmw reads (:data:`READ`, and :data:`FAMILY_READ` for its family) or one known
+  not to change the served model's parameters, compute or KV cache (:data:`NO_COST`,
+  :data:`FAMILY_NO_COST`), with the values :data:`VALUES` allows.
 
 Anything else is refused with the fields named (:class:`apmw.arch.ConfigError`).
 """
@@ -30,12 +31,21 @@ FAMILIES = {
     "glm_moe_dsa": "GLM-5 (MLA with DSA sparse attention, MoE)",
     "gpt_oss": "gpt-oss (alternating sliding window, MoE)",
     "minimax_m2": "MiniMax-M2 (GQA, MoE)",
+    "deepseek_v4": "DeepSeek-V4 (compressed sparse attention with a local window, mHC, MoE with hash-routed layers)",
 }
 
 # model_type -> what apmw does not model in it yet
-NOT_YET = {
-    "deepseek_v4": "DeepSeek-V4's compressed attention (per-layer compress_ratios: CSA with a top-k indexer "
-                   "and HCA, a 128-token local window per sequence), mHC (hc_mult) and hash-routed layers",
+NOT_YET: dict[str, str] = {}
+
+# fields apmw.arch reads for one family only: the same name in another family is not understood there
+FAMILY_READ = {
+    "deepseek_v4": frozenset("compress_ratios o_groups o_lora_rank hc_mult num_hash_layers expert_dtype".split()),
+}
+
+# fields that cost nothing for one family only: DeepSeek-V4's rotary base of the compressed layers,
+# hyper-connections' Sinkhorn iterations and epsilon (numerics of hc_mult's mixing, counted there)
+FAMILY_NO_COST = {
+    "deepseek_v4": frozenset("compress_rope_theta hc_eps hc_sinkhorn_iters".split()),
 }
 
 # fields apmw.arch reads
@@ -89,7 +99,8 @@ def refusal(cfg: dict[str, Any], text: dict[str, Any]) -> str | None:
     model_type = str(text.get("model_type", cfg.get("model_type", "")))
     family = ", ".join(map(str, cfg.get("architectures") or text.get("architectures") or ["?"]))
     fields = set(cfg) | set(text)
-    unknown = sorted(str(f) for f in fields - READ - NO_COST)
+    own = FAMILY_READ.get(model_type, frozenset()) | FAMILY_NO_COST.get(model_type, frozenset())
+    unknown = sorted(str(f) for f in fields - READ - NO_COST - own)
     unread = f" (fields it does not read: {', '.join(unknown)})" if unknown else ""
     if model_type in NOT_YET:
         return (f"model_type '{model_type}' ({family}) is not modelled yet: {NOT_YET[model_type]}{unread}. "

@@ -568,7 +568,8 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
     pre = np.array([0.0, chunk, burst_chunk, group, rest, 2 * chunk, wave_rest])
     attn_dec = float(a.attention_flops_per_token(ctx))
     attn_pre = float(a.attention_flops_per_token(isl / 2))
-    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
+    kv_read = float(a.kv_read_bytes_for_context(ctx, step.kv_dtype))     # one decoder's read: top-k caps it
+    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * kv_read,
                          attention_flops=dec * attn_dec + pre * attn_pre)
     return tuple(float(x) for x in step.iteration_time_s(load))
 
@@ -593,7 +594,8 @@ def compute_bound_share(replica: Replica, p: Prediction, isl: int, osl: int) -> 
     chunk = min(isl, max(replica.policy.token_budget - beside, 1))
     dec = np.array([r, beside], dtype=float)
     pre = np.array([0.0, chunk])
-    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * ctx * step.kv_bytes_per_token,
+    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre,
+                         kv_read_bytes=dec * float(a.kv_read_bytes_for_context(ctx, step.kv_dtype)),
                          attention_flops=dec * float(a.attention_flops_per_token(ctx))
                          + pre * float(a.attention_flops_per_token(isl / 2)))
     share = step.compute_share(load)

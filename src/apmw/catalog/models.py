@@ -27,6 +27,11 @@ from apmw.errors import ConfigError, UnknownNameError
 _MODELS_DIR = Path(__file__).parent / "data" / "models"
 _BUNDLE_SOURCE = ("bundled HF config.json copy from ai-dynamo/aiconfigurator@095f58a5 "
                   "(Apache-2.0)")
+# bundled configs copied from elsewhere than aiconfigurator (catalog/data/SOURCES.md)
+_OTHER_SOURCES = {
+    "deepseek-ai/DeepSeek-V4-Pro": "bundled HF config.json as published on the model's Hugging Face page (MIT)",
+    "deepseek-ai/DeepSeek-V4-Flash": "bundled HF config.json as published on the model's Hugging Face page (MIT)",
+}
 
 
 # Name tags of derived checkpoints that keep the base architecture, with the weight dtype the
@@ -42,7 +47,10 @@ CHECKPOINT_TAGS = {"-instruct": None, "-chat": None, "-base": None, "-hf": None,
 # Llama 3.3 70B: vocab 128,256, hidden 8,192, MLP 28,672, 80 layers, 64 heads, 8 KV heads,
 # 131,072 positions, as Llama 3.1 70B (oumi-ai/oumi configs/recipes/llama3_3/README.md and
 # llama3_1/README.md, Apache-2.0; the NIM accuracy rows assume the same, bench/data/SOURCES.md).
-SAME_ARCHITECTURE = {"llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B"}
+# DeepSeek-R1-0528: DeepSeek-V3-Base's architecture, 671B total / 37B active, as R1 (NVIDIA NIM model
+# card, docs.api.nvidia.com/nim/reference/deepseek-ai-deepseek-r1-0528).
+SAME_ARCHITECTURE = {"llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B",
+                     "deepseek-r1-0528": "deepseek-ai/DeepSeek-R1"}
 
 
 @lru_cache(maxsize=1)
@@ -165,7 +173,7 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
         raise UnknownNameError(_unknown_message(name_or_path))
     full, why = found
     read_as = f" (read for '{name_or_path.strip()}': {why})" if why else ""
-    return _read_json(_bundled_files()[full]), f"{_BUNDLE_SOURCE}: {full}{read_as}"
+    return _read_json(_bundled_files()[full]), f"{_OTHER_SOURCES.get(full, _BUNDLE_SOURCE)}: {full}{read_as}"
 
 
 def _read_json(path: Path) -> dict:

@@ -152,13 +152,13 @@ def _points(cal: dict, spec: Spec):
         # requests beyond the engine's batch limit wait for a slot: the batch is the limit
         b, c = float(min(r["concurrency"], policy.max_batch)), ctx + r.get("output_tokens", DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=b, prefill_tokens=0.0,
-                                   kv_read_bytes=b * float(arch.kv_bytes_for_context(c, kv_dtype)),
+                                   kv_read_bytes=b * float(arch.kv_read_bytes_for_context(c, kv_dtype)),
                                    attention_flops=b * float(arch.attention_flops_per_token(c))))
         times.append(r["tpot_s_p50"])
     for r in cal.get("tpot_vs_context", []):       # files written before this table have none
         c = float(r["prompt_tokens"]) + r.get("output_tokens", DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=1.0, prefill_tokens=0.0,
-                                   kv_read_bytes=float(arch.kv_bytes_for_context(c, kv_dtype)),
+                                   kv_read_bytes=float(arch.kv_read_bytes_for_context(c, kv_dtype)),
                                    attention_flops=float(arch.attention_flops_per_token(c))))
         times.append(r["tpot_s_p50"])
     return replica.step, loads, np.array(times)

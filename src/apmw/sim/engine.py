@@ -172,7 +172,7 @@ class Engine:
 
     def _loads(self, kv: np.ndarray, n: np.ndarray, prefill: np.ndarray):
         arch = self.arch
-        kv_bytes = float(np.sum(arch.kv_bytes_for_context(kv, self.kv_dtype)))
+        kv_bytes = float(np.sum(arch.kv_read_bytes_for_context(kv, self.kv_dtype)))   # read, not held
         attn = float(np.sum(n * arch.attention_flops_per_token(kv + np.where(prefill, n / 2.0, 0.0))))
         return kv_bytes, attn
 
@@ -349,16 +349,17 @@ class Engine:
         lowest = int(kv.min())
         j = np.arange(k, dtype=float)
         arch = self.arch
-        if lowest < self.linear_from:           # sliding window / top-k: evaluate exactly, up to the linear part
-            k = min(k, self.linear_from - lowest)
+        linear_from = max(self.linear_from, arch.kv_reads_linear_from_tokens)   # V4: 4 x top-k
+        if lowest < linear_from:                # sliding window / top-k: evaluate exactly, up to the linear part
+            k = min(k, linear_from - lowest)
             j = j[:k]
             ctx = kvf[None, :] + j[:, None]
-            kv_bytes = arch.kv_bytes_for_context(ctx, self.kv_dtype).sum(axis=1)
+            kv_bytes = arch.kv_read_bytes_for_context(ctx, self.kv_dtype).sum(axis=1)
             attn = arch.attention_flops_per_token(ctx).sum(axis=1)
         else:
             # linear in the context from here: the batch's sum is b times the figure at its mean context
             ctx = float(kvf.mean()) + j
-            kv_bytes = b * arch.kv_bytes_for_context(ctx, self.kv_dtype)
+            kv_bytes = b * arch.kv_read_bytes_for_context(ctx, self.kv_dtype)
             attn = b * arch.attention_flops_per_token(ctx)
         load = IterationLoad(float(b), 0.0, kv_bytes, attn)
         t = np.asarray(self.step.iteration_time_s(load), dtype=float)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from apmw.arch import load_architecture
+
 from apmw.capacity import plan
 from apmw.errors import ApmwError
 from apmw.spec import SpecError, spec_from_dict
@@ -54,10 +56,20 @@ def _deepseek(dp_attention: bool) -> dict:
 
 
 def test_mla_kv_is_replicated_under_tp_unless_attention_is_data_parallel():
+    """Under TP every GPU keeps the whole MLA latent; under attention DP (vLLM) each rank keeps its own
+    requests' latent once, but also its own copy of the attention and dense weights."""
     tp = plan(spec_from_dict(_deepseek(False)), agents=4).to_dict()
     dp = plan(spec_from_dict(_deepseek(True)), agents=4).to_dict()
     assert tp["kv_replication"] == 8 and dp["kv_replication"] == 1
-    assert dp["kv_tokens_capacity"] == pytest.approx(8 * tp["kv_tokens_capacity"])
+    a = load_architecture("deepseek-ai/DeepSeek-V3")
+    per_param = a.weight_bytes("fp8") / a.params
+    routed = a.params - a.active_params + a.experts_per_token * (a.params - a.active_params) / (
+        a.num_experts - a.experts_per_token)
+    held_dp = per_param * (8 * (a.params - routed) + routed)        # everything but the experts on every rank
+    pool_tp = tp["kv_tokens_capacity"] * 8 * a.kv_bytes_per_token("bf16")
+    pool_dp = pool_tp + a.weight_bytes("fp8") - held_dp
+    assert dp["kv_tokens_capacity"] == pytest.approx(pool_dp / a.kv_bytes_per_token("bf16"), rel=1e-9)
+    assert 4 * tp["kv_tokens_capacity"] < dp["kv_tokens_capacity"] < 8 * tp["kv_tokens_capacity"]
 
 
 def test_decode_draws_less_than_provisioned_power():

@@ -111,8 +111,8 @@ def test_engine_spellings_and_typos_get_did_you_mean(tmp_path):
 
 
 def test_an_unknown_gpu_names_the_custom_gpu_form(tmp_path):
-    msg = _clean(_plan_text(tmp_path, CODING.replace("gpu: H200", "gpu: H20")))
-    assert "unknown GPU 'H20'" in msg and "hardware.gpu: {hbm_bytes" in msg and "a custom GPU" in msg
+    msg = _clean(_plan_text(tmp_path, CODING.replace("gpu: H200", "gpu: H2000")))
+    assert "unknown GPU 'H2000'" in msg and "hardware.gpu: {hbm_bytes" in msg and "a custom GPU" in msg
 
 
 def test_a_power_capped_gpu_draws_no_more_than_its_cap():

@@ -37,6 +37,7 @@ from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY
+from apmw.perf.parallelism import Layout
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
@@ -75,8 +76,11 @@ BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
 
 
 
-def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str) -> str | None:
+def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
+                    layout: Layout | None = None) -> str | None:
     """Why the measured tables cannot model this replica, or None when they can."""
+    if layout is not None and layout != Layout.tensor(gpus):
+        return f"layout {layout.describe()}: the tables compose tensor-parallel replicas only"
     tables = load_tables(gpu.name)
     if tables is None:
         return f"no measured kernel tables for {gpu.name}"
@@ -212,7 +216,7 @@ class CalibratedStepModel(RooflineFigures):
     curves: _Curves | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        gap = calibration_gap(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype)
+        gap = calibration_gap(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype, self.layout)
         if gap is not None:
             raise UnknownNameError(f"no calibrated step model: {gap}; use apmw.perf.roofline.RooflineStepModel")
         if self.engine not in ENGINE_OVERHEAD_S_PER_LAYER:

@@ -73,7 +73,7 @@ class MeasuredStepModel(RooflineFigures):
                   + ", ".join(f"{n} {v:.3g}" for n, v in zip(TERMS, coef)))
         return cls(arch=figures.arch, gpu=figures.gpu, gpus=figures.gpus, weight_dtype=figures.weight_dtype,
                    kv_dtype=figures.kv_dtype, efficiency=figures.efficiency,
-                   attention_data_parallel=figures.attention_data_parallel, coefficients=coef, origin=origin,
+                   layout=figures.layout, coefficients=coef, origin=origin,
                    fit_report=report)
 
     @property

@@ -18,6 +18,7 @@ from apmw.errors import ApmwError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap
+from apmw.perf.parallelism import Layout, check_layout, layout_of
 from apmw.perf.power import PowerModel
 from apmw.perf.scaled import scaled_step_model
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, resolve_policy
@@ -106,32 +107,38 @@ class Replica:
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
-                     calibrated: bool = True, attention_data_parallel: bool = False) -> StepModel:
+                     calibrated: bool = True, layout: Layout | None = None) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
-    Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which.
+    Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which. The
+    measured tables compose tensor-parallel replicas; other layouts (``layout``) take the roofline.
     ``efficiency`` defaults to the GPU's own measured roofline efficiencies
     (:func:`apmw.perf.efficiency.efficiency_for_gpu`).
     """
     if efficiency is None:
         efficiency = efficiency_for_gpu(gpu.name)
     calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
-    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype) is None:
+    if layout == Layout.tensor(gpus):
+        layout = None
+    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                   efficiency=efficiency, attention_data_parallel=attention_data_parallel,
-                                   engine=engine)
+                                   efficiency=efficiency, layout=layout, engine=engine)
     if calibrated:
-        scaled = scaled_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine,
-                                   attention_data_parallel)
+        scaled = scaled_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, layout)
         if scaled is not None:
             return scaled
     return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                     efficiency=efficiency, attention_data_parallel=attention_data_parallel)
+                             efficiency=efficiency, layout=layout)
+
+
+def _as_laid_out(step: StepModel) -> str:
+    lay = step.parallel
+    return "" if lay == Layout.tensor(step.gpus) else f" as {lay.describe()}"
 
 
 def replica_memory(step: StepModel, policy: ServingPolicy) -> MemoryBudget:
     """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it."""
-    return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.weight_bytes,
+    return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.held_weight_bytes,
                          policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free)
 
 
@@ -147,15 +154,16 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
         return
     g, gpu = step.gpus, step.gpu
     ws = policy.workspace_bytes_per_gpu
-    need = step.weight_bytes + g * ws
+    held = step.held_weight_bytes
+    need = held + g * ws
     per_gpu = gpu.hbm_bytes * (1.0 if policy.memory_fraction_of_free else policy.kv_memory_fraction) - ws
     min_gpus = int(-(-step.weight_bytes // per_gpu)) + 1 if per_gpu > 0 else None
-    whole = memory_budget(gpu.hbm_bytes, g, 1.0, step.weight_bytes, ws)
+    whole = memory_budget(gpu.hbm_bytes, g, 1.0, held, ws)
     hint = (f", a larger {fraction_field} (it is {policy.kv_memory_fraction:g} of the memory)"
             if not policy.memory_fraction_of_free and whole.fits else "")
     at_least = f" of at least {min_gpus}" if min_gpus else ""
     raise DoesNotFitError(
-        f"{step.arch.name} does not fit: weights {step.weight_bytes / 1e9:.1f} GB + workspace "
+        f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB + workspace "
         f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "
         f"usable, {need / 1e9:.1f} GB needed). Use more GPUs per replica ({gpus_field}{at_least}){hint}, "
         f"a smaller {dtype_field}, or a larger GPU.")
@@ -172,17 +180,17 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     arch = load_architecture(spec.model.config)
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
-    if arch.num_heads % g and not spec.serving.attention_data_parallel:
+    layout = layout_of(spec.serving, g)
+    if arch.num_heads % layout.tp and spec.serving.parallelism is None:
         raise ApmwError(
             f"hardware.gpus_per_replica: {g} GPUs do not divide {arch.name}'s {arch.num_heads} attention heads; "
             f"tensor parallelism shards heads evenly, so use a count that divides {arch.num_heads} "
-            f"(or serving.attention_data_parallel: true)")
+            f"(or serving.parallelism: {{tp: T, dp_attention: {g}/T}})")
+    check_layout(layout, arch, spec.serving.engine)
     if step is None:
         step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                                engine=spec.serving.engine, calibrated=calibrated,
-                                attention_data_parallel=spec.serving.attention_data_parallel)
-    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes,
-                            attention_dp_ranks=g if spec.serving.attention_data_parallel else 1)
+                                engine=spec.serving.engine, calibrated=calibrated, layout=layout)
+    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp)
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))

@@ -44,6 +44,7 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap, graph_padded
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
+from apmw.perf.parallelism import Layout
 from apmw.perf.step import IterationLoad, RooflineFigures
 from apmw.perf.tables import load_tables
 
@@ -159,10 +160,11 @@ _EMPTY = IterationLoad(decode_seqs=1.0, prefill_tokens=0.0, kv_read_bytes=0.0, a
 
 def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                       efficiency: Efficiency, engine: str,
-                      attention_data_parallel: bool = False) -> ScaledStepModel | None:
-    """The step model of ``gpu`` scaled from its measured relative, or None where none covers it."""
+                      layout: Layout | None = None) -> ScaledStepModel | None:
+    """The step model of ``gpu`` scaled from its measured relative, or None where none covers it
+    (the relative's tables hold tensor-parallel replicas only)."""
     ref_gpu = reference_gpu(gpu)
-    if ref_gpu is None:
+    if ref_gpu is None or (layout is not None and layout != Layout.tensor(gpus)):
         return None
     weight_options = dict.fromkeys((weight_dtype, _STAND_IN_DTYPE.get(weight_dtype.lower(), weight_dtype)))
     kv_options = dict.fromkeys((kv_dtype, _STAND_IN_DTYPE.get(kv_dtype.lower(), kv_dtype)))
@@ -171,8 +173,8 @@ def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype:
             if calibration_gap(arch, ref_gpu, gpus, ref_weight, ref_kv) is None:
                 ref = CalibratedStepModel(arch=arch, gpu=ref_gpu, gpus=gpus, weight_dtype=ref_weight,
                                           kv_dtype=ref_kv, efficiency=efficiency_for_gpu(ref_gpu.name),
-                                          attention_data_parallel=attention_data_parallel, engine=engine)
+                                          layout=layout, engine=engine)
                 return ScaledStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                       efficiency=efficiency, attention_data_parallel=attention_data_parallel,
+                                       efficiency=efficiency, layout=layout,
                                        reference=ref)
     return None

@@ -37,6 +37,8 @@ import numpy as np
 from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS, Efficiency
+from apmw.perf.interconnect import link_bandwidth_bytes_per_s
+from apmw.perf.parallelism import Layout, expert_imbalance
 
 # Activations cross the TP all-reduce in 16-bit (vLLM keeps activations in the model dtype).
 ACTIVATION_BYTES = 2
@@ -92,6 +94,14 @@ class StepModel(Protocol):
     @property
     def kv_replication(self) -> float: ...
 
+    @property
+    def held_weight_bytes(self) -> float:
+        """Weight bytes the replica's GPUs hold together, each copy counted (the memory budget's)."""
+        ...
+
+    @property
+    def parallel(self) -> Layout: ...
+
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""
         ...
@@ -111,6 +121,7 @@ class _Rates(NamedTuple):
     bytes_per_param: float
     expert_params: float         # one routed expert's parameters (0: dense)
     always_params: float         # active parameters every token reads
+    attention_params: float      # of those, the attention projections (sharded over tp, copied per DP rank)
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
     weight_bw: float             # bytes/s weights stream at
@@ -133,9 +144,12 @@ class RooflineFigures:
     weight_dtype: str
     kv_dtype: str
     efficiency: Efficiency = DEFAULT_EFFICIENCY
-    # Data-parallel attention (SGLang --enable-dp-attention, vLLM data parallel + expert
-    # parallel): each GPU runs attention for its own sequences, so KV is not replicated.
-    attention_data_parallel: bool = False
+    # How the GPUs split the model (apmw.perf.parallelism); None: tensor parallel over all of them.
+    layout: Layout | None = None
+
+    @property
+    def parallel(self) -> Layout:
+        return self.layout if self.layout is not None else Layout.tensor(self.gpus)
 
     @property
     def weight_bytes(self) -> float:
@@ -147,18 +161,28 @@ class RooflineFigures:
 
     @property
     def kv_replication(self) -> float:
-        """How many GPUs of the replica hold a copy of each KV byte under tensor parallelism.
+        """How many GPUs of the replica hold a copy of each KV byte (:meth:`Layout.kv_replication`).
 
-        TP shards attention by KV head. MLA has a single latent KV "head", so every
-        rank keeps the whole latent cache (vLLM without data-parallel attention); GQA
-        with fewer KV heads than ranks replicates each head ``g / kv_heads`` times.
-        Data-parallel attention keeps one copy: each rank holds its own sequences.
+        TP shards attention by KV head. MLA has a single latent KV "head", so every GPU of a
+        tensor-parallel group keeps its rank's whole latent cache; GQA with fewer KV heads than
+        ``tp`` replicates each head ``tp / kv_heads`` times. Attention data-parallel ranks each
+        hold their own sequences, so they add no copies.
         """
-        if self.attention_data_parallel:
-            return 1.0
-        if self.arch.attention == "mla":
-            return float(self.gpus)
-        return max(1.0, self.gpus / max(self.arch.num_kv_heads, 1))
+        return self.parallel.kv_replication(self.arch)
+
+    @property
+    def held_weight_bytes(self) -> float:
+        """Weight bytes the replica's GPUs hold together: every GPU holds its stage's attention over
+        ``tp``, its dense weights over ``dense_tp`` and its routed experts (redundant copies included)
+        over ``moe_tp x ep``; copies across attention DP ranks count each time. Plain tensor
+        parallelism holds the checkpoint once."""
+        c, lay = self._rates, self.parallel
+        routed = c.num_experts * c.expert_params
+        slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
+        rest = self.arch.params - routed - c.attention_params
+        per_gpu = (c.attention_params / lay.tp + rest / lay.dense_tp
+                   + routed * slots / (lay.moe_tp * lay.ep)) / lay.pp
+        return per_gpu * c.bytes_per_param * self.gpus
 
     def touched_weight_bytes(self, tokens: np.ndarray | float) -> np.ndarray:
         """Weight bytes one iteration of ``tokens`` tokens reads from HBM.
@@ -175,16 +199,55 @@ class RooflineFigures:
         frac = 1.0 - c.expert_miss ** np.maximum(tokens, 1.0)
         return (c.always_params + c.num_experts * frac * c.expert_params) * c.bytes_per_param
 
+    def weight_read_bytes_per_gpu(self, tokens: np.ndarray | float) -> np.ndarray:
+        """Weight bytes each GPU reads in one cycle of ``tokens`` tokens (every running sequence one
+        step): its attention shard, its dense shard, and of its routed experts those the tokens touch,
+        once per pipeline micro-batch (``tokens / pp`` each). Plain tensor parallelism:
+        :meth:`touched_weight_bytes` over ``g``."""
+        c, lay = self._rates, self.parallel
+        micro = np.asarray(tokens, dtype=float) / lay.pp
+        rest = c.always_params - c.attention_params
+        dense = c.attention_params / lay.tp + rest / lay.dense_tp
+        if not c.expert_params:
+            return np.full_like(micro, dense * c.bytes_per_param)
+        experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
+        return (dense + experts / (lay.moe_tp * lay.ep)) * c.bytes_per_param
+
     def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
-        """Two ring all-reduces of the hidden state per layer under tensor parallelism."""
-        tokens = np.asarray(tokens, dtype=float)
-        g = self.gpus
-        if g == 1:
-            return np.zeros_like(tokens)
-        message = tokens * self.arch.hidden_size * ACTIVATION_BYTES
-        ring = 2 * (g - 1) / g * message / self.gpu.scaleup_bw_bytes_per_s
-        per_allreduce = self.efficiency.comm_latency_s + ring
-        return 2 * self.arch.num_layers * per_allreduce
+        """Seconds of communication in one cycle of ``tokens`` tokens (:mod:`apmw.perf.parallelism`):
+
+        - two ring all-reduces of the hidden state per layer within each ``tp`` group, of the
+          tokens of one DP rank's micro-batch;
+        - per MoE layer, with expert parallelism a dispatch and a combine all-to-all, each GPU sending
+          its share of the tokens' top-k hidden states to the other ranks (the busiest rank's share,
+          :func:`apmw.perf.parallelism.expert_imbalance`); with ``dp > 1`` and no EP an all-gather of
+          the ranks' tokens and a reduce-scatter back;
+        - with pipeline stages, each micro-batch's hidden states sent on to the next stage.
+
+        Each over the per-GPU link its group reaches (:func:`apmw.perf.interconnect.link_bandwidth_bytes_per_s`:
+        the scale-up domain's, or the scale-out network's beyond it), plus a fixed latency per collective.
+        """
+        lay, a, lat = self.parallel, self.arch, self.efficiency.comm_latency_s
+        micro = np.asarray(tokens, dtype=float) / lay.pp
+        hidden_bytes = a.hidden_size * ACTIVATION_BYTES
+        per_stage = np.zeros_like(micro)
+        if lay.tp > 1:
+            message = micro / lay.dp * hidden_bytes
+            ring = 2 * (lay.tp - 1) / lay.tp * message / link_bandwidth_bytes_per_s(self.gpu, lay.tp)
+            per_stage = per_stage + 2 * a.num_layers / lay.pp * (lat + ring)
+        moe_gpus = lay.tp * lay.dp
+        if a.moe_layers and (lay.ep > 1 or lay.dp > 1):
+            bw = link_bandwidth_bytes_per_s(self.gpu, moe_gpus)
+            if lay.ep > 1:
+                routed = micro * a.experts_per_token
+                sent = routed / moe_gpus * expert_imbalance(lay, routed) * (lay.ep - 1) / lay.ep * hidden_bytes
+            else:
+                sent = micro * (moe_gpus - 1) / moe_gpus * hidden_bytes
+            per_stage = per_stage + a.moe_layers / lay.pp * 2 * (lat + sent / bw)
+        if lay.pp > 1:
+            hop = lat + micro / lay.dp * hidden_bytes / link_bandwidth_bytes_per_s(self.gpu, self.gpus)
+            per_stage = per_stage + hop
+        return lay.pp * per_stage
 
     @property
     def _routed_expert_params(self) -> float:
@@ -211,6 +274,7 @@ class RooflineFigures:
         return _Rates(
             bytes_per_param=self.weight_bytes / a.params, expert_params=expert_params,
             always_params=a.active_params - a.experts_per_token * expert_params,
+            attention_params=float(a.attention_params),
             num_experts=float(a.num_experts),
             expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
             weight_bw=bw * eff.bandwidth_for(self.weight_dtype),
@@ -239,11 +303,16 @@ class RooflineFigures:
         c = self._rates
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float)
-        memory_s = (self.touched_weight_bytes(tokens) / c.weight_bw + kv_bytes / c.kv_bw) / self.gpus
+        memory_s = self.weight_read_bytes_per_gpu(tokens) / c.weight_bw + kv_bytes / c.kv_bw / self.gpus
         flops = c.flops_per_token * tokens
         expert_flops = flops * c.expert_share
+        dense_flops = flops - expert_flops
+        if self.parallel.ep > 1:
+            # the busiest expert-parallel rank sets the pace of the routed experts
+            expert_flops = expert_flops * expert_imbalance(self.parallel, tokens / self.parallel.pp
+                                                           * self.arch.experts_per_token)
         attention_flops = np.asarray(load.attention_flops, dtype=float) / self.gpus
-        compute_s = (expert_flops / c.weight_rate + (flops - expert_flops) / c.dense_rate
+        compute_s = (expert_flops / c.weight_rate + dense_flops / c.dense_rate
                      + attention_flops / c.bf16_rate)
         return memory_s, compute_s, expert_flops * c.served_extra_per_flop
 

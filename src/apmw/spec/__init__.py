@@ -2,10 +2,10 @@
 
 from apmw.spec.distribution import Constant, Distribution, Empirical, Lognormal, parse_distribution
 from apmw.spec.load import SpecError, load_spec, spec_from_dict
-from apmw.spec.model import Cost, Disaggregation, Fleet, GpuOverride, Hardware, Model, Power, Serving, Slo, Spec, Speculative, Workload
+from apmw.spec.model import Cost, Disaggregation, Fleet, GpuOverride, Hardware, Model, Parallelism, Power, Serving, Slo, Spec, Speculative, Workload
 
 __all__ = [
     "Constant", "Distribution", "Empirical", "Lognormal", "parse_distribution",
     "SpecError", "load_spec", "spec_from_dict",
-    "Cost", "Disaggregation", "Fleet", "GpuOverride", "Hardware", "Model", "Power", "Serving", "Slo", "Spec", "Speculative", "Workload",
+    "Cost", "Disaggregation", "Fleet", "GpuOverride", "Hardware", "Model", "Parallelism", "Power", "Serving", "Slo", "Spec", "Speculative", "Workload",
 ]

@@ -169,7 +169,8 @@ class GpuOverride(_Section):
 
 class Hardware(_Section):
     gpu: str | GpuOverride
-    gpus_per_replica: int = Field(default=1, ge=1, le=72, description="tensor-parallel degree of one replica")
+    gpus_per_replica: int = Field(default=1, ge=1, le=1024, description="GPUs of one replica: tp x pp x dp_attention "
+                                  "(serving.parallelism); without a layout, its tensor-parallel size")
 
 
 class Speculative(_Section):
@@ -200,6 +201,40 @@ class Speculative(_Section):
             raise ValueError(f"a separate draft model needs {' and '.join(missing)} (or draft: mtp to use "
                              "the model's own multi-token-prediction head)")
         return self
+
+
+class Parallelism(_Section):
+    """How the replica's GPUs split the model (MODEL.md section 10): GPUs = tp x pp x dp_attention, and the
+    MoE layers run on moe_tp x ep = tp x dp_attention of them. Names as vLLM, SGLang and aiconfigurator write
+    them (``apmw.perf.parallelism`` says what each engine does under each)."""
+
+    tp: int | None = Field(default=None, ge=1, le=1024,
+                           description="tensor-parallel size of attention (and of everything but the routed experts) "
+                           "within one attention data-parallel rank [vLLM --tensor-parallel-size]; unset: the "
+                           "GPUs left over by pp and dp_attention")
+    pp: int = Field(default=1, ge=1, le=128, description="pipeline-parallel stages [--pipeline-parallel-size]")
+    dp_attention: int = Field(default=1, ge=1, le=1024,
+                              description="attention data-parallel ranks: each runs attention for its own requests "
+                              "and holds their KV [vLLM --data-parallel-size with expert parallel; SGLang --dp with "
+                              "--enable-dp-attention]")
+    moe_tp: int | None = Field(default=None, ge=1, le=1024,
+                               description="tensor-parallel size of each routed expert; unset: tp x dp_attention / ep")
+    ep: int = Field(default=1, ge=1, le=1024, description="expert-parallel size: routed experts spread over ep GPUs "
+                    "[vLLM --enable-expert-parallel, SGLang --ep-size]")
+    redundant_experts: int = Field(default=0, ge=0, le=4096,
+                                   description="extra copies of hot experts spread over the EP ranks [SGLang "
+                                   "--ep-num-redundant-experts, vLLM --num-redundant-experts]: more weight memory, "
+                                   "less imbalance")
+    expert_imbalance: float | None = Field(
+        default=None, ge=1, le=64,
+        description="the busiest EP rank's routed tokens over the mean (measured, e.g. from the engine's expert "
+        "load logs); unset: what uniform random routing gives at each batch (apmw.perf.parallelism)")
+    two_batch_overlap: bool = Field(default=False, description="split each batch in two so one half's MoE "
+                                    "all-to-all hides behind the other's compute [SGLang --enable-two-batch-overlap]")
+
+    @property
+    def gpus(self) -> int:
+        return (self.tp or 1) * self.pp * self.dp_attention
 
 
 class Disaggregation(_Section):
@@ -266,6 +301,9 @@ class Serving(_Section):
         description="data-parallel attention across the replica's GPUs (SGLang --enable-dp-attention; vLLM "
         "data parallel with expert parallel): KV is not replicated on every rank (matters for MLA models)",
     )
+    parallelism: Parallelism | None = Field(
+        default=None, description="the replica's layout: tp, pp, dp_attention, moe_tp, ep; unset: tensor parallel "
+        "over hardware.gpus_per_replica (or, with attention_data_parallel, one attention rank per GPU)")
     speculative: Speculative | None = None
     disaggregation: Disaggregation | None = None
 
@@ -293,7 +331,7 @@ class Serving(_Section):
                              "llama.cpp does; its server keeps a finished call's prompt in the slot until another "
                              "request takes the slot, which is 'evict' with its per-slot prompt cache: set "
                              "tool_wait_kv_policy: evict")
-        for name in ("speculative", "disaggregation"):
+        for name in ("speculative", "disaggregation", "parallelism"):
             if getattr(self, name) is not None:
                 raise ValueError(f"engine llamacpp with serving.{name} is not modelled")
         if self.attention_data_parallel:
@@ -403,3 +441,48 @@ class Spec(_Section):
     cost: Cost
     fleet: Fleet = Field(default_factory=Fleet)
     seed: int = Field(default=0, ge=0, lt=2**63, description="seed of the session sampler (p95 from sampled sessions)")
+
+    @model_validator(mode="after")
+    def _layout_multiplies_out(self) -> "Spec":
+        """serving.parallelism's sizes resolved and checked against the GPU count, the arithmetic shown:
+        GPUs = tp x pp x dp_attention, and moe_tp x ep = tp x dp_attention. An unset gpus_per_replica is the
+        layout's product; an unset tp the GPUs left over by pp and dp_attention; an unset moe_tp what ep leaves."""
+        par = self.serving.parallelism
+        if par is None:
+            return self
+        if self.serving.attention_data_parallel:
+            raise ValueError("serving.attention_data_parallel and serving.parallelism both given; say it once: "
+                             "parallelism: {dp_attention: N, ...} (attention_data_parallel: true is short for "
+                             "tp 1, dp_attention = gpus_per_replica)")
+        given = "gpus_per_replica" in self.hardware.model_fields_set
+        g = self.hardware.gpus_per_replica
+        tp = par.tp
+        if tp is None:
+            if given and g % (par.pp * par.dp_attention):
+                raise ValueError(f"serving.parallelism: hardware.gpus_per_replica {g} is not a multiple of pp "
+                                 f"{par.pp} x dp_attention {par.dp_attention} = {par.pp * par.dp_attention}, so "
+                                 "no tp makes them multiply out; give tp, or a GPU count that is a multiple")
+            tp = g // (par.pp * par.dp_attention) if given else 1
+        product = tp * par.pp * par.dp_attention
+        if given and product != g:
+            raise ValueError(f"serving.parallelism: tp {tp} x pp {par.pp} x dp_attention {par.dp_attention} = "
+                             f"{product} GPUs, but hardware.gpus_per_replica is {g}; make them equal (or leave "
+                             f"gpus_per_replica out: it is then {product})")
+        if product > 1024:
+            raise ValueError(f"serving.parallelism: tp {tp} x pp {par.pp} x dp_attention {par.dp_attention} = "
+                             f"{product} GPUs; apmw models replicas of at most 1,024 GPUs")
+        moe_gpus = tp * par.dp_attention
+        moe_tp = par.moe_tp
+        if moe_tp is None:
+            if moe_gpus % par.ep:
+                raise ValueError(f"serving.parallelism: ep {par.ep} does not divide the MoE layers' tp {tp} x "
+                                 f"dp_attention {par.dp_attention} = {moe_gpus} GPUs; use an ep that divides "
+                                 f"{moe_gpus}")
+            moe_tp = moe_gpus // par.ep
+        if moe_tp * par.ep != moe_gpus:
+            raise ValueError(f"serving.parallelism: moe_tp {moe_tp} x ep {par.ep} = {moe_tp * par.ep}, but the MoE "
+                             f"layers run on tp {tp} x dp_attention {par.dp_attention} = {moe_gpus} GPUs; make "
+                             "moe_tp x ep equal to tp x dp_attention")
+        resolved = par.model_copy(update={"tp": tp, "moe_tp": moe_tp})
+        return self.model_copy(update={"serving": self.serving.model_copy(update={"parallelism": resolved}),
+                                       "hardware": self.hardware.model_copy(update={"gpus_per_replica": product})})

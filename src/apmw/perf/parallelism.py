@@ -1,0 +1,161 @@
+"""How a replica's GPUs split the model, and what each engine does under each split (MODEL.md section 10).
+
+A replica of ``g = tp x pp x dp`` GPUs runs
+
+* **pipeline stages** (``pp``): each holds ``1/pp`` of the layers. The scheduler keeps ``pp``
+  micro-batches in flight, so every running sequence advances one token per *cycle* of ``pp`` stage
+  times; each micro-batch reads its stage's weights again (why pipeline parallelism costs weight
+  bandwidth at small batches);
+* **attention data-parallel ranks** (``dp``): each runs attention for its own requests and holds
+  their KV, on ``tp`` GPUs sharded by head. A one-head latent (MLA, MQA) cannot be split by head, so
+  every GPU of a ``tp`` group holds its rank's whole latent: KV is replicated ``tp`` times, not
+  ``g`` times (:attr:`Layout.kv_replication`);
+* **MoE layers** over all ``tp x dp`` GPUs of a stage, as ``moe_tp x ep``: each GPU holds
+  ``(experts + redundant) / ep`` routed experts, each split ``moe_tp`` ways. Under expert
+  parallelism every MoE layer *dispatches* each token's hidden state to its top-k experts' ranks and
+  *combines* the results: two all-to-alls per MoE layer. Without it (``ep = 1``) and with ``dp > 1``
+  the tokens of all ranks are gathered before the layer and scattered after it. The busiest rank
+  sets the pace (:func:`expert_imbalance`).
+
+What the engines do with the weights that are neither attention nor routed experts (dense MLP
+layers, shared experts, embeddings, LM head) under attention data parallelism, ``dense_tp``:
+
+* vLLM runs each DP rank as its own engine core ("each DP rank is deployed as a separate core
+  engine process", docs/serving/data_parallel_deployment.md); only the MoE layers span the ranks, so
+  the dense weights are replicated per rank and sharded over its ``tp`` GPUs.
+* SGLang under ``--enable-dp-attention`` runs the dense MLPs tensor parallel over the whole
+  ``--tp-size`` (``moe_dense_tp_size`` unset, server_args.py), i.e. over ``tp x dp`` GPUs.
+* TensorRT-LLM: its attention-DP batch limits are not established here (the serving policy refuses
+  it), so its dense placement is not needed.
+
+The batch limit and token budget apply per DP rank or per replica as
+:func:`apmw.perf.serving_policy.schedulers_per_limit` says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from apmw.arch import Architecture
+from apmw.errors import ApmwError
+from apmw.spec import Serving
+
+# Engines that lay a replica out in more than one way; llama.cpp's server is one process per model.
+LAYOUT_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A replica's parallel sizes, resolved (module docstring). ``dense_tp`` is the engine's rule."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    moe_tp: int = 1
+    ep: int = 1
+    dense_tp: int = 1
+    redundant_experts: int = 0
+    expert_imbalance: float | None = None
+    two_batch_overlap: bool = False
+
+    @classmethod
+    def tensor(cls, gpus: int) -> "Layout":
+        """Plain tensor parallelism over ``gpus`` GPUs (what a replica is without a layout)."""
+        return cls(tp=gpus, moe_tp=gpus, dense_tp=gpus)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def is_tensor_only(self) -> bool:
+        return self.pp == 1 and self.dp == 1 and self.ep == 1
+
+    def describe(self) -> str:
+        """The layout in engine terms: 'TP8', 'TP1 x DP8, EP8', 'TP4 x PP2'."""
+        parts = [f"TP{self.tp}"] + [f"{n}{v}" for n, v in (("PP", self.pp), ("DP", self.dp)) if v > 1]
+        moe = [f"{n}{v}" for n, v in (("EP", self.ep),) if v > 1]
+        if self.moe_tp != self.tp * self.dp or self.ep > 1:
+            moe = ([f"MoE-TP{self.moe_tp}"] if self.moe_tp > 1 else []) + moe
+        return " x ".join(parts) + (", " + " ".join(moe) if moe else "")
+
+    def kv_replication(self, arch: Architecture) -> float:
+        """How many GPUs hold a copy of each KV byte: a one-head latent (MLA, MQA) on every GPU of its
+        rank's ``tp`` group; GQA with fewer KV heads than ``tp`` ``tp / kv_heads`` times; else once."""
+        if arch.attention == "mla" or arch.num_kv_heads <= 1:
+            return float(self.tp)
+        return max(1.0, self.tp / arch.num_kv_heads)
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "dp_attention": self.dp, "moe_tp": self.moe_tp, "ep": self.ep,
+                "dense_tp": self.dense_tp, "redundant_experts": self.redundant_experts,
+                "expert_imbalance": self.expert_imbalance, "two_batch_overlap": self.two_batch_overlap,
+                "gpus": self.gpus, "text": self.describe()}
+
+
+def dense_tp(engine: str, tp: int, dp: int) -> int:
+    """The tensor-parallel size of the dense (non-attention, non-routed) weights (module docstring)."""
+    return tp * dp if engine == "sglang" else tp
+
+
+def layout_of(serving: Serving, gpus: int) -> Layout:
+    """The layout a validated spec's serving section sets on ``gpus`` GPUs: its ``parallelism``
+    (already checked to multiply out, :class:`apmw.spec.Spec`), ``attention_data_parallel: true``
+    as one attention rank per GPU with the MoE layers tensor parallel over all, or plain TP."""
+    par = serving.parallelism
+    if par is not None:
+        tp = par.tp or 1
+        return Layout(tp=tp, pp=par.pp, dp=par.dp_attention, moe_tp=par.moe_tp or tp * par.dp_attention,
+                      ep=par.ep, dense_tp=dense_tp(serving.engine, tp, par.dp_attention),
+                      redundant_experts=par.redundant_experts, expert_imbalance=par.expert_imbalance,
+                      two_batch_overlap=par.two_batch_overlap)
+    if serving.attention_data_parallel:
+        return Layout(tp=1, dp=gpus, moe_tp=gpus, dense_tp=dense_tp(serving.engine, 1, gpus))
+    return Layout.tensor(gpus)
+
+
+def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "serving.parallelism") -> None:
+    """Refuse a layout the model or the engine cannot run, saying why and what would."""
+    if engine not in LAYOUT_ENGINES and layout != Layout.tensor(layout.gpus):
+        raise ApmwError(f"{field}: engine {engine} runs one process per model; only tensor parallelism "
+                        f"(hardware.gpus_per_replica) is modelled for it")
+    if arch.num_heads % layout.tp:
+        raise ApmwError(f"{field}: tp {layout.tp} does not divide {arch.name}'s {arch.num_heads} attention heads; "
+                        f"engines shard heads evenly, so use a tp that divides {arch.num_heads} (and put the other "
+                        "GPUs in dp_attention)")
+    if layout.pp > arch.num_layers:
+        raise ApmwError(f"{field}: pp {layout.pp} is more stages than {arch.name}'s {arch.num_layers} layers")
+    moe_split = layout.ep > 1 or layout.moe_tp != layout.tp * layout.dp or layout.redundant_experts
+    if not arch.moe_layers:
+        if moe_split:
+            raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp and redundant_experts do "
+                            "not apply; leave them out")
+        return
+    slots = arch.num_experts + layout.redundant_experts
+    if slots % layout.ep:
+        raise ApmwError(f"{field}: ep {layout.ep} does not divide {arch.name}'s {arch.num_experts} routed experts"
+                        + (f" + {layout.redundant_experts} redundant = {slots}" if layout.redundant_experts else "")
+                        + f"; use an ep that divides {slots}")
+
+
+def expert_imbalance(layout: Layout, routed_tokens: np.ndarray) -> np.ndarray:
+    """The busiest expert-parallel rank's routed tokens over the mean, at ``routed_tokens`` token-expert
+    assignments per MoE layer (tokens x top-k) spread over ``ep`` ranks.
+
+    Given, :attr:`Layout.expert_imbalance` (a measured figure). Otherwise the floor that uniform random
+    routing sets: each rank's count is Binomial(n, 1/ep), and the largest of ``ep`` such counts lies
+    about ``sqrt(2 ln ep)`` standard deviations above the mean (the Gaussian maximum of ``ep`` draws).
+    Real routing is skewed on top of this (hot experts), so the floor is optimistic; redundant experts
+    and expert-placement balancing (EPLB) work to bring a deployment towards it.
+    """
+    n = np.maximum(np.asarray(routed_tokens, dtype=float), 1.0)
+    if layout.ep <= 1:
+        return np.ones_like(n)
+    if layout.expert_imbalance is not None:
+        return np.full_like(n, layout.expert_imbalance)
+    mean = n / layout.ep
+    sd = np.sqrt(n * (1.0 / layout.ep) * (1.0 - 1.0 / layout.ep))
+    return np.minimum(1.0 + math.sqrt(2.0 * math.log(layout.ep)) * sd / mean, float(layout.ep))

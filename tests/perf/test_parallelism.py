@@ -1,0 +1,185 @@
+"""Parallel layouts of one replica: GPU arithmetic, weight placement, KV per rank, batch limits per DP
+rank, communication and its monotonicity (apmw.perf.parallelism, apmw.perf.step)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from apmw.arch import load_architecture
+from apmw.capacity import plan
+from apmw.catalog.gpus import get_gpu
+from apmw.errors import ApmwError
+from apmw.perf.parallelism import Layout, expert_imbalance
+from apmw.perf.replica import replica_from_spec
+from apmw.perf.roofline import RooflineStepModel
+from apmw.perf.step import IterationLoad
+from apmw.spec import SpecError, spec_from_dict
+from tests.conftest import small_spec_dict
+
+V3 = "deepseek-ai/DeepSeek-V3"
+
+
+def _spec(parallelism: dict | None, gpus: int | None = None, engine: str = "vllm", gpu: str = "H200",
+          model: str = V3, **serving) -> dict:
+    d = small_spec_dict()
+    d["model"] = {"config": model, "weight_dtype": "fp8", "kv_dtype": "fp8"}
+    d["hardware"] = {"gpu": gpu} | ({"gpus_per_replica": gpus} if gpus else {})
+    d["serving"] = {"engine": engine, **serving} | ({"parallelism": parallelism} if parallelism else {})
+    return d
+
+
+def _replica(*args, **kwargs):
+    return replica_from_spec(spec_from_dict(_spec(*args, **kwargs)))
+
+
+def _routed_params(a) -> float:
+    """All layers' routed experts, from the published totals: total - active + top-k experts' share."""
+    per_expert = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
+    return a.num_experts * per_expert
+
+
+def test_a_layout_that_does_not_multiply_out_is_refused_with_the_arithmetic():
+    with pytest.raises(SpecError, match=r"tp 2 x pp 1 x dp_attention 8 = 16 GPUs, but hardware.gpus_per_replica is 8"):
+        spec_from_dict(_spec({"tp": 2, "dp_attention": 8}, gpus=8))
+    with pytest.raises(SpecError, match=r"moe_tp 2 x ep 8 = 16, but the MoE layers run on tp 1 x dp_attention 8 = 8"):
+        spec_from_dict(_spec({"dp_attention": 8, "ep": 8, "moe_tp": 2}))
+    with pytest.raises(SpecError, match=r"ep 3 does not divide the MoE layers' tp 1 x dp_attention 8 = 8 GPUs"):
+        spec_from_dict(_spec({"dp_attention": 8, "ep": 3}))
+
+
+def test_an_unset_gpu_count_or_tp_is_what_the_layout_leaves():
+    s = spec_from_dict(_spec({"dp_attention": 4, "ep": 8, "tp": 2}))
+    assert s.hardware.gpus_per_replica == 8 and s.serving.parallelism.moe_tp == 1
+    s = spec_from_dict(_spec({"pp": 2}, gpus=16))
+    assert s.serving.parallelism.tp == 8 and s.serving.parallelism.moe_tp == 8
+
+
+def test_the_model_and_engine_limits_are_refused_with_the_reason():
+    with pytest.raises(ApmwError, match="ep 16 does not divide .* 256 routed experts \\+ 8 redundant = 264"):
+        _replica({"dp_attention": 16, "ep": 16, "redundant_experts": 8})
+    with pytest.raises(ApmwError, match="no routed experts, so ep"):
+        _replica({"dp_attention": 2, "ep": 2}, model="meta-llama/Meta-Llama-3.1-70B")
+    with pytest.raises(ApmwError, match="tp 3 does not divide"):
+        _replica({"tp": 3}, model="meta-llama/Meta-Llama-3.1-70B")
+    with pytest.raises(SpecError, match="engine llamacpp with serving.parallelism"):
+        spec_from_dict(_spec({"tp": 1}, engine="llamacpp", max_batch=4))
+
+
+def test_expert_parallel_weights_are_placed_per_rank_by_hand():
+    """DP8 x EP8 under vLLM: attention and dense weights on every rank, routed experts split 8 ways,
+    redundant experts adding their share."""
+    a = load_architecture(V3)
+    per_param = a.weight_bytes("fp8") / a.params
+    routed = _routed_params(a)
+    for redundant in (0, 32):
+        r = _replica({"dp_attention": 8, "ep": 8, "redundant_experts": redundant})
+        held = per_param * (8 * (a.params - routed) + routed * (256 + redundant) / 256)
+        assert r.step.held_weight_bytes == pytest.approx(held, rel=1e-9)
+        assert r.memory.weight_bytes == pytest.approx(held, rel=1e-9)
+    # plain tensor parallelism holds the checkpoint once
+    assert _replica(None, gpus=8).step.held_weight_bytes == pytest.approx(a.weight_bytes("fp8"), rel=1e-12)
+    # SGLang runs the dense weights tensor parallel over all ranks: only attention is copied per rank
+    s = _replica({"dp_attention": 8, "ep": 8}, engine="sglang")
+    attn = a.attention_params
+    assert s.step.held_weight_bytes == pytest.approx(per_param * (8 * attn + a.params - attn), rel=1e-9)
+
+
+def test_mla_kv_per_rank_under_dp_attention_and_tp():
+    """The MLA latent is copied on every GPU of a tp group, once per DP rank: tp x dp = 2 x 4 keeps two
+    copies, and the pool in tokens is the GPUs' free memory over two copies."""
+    r = _replica({"tp": 2, "dp_attention": 4, "ep": 8})
+    assert r.step.kv_replication == 2
+    assert r.kv_capacity_bytes == pytest.approx(r.memory.kv_capacity_bytes / 2)
+    gqa = _replica({"tp": 8}, model="meta-llama/Meta-Llama-3.1-70B")   # 8 KV heads: one per GPU
+    assert gqa.step.kv_replication == 1
+    assert _replica({"tp": 4, "dp_attention": 2}, model="meta-llama/Meta-Llama-3.1-70B").step.kv_replication == 1
+
+
+def test_batch_limit_and_token_budget_per_dp_rank():
+    """vLLM's max_num_seqs and max_num_batched_tokens are per DP rank (an engine core each); SGLang
+    divides its totals among its DP workers."""
+    v = _replica({"dp_attention": 8, "ep": 8}, max_batch=64, max_batched_tokens=4096)
+    assert (v.policy.max_batch, v.policy.token_budget) == (8 * 64, 8 * 4096)
+    s = _replica({"dp_attention": 8, "ep": 8}, engine="sglang", max_batch=64, max_batched_tokens=4096)
+    assert (s.policy.max_batch, s.policy.token_budget) == (64, 4096)
+    t = _replica({"tp": 4, "pp": 2})
+    assert t.policy.max_batch == _replica(None, gpus=8).policy.max_batch
+
+
+def _decode(step, batch, ctx=4000):
+    return IterationLoad(decode_seqs=batch, prefill_tokens=0.0, kv_read_bytes=batch * ctx * step.kv_bytes_per_token,
+                         attention_flops=batch * float(step.arch.attention_flops_per_token(ctx)))
+
+
+def test_a_tensor_layout_reproduces_the_plain_replica():
+    a, gpu = load_architecture(V3), get_gpu("H200")
+    plain = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8")
+    laid = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8", layout=Layout.tensor(8))
+    b = np.array([1.0, 16, 256])
+    np.testing.assert_array_equal(plain.iteration_time_s(_decode(plain, b)), laid.iteration_time_s(_decode(laid, b)))
+    assert plain.weight_read_bytes_per_gpu(b) == pytest.approx(plain.touched_weight_bytes(b) / 8)
+
+
+def _ep_step(gpu, gpus=16, **kw):
+    a = load_architecture(V3)
+    lay = Layout(tp=1, dp=gpus, moe_tp=1, ep=gpus, dense_tp=1, **kw)
+    return RooflineStepModel(arch=a, gpu=gpu, gpus=gpus, weight_dtype="fp8", kv_dtype="fp8", layout=lay)
+
+
+def test_more_scale_up_bandwidth_is_never_slower():
+    from dataclasses import replace
+    h200 = get_gpu("H200")
+    b = np.array([8.0, 64, 512, 4096])
+    times = [_ep_step(replace(h200, scaleup_bw_bytes_per_s=bw), gpus=8).iteration_time_s(
+        _decode(_ep_step(h200, gpus=8), b)) for bw in (100e9, 450e9, 900e9)]
+    assert np.all(np.diff(np.array(times), axis=0) <= 0)
+    assert np.any(times[0] > times[-1])
+
+
+def test_a_group_past_the_scale_up_domain_pays_the_scale_out_network():
+    """16 H200s (two HGX nodes) exchange their all-to-alls over 50 GB/s NICs; 16 GB300s in one NVL72
+    rack over NVLink. The same layout on the larger domain communicates faster."""
+    h200, gb300 = get_gpu("H200"), get_gpu("GB300")
+    b = np.array([64.0, 1024])
+    inside = _ep_step(h200, gpus=8).comm_time_s(b)
+    across = _ep_step(h200, gpus=16).comm_time_s(b)
+    assert np.all(across > inside)
+    rack = _ep_step(gb300, gpus=16).comm_time_s(b)
+    assert np.all(rack < across)
+
+
+def test_a_larger_nvlink_domain_never_gives_fewer_agents_for_the_same_gpus():
+    """The same GPU figures in a GB200 NVL72 rack (domain 72) and on HGX B200 boards (domain 8)."""
+    results = {}
+    for gpu in ("GB200", "B200"):
+        d = small_spec_dict()
+        d["model"] = {"config": V3, "weight_dtype": "fp8", "kv_dtype": "fp8"}
+        d["hardware"] = {"gpu": {"name": gpu, "hbm_bytes": 180e9, "hbm_bandwidth_bytes_per_s": 7.7e12,
+                                 "bf16_flops": 2.25e15, "fp8_flops": 4.5e15, "scaleup_bw_bytes_per_s": 900e9}}
+        d["serving"] = {"parallelism": {"dp_attention": 16, "ep": 16}}
+        d["slo"] = {"task_latency_p95_s": 200}
+        results[gpu] = plan(spec_from_dict(d)).to_dict()["agents_per_replica"]
+    assert results["GB200"] >= results["B200"] > 0
+
+
+def test_expert_imbalance_floor_and_given_figure():
+    lay = Layout(tp=1, dp=8, moe_tp=1, ep=8, dense_tp=1)
+    n = np.array([8.0, 800, 80_000])
+    f = expert_imbalance(lay, n)
+    assert np.all(f >= 1) and np.all(np.diff(f) < 0)        # more tokens, closer to balanced
+    assert f[-1] == pytest.approx(1 + np.sqrt(2 * np.log(8)) * np.sqrt(80_000 / 8 * 7 / 8) / (80_000 / 8))
+    assert np.all(expert_imbalance(Layout(tp=1, dp=8, moe_tp=1, ep=8, dense_tp=1, expert_imbalance=1.3), n) == 1.3)
+    assert np.all(expert_imbalance(Layout.tensor(8), n) == 1)
+
+
+def test_pipeline_stages_reread_weights_per_micro_batch():
+    """At batch 1 a TP4 x PP2 replica reads each GPU's weights once per cycle (the whole model over 4
+    GPUs), twice what TP8 reads per GPU: pipeline parallelism costs weight bandwidth at small batches."""
+    a, gpu = load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H100")
+    tp8 = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8")
+    pp = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8",
+                           layout=Layout(tp=4, pp=2, moe_tp=4, dense_tp=4))
+    assert pp.weight_read_bytes_per_gpu(1.0) == pytest.approx(2 * tp8.weight_read_bytes_per_gpu(1.0))
+    assert pp.held_weight_bytes == pytest.approx(tp8.held_weight_bytes)
+    assert pp.iteration_time_s(_decode(pp, 1.0)) > tp8.iteration_time_s(_decode(tp8, 1.0))

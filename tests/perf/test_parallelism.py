@@ -131,7 +131,8 @@ def test_more_scale_up_bandwidth_is_never_slower():
     from dataclasses import replace
     h200 = get_gpu("H200")
     b = np.array([8.0, 64, 512, 4096])
-    times = [_ep_step(replace(h200, scaleup_bw_bytes_per_s=bw), gpus=8).iteration_time_s(
+    # a GPU off the catalogue, so the link formula prices every bandwidth (no measured table applies)
+    times = [_ep_step(replace(h200, name="custom", scaleup_bw_bytes_per_s=bw), gpus=8).iteration_time_s(
         _decode(_ep_step(h200, gpus=8), b)) for bw in (100e9, 450e9, 900e9)]
     assert np.all(np.diff(np.array(times), axis=0) <= 0)
     assert np.any(times[0] > times[-1])
@@ -183,3 +184,32 @@ def test_pipeline_stages_reread_weights_per_micro_batch():
     assert pp.weight_read_bytes_per_gpu(1.0) == pytest.approx(2 * tp8.weight_read_bytes_per_gpu(1.0))
     assert pp.held_weight_bytes == pytest.approx(tp8.held_weight_bytes)
     assert pp.iteration_time_s(_decode(pp, 1.0)) > tp8.iteration_time_s(_decode(tp8, 1.0))
+
+
+def test_expert_parallel_exchange_reads_the_measured_deepep_tables_where_they_cover_it():
+    """EP8 on one HGX H200 node: each MoE layer's dispatch + combine is DeepEP's measured time (low-latency
+    mode up to 128 tokens per rank, normal above); a custom GPU falls back to the link formula."""
+    from dataclasses import replace
+
+    from apmw.perf.communication import measured_collectives
+    step = _ep_step(get_gpu("H200"), gpus=8)
+    a, table = step.arch, measured_collectives("H200-SXM-141GB")
+    per_rank = np.array([16.0, 128.0, 4096.0])
+    low = table.moe_dispatch_combine_s("low_latency", 8, per_rank[:2], a.hidden_size, a.experts_per_token,
+                                       a.num_experts)
+    normal = table.moe_dispatch_combine_s("normal", 8, per_rank[2:], a.hidden_size, a.experts_per_token,
+                                          a.num_experts)
+    np.testing.assert_allclose(step.comm_time_s(per_rank * 8), a.moe_layers * np.concatenate([low, normal]))
+    custom = _ep_step(replace(get_gpu("H200"), name="custom"), gpus=8)
+    assert np.all(custom.comm_time_s(per_rank * 8) != step.comm_time_s(per_rank * 8))
+
+
+def test_two_batch_overlap_hides_the_exchange_behind_the_kernels():
+    h200 = get_gpu("H200")
+    plain, tbo = _ep_step(h200, gpus=16), _ep_step(h200, gpus=16, two_batch_overlap=True)
+    b = np.array([16.0, 256, 2048])
+    load = _decode(plain, b)
+    assert np.all(tbo.iteration_time_s(load) < plain.iteration_time_s(load))
+    kernels = np.maximum(plain.roofline_terms(load)[0], plain.served_compute_s(load))
+    np.testing.assert_allclose(tbo.iteration_time_s(load) - plain.iteration_time_s(load),
+                               np.maximum(kernels, plain.comm_time_s(b)) - kernels - plain.comm_time_s(b), rtol=1e-9)

@@ -34,4 +34,5 @@ class RooflineStepModel(RooflineFigures):
         """Seconds for one engine iteration carrying ``load``."""
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         memory_s, compute_s, served_extra = self._terms(load)
-        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(memory_s, compute_s + served_extra)
+        kernels = np.maximum(memory_s, compute_s + served_extra)
+        return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(kernels, self.overlapped_comm_s(tokens))

@@ -35,7 +35,9 @@ from typing import Protocol
 import numpy as np
 
 from apmw.arch import Architecture
-from apmw.catalog.gpus import GpuSpec
+from apmw.catalog.gpus import GpuSpec, get_gpu
+from apmw.errors import UnknownNameError
+from apmw.perf.communication import measured_collectives
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS, Efficiency
 from apmw.perf.interconnect import link_bandwidth_bytes_per_s
 from apmw.perf.parallelism import Layout, expert_imbalance
@@ -235,19 +237,65 @@ class RooflineFigures:
             message = micro / lay.dp * hidden_bytes
             ring = 2 * (lay.tp - 1) / lay.tp * message / link_bandwidth_bytes_per_s(self.gpu, lay.tp)
             per_stage = per_stage + 2 * a.num_layers / lay.pp * (lat + ring)
-        moe_gpus = lay.tp * lay.dp
-        if a.moe_layers and (lay.ep > 1 or lay.dp > 1):
-            bw = link_bandwidth_bytes_per_s(self.gpu, moe_gpus)
-            if lay.ep > 1:
-                routed = micro * a.experts_per_token
-                sent = routed / moe_gpus * expert_imbalance(lay, routed) * (lay.ep - 1) / lay.ep * hidden_bytes
-            else:
-                sent = micro * (moe_gpus - 1) / moe_gpus * hidden_bytes
-            per_stage = per_stage + a.moe_layers / lay.pp * 2 * (lat + sent / bw)
+        if not lay.two_batch_overlap:
+            per_stage = per_stage + self._moe_exchange_s(micro)
         if lay.pp > 1:
             hop = lat + micro / lay.dp * hidden_bytes / link_bandwidth_bytes_per_s(self.gpu, self.gpus)
             per_stage = per_stage + hop
         return lay.pp * per_stage
+
+    def overlapped_comm_s(self, tokens: np.ndarray | float) -> np.ndarray:
+        """Seconds of communication that run beside the kernels instead of before them: with two-batch
+        overlap, each half-batch's MoE dispatch and combine hide behind the other half's compute
+        (SGLang ``--enable-two-batch-overlap``), so an iteration takes the longer of the two."""
+        micro = np.asarray(tokens, dtype=float) / self.parallel.pp
+        if not self.parallel.two_batch_overlap:
+            return np.zeros_like(micro)
+        return self.parallel.pp * self._moe_exchange_s(micro)
+
+    def _moe_exchange_s(self, micro: np.ndarray) -> np.ndarray:
+        """One stage's MoE token exchange for a micro-batch of ``micro`` tokens: with expert parallelism
+        a dispatch and a combine per MoE layer, measured where the system's tables cover the EP size
+        (:func:`_measured_dispatch_combine_s`), else each GPU's share of the tokens' top-k hidden states
+        (the busiest rank's) over the link; with ``dp > 1`` and no EP an all-gather and a reduce-scatter."""
+        lay, a = self.parallel, self.arch
+        moe_gpus = lay.tp * lay.dp
+        if not a.moe_layers or (lay.ep == 1 and lay.dp == 1):
+            return np.zeros_like(micro)
+        layers = a.moe_layers / lay.pp
+        measured = self._measured_dispatch_combine_s(micro / moe_gpus) if lay.ep > 1 else None
+        if measured is not None:
+            return layers * measured
+        bw = link_bandwidth_bytes_per_s(self.gpu, moe_gpus)
+        hidden_bytes = a.hidden_size * ACTIVATION_BYTES
+        if lay.ep > 1:
+            routed = micro * a.experts_per_token
+            sent = routed / moe_gpus * expert_imbalance(lay, routed) * (lay.ep - 1) / lay.ep * hidden_bytes
+        else:
+            sent = micro * (moe_gpus - 1) / moe_gpus * hidden_bytes
+        return layers * 2 * (self.efficiency.comm_latency_s + sent / bw)
+
+    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray) -> np.ndarray | None:
+        """One MoE layer's dispatch + combine from the system's measured DeepEP tables
+        (:mod:`apmw.perf.communication`): low-latency mode up to its dispatch buffer of 128 tokens per
+        rank (DeepEP's ``num_max_dispatch_tokens_per_rank`` as SGLang sets it), normal mode above, as
+        SGLang's ``--deepep-mode auto`` picks for decode and prefill batches. None where the tables do
+        not cover this GPU (a stock part only), EP size or mode."""
+        lay, a = self.parallel, self.arch
+        try:
+            stock = get_gpu(self.gpu.name) == self.gpu
+        except UnknownNameError:
+            stock = False
+        comm = measured_collectives(self.gpu.name) if stock else None
+        if comm is None:
+            return None
+        low = comm.moe_dispatch_combine_s("low_latency", lay.ep, np.minimum(tokens_per_rank, 128.0), a.hidden_size,
+                                          a.experts_per_token, a.num_experts)
+        normal = comm.moe_dispatch_combine_s("normal", lay.ep, tokens_per_rank, a.hidden_size, a.experts_per_token,
+                                             a.num_experts)
+        if low is None or normal is None:
+            return None
+        return np.where(tokens_per_rank <= 128.0, low, normal)
 
     @property
     def _routed_expert_params(self) -> float:

@@ -213,3 +213,25 @@ def test_two_batch_overlap_hides_the_exchange_behind_the_kernels():
     kernels = np.maximum(plain.roofline_terms(load)[0], plain.served_compute_s(load))
     np.testing.assert_allclose(tbo.iteration_time_s(load) - plain.iteration_time_s(load),
                                np.maximum(kernels, plain.comm_time_s(b)) - kernels - plain.comm_time_s(b), rtol=1e-9)
+
+
+def test_predict_takes_a_layout_and_counts_concurrency_over_all_dp_ranks():
+    from apmw.capacity.benchmark import predict
+    args = ("deepseek-ai/DeepSeek-R1", "H200", 1, "fp8", "fp8", 1024, 1024, 256)
+    dp = predict(*args, engine="sglang", layout={"dp_attention": 8, "ep": 8})
+    assert dp.running_requests == 256
+    assert dp.output_tokens_per_s_per_gpu == pytest.approx(256 * 1024 / 8 / (dp.tpot_s * 1023 + dp.ttft_s), rel=0.2)
+    tp8 = predict("deepseek-ai/DeepSeek-R1", "H200", 8, "fp8", "fp8", 1024, 1024, 256, engine="sglang")
+    assert dp.source_detail != tp8.source_detail or dp.tpot_s != tp8.tpot_s
+
+
+def test_predict_cli_refuses_a_layout_that_does_not_multiply_out_in_flag_names():
+    import subprocess
+    import sys
+    from pathlib import Path
+    apmw = Path(sys.executable).with_name("apmw")
+    r = subprocess.run([str(apmw), "predict", "--model", "deepseek-ai/DeepSeek-R1", "--gpu", "H200", "--tp", "2",
+                        "--dp-attention", "8", "--ep", "3", "--isl", "1024", "--osl", "1024", "--concurrency", "64"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--ep 3 does not divide the MoE layers' --tp 2 x --dp-attention 8 = 16 GPUs" in r.stderr

@@ -63,7 +63,7 @@ from pydantic import ValidationError
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica, StepModel, benchmark_replica
 from apmw.perf.serving_policy import ENGINES, busy_arrival_wait_s, canonical_engine
-from apmw.spec import Serving
+from apmw.spec import Parallelism, Serving
 
 # How much request lengths vary, as the width of their distribution over the mean
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
@@ -138,14 +138,17 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             max_batch: int | None = None, calibrated: bool = True,
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
-            overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None) -> Prediction:
+            overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
+            layout: dict | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
     ``overlap_scheduling``, ``kv_memory_fraction``, ``request_overhead_s``) default to the engine's
     own for the GPU (:mod:`apmw.perf.serving_policy`). ``requests_per_client`` is the benchmark's
     prompt count over its concurrency (InferenceMAX: 10); the first wave, which arrives all at
-    once, weighs ``1 / requests_per_client`` of TTFT.
+    once, weighs ``1 / requests_per_client`` of TTFT. ``layout`` lays the replica out beyond tensor
+    parallelism (``{"pp": 2}``, ``{"dp_attention": 8, "ep": 8}``: :class:`apmw.spec.Parallelism`'s fields
+    but ``tp``); ``concurrency`` is then the total over all its DP ranks.
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
@@ -153,7 +156,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
-                                    request_overhead_s=request_overhead_s)
+                                    request_overhead_s=request_overhead_s, layout=layout)
     p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
                      request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
     return with_power(replica, p, isl, osl)
@@ -167,8 +170,9 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                           engine: str = "vllm", calibrated: bool = True, *, token_budget: int | None = None,
                           max_batch: int | None = None, mixed_prefill: bool | None = None,
                           overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
-                          request_overhead_s: float | None = None) -> Replica:
-    """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults."""
+                          request_overhead_s: float | None = None, layout: dict | None = None) -> Replica:
+    """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults.
+    ``layout``: the parallel sizes beyond ``tp`` (:class:`apmw.spec.Parallelism`'s fields)."""
     engine = canonical_engine(engine)
     if engine not in ENGINES:
         raise PredictError(f"unknown engine '{engine}'; use one of: {', '.join(ENGINES)}")
@@ -185,10 +189,15 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
     try:
+        if layout:
+            par = Parallelism.model_validate({**layout, "tp": tp})
+            settings["parallelism"] = par.resolved(None)
         serving = Serving.model_validate(settings)
     except ValidationError as exc:   # what the spec's own bounds refuse, named as this function's parameters
-        raise PredictError("; ".join(f"{_PARAMETERS.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']} "
+        raise PredictError("; ".join(f"{_PARAMETERS.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']} "
                                      f"(got {e['input']!r})" for e in exc.errors())) from None
+    except ValueError as exc:       # a layout that does not multiply out
+        raise PredictError(str(exc).removeprefix("serving.parallelism: ")) from None
     replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s)
     _check_window(replica, isl, osl)
     return replica

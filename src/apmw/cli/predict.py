@@ -17,7 +17,15 @@ def predict(
     model: str = typer.Option(..., "--model", help="bundled model name, a derived checkpoint's hub id "
                               "(meta-llama/Llama-3.1-8B-Instruct), or a path to a HF config.json or checkpoint directory"),
     gpu: str = typer.Option(..., "--gpu", help="catalogue GPU or the name nvidia-smi prints (apmw model --gpus lists them)"),
-    tp: int = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica"),
+    tp: int = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica (per attention data-parallel rank "
+                           "with --dp-attention; per pipeline stage with --pp)"),
+    pp: int = typer.Option(1, "--pp", help="pipeline-parallel stages [--pipeline-parallel-size]"),
+    dp_attention: int = typer.Option(1, "--dp-attention", help="attention data-parallel ranks, each with its own "
+                                     "requests and KV [vLLM --data-parallel-size with expert parallel; SGLang --dp "
+                                     "with --enable-dp-attention]; the replica has tp x pp x dp-attention GPUs"),
+    moe_tp: Optional[int] = typer.Option(None, "--moe-tp", help="tensor-parallel size of each routed expert "
+                                         "(default: tp x dp-attention / ep)"),
+    ep: int = typer.Option(1, "--ep", help="expert-parallel size; moe-tp x ep = tp x dp-attention"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
@@ -79,7 +87,9 @@ def predict(
     by_rate = request_rate is not None
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
-    common = dict(engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+    layout = {"pp": pp, "dp_attention": dp_attention, "moe_tp": moe_tp, "ep": ep}
+    layout = {k: v for k, v in layout.items() if v not in (None, 1)} or None
+    common = dict(layout=layout, engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -96,7 +106,7 @@ def predict(
         fail(as_flags(str(exc)))
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
-        _sweep(ps, levels, key, as_json, f"{model} on {tp} x {gpu}, {isl}/{osl} tokens ({engine})")
+        _sweep(ps, levels, key, as_json, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens ({engine})")
         if not as_json:
             _print_model_source(model)
         return
@@ -105,7 +115,7 @@ def predict(
         emit_json({key: levels[0], **p.to_dict()} if by_rate else p.to_dict())
         return
     load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]}"
-    table = Table(title=f"{model} on {tp} x {gpu}, {isl}/{osl} tokens, {load} ({engine})")
+    table = Table(title=f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens, {load} ({engine})")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
@@ -130,6 +140,14 @@ def predict(
     _print_model_source(model)
 
 
+def _replica_text(tp: int, layout: dict | None, gpu: str) -> str:
+    """'8 x H200', or with a layout '16 x H200 (tp 1, dp_attention 16, ep 16)'."""
+    if not layout:
+        return f"{tp} x {gpu}"
+    gpus = tp * layout.get("pp", 1) * layout.get("dp_attention", 1)
+    return f"{gpus} x {gpu} (tp {tp}, " + ", ".join(f"{k} {v}" for k, v in layout.items()) + ")"
+
+
 def _cap(p, engine: str) -> str:
     """Why the rest queue: the batch limit, or KV memory as the engine counts it."""
     if p.running_limited_by != "kv_memory":
@@ -143,7 +161,7 @@ def _cap(p, engine: str) -> str:
 
 
 # The library's parameter names and the flags that set them.
-FLAGS = {"tp": "--tp", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
+FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp": "--moe-tp", "ep": "--ep", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
          "request_rate_per_s": "--request-rate"}

@@ -201,7 +201,7 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
     """A replica around a step model already built: ``serving``'s engine settings (default: vLLM's)
     resolved for its GPU, its memory budget, and the GPU's power with ``power`` over it."""
     policy = resolve_policy(Serving() if serving is None else serving, step.gpu.name, step.gpu.hbm_bytes,
-                            request_overhead_s)
+                            request_overhead_s, attention_dp_ranks=step.parallel.dp)
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power))
@@ -211,7 +211,9 @@ def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str
                       serving: Serving | None = None, calibrated: bool = True,
                       request_overhead_s: float | None = None) -> Replica:
     """A replica for a serving benchmark: a model (config path or bundled name), a GPU, a tensor-parallel
-    size, dtypes and the engine's settings as a :class:`apmw.spec.Serving` (default: vLLM's).
+    size, dtypes and the engine's settings as a :class:`apmw.spec.Serving` (default: vLLM's). A layout in
+    ``serving.parallelism`` (resolved, :meth:`apmw.spec.Parallelism.resolved`) sets the GPUs instead, its
+    ``tp`` being ``tp``.
 
     Raises :class:`ApmwError` naming these parameters (``tp``, ``kv_memory_fraction``, ...).
     """
@@ -223,6 +225,10 @@ def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str
     if arch.num_heads % tp:
         raise ApmwError(f"tp {tp} does not divide {arch.name}'s {arch.num_heads} attention heads; vLLM, "
                         f"SGLang and TensorRT-LLM shard heads evenly, so use a tp that divides {arch.num_heads}")
+    gpus = serving.parallelism.gpus if serving.parallelism is not None else tp
+    layout = layout_of(serving, gpus)
+    check_layout(layout, arch, serving.engine, field="layout")
     weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
-    step = build_step_model(arch, spec_gpu, tp, weight_dtype, kv_dtype, engine=serving.engine, calibrated=calibrated)
+    step = build_step_model(arch, spec_gpu, gpus, weight_dtype, kv_dtype, engine=serving.engine,
+                            calibrated=calibrated, layout=layout)
     return replica_with_step(step, serving, request_overhead_s=request_overhead_s)

@@ -236,6 +236,40 @@ class Parallelism(_Section):
     def gpus(self) -> int:
         return (self.tp or 1) * self.pp * self.dp_attention
 
+    def resolved(self, gpus: int | None, gpus_field: str = "GPUs") -> "Parallelism":
+        """This layout with ``tp`` and ``moe_tp`` filled in and checked, the arithmetic shown when it fails:
+        GPUs = tp x pp x dp_attention, and moe_tp x ep = tp x dp_attention. ``gpus`` is the replica's GPU
+        count where one is given (``gpus_field`` names it): an unset tp is what pp and dp_attention leave of
+        it; without it an unset tp is 1. An unset moe_tp is what ep leaves of tp x dp_attention."""
+        tp = self.tp
+        if tp is None:
+            if gpus is not None and gpus % (self.pp * self.dp_attention):
+                raise ValueError(f"serving.parallelism: {gpus_field} {gpus} is not a multiple of pp "
+                                 f"{self.pp} x dp_attention {self.dp_attention} = {self.pp * self.dp_attention}, so "
+                                 "no tp makes them multiply out; give tp, or a GPU count that is a multiple")
+            tp = gpus // (self.pp * self.dp_attention) if gpus is not None else 1
+        product = tp * self.pp * self.dp_attention
+        if gpus is not None and product != gpus:
+            raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
+                             f"{product} GPUs, but {gpus_field} is {gpus}; make them equal (or leave "
+                             f"gpus_per_replica out: it is then {product})")
+        if product > 1024:
+            raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
+                             f"{product} GPUs; apmw models replicas of at most 1,024 GPUs")
+        moe_gpus = tp * self.dp_attention
+        moe_tp = self.moe_tp
+        if moe_tp is None:
+            if moe_gpus % self.ep:
+                raise ValueError(f"serving.parallelism: ep {self.ep} does not divide the MoE layers' tp {tp} x "
+                                 f"dp_attention {self.dp_attention} = {moe_gpus} GPUs; use an ep that divides "
+                                 f"{moe_gpus}")
+            moe_tp = moe_gpus // self.ep
+        if moe_tp * self.ep != moe_gpus:
+            raise ValueError(f"serving.parallelism: moe_tp {moe_tp} x ep {self.ep} = {moe_tp * self.ep}, but the MoE "
+                             f"layers run on tp {tp} x dp_attention {self.dp_attention} = {moe_gpus} GPUs; make "
+                             "moe_tp x ep equal to tp x dp_attention")
+        return self.model_copy(update={"tp": tp, "moe_tp": moe_tp})
+
 
 class Disaggregation(_Section):
     """Prefill on its own instance, decode on the replica's GPUs; KV crosses the network once per call."""
@@ -444,9 +478,8 @@ class Spec(_Section):
 
     @model_validator(mode="after")
     def _layout_multiplies_out(self) -> "Spec":
-        """serving.parallelism's sizes resolved and checked against the GPU count, the arithmetic shown:
-        GPUs = tp x pp x dp_attention, and moe_tp x ep = tp x dp_attention. An unset gpus_per_replica is the
-        layout's product; an unset tp the GPUs left over by pp and dp_attention; an unset moe_tp what ep leaves."""
+        """serving.parallelism's sizes resolved against the GPU count (:meth:`Parallelism.resolved`); an
+        unset gpus_per_replica is the layout's product."""
         par = self.serving.parallelism
         if par is None:
             return self
@@ -455,34 +488,7 @@ class Spec(_Section):
                              "parallelism: {dp_attention: N, ...} (attention_data_parallel: true is short for "
                              "tp 1, dp_attention = gpus_per_replica)")
         given = "gpus_per_replica" in self.hardware.model_fields_set
-        g = self.hardware.gpus_per_replica
-        tp = par.tp
-        if tp is None:
-            if given and g % (par.pp * par.dp_attention):
-                raise ValueError(f"serving.parallelism: hardware.gpus_per_replica {g} is not a multiple of pp "
-                                 f"{par.pp} x dp_attention {par.dp_attention} = {par.pp * par.dp_attention}, so "
-                                 "no tp makes them multiply out; give tp, or a GPU count that is a multiple")
-            tp = g // (par.pp * par.dp_attention) if given else 1
-        product = tp * par.pp * par.dp_attention
-        if given and product != g:
-            raise ValueError(f"serving.parallelism: tp {tp} x pp {par.pp} x dp_attention {par.dp_attention} = "
-                             f"{product} GPUs, but hardware.gpus_per_replica is {g}; make them equal (or leave "
-                             f"gpus_per_replica out: it is then {product})")
-        if product > 1024:
-            raise ValueError(f"serving.parallelism: tp {tp} x pp {par.pp} x dp_attention {par.dp_attention} = "
-                             f"{product} GPUs; apmw models replicas of at most 1,024 GPUs")
-        moe_gpus = tp * par.dp_attention
-        moe_tp = par.moe_tp
-        if moe_tp is None:
-            if moe_gpus % par.ep:
-                raise ValueError(f"serving.parallelism: ep {par.ep} does not divide the MoE layers' tp {tp} x "
-                                 f"dp_attention {par.dp_attention} = {moe_gpus} GPUs; use an ep that divides "
-                                 f"{moe_gpus}")
-            moe_tp = moe_gpus // par.ep
-        if moe_tp * par.ep != moe_gpus:
-            raise ValueError(f"serving.parallelism: moe_tp {moe_tp} x ep {par.ep} = {moe_tp * par.ep}, but the MoE "
-                             f"layers run on tp {tp} x dp_attention {par.dp_attention} = {moe_gpus} GPUs; make "
-                             "moe_tp x ep equal to tp x dp_attention")
-        resolved = par.model_copy(update={"tp": tp, "moe_tp": moe_tp})
+        resolved = par.resolved(self.hardware.gpus_per_replica if given else None, "hardware.gpus_per_replica")
         return self.model_copy(update={"serving": self.serving.model_copy(update={"parallelism": resolved}),
-                                       "hardware": self.hardware.model_copy(update={"gpus_per_replica": product})})
+                                       "hardware": self.hardware.model_copy(update={"gpus_per_replica":
+                                                                                    resolved.gpus})})

@@ -131,6 +131,7 @@ class Plan:
                 "facility_power_w": self.fleet.facility_power_w,
                 "provisioned_power_w": self.fleet.provisioned_power_w},
             "sources": {"gpu": r.gpu.source, "gpu_power": r.gpu.power_source, "model": r.arch.source,
+                        "provisioned_power": r.power.nameplate_source,
                         "step_time": r.step.source_detail},
             "step_time_source": r.step.source,
             "serving_policy": r.policy.to_dict(),

@@ -311,7 +311,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
             kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
             kv2_q=per(kv_hist**2), kv2_prefill=per(kv_prompt**2 * prefill_iters),
             call_prefill_iters=float(prefill_iters.mean()), call_prefill_tokens=float(prefill.mean()),
-            call_prefill_kv_bytes=float(arch.kv_bytes_for_context(prompt - prefill, kv_dtype).mean()),
+            call_prefill_kv_bytes=float(arch.kv_read_bytes_for_context(prompt - prefill, kv_dtype).mean()),
             call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
             call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
         )
@@ -331,7 +331,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         kv2_tool=per(kv_after**2 * hold_s),
         shared_prefix_kv_bytes=float(arch.kv_bytes_for_context(shared, kv_dtype)) if shared else 0.0,
         call_decode_iters=float(dec_iters.mean()),
-        call_decode_kv_bytes=float((arch.kv_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
+        call_decode_kv_bytes=float((arch.kv_read_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
                                    / decode_weight),
         call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()
                                      / decode_weight),

@@ -6,6 +6,11 @@
     provisioned = g_all * provisioned_kw_per_gpu                       (all-in, if given)
                 = g_all * (TDP + P_host_nameplate) * PUE               (otherwise)
 
+where the host nameplate per GPU is the spec's ``power.host_nameplate_w_per_gpu`` if set, else the
+all-in power of the system the GPU ships in over its GPUs, less the GPU's TDP
+(:mod:`apmw.catalog.systems`: a DGX H200's 10.2 kW, a GB300 NVL72 rack's 142 kW), else the spec's
+default (the DGX H100's share).
+
 ``utilisation`` is the fraction of wall-clock time the engine is running iterations and
 the compute-bound share the part of that time the roofline calls compute-bound. P_idle,
 P_busy and TDP come from the GPU catalogue (each with its cited source) or the spec's
@@ -20,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from apmw.catalog.gpus import GpuSpec
+from apmw.catalog.systems import system_for_gpu
+from apmw.errors import UnknownNameError
 from apmw.spec import Power
 
 # Share of the idle-to-busy range a GPU draws when it is busy but memory-bound (decode at
@@ -61,16 +68,20 @@ class PowerModel:
     host_nameplate_w_per_gpu: float
     pue: float
     provisioned_kw_per_gpu: float | None
+    nameplate_source: str = "apmw.spec.Power.host_nameplate_w_per_gpu"
 
     @classmethod
     def of(cls, gpu: GpuSpec, power: Power | None = None) -> "PowerModel":
         """The GPU's catalogue figures with the spec's ``power`` section over them (defaults: ``Power()``)."""
         p = Power() if power is None else power
+        nameplate, source = p.host_nameplate_w_per_gpu, "spec power.host_nameplate_w_per_gpu"
+        if "host_nameplate_w_per_gpu" not in p.model_fields_set:
+            nameplate, source = _system_host_nameplate(gpu, nameplate)
         return cls(gpu_idle_w=gpu.idle_power_w if p.gpu_idle_power_w is None else p.gpu_idle_power_w,
                    gpu_busy_w=gpu.busy_power_w if p.gpu_busy_power_w is None else p.gpu_busy_power_w,
                    gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
-                   host_nameplate_w_per_gpu=p.host_nameplate_w_per_gpu, pue=p.pue,
-                   provisioned_kw_per_gpu=p.provisioned_kw_per_gpu)
+                   host_nameplate_w_per_gpu=nameplate, pue=p.pue,
+                   provisioned_kw_per_gpu=p.provisioned_kw_per_gpu, nameplate_source=source)
 
     def gpu_power_w(self, utilisation, compute_share):
         """One GPU's draw at an operating point (vectorised)."""
@@ -90,3 +101,18 @@ class PowerModel:
         if self.provisioned_kw_per_gpu is not None:
             return gpus * self.provisioned_kw_per_gpu * 1000.0
         return gpus * (self.gpu_tdp_w + self.host_nameplate_w_per_gpu) * self.pue
+
+
+def _system_host_nameplate(gpu: GpuSpec, default_w: float) -> tuple[float, str]:
+    """(host nameplate W per GPU, its source): the system's all-in power per GPU less the GPU's TDP,
+    where the GPU is a catalogue part that ships in a catalogued system; else ``default_w``."""
+    try:
+        system = system_for_gpu(gpu.name)
+    except UnknownNameError:
+        system = None
+    if system is None or gpu.name == "custom":
+        return default_w, "apmw.spec.Power.host_nameplate_w_per_gpu default (DGX H100)"
+    per_gpu = system.power_w / system.gpus_per_system
+    return max(per_gpu - gpu.tdp_w, 0.0), (f"{system.name}: {system.power_w / 1e3:,.1f} kW all-in / "
+                                           f"{system.gpus_per_system} GPUs - {gpu.tdp_w:.0f} W TDP "
+                                           f"({system.power_source})")

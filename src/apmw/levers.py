@@ -142,10 +142,16 @@ def _summarise(spec: Spec, p: Plan) -> Spec | None:
 
 
 def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
-    """Only where tensor parallelism replicates KV (MLA, or fewer KV heads than GPUs)."""
+    """Only where tensor parallelism replicates KV (MLA, or fewer KV heads than GPUs): the same layout
+    with its tp groups turned into attention data-parallel ranks."""
     if spec.serving.attention_data_parallel or p.replica.step.kv_replication <= 1:
         return None
-    return _with(spec, "serving", attention_data_parallel=True)
+    par = spec.serving.parallelism
+    if par is None:
+        return _with(spec, "serving", attention_data_parallel=True)
+    tp = par.tp or 1
+    dp = par.model_copy(update={"tp": 1, "dp_attention": par.dp_attention * tp})
+    return _with(spec, "serving", parallelism=dp)
 
 
 # Prefill-instance sizes tried by the disaggregation lever (GPUs, tensor parallel).

@@ -33,13 +33,27 @@ def slo_line(verdict: dict) -> str:
     return "; ".join(parts)
 
 
+def replica_text(rep: dict) -> str:
+    """'DeepSeek-V3 on 8 x H200 (TP1 x DP8, EP8)'; under disaggregation the decode worker and its share of
+    the prefill workers ('... decode, + 2 x H200 prefill: 3 prefill workers of TP4 for 2 decode workers')."""
+    layout = rep.get("layout") or {}
+    laid = f" ({layout['text']})" if layout and layout["text"] != f"TP{layout['gpus']}" else ""
+    text = f"{rep['model']} on {rep['decode_gpus']:g} x {rep['gpu']}{laid}"
+    d = rep.get("disaggregation")
+    if d:
+        text += (f" decode, + {rep['prefill_gpus']:g} x {rep['gpu']} prefill: {d['prefill_workers']} prefill "
+                 f"worker{'s' if d['prefill_workers'] > 1 else ''} of {d['prefill_layout']} for "
+                 f"{d['decode_workers']} decode worker{'s' if d['decode_workers'] > 1 else ''}")
+    return text
+
+
 def plan_table(console: Console, p: dict, title: str) -> None:
     lat, br, tok, rep = p["task_latency_s"], p["residence_breakdown_s"], p["tokens_per_s"], p["replica"]
     simulated = p.get("agents_per_replica_source") == "simulated"
     t = Table(title=f"apmw plan: {title}", show_header=False, title_justify="left")
     t.add_column("", style="bold")
     t.add_column("")
-    t.add_row("replica", f"{rep['model']} on {rep['gpus']} x {rep['gpu']}")
+    t.add_row("replica", replica_text(rep))
     t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {binding_text(p)})" + _source_text(p))
     t.add_row("SLO", slo_line(p["slo_verdict"]))
     ci = p.get("task_latency_p95_interval_s")

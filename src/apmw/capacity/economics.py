@@ -49,7 +49,7 @@ class Economics:
 
 
 def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: float,
-              engine_utilisation: float, compute_share: float, prefill_gpus: int = 0,
+              engine_utilisation: float, compute_share: float, prefill_gpus: float = 0,
               prefill_utilisation: float = 0.0, prefill_compute_share: float = 1.0) -> Economics:
     """``prefill_gpus`` etc. describe a disaggregated prefill instance counted with the replica."""
     power = replica.power
@@ -78,12 +78,12 @@ def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: fl
 class FleetSize:
     agents: int
     replicas: int
-    gpus: int
+    gpus: float
     facility_power_w: float
     provisioned_power_w: float
 
 
-def fleet_size(target_agents: int, agents_per_replica: int, gpus_per_replica: int, facility_power_w: float,
+def fleet_size(target_agents: int, agents_per_replica: int, gpus_per_replica: float, facility_power_w: float,
                provisioned_power_w: float) -> FleetSize:
     replicas = math.ceil(target_agents / agents_per_replica)
     return FleetSize(agents=target_agents, replicas=replicas, gpus=replicas * gpus_per_replica,

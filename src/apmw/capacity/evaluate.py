@@ -90,8 +90,8 @@ def _prefill_wait(curve: EngineCurve, think: float, agents: int, stage: PrefillS
     per_call = stage.call_service_s + transfer_s
     for _ in range(PREFILL_FIXED_POINT_ITERATIONS):
         loop = solve_at(curve, think + per_call + wait, agents)
-        rho = loop.call_throughput_per_s * stage.call_service_s
-        target = stage.call_service_s * rho / (1 - rho) if rho < 1 else SATURATED_WAIT_S
+        target, rho = stage.wait_s(loop.call_throughput_per_s)
+        target = min(target, SATURATED_WAIT_S)
         if abs(target - wait) <= 1e-6 + 1e-3 * wait:
             break
         wait = 0.5 * (wait + target)

@@ -56,7 +56,7 @@ class FleetHour:
     replicas_needed: int             # the fewest that keep the headroom under N*
     replicas: int                    # up and serving: needed, or more while scale-down waits
     replicas_warming: int            # started in this hour for the next one, up for fleet.scale_up_s
-    gpus: int
+    gpus: float
     gpu_hours: float                 # GPUs up for the hour, plus the warming ones for their share of it
     agents_per_replica: float        # n_h = N_h / replicas
     it_power_w: float

@@ -17,6 +17,7 @@ from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, Replica, StepModel, replica_from_spec
+from apmw.perf.parallelism import layout_of
 from apmw.spec import Spec
 
 
@@ -37,10 +38,22 @@ class Plan:
     fleet: FleetSize | None
 
     @property
-    def prefill_gpus(self) -> int:
-        """GPUs of a disaggregated prefill instance (0 when prefill runs on the replica)."""
+    def prefill_gpus(self) -> float:
+        """Prefill GPUs per decode worker under disaggregation: the prefill workers' GPUs over the decode
+        workers that share them (0 when prefill runs on the replica)."""
         d = self.spec.serving.disaggregation
-        return d.prefill_gpus if d else 0
+        return d.prefill_gpus_per_worker * d.prefill_workers / d.decode_workers if d else 0
+
+    def _disaggregation_dict(self) -> dict | None:
+        """Under disaggregation, the workers behind the figures: this replica is one decode worker and its
+        share (``prefill_gpus``) of the prefill workers."""
+        d = self.spec.serving.disaggregation
+        if d is None:
+            return None
+        return {"prefill_workers": d.prefill_workers, "prefill_gpus_per_worker": d.prefill_gpus_per_worker,
+                "decode_workers": d.decode_workers,
+                "prefill_layout": layout_of(self.spec.serving.model_copy(update={"parallelism": d.prefill_parallelism}),
+                                            d.prefill_gpus_per_worker).describe()}
 
     @property
     def binding_slo(self) -> list[str] | None:
@@ -115,7 +128,8 @@ class Plan:
             "tokens_per_s": self.tokens_per_s,
             "sessions_per_s": ev.session_throughput_per_s,
             "replica": {"gpus": r.gpus + self.prefill_gpus, "decode_gpus": r.gpus, "prefill_gpus": self.prefill_gpus,
-                        "gpu": r.gpu.name, "model": r.arch.name,
+                        "gpu": r.gpu.name, "model": r.arch.name, "layout": r.step.parallel.to_dict(),
+                        "disaggregation": self._disaggregation_dict(),
                         "power_w": e.replica_power_w, "facility_power_w": e.facility_power_w,
                         "provisioned_power_w": e.provisioned_power_w},
             "agents_per_mw": e.agents_per_mw,

@@ -52,7 +52,7 @@ def activity_power_w(idle_w: float, busy_w: float, utilisation, compute_share):
 class GpuGroup:
     """GPUs of one replica that share an operating point (the decode replica, a prefill instance)."""
 
-    gpus: int
+    gpus: float
     utilisation: float        # share of wall-clock time busy
     compute_share: float      # compute-bound share of the busy time
 
@@ -96,7 +96,7 @@ class PowerModel:
     def facility_power_w(self, it_power_w: float) -> float:
         return it_power_w * self.pue
 
-    def provisioned_power_w(self, gpus: int) -> float:
+    def provisioned_power_w(self, gpus: float) -> float:
         """Nameplate facility power budgeted for ``gpus`` GPUs."""
         if self.provisioned_kw_per_gpu is not None:
             return gpus * self.provisioned_kw_per_gpu * 1000.0

@@ -81,6 +81,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def _settle(section: BaseModel, **resolved: object) -> None:
+    """Write fields a validator resolved (a layout's unset sizes) into a frozen section while it is being
+    validated; nothing else may change a section once validated."""
+    for name, value in resolved.items():
+        object.__setattr__(section, name, value)
+
+
 class Workload(_Section):
     """What one agent task (a session) asks of the model.
 
@@ -252,7 +259,7 @@ class Parallelism(_Section):
         if gpus is not None and product != gpus:
             raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
                              f"{product} GPUs, but {gpus_field} is {gpus}; make them equal (or leave "
-                             f"gpus_per_replica out: it is then {product})")
+                             f"{gpus_field.split('.')[-1]} out: it is then {product})")
         if product > 1024:
             raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
                              f"{product} GPUs; apmw models replicas of at most 1,024 GPUs")
@@ -272,15 +279,44 @@ class Parallelism(_Section):
 
 
 class Disaggregation(_Section):
-    """Prefill on its own instance, decode on the replica's GPUs; KV crosses the network once per call."""
+    """Prefill on workers of its own, decode on the replica's GPUs; each call's KV crosses to a decode worker.
 
-    prefill_gpus: int = Field(ge=1, le=72, description="GPUs of the prefill instance (tensor parallel)")
+    A replica is ``decode_workers`` decode workers, each laid out as the replica (``hardware.gpus_per_replica``,
+    ``serving.parallelism``), sharing ``prefill_workers`` prefill workers of ``prefill_gpus`` GPUs each (laid out
+    as ``prefill_parallelism``, tensor parallel without it): Dynamo's "xPyD". Agents spread evenly over the
+    decode workers; every call queues for the first free prefill worker."""
+
+    prefill_gpus: int | None = Field(default=None, ge=1, le=1024,
+                                     description="GPUs of one prefill worker; unset: prefill_parallelism's product")
+    prefill_workers: int = Field(default=1, ge=1, le=1024, description="prefill workers shared by the decode workers")
+    decode_workers: int = Field(default=1, ge=1, le=1024,
+                                description="decode workers, each with the replica's GPUs and layout")
+    prefill_parallelism: Parallelism | None = Field(
+        default=None, description="layout of one prefill worker (tp, pp, dp_attention, moe_tp, ep); unset: tensor "
+        "parallel over prefill_gpus")
     kv_transfer_bandwidth_bytes_per_s: float = Field(
         default=50e9, gt=0,
         description="per-GPU link for the KV hand-off; 50 GB/s is one 400 Gb/s NIC per GPU "
         "(aiconfigurator systems/h200_sxm.yaml inter_node_bw)",
     )
 
+    @model_validator(mode="after")
+    def _prefill_layout(self) -> "Disaggregation":
+        """prefill_gpus and prefill_parallelism agree (:meth:`Parallelism.resolved`); one of them is given."""
+        if self.prefill_parallelism is None:
+            if self.prefill_gpus is None:
+                raise ValueError("give prefill_gpus (GPUs of one prefill worker) or prefill_parallelism")
+            return self
+        try:
+            par = self.prefill_parallelism.resolved(self.prefill_gpus, "prefill_gpus")
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("serving.parallelism", "prefill_parallelism")) from None
+        _settle(self, prefill_parallelism=par, prefill_gpus=par.gpus)
+        return self
+
+    @property
+    def prefill_gpus_per_worker(self) -> int:
+        return self.prefill_gpus or 1
 
 class Serving(_Section):
     """The engine's knobs (vLLM names in brackets)."""
@@ -489,6 +525,6 @@ class Spec(_Section):
                              "tp 1, dp_attention = gpus_per_replica)")
         given = "gpus_per_replica" in self.hardware.model_fields_set
         resolved = par.resolved(self.hardware.gpus_per_replica if given else None, "hardware.gpus_per_replica")
-        return self.model_copy(update={"serving": self.serving.model_copy(update={"parallelism": resolved}),
-                                       "hardware": self.hardware.model_copy(update={"gpus_per_replica":
-                                                                                    resolved.gpus})})
+        _settle(self.serving, parallelism=resolved)
+        _settle(self.hardware, gpus_per_replica=resolved.gpus)
+        return self

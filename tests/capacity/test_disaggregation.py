@@ -1,0 +1,77 @@
+"""Disaggregated serving as prefill and decode workers (xPyD): the prefill queue, each worker's layout,
+and what a decode worker is charged for."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from apmw.capacity import plan
+from apmw.capacity.disaggregation import erlang_c_wait_s
+from apmw.spec import SpecError, spec_from_dict
+from tests.conftest import small_spec_dict
+
+
+def _prefill_heavy(**disaggregation) -> dict:
+    d = small_spec_dict()
+    d["workload"] = {"steps_per_task": 10, "system_prompt_tokens": 0, "new_input_tokens_per_call": 3000,
+                     "output_tokens_per_call": 200, "tool_wait_s": 2.0}
+    d["slo"]["task_latency_p95_s"] = 10_000
+    d["serving"] = {"tool_wait_kv_policy": "retain", "disaggregation": disaggregation}
+    return d
+
+
+def test_erlang_c_by_hand():
+    """M/M/1 is rho / (1 - rho) x service; M/M/2 at offered load 1 waits with probability 1/3, for
+    service / (2 - 1) on average when it does."""
+    wait, util = erlang_c_wait_s(1, 0.6, 2.0)
+    assert wait == pytest.approx(0.6 / 0.4 * 2.0) and util == pytest.approx(0.6)
+    wait, util = erlang_c_wait_s(2, 1.0, 2.0)
+    assert wait == pytest.approx(2.0 / 3.0) and util == pytest.approx(0.5)
+    assert erlang_c_wait_s(3, 3.0, 1.0) == (math.inf, 1.0)
+    assert erlang_c_wait_s(4, 0.0, 1.0) == (0.0, 0.0)
+
+
+def test_a_decode_worker_is_charged_its_share_of_the_prefill_workers():
+    one = plan(spec_from_dict(_prefill_heavy(prefill_gpus=1))).to_dict()
+    three_for_two = plan(spec_from_dict(_prefill_heavy(prefill_gpus=1, prefill_workers=3, decode_workers=2))).to_dict()
+    assert one["replica"]["prefill_gpus"] == 1 and three_for_two["replica"]["prefill_gpus"] == 1.5
+    assert three_for_two["replica"]["gpus"] == 2.5
+    assert three_for_two["replica"]["disaggregation"] == {"prefill_workers": 3, "prefill_gpus_per_worker": 1,
+                                                          "decode_workers": 2, "prefill_layout": "TP1"}
+
+
+def test_pooled_prefill_workers_never_wait_longer_than_a_worker_each():
+    """Two decode workers sharing two prefill workers (M/M/2) wait less for prefill than one decode worker
+    with its own (M/M/1) at the same agents per decode worker and the same GPUs per decode worker."""
+    agents = 12
+    own = plan(spec_from_dict(_prefill_heavy(prefill_gpus=1)), agents=agents).to_dict()
+    pooled = plan(spec_from_dict(_prefill_heavy(prefill_gpus=1, prefill_workers=2, decode_workers=2)),
+                  agents=agents).to_dict()
+    assert pooled["replica"]["gpus"] == own["replica"]["gpus"]
+    assert 0 < pooled["residence_breakdown_s"]["queue"] < own["residence_breakdown_s"]["queue"]
+    assert plan(spec_from_dict(_prefill_heavy(prefill_gpus=1, prefill_workers=2, decode_workers=2))
+                ).to_dict()["agents_per_replica"] >= plan(spec_from_dict(_prefill_heavy(prefill_gpus=1))
+                                                          ).to_dict()["agents_per_replica"]
+
+
+def test_more_prefill_workers_never_lengthen_the_prefill_wait():
+    waits = [plan(spec_from_dict(_prefill_heavy(prefill_gpus=1, prefill_workers=w)), agents=12
+                  ).to_dict()["residence_breakdown_s"]["queue"] for w in (1, 2, 4)]
+    assert waits[0] > waits[1] > waits[2] >= 0
+
+
+def test_a_prefill_worker_layout_is_checked_and_shown():
+    d = _prefill_heavy(prefill_parallelism={"tp": 2, "pp": 2})
+    d["model"]["config"] = "meta-llama/Meta-Llama-3.1-70B"
+    d["model"]["weight_dtype"] = "fp8"
+    d["hardware"]["gpus_per_replica"] = 2
+    p = plan(spec_from_dict(d)).to_dict()
+    assert p["replica"]["prefill_gpus"] == 4
+    assert p["replica"]["disaggregation"]["prefill_layout"] == "TP2 x PP2"
+    with pytest.raises(SpecError, match=r"prefill_parallelism: tp 2 x pp 2 x dp_attention 1 = 4 GPUs, but "
+                                        r"prefill_gpus is 8"):
+        spec_from_dict(_prefill_heavy(prefill_parallelism={"tp": 2, "pp": 2}, prefill_gpus=8))
+    with pytest.raises(SpecError, match="give prefill_gpus"):
+        spec_from_dict(_prefill_heavy(prefill_workers=2))

@@ -29,6 +29,31 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   Output lengths are measured: tokens_per_s / samples_per_s of each row.
 * InferenceMAX: the framework's own engine, weights as the row's precision, bf16 KV
   (fp8 KV for DeepSeek-R1 with SGLang), 10 prompts per client.
+* InferenceMAX layouts beyond TP (``imax_layout``, tests/perf/test_accuracy_layouts.py): the CSV's
+  ``tp`` is the replica's GPU count as the launch script passes it (SGLang ``--tensor-parallel-size``,
+  trtllm-serve ``--tp_size``, vLLM/ATOM ``-tp``), ``ep`` the MoE expert-parallel size (SGLang
+  ``--ep-size`` / ``--enable-ep-moe``, trtllm-serve ``--ep_size``), so each expert is split
+  ``tp / ep`` ways (apmw ``moe_tp``). ``dp_attention`` true (trtllm-serve ``enable_attention_dp``,
+  SGLang ``--enable-dp-attention --dp $TP``) makes every GPU its own attention rank: apmw tp 1 x
+  dp_attention ``tp``. ASSUMPTION: SGLang's DP attention is launched with ``--dp`` equal to
+  ``--tp`` (InferenceMAX's scripts do; the CSV has no dp size). No SGLang row of this CSV uses it.
+* ASSUMPTION (engine settings of the new rows): apmw's defaults for the engine, as for the rows
+  predicted before (8192-token budget, apmw's default batch limit and memory share), not the
+  launch scripts' (e.g. SGLang FP4 on B200: ``--chunked-prefill-size 16384 --max-running-requests
+  256 --mem-fraction-static 0.85``; trtllm-serve: ``--max_num_tokens 20000``), which changed
+  between the script versions the CSV's runs came from and are not in the CSV.
+* ASSUMPTION (ATOM, AMD's engine on MI355X): priced with apmw's SGLang serving policy. ATOM's
+  scheduler is prefill first (its "Scheduling & KV Cache Guide": "a prefill-first scheduler"),
+  admits by need (paged blocks) and has no kernel tables here either way (AMD: plain roofline);
+  whether it schedules one iteration ahead, as SGLang does, is not established. KV in fp8
+  (InferenceMAX's ATOM scripts pass ``--kv_cache_dtype fp8``, gpt-oss included).
+* ASSUMPTION (NVIDIA's FP4 DeepSeek-R1, ``nvidia/DeepSeek-R1-0528-FP4-V2``): fp4 weights,
+  fp8 KV (its script: ``--quantization modelopt_fp4 --kv-cache-dtype fp8_e4m3``); apmw prices
+  every weight at fp4, where the checkpoint keeps attention in higher precision.
+* Not predicted: disaggregated rows (prefill/decode workers, GB200 Dynamo and MI355X
+  sglang-disagg; counted, not guessed), speculative-decoding (MTP) rows, and any row whose
+  layout apmw refuses (TensorRT-LLM attention DP: its batch limits under DP are not
+  established, apmw.perf.serving_policy.schedulers_per_limit); each is listed with its reason.
 
 Hold-out: MLPerf v4.1 rows are the training split, v5.1 rows (newer software, other
 systems, and llama3.1-8b, which no v4.1 row has) and all InferenceMAX rows are held
@@ -60,7 +85,8 @@ from apmw.perf import build_step_model, replica_with_step, resolve_gpu  # noqa: 
 from apmw.perf import calibrated as cal  # noqa: E402
 from apmw.perf.scaled import ScaledStepModel  # noqa: E402
 from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT,  # noqa: E402
-                                     kv_fit_requests, predict, predict_with, replica_power_w)
+                                     kv_fit_requests, predict, predict_with, replica_for_benchmark,
+                                     replica_power_w)
 from apmw.capacity.open_loop import predict_open_loop  # noqa: E402
 from apmw.perf.serving_policy import MAX_BATCH, REQUEST_OVERHEAD_S, default_max_batch  # noqa: E402
 from apmw.spec import Serving  # noqa: E402
@@ -76,11 +102,19 @@ DEFAULT_TOKEN_BUDGET = 8192
 IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vllm"),
                "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang"),
                # AMD's MXFP4 quantisation of R1 (routed and shared weights in MXFP4, KV in fp8)
-               "amd/DeepSeek-R1-0528-MXFP4-Preview": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang")}
+               "amd/DeepSeek-R1-0528-MXFP4-Preview": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang"),
+               # NVIDIA's NVFP4 quantisation of R1 (ASSUMPTION in the docstring: every weight fp4, KV fp8)
+               "nvidia/DeepSeek-R1-0528-FP4-V2": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang")}
 # InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
 IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200",
              "mi300x": "MI300X", "mi325x": "MI325X", "mi355x": "MI355X"}
-IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm"}
+# ATOM (AMD's engine) is priced with SGLang's serving policy: ASSUMPTION in the docstring
+IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm", "atom": "sglang"}
+# KV dtype a framework's launch scripts set whatever the model (ATOM: --kv_cache_dtype fp8)
+IMAX_KV_BY_FRAMEWORK = {"atom": "fp8"}
+# What the rows predicted before layouts were modelled covered (kept apart so their groups stay comparable)
+IMAX_LEGACY_MODELS = ("openai/gpt-oss-120b", "deepseek-ai/DeepSeek-R1-0528", "amd/DeepSeek-R1-0528-MXFP4-Preview")
+IMAX_LEGACY_FRAMEWORKS = ("vllm", "sglang", "trt")
 # --plain-roofline: predict on the plain spec-sheet roofline (build_step_model(calibrated=False))
 PLAIN_ROOFLINE = False
 
@@ -117,6 +151,15 @@ class Row:
     # whether the engine formed the next batch while the current one ran (None: the engine's
     # default, apmw.perf.serving_policy; False where the run's engine predates that scheduler)
     overlap_scheduling: bool | None = None
+    # InferenceMAX rows: the parallel sizes beyond tp (apmw.capacity.benchmark.predict's layout; None:
+    # plain TP), the CSV's framework and precision, the layout kind, how many CSV rows the point merges,
+    # and whether the point is of a kind predicted before layouts were modelled (its group kept apart)
+    layout: dict | None = None
+    framework: str = ""
+    precision: str = ""
+    layout_kind: str = "TP-only"
+    csv_rows: int = 1
+    legacy: bool = True
 
 
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
@@ -155,30 +198,87 @@ def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
     return rows
 
 
+def imax_layout(tp: int, ep: int | float | None, dp_attention: bool | None) -> tuple[int, dict | None, str]:
+    """An InferenceMAX row's parallel fields as apmw lays the replica out: (apmw tp, layout, kind).
+
+    The CSV's ``tp`` is the replica's GPU count as the launch script passes it (SGLang
+    ``--tensor-parallel-size``, trtllm-serve ``--tp_size``), ``ep`` the experts' parallel size
+    (``--ep-size`` / ``--ep_size``), so each routed expert is split ``tp / ep`` ways (apmw
+    ``moe_tp``). ``dp_attention`` (trtllm-serve ``enable_attention_dp``, SGLang
+    ``--enable-dp-attention --dp $TP``) gives every GPU its own attention rank: apmw tp 1 x
+    dp_attention ``tp``. Plain TP (ep 1, no DP attention) has no layout. ``kind`` is 'TP-only',
+    'EP' (attention TP, experts EP), 'DP-attention' (MoE TP) or 'DP-attention + EP'.
+    """
+    gpus = int(tp)
+    ep = 1 if ep is None or (isinstance(ep, float) and math.isnan(ep)) else int(ep)
+    dp = bool(dp_attention) and not (isinstance(dp_attention, float) and math.isnan(dp_attention))
+    if gpus < 1 or ep < 1 or gpus % ep:
+        raise ApmwError(f"ep {ep} does not divide the {gpus} GPUs of tp {gpus}")
+    if not dp and ep == 1:
+        return gpus, None, "TP-only"
+    attn_tp, ranks = (1, gpus) if dp else (gpus, 1)
+    layout = {"dp_attention": ranks, "ep": ep, "moe_tp": gpus // ep}
+    kind = ("DP-attention + EP" if ep > 1 else "DP-attention") if dp else "EP"
+    return attn_tp, layout, kind
+
+
 def imax_rows(data: Path) -> list[Row]:
+    """Every aggregated InferenceMAX point (repeated runs of one setting merged by their median)."""
     d = pd.read_csv(data / "inferencemax" / "inferencemax_agg_bmk.csv")
-    d = d[d.hw.isin(IMAX_GPUS) & d.model.isin(IMAX_MODELS) & d.framework.isin(IMAX_ENGINES)
-          & ~d.disagg.fillna(False).astype(bool)]
-    d = d[~d.dp_attention.fillna(False).astype(bool)]
-    keys = ["hw", "model", "framework", "isl", "osl", "conc", "tp", "ep"]
-    g = d.groupby(keys, as_index=False)[["mean_ttft", "median_ttft", "mean_tpot", "output_tput_per_gpu"]].median()
+    d = d[~d.disagg.fillna(False).astype(bool)].copy()
+    d["dp_attention"] = d.dp_attention.fillna(False).astype(bool)
+    d["spec_decoding"] = d.spec_decoding.fillna("none")
+    keys = ["hw", "model", "framework", "precision", "spec_decoding", "isl", "osl", "conc", "tp", "ep", "dp_attention"]
+    g = d.groupby(keys, as_index=False).agg(
+        mean_ttft=("mean_ttft", "median"), median_ttft=("median_ttft", "median"),
+        mean_tpot=("mean_tpot", "median"), output_tput_per_gpu=("output_tput_per_gpu", "median"),
+        csv_rows=("mean_ttft", "size"))
     rows = []
     for r in g.itertuples():
-        model, wdt, kvd, _ = IMAX_MODELS[r.model]
-        engine = IMAX_ENGINES[r.framework]
+        legacy = (r.model in IMAX_LEGACY_MODELS and r.framework in IMAX_LEGACY_FRAMEWORKS and r.hw in IMAX_GPUS
+                  and not r.dp_attention and int(r.ep) == 1)
+        model, wdt, kvd, _ = IMAX_MODELS.get(r.model, (r.model, r.precision, "bf16", ""))
+        kvd = IMAX_KV_BY_FRAMEWORK.get(r.framework, kvd)
+        engine = IMAX_ENGINES.get(r.framework, r.framework)
+        note = f"{wdt}/{kvd}"
+        try:
+            tp, layout, kind = imax_layout(r.tp, r.ep, r.dp_attention)
+        except ApmwError as exc:
+            tp, layout, kind, note = int(r.tp), None, "?", f"not modelled: {exc}"
+        if r.model not in IMAX_MODELS:
+            note = f"not modelled: model {r.model} not known to the accuracy script"
+        elif r.hw not in IMAX_GPUS:
+            note = f"not modelled: hardware {r.hw} has no GPU mapping"
+        elif r.framework not in IMAX_ENGINES:
+            note = f"not modelled: framework {r.framework}"
+        elif r.spec_decoding != "none":
+            note = f"not modelled: speculative decoding ({r.spec_decoding})"
+        short = model.split("/")[-1]
+        lay = " dp-attention" if r.dp_attention else ""
         # InferenceMAX draws lengths uniformly from [0.8 L, L] (random_range_ratio 0.8):
         # mean 0.9 L, width 0.2 L.
-        rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model, gpu=IMAX_GPUS[r.hw], engine=engine,
-                        tp=int(r.tp), scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
+        rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model,
+                        gpu=IMAX_GPUS.get(r.hw, r.hw), engine=engine,
+                        tp=tp, scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
                         length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
                         measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
                                   "output_tokens_per_s_per_gpu": r.output_tput_per_gpu,
                                   "replica_output_tokens_per_s": r.output_tput_per_gpu * r.tp,
                                   "median_ttft_s": r.median_ttft},
-                        label=f"{r.hw} {model.split('/')[-1]} tp{int(r.tp)} ep{int(r.ep)} {r.isl}/{r.osl} c{r.conc}",
-                        note=f"{wdt}/{kvd}"))
+                        label=(f"{r.hw} {short} tp{int(r.tp)} ep{int(r.ep)} {r.isl}/{r.osl} c{r.conc}" if legacy else
+                               f"{r.hw} {short} {r.precision} {r.framework} tp{int(r.tp)} ep{int(r.ep)}{lay} "
+                               f"{r.isl}/{r.osl} c{r.conc}"),
+                        note=note, gpus=int(r.tp), layout=layout, framework=r.framework, precision=r.precision,
+                        layout_kind=kind, csv_rows=int(r.csv_rows), legacy=legacy))
     return rows
+
+
+def imax_disaggregated(data: Path) -> pd.DataFrame:
+    """The disaggregated InferenceMAX rows (prefill and decode workers) by hardware and framework."""
+    d = pd.read_csv(data / "inferencemax" / "inferencemax_agg_bmk.csv")
+    d = d[d.disagg.fillna(False).astype(bool)]
+    return d.groupby(["hw", "framework", "precision"]).size().rename("rows").reset_index()
 
 
 SILICON = ROOT / "bench" / "data" / "aiconfigurator_silicon_sample.csv"
@@ -319,9 +419,19 @@ def predict_row(row: Row) -> None:
             wdt, kvd = row.note.split("/")
         else:
             wdt, kvd = "fp8", "fp8"
-        step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
-                                engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
-                                calibrated=not PLAIN_ROOFLINE)
+        if row.layout:
+            # a laid-out replica (InferenceMAX EP / DP-attention rows): apmw.capacity.benchmark builds it
+            # with the same engine settings as the plain-TP rows below
+            gpu = resolve_gpu(row.gpu)
+            replica = replica_for_benchmark(row.model, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
+                                            calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
+                                            max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
+                                            overlap_scheduling=row.overlap_scheduling, layout=row.layout)
+            step = replica.step
+        else:
+            step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
+                                    engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
+                                    calibrated=not PLAIN_ROOFLINE)
         row.path = path_of(step)
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(replica_with_step(step, Serving(engine=row.engine)), row.isl, row.osl))
@@ -333,7 +443,7 @@ def predict_row(row: Row) -> None:
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
-            p = predict_with(replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
+            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
                                                  HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine]), length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
@@ -465,7 +575,7 @@ DOCS = ROOT / "docs" / "accuracy.md"
 
 def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
     """The tables docs/accuracy.md quotes, keyed by their marker names."""
-    mod = [r for r in rows if r.predicted]
+    mod = [r for r in rows if r.predicted and r.legacy]
     published = [r for r in mod if r.source == "Published"]
     dense = [r for r in mod if r.source.startswith("MLPerf") and r.path == "calibrated"]
     pub = table(published, lambda r: "all published rows")
@@ -480,8 +590,69 @@ def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
     sil = table(silicon, lambda r: "all modelled silicon rows")
     sil += table(silicon, lambda r: f"{r.gpu} {r.model.split('/')[-1]} {r.scenario.split('(')[1].rstrip(')')} "
                                     f"tp{r.tp} {r.path}")[2:]
+    legacy = [r for r in rows if r.legacy]
     return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil,
-            "steady-median": steady_state_ttft(rows), "scaled": scaled_vs_plain(rows)}
+            "steady-median": steady_state_ttft(legacy), "scaled": scaled_vs_plain(legacy),
+            "imax-layouts": imax_layout_table(rows)}
+
+
+# The issue's targets for a group of at least IMAX_TARGET_MIN_POINTS points (median |error| %)
+IMAX_TARGET_TPOT_PCT, IMAX_TARGET_TTFT_PCT, IMAX_TARGET_MIN_POINTS = 15.0, 30.0, 20
+# disaggregated InferenceMAX rows by hardware and framework (imax_disaggregated), set by main
+IMAX_DISAGG: pd.DataFrame | None = None
+
+
+def _imax_group(r: Row) -> str:
+    return f"{r.label.split()[0]} {r.model.split('/')[-1]} {r.precision} {r.framework} {r.layout_kind}"
+
+
+def imax_layout_table(rows: list[Row]) -> list[str]:
+    """Every aggregated InferenceMAX point by (hardware, model, precision, framework, layout kind):
+    median |error| % (median signed %) of mean TPOT, mean TTFT and output tokens/s per GPU, whether the
+    issue's targets hold, then the points not predicted and why, and the disaggregated rows."""
+    imax = [r for r in rows if r.source == "InferenceMAX"]
+    lines = ["| hardware, model, precision, framework, layout | CSV rows | n | path | TPOT | TTFT | "
+             "output tok/s/GPU | targets (TPOT <= 15 %, TTFT <= 30 %) |", "|---|---|---|---|---|---|---|---|"]
+
+    def cell(rs: list[Row], metric: str) -> tuple[str, float | None]:
+        e = errors(rs, metric)
+        if not e:
+            return "-", None
+        med = statistics.median(abs(x) for x in e)
+        return f"{med:.1f} ({statistics.median(e):+.1f})", med
+
+    groups: dict[str, list[Row]] = {}
+    for r in imax:
+        if r.predicted:
+            groups.setdefault(_imax_group(r), []).append(r)
+    for name in sorted(groups):
+        g = groups[name]
+        path = g[0].path if len({r.path for r in g}) == 1 else "mixed"
+        (tpot, mt), (ttft, mf), (thr, _) = (cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
+        if len(g) < IMAX_TARGET_MIN_POINTS:
+            verdict = f"n < {IMAX_TARGET_MIN_POINTS}"
+        else:
+            misses = [n for n, v, t in (("TPOT", mt, IMAX_TARGET_TPOT_PCT), ("TTFT", mf, IMAX_TARGET_TTFT_PCT))
+                      if v is None or v > t]
+            verdict = "meets both" if not misses else "misses " + " and ".join(misses)
+        lines.append(f"| {name} | {sum(r.csv_rows for r in g)} | {len(g)} | {path} | {tpot} | {ttft} | {thr} | "
+                     f"{verdict} |")
+    skipped: dict[tuple[str, str], list[Row]] = {}
+    for r in imax:
+        if not r.predicted:
+            skipped.setdefault((_imax_group(r), r.note), []).append(r)
+    for (name, note), g in sorted(skipped.items()):
+        lines.append(f"| {name} | {sum(r.csv_rows for r in g)} | {len(g)} | {note} | - | - | - | not predicted |")
+    if IMAX_DISAGG is not None and len(IMAX_DISAGG):
+        parts = ", ".join(f"{x.hw} {x.framework} {x.precision} {x.rows}" for x in IMAX_DISAGG.itertuples())
+        lines.append(f"| not predicted: disaggregated ({IMAX_DISAGG.rows.sum()} rows: {parts}) | "
+                     f"{IMAX_DISAGG.rows.sum()} | - | prefill/decode workers: not modelled yet | - | - | - | "
+                     "not predicted |")
+    n_pred = sum(r.csv_rows for r in imax if r.predicted)
+    n_all = sum(r.csv_rows for r in imax) + (0 if IMAX_DISAGG is None else int(IMAX_DISAGG.rows.sum()))
+    lines.append(f"\nPredicted {n_pred} of {n_all} CSV rows ({sum(1 for r in imax if r.predicted)} points; a point "
+                 "merges the repeated runs of one setting by their median).")
+    return lines
 
 
 def scaled_vs_plain(rows: list[Row]) -> list[str]:
@@ -547,7 +718,9 @@ def report(rows: list[Row], isl_scale: float) -> str:
              "", "### Steady-state TTFT against InferenceMAX's measured median TTFT (no first wave)", "",
              *tables["steady-median"],
              "", "### GPUs without tables: the scaled roofline against the plain one (median |error| %, signed)", "",
-             *tables["scaled"]]
+             *tables["scaled"],
+             "", "### InferenceMAX, every aggregated row, by hardware, model, precision, framework and layout", "",
+             *tables["imax-layouts"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)
@@ -563,7 +736,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "accuracy" / "inferencemax_gptoss_h200.c
 def write_fixture(rows: list[Row], path: Path = FIXTURE) -> None:
     """The regression subset from the shared benchmarks: InferenceMAX gpt-oss-120b on H200 (held out)."""
     keep = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "H200" and "gpt-oss" in r.model
-            and r.predicted]
+            and r.predicted and r.legacy]
     out = pd.DataFrame([{
         "label": r.label, "model": r.model, "gpu": r.gpu, "tp": r.tp, "weight_dtype": r.note.split("/")[0],
         "kv_dtype": r.note.split("/")[1], "engine": r.engine, "isl": r.isl, "osl": r.osl,
@@ -655,7 +828,7 @@ def by_output_rate(rows: list[Row]) -> str:
     groups: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     for r in rows:
         rate = r.measured.get("replica_output_tokens_per_s")
-        if not (rate and r.predicted and r.concurrency) or r.predicted.get("ttft_s") is None:
+        if not (rate and r.predicted and r.concurrency and r.legacy) or r.predicted.get("ttft_s") is None:
             continue
         source = "NIM 1.8.0" if is_nim(r) else r.source
         family = f"{source} {r.model.split('/')[-1]} {r.engine} ({r.path})"
@@ -692,6 +865,49 @@ def vllm_version_ratios(data: Path) -> str:
     return "\n".join(lines)
 
 
+def _by_group_key(r: Row) -> str:
+    name = f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}"
+    return name.replace("meta-llama--Llama-2-70b-chat-hf.json", "Llama-2-70b")
+
+
+def compare_with(other: Path, data: Path, rows: list[Row]) -> str:
+    """The groups of docs/accuracy.md's by-group table as the accuracy script of checkout ``other``
+    predicts them and as this one does (its rows predicted before layouts were modelled), both on
+    this checkout's apmw: each source's overall median |error| %, and how many group cells differ."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("accuracy_other", other / "bench" / "accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = saved
+    before = (mod.mlperf_rows(data, 1.0) + mod.imax_rows(data) + mod.published_rows() + mod.silicon_rows())
+    for r in before:
+        mod.predict_row(r)
+    after = [r for r in rows if r.legacy]
+    metrics = ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu")
+    lines = ["| rows | before: TPOT | after: TPOT | before: TTFT | after: TTFT | before: tok/s/GPU | "
+             "after: tok/s/GPU |", "|---|---|---|---|---|---|---|"]
+    for source in ("MLPerf", "InferenceMAX", "Published", "aiconfigurator", "all"):
+        b = [r for r in before if r.predicted and (source == "all" or r.source.startswith(source))]
+        a = [r for r in after if r.predicted and (source == "all" or r.source.startswith(source))]
+        cells = [summary(x, m) for m in metrics for x in (b, a)]
+        lines.append(f"| {source} | " + " | ".join(cells) + " |")
+    groups_b: dict[str, list] = {}
+    groups_a: dict[str, list] = {}
+    for rs, out in ((before, groups_b), (after, groups_a)):
+        for r in rs:
+            if r.predicted:
+                out.setdefault(_by_group_key(r), []).append(r)
+    differ = [k for k in sorted(set(groups_b) | set(groups_a))
+              if [summary(groups_b.get(k, []), m) for m in METRICS] != [summary(groups_a.get(k, []), m) for m in METRICS]]
+    lines.append(f"\nGroups of the by-group table: {len(groups_b)} before, {len(groups_a)} after; cells that differ "
+                 f"in {len(differ)}" + (": " + "; ".join(differ) if differ else "") + ".")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="apmw accuracy against published benchmarks")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "benchmarks")
@@ -710,6 +926,10 @@ def main() -> None:
                          "(docs/accuracy.md)")
     ap.add_argument("--by-rate", action="store_true",
                     help="group the fixed-concurrency errors by the replica's measured output rate (docs/accuracy.md)")
+    ap.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
+                    help="the rows predicted before layouts were modelled, by the accuracy script of another "
+                         "checkout DIR (e.g. `git archive b89ae1a | tar -x -C DIR`) against this one, on this "
+                         "checkout's apmw (docs/accuracy.md)")
     ap.add_argument("--write-fixture", action="store_true",
                     help="rewrite tests/fixtures/accuracy/inferencemax_gptoss_h200.csv (the regression subset)")
     ap.add_argument("--nim-requests-per-client", type=int, default=DEFAULT_REQUESTS_PER_CLIENT,
@@ -719,7 +939,8 @@ def main() -> None:
                     help="request overhead for the NIM runs (their concurrency-1 rows imply about 1.4 ms; "
                          "default: apmw's 25 ms)")
     args = ap.parse_args()
-    global PLAIN_ROOFLINE
+    global PLAIN_ROOFLINE, IMAX_DISAGG
+    IMAX_DISAGG = imax_disaggregated(args.data)
     PLAIN_ROOFLINE = args.plain_roofline
     if args.nim_overhead_ms is not None and args.nim_overhead_ms < 0:
         ap.error(f"--nim-overhead-ms must not be negative (got {args.nim_overhead_ms:g})")
@@ -764,6 +985,8 @@ def main() -> None:
     if args.nim_scheduling:
         from nim_scheduling import table     # bench/nim_scheduling.py (this script's folder is on sys.path)
         print(table())
+    if args.compare_with:
+        print(compare_with(args.compare_with, args.data, rows))
     if args.write_docs:
         write_docs(rows)
     if args.write_fixture:

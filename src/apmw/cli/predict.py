@@ -26,6 +26,23 @@ def predict(
     moe_tp: Optional[int] = typer.Option(None, "--moe-tp", help="tensor-parallel size of each routed expert "
                                          "(default: tp x dp-attention / ep)"),
     ep: int = typer.Option(1, "--ep", help="expert-parallel size; moe-tp x ep = tp x dp-attention"),
+    disagg: bool = typer.Option(False, "--disagg", help="disaggregated serving: prefill workers and decode workers, "
+                                "each laid out by --prefill-*/--decode-* (default: the flags above); --concurrency "
+                                "is the total over the decode workers"),
+    prefill_workers: int = typer.Option(1, "--prefill-workers", help="with --disagg: prefill workers"),
+    decode_workers: int = typer.Option(1, "--decode-workers", help="with --disagg: decode workers"),
+    prefill_tp: Optional[int] = typer.Option(None, "--prefill-tp"),
+    prefill_pp: Optional[int] = typer.Option(None, "--prefill-pp"),
+    prefill_dp_attention: Optional[int] = typer.Option(None, "--prefill-dp-attention"),
+    prefill_moe_tp: Optional[int] = typer.Option(None, "--prefill-moe-tp"),
+    prefill_ep: Optional[int] = typer.Option(None, "--prefill-ep"),
+    decode_tp: Optional[int] = typer.Option(None, "--decode-tp"),
+    decode_pp: Optional[int] = typer.Option(None, "--decode-pp"),
+    decode_dp_attention: Optional[int] = typer.Option(None, "--decode-dp-attention"),
+    decode_moe_tp: Optional[int] = typer.Option(None, "--decode-moe-tp"),
+    decode_ep: Optional[int] = typer.Option(None, "--decode-ep"),
+    kv_transfer_gb_per_s: float = typer.Option(50.0, "--kv-transfer-gb-per-s", help="with --disagg: per prefill GPU "
+                                               "link for the KV hand-off, GB/s (50: one 400 Gb/s NIC per GPU)"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
@@ -87,8 +104,19 @@ def predict(
     by_rate = request_rate is not None
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
-    layout = {"pp": pp, "dp_attention": dp_attention, "moe_tp": moe_tp, "ep": ep}
-    layout = {k: v for k, v in layout.items() if v not in (None, 1)} or None
+    layout = _layout(pp, dp_attention, moe_tp, ep)
+    if disagg:
+        if by_rate:
+            fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
+        sides = {side: _workers(count, tp if t is None else t, _layout(
+            pp if p_ is None else p_, dp_attention if d is None else d, moe_tp if m is None else m, ep if e is None else e))
+            for side, count, t, p_, d, m, e in (
+                ("prefill", prefill_workers, prefill_tp, prefill_pp, prefill_dp_attention, prefill_moe_tp, prefill_ep),
+                ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
+        _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
+                        kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
+                        as_json)
+        return
     common = dict(layout=layout, engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
@@ -138,6 +166,44 @@ def predict(
     out.print(table)
     out.print(f"[dim]{p.source_detail}[/]")
     _print_model_source(model)
+
+
+def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | None:
+    """The layout flags beyond --tp that differ from plain tensor parallelism."""
+    layout = {"pp": pp, "dp_attention": dp_attention, "moe_tp": moe_tp, "ep": ep}
+    return {k: v for k, v in layout.items() if v not in (None, 1)} or None
+
+
+def _workers(count: int, tp: int, layout: dict | None):
+    from apmw.capacity.disaggregated_benchmark import Workers
+    return Workers(count=count, tp=tp, layout=layout)
+
+
+def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,
+                    request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json) -> None:
+    """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
+    from apmw.capacity.disaggregated_benchmark import predict_disaggregated
+
+    pre, dec = sides["prefill"], sides["decode"]
+    try:
+        ps = [predict_disaggregated(model, gpu, weight_dtype, kv_dtype, isl, osl, c, pre, dec, engine=engine,
+                                    calibrated=calibrated, kv_transfer_bandwidth_bytes_per_s=link_bw,
+                                    request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
+                                    token_budget=token_budget, max_batch=max_batch,
+                                    kv_memory_fraction=kv_memory_fraction) for c in levels]
+    except ApmwError as exc:
+        message = as_flags(str(exc))
+        side = message.split(" workers: ", 1)[0]
+        if side in ("prefill", "decode"):     # each layout flag by its --prefill-/--decode- form
+            message = re.sub(r"--(tp|pp|dp-attention|moe-tp|ep)\b", rf"--{side}-\1", message)
+        fail(message)
+    if as_json:
+        rows = [{"concurrency": c, **p.to_dict()} for c, p in zip(levels, ps)]
+        emit_json(rows if len(rows) > 1 else rows[0])
+        return
+    title = (f"{model}: {pre.count} prefill x {_replica_text(pre.tp, pre.layout, gpu)} + {dec.count} decode x "
+             f"{_replica_text(dec.tp, dec.layout, gpu)}, {isl}/{osl} tokens ({engine})")
+    _sweep(ps, levels, "concurrency", False, title)
 
 
 def _replica_text(tp: int, layout: dict | None, gpu: str) -> str:

@@ -1,0 +1,192 @@
+"""A serving benchmark on disaggregated prefill and decode workers (``apmw predict --disagg``).
+
+``W_p`` prefill workers and ``W_d`` decode workers, each with its own layout; ``concurrency`` clients
+each keep one request in flight (InferenceMAX, Dynamo's benchmarks). A request is prefilled on the
+first free prefill worker, which returns its first token; its KV then crosses to a decode worker,
+which decodes the rest in decode-only iterations (no prompt ever stalls them):
+
+    prefill service  S  = ceil(isl / budget) x t_one + isl x per_token     (one prompt on one worker, the
+                                                                          decomposition apmw plan's stage uses)
+    prefill wait     Wq = Erlang C, M/M/c with c = W_p at arrivals lambda   (apmw.capacity.disaggregation)
+    TTFT             = Wq + S + request overhead
+    hand-off         = isl x KV bytes per token / (link x prefill GPUs)
+    TPOT             = a decode worker's decode-only iteration at its running batch b, contexts isl + osl/2
+    E2E              = TTFT + hand-off + (osl - 1) x TPOT
+    closed loop      concurrency = lambda x E2E;  b = lambda / W_d x (hand-off + (osl - 1) x TPOT), capped at
+                     the decode worker's batch limit and KV memory
+
+``lambda`` is found by bisection. When the decode workers' limits cap ``b``, or the prefill workers
+saturate, the requests past what they serve wait before their prefill: the wait is added to TTFT, as the
+aggregated model adds its slot queue. Not modelled: the first wave's burst (every client's first prompt
+arriving at once), prompts batched together on a prefill worker (its service is one prompt's), and the
+decode worker's own scheduling overheads beyond its iteration time. With free prefill (``S = 0`` and an
+instant hand-off) TPOT is the aggregated model's decode-only iteration at the same batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, Prediction, check_request_lengths,
+                                     kv_fit_requests, replica_for_benchmark)
+from apmw.capacity.disaggregation import erlang_c_wait_s
+from apmw.errors import ApmwError
+from apmw.perf import GpuGroup, IterationLoad, Replica
+
+# Bisection steps on the request rate: 2^-60 of the bracket, far below any printed digit.
+_BISECTION_STEPS = 60
+
+
+@dataclass(frozen=True)
+class Workers:
+    """One side of a disaggregated deployment: how many workers, and each one's layout beyond ``tp``."""
+
+    count: int
+    tp: int
+    layout: dict | None = None      # apmw.spec.Parallelism's fields but tp (pp, dp_attention, moe_tp, ep)
+
+
+def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str, isl: int, osl: int,
+                          concurrency: int, prefill: Workers, decode: Workers, engine: str = "vllm",
+                          calibrated: bool = True, kv_transfer_bandwidth_bytes_per_s: float = 50e9,
+                          request_overhead_s: float | None = None, token_budget: int | None = None,
+                          max_batch: int | None = None, kv_memory_fraction: float | None = None,
+                          requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT) -> Prediction:
+    """Predict a fixed-concurrency benchmark on ``prefill.count`` prefill and ``decode.count`` decode workers
+    (module docstring); ``concurrency`` is the total over all decode workers."""
+    check_request_lengths(isl, osl, concurrency)
+    for side, w in (("prefill_workers", prefill), ("decode_workers", decode)):
+        if w.count < 1:
+            raise PredictError(f"{side} must be at least 1 (got {w.count})")
+    if not kv_transfer_bandwidth_bytes_per_s > 0:
+        raise PredictError("kv_transfer_bandwidth_bytes_per_s must be positive")
+    common = dict(engine=engine, calibrated=calibrated, token_budget=token_budget, max_batch=max_batch,
+                  kv_memory_fraction=kv_memory_fraction, request_overhead_s=request_overhead_s)
+    pre = _worker_replica("prefill", prefill, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
+    dec = _worker_replica("decode", decode, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
+    overhead_s = dec.policy.request_overhead_s
+    service_s, prefill_compute = _prefill_service_s(pre, isl)
+    handoff_s = isl * dec.step.kv_bytes_per_token / (kv_transfer_bandwidth_bytes_per_s * pre.gpus)
+    cap = min(dec.policy.max_batch, kv_fit_requests(dec, isl, osl))
+    if cap < 1:
+        raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of a decode worker "
+                           f"({dec.gpus} x {dec.gpu.name}); give the decode workers more GPUs or an fp8 kv_dtype")
+    point = _solve(concurrency, prefill.count, decode.count, service_s, handoff_s, overhead_s, osl,
+                   lambda b: _decode_iteration_s(dec, b, isl, osl), cap)
+    gpus = prefill.count * pre.gpus + decode.count * dec.gpus
+    running = min(round(point.batch * decode.count), concurrency)
+    power_w = dec.power.it_power_w(GpuGroup(decode.count * dec.gpus, 1.0, point.decode_compute_share(dec, isl, osl)),
+                                   GpuGroup(prefill.count * pre.gpus, point.prefill_utilisation, prefill_compute))
+    throughput = point.rate_per_s * osl
+    return Prediction(
+        ttft_s=point.ttft_s, tpot_s=point.tpot_s, e2e_latency_s=point.e2e_s,
+        output_tokens_per_s_per_gpu=throughput / gpus, total_tokens_per_s_per_gpu=throughput * (isl + osl) / osl / gpus,
+        running_requests=running, queued_requests=max(concurrency - running, 0),
+        running_limited_by="concurrency" if point.batch < cap else
+        ("max_batch" if cap == dec.policy.max_batch else "kv_memory"),
+        kv_tokens_per_running_request=dec.policy.kv_tokens_per_running_request(isl, osl),
+        decode_iteration_s=point.tpot_s, mixed_iteration_s=service_s, mixed_iteration_share=0.0, lockstep_share=0.0,
+        prompts_arrive="spread out", prefill_mixed_with_decode=False, iterations_scheduled_ahead=0,
+        ttft_parts_s={"steady_state": service_s, "first_wave": 0.0, "request_overhead": overhead_s,
+                      "slot_queue": point.wait_s},
+        source=dec.step.source,
+        source_detail=(f"disaggregated: {prefill.count} prefill worker(s) of {pre.step.parallel.describe()} "
+                       f"({pre.step.source}), {decode.count} decode worker(s) of {dec.step.parallel.describe()} "
+                       f"({dec.step.source_detail})"),
+        serving_policy=dec.policy.to_dict(), replica_power_w=power_w,
+        output_tokens_per_j=throughput / power_w, engine_busy_share=1.0,
+        compute_bound_share=point.decode_compute_share(dec, isl, osl))
+
+
+def _worker_replica(side: str, w: Workers, model: str, gpu: str, weight_dtype: str, kv_dtype: str, isl: int,
+                    osl: int, common: dict) -> Replica:
+    """One worker's replica; an error names the side ('prefill workers: tp 3 does not divide ...')."""
+    try:
+        return replica_for_benchmark(model, gpu, w.tp, weight_dtype, kv_dtype, isl, osl, layout=w.layout, **common)
+    except ApmwError as exc:
+        raise PredictError(f"{side} workers: {exc}") from None
+
+
+def _prefill_service_s(pre: Replica, isl: int) -> tuple[float, float]:
+    """(seconds one prompt occupies a prefill worker, the compute-bound share of that time)."""
+    budget = pre.policy.token_budget
+    chunk = min(isl, budget)
+    a = pre.arch
+
+    def load(tokens: float) -> IterationLoad:
+        return IterationLoad(decode_seqs=0.0, prefill_tokens=tokens, kv_read_bytes=0.0,
+                             attention_flops=tokens * float(a.attention_flops_per_token(isl / 2)))
+    t_chunk = float(pre.step.iteration_time_s(load(chunk)))
+    t_one = float(pre.step.iteration_time_s(load(1.0)))
+    per_token = max(t_chunk - t_one, 0.0) / max(chunk - 1.0, 1.0)
+    return math.ceil(isl / budget) * t_one + isl * per_token, float(pre.step.compute_share(load(chunk)))
+
+
+def _decode_iteration_s(dec: Replica, batch: float, isl: int, osl: int) -> float:
+    ctx = isl + osl / 2
+    a = dec.arch
+    load = IterationLoad(decode_seqs=batch, prefill_tokens=0.0,
+                         kv_read_bytes=batch * float(a.kv_read_bytes_for_context(ctx, dec.step.kv_dtype)),
+                         attention_flops=batch * float(a.attention_flops_per_token(ctx)))
+    return float(dec.step.iteration_time_s(load))
+
+
+@dataclass(frozen=True)
+class _Point:
+    rate_per_s: float
+    batch: float              # running requests per decode worker
+    tpot_s: float
+    ttft_s: float
+    e2e_s: float
+    wait_s: float             # before the prefill: the prefill queue, and any wait for a decode slot
+    prefill_utilisation: float
+
+    def decode_compute_share(self, dec: Replica, isl: int, osl: int) -> float:
+        ctx = isl + osl / 2
+        b = max(self.batch, 1.0)
+        return float(dec.step.compute_share(IterationLoad(
+            decode_seqs=b, prefill_tokens=0.0, kv_read_bytes=b * float(dec.arch.kv_read_bytes_for_context(
+                ctx, dec.step.kv_dtype)), attention_flops=b * float(dec.arch.attention_flops_per_token(ctx)))))
+
+
+def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_s: float, handoff_s: float,
+           overhead_s: float, osl: int, tpot_at, cap: int) -> _Point:
+    """The closed loop's operating point (module docstring): bisection on the request rate."""
+
+    def decoding(rate: float) -> tuple[float, float]:
+        """(batch per decode worker, TPOT) where the decode workers carry ``rate`` requests/s (fixed point)."""
+        b = 1.0
+        for _ in range(50):
+            tpot = tpot_at(b)
+            target = min(max(rate / decode_workers * (handoff_s + (osl - 1) * tpot), 1.0), cap)
+            if abs(target - b) < 1e-6 * b:
+                break
+            b = 0.5 * (b + target)
+        return b, tpot_at(b)
+
+    def served(rate: float) -> tuple[float, float, float, float]:
+        """(clients the loop holds at ``rate``, batch, TPOT, prefill wait)."""
+        b, tpot = decoding(rate)
+        wait, _ = erlang_c_wait_s(prefill_workers, rate * service_s, service_s)
+        return rate * (wait + service_s + overhead_s + handoff_s + (osl - 1) * tpot), b, tpot, wait
+
+    # the most requests/s each side can carry: the prefill workers busy all the time, or every decode
+    # worker at its cap
+    full_tpot = tpot_at(float(cap))
+    rate_max = min(prefill_workers / service_s, decode_workers * cap / (handoff_s + (osl - 1) * full_tpot))
+    lo, hi = 0.0, rate_max * (1 - 1e-9)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if served(mid)[0] < concurrency:
+            lo = mid
+        else:
+            hi = mid
+    rate = lo
+    held, b, tpot, wait = served(rate)
+    # clients past what the workers serve wait before their prefill (Little: their share of the cycle)
+    wait += max(concurrency - held, 0.0) / max(rate, 1e-30)
+    ttft = wait + service_s + overhead_s
+    e2e = ttft + handoff_s + (osl - 1) * tpot
+    return _Point(rate_per_s=concurrency / e2e, batch=b, tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, wait_s=wait,
+                  prefill_utilisation=min(rate * service_s / prefill_workers, 1.0))

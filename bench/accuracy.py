@@ -865,6 +865,34 @@ def vllm_version_ratios(data: Path) -> str:
     return "\n".join(lines)
 
 
+def imax_diagnosis(rows: list[Row]) -> str:
+    """Per InferenceMAX group (imax_layout_table's): the measured mean TTFT over the median (a few very
+    long TTFTs lift the mean), apmw's TTFT against the measured *median*, and the measured median TTFT
+    less apmw's, in measured TPOTs, below and from concurrency 16 (where InferenceMAX's SGLang scripts
+    on B200 raise ``--scheduler-recv-interval`` from 10 to 30); docs/accuracy.md, "Where the model is weak"."""
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.source == "InferenceMAX" and r.predicted:
+            groups.setdefault(_imax_group(r), []).append(r)
+    lines = ["| group | n | measured mean / median TTFT | points with mean > 3 x median | "
+             "TTFT vs measured median: abs % (signed) | "
+             "(median TTFT - apmw's) / TPOT, concurrency < 16 | >= 16 |", "|---|---|---|---|---|---|---|"]
+
+    def med(v: list[float]) -> str:
+        return f"{statistics.median(v):.1f} (n={len(v)})" if v else "-"
+
+    for name in sorted(groups):
+        g = groups[name]
+        ratio = statistics.median(r.measured["ttft_s"] / r.measured["median_ttft_s"] for r in g)
+        e = [100 * (r.predicted["ttft_s"] / r.measured["median_ttft_s"] - 1) for r in g]
+        gap = [((r.measured["median_ttft_s"] - r.predicted["ttft_s"]) / r.measured["tpot_s"], r.concurrency) for r in g]
+        long = sum(r.measured["ttft_s"] > 3 * r.measured["median_ttft_s"] for r in g)
+        lines.append(f"| {name} | {len(g)} | {ratio:.2f} | {long} | {statistics.median(abs(x) for x in e):.1f} "
+                     f"({statistics.median(e):+.1f}) | {med([x for x, c in gap if c < 16])} | "
+                     f"{med([x for x, c in gap if c >= 16])} |")
+    return "\n".join(lines)
+
+
 def _by_group_key(r: Row) -> str:
     name = f"{r.source.split()[0]} {r.model.split('/')[-1]} {r.gpu} {r.engine} {r.scenario}"
     return name.replace("meta-llama--Llama-2-70b-chat-hf.json", "Llama-2-70b")
@@ -926,6 +954,9 @@ def main() -> None:
                          "(docs/accuracy.md)")
     ap.add_argument("--by-rate", action="store_true",
                     help="group the fixed-concurrency errors by the replica's measured output rate (docs/accuracy.md)")
+    ap.add_argument("--imax-diagnosis", action="store_true",
+                    help="InferenceMAX groups: measured mean over median TTFT, TTFT against the median, and the "
+                         "median's excess in TPOTs (docs/accuracy.md)")
     ap.add_argument("--compare-with", type=Path, default=None, metavar="DIR",
                     help="the rows predicted before layouts were modelled, by the accuracy script of another "
                          "checkout DIR (e.g. `git archive b89ae1a | tar -x -C DIR`) against this one, on this "
@@ -985,6 +1016,8 @@ def main() -> None:
     if args.nim_scheduling:
         from nim_scheduling import table     # bench/nim_scheduling.py (this script's folder is on sys.path)
         print(table())
+    if args.imax_diagnosis:
+        print(imax_diagnosis(rows))
     if args.compare_with:
         print(compare_with(args.compare_with, args.data, rows))
     if args.write_docs:

@@ -342,6 +342,11 @@ def _weight_storage(dtype: str) -> float:
     return _storage(WEIGHT_STORAGE_BYTES, dtype, "weight")
 
 
+def weight_storage_bytes(dtype: str) -> float:
+    """Bytes one weight parameter takes stored as ``dtype`` (block scales included)."""
+    return _weight_storage(dtype)
+
+
 def _kv_storage(dtype: str) -> float:
     return _storage(KV_STORAGE_BYTES, dtype, "KV-cache")
 

@@ -235,3 +235,24 @@ def test_predict_cli_refuses_a_layout_that_does_not_multiply_out_in_flag_names()
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--ep 3 does not divide the MoE layers' --tp 2 x --dp-attention 8 = 16 GPUs" in r.stderr
+
+
+def test_routed_experts_in_their_own_dtype():
+    """NVFP4 experts beside FP8 layers: the experts' bytes at 4 bits, the rest at 8, the whole checkpoint
+    as apmw.arch prices it; decode at batch 1 reads fewer bytes and is faster."""
+    a, gpu = load_architecture("deepseek-ai/DeepSeek-R1"), get_gpu("B200")
+    fp8 = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8")
+    mixed = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8", moe_dtype="fp4")
+    assert mixed.held_weight_bytes == pytest.approx(a.weight_bytes("fp8", "fp4"), rel=1e-9)
+    assert mixed.held_weight_bytes < 0.6 * fp8.held_weight_bytes
+    assert mixed.weight_read_bytes_per_gpu(1.0) < fp8.weight_read_bytes_per_gpu(1.0)
+    assert mixed.iteration_time_s(_decode(mixed, 1.0)) < fp8.iteration_time_s(_decode(fp8, 1.0))
+
+
+def test_a_spec_moe_dtype_takes_the_roofline_and_reads_engine_spellings():
+    d = _spec(None, gpus=8, gpu="B200")
+    d["model"]["moe_dtype"] = "nvfp4"
+    r = replica_from_spec(spec_from_dict(d))
+    assert r.step.moe_dtype == "fp4" and r.step.source == "roofline"
+    d["model"]["moe_dtype"] = "fp8_block"          # the same as weight_dtype: nothing apart
+    assert replica_from_spec(spec_from_dict(d)).step.moe_dtype is None

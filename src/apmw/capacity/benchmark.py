@@ -139,7 +139,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             length_spread: float = DEFAULT_LENGTH_SPREAD, request_overhead_s: float | None = None,
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
             overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
-            layout: dict | None = None) -> Prediction:
+            layout: dict | None = None, moe_dtype: str | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
@@ -156,7 +156,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
-                                    request_overhead_s=request_overhead_s, layout=layout)
+                                    request_overhead_s=request_overhead_s, layout=layout, moe_dtype=moe_dtype)
     p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
                      request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
     return with_power(replica, p, isl, osl)
@@ -170,7 +170,8 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                           engine: str = "vllm", calibrated: bool = True, *, token_budget: int | None = None,
                           max_batch: int | None = None, mixed_prefill: bool | None = None,
                           overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
-                          request_overhead_s: float | None = None, layout: dict | None = None) -> Replica:
+                          request_overhead_s: float | None = None, layout: dict | None = None,
+                          moe_dtype: str | None = None) -> Replica:
     """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults.
     ``layout``: the parallel sizes beyond ``tp`` (:class:`apmw.spec.Parallelism`'s fields)."""
     engine = canonical_engine(engine)
@@ -198,7 +199,8 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                                      f"(got {e['input']!r})" for e in exc.errors())) from None
     except ValueError as exc:       # a layout that does not multiply out
         raise PredictError(str(exc).removeprefix("serving.parallelism: ")) from None
-    replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s)
+    replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s,
+                                moe_dtype=moe_dtype)
     _check_window(replica, isl, osl)
     return replica
 

@@ -45,6 +45,8 @@ def predict(
                                                "link for the KV hand-off, GB/s (50: one 400 Gb/s NIC per GPU)"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell)"),
+    moe_dtype: Optional[str] = typer.Option(None, "--moe-dtype", help="the routed experts' dtype where it differs "
+                                            "from --weight-dtype (nvfp4, mxfp4, fp8_block, int4_wo, ...)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
     osl: int = typer.Option(..., "--osl", help="output tokens per request"),
     concurrency: Optional[str] = typer.Option(None, "--concurrency",
@@ -115,9 +117,9 @@ def predict(
                 ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
         _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
                         kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
-                        as_json)
+                        as_json, moe_dtype)
         return
-    common = dict(layout=layout, engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+    common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -180,7 +182,7 @@ def _workers(count: int, tp: int, layout: dict | None):
 
 
 def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,
-                    request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json) -> None:
+                    request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype) -> None:
     """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
     from apmw.capacity.disaggregated_benchmark import predict_disaggregated
 
@@ -190,7 +192,7 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
                                     calibrated=calibrated, kv_transfer_bandwidth_bytes_per_s=link_bw,
                                     request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
                                     token_budget=token_budget, max_batch=max_batch,
-                                    kv_memory_fraction=kv_memory_fraction) for c in levels]
+                                    kv_memory_fraction=kv_memory_fraction, moe_dtype=moe_dtype) for c in levels]
     except ApmwError as exc:
         message = as_flags(str(exc))
         side = message.split(" workers: ", 1)[0]

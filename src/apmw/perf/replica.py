@@ -107,11 +107,13 @@ class Replica:
 
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
-                     calibrated: bool = True, layout: Layout | None = None) -> StepModel:
+                     calibrated: bool = True, layout: Layout | None = None,
+                     moe_dtype: str | None = None) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
     Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which. The
-    measured tables compose tensor-parallel replicas; other layouts (``layout``) take the roofline.
+    measured tables compose tensor-parallel replicas with one weight dtype; other layouts (``layout``) and
+    routed experts in a dtype of their own (``moe_dtype``) take the roofline.
     ``efficiency`` defaults to the GPU's own measured roofline efficiencies
     (:func:`apmw.perf.efficiency.efficiency_for_gpu`).
     """
@@ -120,6 +122,9 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
     if layout == Layout.tensor(gpus):
         layout = None
+    if moe_dtype == weight_dtype or not arch.moe_layers:
+        moe_dtype = None
+    calibrated = calibrated and moe_dtype is None
     if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                    efficiency=efficiency, layout=layout, engine=engine)
@@ -128,7 +133,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
         if scaled is not None:
             return scaled
     return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                             efficiency=efficiency, layout=layout)
+                             efficiency=efficiency, layout=layout, moe_dtype=moe_dtype)
 
 
 def _as_laid_out(step: StepModel) -> str:
@@ -189,7 +194,8 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     check_layout(layout, arch, spec.serving.engine)
     if step is None:
         step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                                engine=spec.serving.engine, calibrated=calibrated, layout=layout)
+                                engine=spec.serving.engine, calibrated=calibrated, layout=layout,
+                                moe_dtype=spec.model.moe_dtype)
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp)
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
@@ -209,7 +215,7 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
 
 def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str, kv_dtype: str,
                       serving: Serving | None = None, calibrated: bool = True,
-                      request_overhead_s: float | None = None) -> Replica:
+                      request_overhead_s: float | None = None, moe_dtype: str | None = None) -> Replica:
     """A replica for a serving benchmark: a model (config path or bundled name), a GPU, a tensor-parallel
     size, dtypes and the engine's settings as a :class:`apmw.spec.Serving` (default: vLLM's). A layout in
     ``serving.parallelism`` (resolved, :meth:`apmw.spec.Parallelism.resolved`) sets the GPUs instead, its
@@ -229,6 +235,7 @@ def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str
     layout = layout_of(serving, gpus)
     check_layout(layout, arch, serving.engine, field="layout")
     weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
+    moe_dtype = canonical_dtype(moe_dtype, "expert") if moe_dtype else None
     step = build_step_model(arch, spec_gpu, gpus, weight_dtype, kv_dtype, engine=serving.engine,
-                            calibrated=calibrated, layout=layout)
+                            calibrated=calibrated, layout=layout, moe_dtype=moe_dtype)
     return replica_with_step(step, serving, request_overhead_s=request_overhead_s)

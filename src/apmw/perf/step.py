@@ -34,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from apmw.arch import Architecture
+from apmw.arch import Architecture, weight_storage_bytes
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.communication import measured_collectives
@@ -120,7 +120,8 @@ class StepModel(Protocol):
 class _Rates(NamedTuple):
     """The per-replica constants of the roofline terms (:attr:`RooflineFigures._rates`)."""
 
-    bytes_per_param: float
+    bytes_per_param: float       # of everything but the routed experts
+    expert_bytes_per_param: float
     expert_params: float         # one routed expert's parameters (0: dense)
     always_params: float         # active parameters every token reads
     attention_params: float      # of those, the attention projections (sharded over tp, copied per DP rank)
@@ -130,7 +131,7 @@ class _Rates(NamedTuple):
     kv_bw: float                 # bytes/s KV streams at, per byte of KV read (replication included)
     flops_per_token: float       # matmul FLOPs per token per GPU
     expert_share: float          # share of them in routed experts
-    weight_rate: float
+    expert_rate: float           # FLOP/s of the routed experts' GEMMs
     bf16_rate: float
     dense_rate: float            # FLOP/s of the non-expert GEMMs
     served_extra_per_flop: float  # seconds a routed-expert FLOP adds at the served MoE ceiling
@@ -148,6 +149,12 @@ class RooflineFigures:
     efficiency: Efficiency = DEFAULT_EFFICIENCY
     # How the GPUs split the model (apmw.perf.parallelism); None: tensor parallel over all of them.
     layout: Layout | None = None
+    # The routed experts' dtype where it differs from weight_dtype (FP4 experts beside FP8 layers).
+    moe_dtype: str | None = None
+
+    @property
+    def expert_dtype(self) -> str:
+        return self.moe_dtype or self.weight_dtype
 
     @property
     def parallel(self) -> Layout:
@@ -155,7 +162,7 @@ class RooflineFigures:
 
     @property
     def weight_bytes(self) -> float:
-        return self.arch.weight_bytes(self.weight_dtype)
+        return self.arch.weight_bytes(self.weight_dtype, self.moe_dtype)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -182,9 +189,9 @@ class RooflineFigures:
         routed = c.num_experts * c.expert_params
         slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
         rest = self.arch.params - routed - c.attention_params
-        per_gpu = (c.attention_params / lay.tp + rest / lay.dense_tp
-                   + routed * slots / (lay.moe_tp * lay.ep)) / lay.pp
-        return per_gpu * c.bytes_per_param * self.gpus
+        per_gpu = ((c.attention_params / lay.tp + rest / lay.dense_tp) * c.bytes_per_param
+                   + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp
+        return per_gpu * self.gpus
 
     def touched_weight_bytes(self, tokens: np.ndarray | float) -> np.ndarray:
         """Weight bytes one iteration of ``tokens`` tokens reads from HBM.
@@ -199,7 +206,7 @@ class RooflineFigures:
         if not c.expert_params:
             return np.full_like(tokens, self.weight_bytes)
         frac = 1.0 - c.expert_miss ** np.maximum(tokens, 1.0)
-        return (c.always_params + c.num_experts * frac * c.expert_params) * c.bytes_per_param
+        return c.always_params * c.bytes_per_param + c.num_experts * frac * c.expert_params * c.expert_bytes_per_param
 
     def weight_read_bytes_per_gpu(self, tokens: np.ndarray | float) -> np.ndarray:
         """Weight bytes each GPU reads in one cycle of ``tokens`` tokens (every running sequence one
@@ -213,7 +220,7 @@ class RooflineFigures:
         if not c.expert_params:
             return np.full_like(micro, dense * c.bytes_per_param)
         experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
-        return (dense + experts / (lay.moe_tp * lay.ep)) * c.bytes_per_param
+        return dense * c.bytes_per_param + experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
 
     def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
         """Seconds of communication in one cycle of ``tokens`` tokens (:mod:`apmw.perf.parallelism`):
@@ -312,15 +319,27 @@ class RooflineFigures:
         a, eff, gpu = self.arch, self.efficiency, self.gpu
         expert_params = self._routed_expert_params
         weight_rate = gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
+        expert_rate = gpu.flops_for(self.expert_dtype) * eff.flops_for(self.expert_dtype)
         bf16_rate = gpu.flops_for("bf16") * eff.flops_for("bf16")
         ceiling = eff.served_moe_flops_per_s
         served_extra_per_flop = 0.0
         if ceiling and expert_params:
             served_rate = ceiling * gpu.bf16_flops / HOPPER_BF16_FLOPS
-            served_extra_per_flop = max(1.0 / served_rate - 1.0 / weight_rate, 0.0)
+            served_extra_per_flop = max(1.0 / served_rate - 1.0 / expert_rate, 0.0)
         bw = gpu.hbm_bandwidth_bytes_per_s
+        # bytes per parameter: one average over the checkpoint, or with a separate expert dtype the experts
+        # at theirs and the rest at what is left of the checkpoint's bytes
+        routed = a.num_experts * expert_params
+        per_param = expert_per_param = self.weight_bytes / a.params
+        if self.moe_dtype is not None and routed:
+            expert_per_param = weight_storage_bytes(self.moe_dtype)
+            per_param = (self.weight_bytes - routed * expert_per_param) / (a.params - routed)
+        if self.moe_dtype is not None:
+            dense_rate = weight_rate
+        else:
+            dense_rate = bf16_rate if a.num_experts > 1 and self._four_bit else weight_rate
         return _Rates(
-            bytes_per_param=self.weight_bytes / a.params, expert_params=expert_params,
+            bytes_per_param=per_param, expert_bytes_per_param=expert_per_param, expert_params=expert_params,
             always_params=a.active_params - a.experts_per_token * expert_params,
             attention_params=float(a.attention_params),
             num_experts=float(a.num_experts),
@@ -329,8 +348,7 @@ class RooflineFigures:
             kv_bw=bw * eff.kv_bandwidth_for(self.kv_dtype) / self.kv_replication,
             flops_per_token=a.flops_per_token() / self.gpus,
             expert_share=a.experts_per_token * expert_params / (a.active_params - a.embedding_params),
-            weight_rate=weight_rate, bf16_rate=bf16_rate,
-            dense_rate=bf16_rate if a.num_experts > 1 and self._four_bit else weight_rate,
+            expert_rate=expert_rate, bf16_rate=bf16_rate, dense_rate=dense_rate,
             served_extra_per_flop=served_extra_per_flop)
 
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
@@ -360,7 +378,7 @@ class RooflineFigures:
             expert_flops = expert_flops * expert_imbalance(self.parallel, tokens / self.parallel.pp
                                                            * self.arch.experts_per_token)
         attention_flops = np.asarray(load.attention_flops, dtype=float) / self.gpus
-        compute_s = (expert_flops / c.weight_rate + dense_flops / c.dense_rate
+        compute_s = (expert_flops / c.expert_rate + dense_flops / c.dense_rate
                      + attention_flops / c.bf16_rate)
         return memory_s, compute_s, expert_flops * c.served_extra_per_flop
 

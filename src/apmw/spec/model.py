@@ -19,7 +19,7 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 # ``--kv-cache-dtype`` (fp8_e4m3, fp8_e5m2), and the 4-bit block formats (NVFP4, MXFP4).
 DTYPE_SPELLINGS = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
                    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8", "nvfp4": "fp4",
-                   "mxfp4": "fp4"}
+                   "mxfp4": "fp4", "fp8_block": "fp8", "fp8block": "fp8", "int4_wo": "int4"}
 # vLLM's `--kv-cache-dtype auto` follows the model's activation dtype, which is bf16 for most fp8
 # checkpoints too: it cannot be read from a weight dtype, so apmw asks for the dtype itself.
 AUTO_DTYPE_HINT = ("'auto' depends on the checkpoint: vLLM's follows the model's activation dtype, bf16 even for "
@@ -155,8 +155,10 @@ class Model(_Section):
                         "(apmw model --list), or a derived checkpoint's hub id (meta-llama/Llama-3.1-8B-Instruct)")
     weight_dtype: Dtype = "bf16"
     kv_dtype: Dtype = "bf16"
+    moe_dtype: Dtype | None = Field(default=None, description="the routed experts' dtype where it differs from "
+                                    "weight_dtype (NVFP4 experts beside FP8 layers; DeepSeek-V4's FP4 experts)")
 
-    _spellings = field_validator("weight_dtype", "kv_dtype", mode="before")(_dtype_field)
+    _spellings = field_validator("weight_dtype", "kv_dtype", "moe_dtype", mode="before")(_dtype_field)
 
 
 class GpuOverride(_Section):

@@ -42,20 +42,53 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from packaging.version import Version
 from scipy.optimize import isotonic_regression
 
 from apmw.catalog.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "apmw" / "catalog" / "data" / "calibration"
-GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB"}
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+# aiconfigurator system -> catalogue GPU (apmw.perf.tables.CALIBRATED_GPUS reads the files back)
+GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": "B200-SXM-180GB",
+        "b300_sxm": "B300-SXM-288GB", "gb200": "GB200 (per GPU)", "gb300": "GB300 (per GPU)"}
+# The (system, engine) table sets shipped. vLLM on every system; SGLang and TensorRT-LLM only where
+# their kernels differ materially from vLLM's (see ENGINE_BUILDS' comment and SOURCES.md).
+BUILDS: list[tuple[str, str]] = [(gpu, "vllm") for gpu in GPUS]
+# Per engine: the custom all-reduce rows to keep (column, value): CUDA-graph captured where the
+# engine records both.
+ALLREDUCE_ROWS = {"vllm": ("backend", "vllm_graph"), "sglang": ("backend", "sglang_graph"),
+                  "trtllm": ("implementation", "trtllm")}
+# The table files apmw composes; an engine version must hold all of them to be picked.
+REQUIRED = ("gemm/{fw}/{v}/gemm_perf.parquet", "attention/{fw}/{v}/generation_attention_perf.parquet",
+            "attention/{fw}/{v}/context_attention_perf.parquet", "moe/{fw}/{v}/moe_perf.parquet",
+            "comm/{fw}/{v}/custom_allreduce_perf.parquet")
+# nvfp4: NVFP4 weights and activations (W4A4, 16-element blocks with fp8 scales), Blackwell only
+# (vLLM's FlashInferCuteDslNvFp4LinearKernel on B200)
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
 KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 KV_BYTES = {"bf16": 2, "fp8": 1}
 HEAD_DIMS = (64, 128)
 MS = 1e-3
 SOURCE = ("ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
           "aic-core/src/aiconfigurator_core/systems/data/<gpu>/ (vLLM 0.24.0), Apache-2.0")
+# the Blackwell systems' tables came with the whole database of aiconfigurator-core 0.12.0
+# (../shared/data/README.md, "profiles/aiconfigurator/")
+SOURCE_012 = "aiconfigurator-core 0.12.0 (ai-dynamo/aiconfigurator) systems/data/<gpu>/ (<engine>), Apache-2.0"
+
+
+def stem(gpu: str, engine: str) -> str:
+    """The file name of a (system, engine) table set: ``b200_sxm`` for vLLM, ``b200_sxm__sglang``."""
+    return gpu if engine == "vllm" else f"{gpu}__{engine}"
+
+
+def pick_version(base: Path, engine: str) -> str:
+    """The newest version of ``engine`` on this system whose directory holds every table apmw composes."""
+    versions = {d.name for d in (base / "gemm" / engine).iterdir() if d.is_dir()}
+    full = [v for v in versions if all((base / f.format(fw=engine, v=v)).exists() for f in REQUIRED)]
+    if not full:
+        raise FileNotFoundError(f"{base.name}/{engine}: no version holds {REQUIRED}")
+    return max(full, key=Version)
 
 
 def _filled(a: np.ndarray, axis: int) -> np.ndarray:
@@ -102,6 +135,8 @@ def gemm_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
     ns, ks = np.sort(g.n.unique()), np.sort(g.k.unique())
     out = {"gemm_m": ms.astype(float), "gemm_n": ns.astype(float), "gemm_k": ks.astype(float)}
     for src, name in GEMM_DTYPES.items():
+        if src not in set(g.gemm_dtype):
+            continue            # nvfp4 is measured on Blackwell only
         d = g[(g.gemm_dtype == src) & g.m.isin(ms)].groupby(["m", "n", "k"]).latency.median()
         cube = d.reindex(pd.MultiIndex.from_product([ms, ns, ks])).to_numpy().reshape(len(ms), len(ns), len(ks))
         missing = np.isnan(cube)
@@ -241,7 +276,8 @@ def _fill_rows(t: np.ndarray) -> np.ndarray:
 
 
 # aiconfigurator's MoE dtype names -> ours (apmw.perf.calibrated._MOE_DTYPES reads them back).
-MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_mxfp4": "mxfp4"}
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_mxfp4": "mxfp4",
+              "nvfp4": "nvfp4"}
 # Routed-token skew of the MoE measurements we keep: aiconfigurator measures "balanced",
 # "power_law_1.01" and "power_law_1.2" routing; 1.01 is the one its own model configs and
 # tests use for real traffic (ai-dynamo/aiconfigurator, MoE op workload_distribution).
@@ -268,9 +304,23 @@ def moe_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def allreduce_tables(path: Path) -> dict[str, np.ndarray]:
+def allreduce_tables(path: Path, engine: str, report: dict) -> dict[str, np.ndarray]:
+    """The engine's custom all-reduce per GPU count. A GPU count the chosen version did not measure
+    comes from the newest other version of the same engine that did (GB300's vLLM 0.24.0 rows stop
+    at 4 GPUs, its 0.27.0 rows reach 16); ``report["allreduce_versions"]`` says which."""
+    col, value = ALLREDUCE_ROWS[engine]
     ar = pd.read_parquet(path)
-    ar = ar[ar.backend == "vllm_graph"]
+    ar = ar[ar[col] == value]
+    versions = {int(g): path.parent.name for g in ar.num_gpus.unique()}
+    others = sorted((d for d in path.parent.parent.iterdir() if (d / path.name).exists() and d != path.parent),
+                    key=lambda d: Version(d.name), reverse=True)
+    for d in others:
+        more = pd.read_parquet(d / path.name)
+        more = more[(more[col] == value) & ~more.num_gpus.isin(list(versions))] if col in more else more[:0]
+        for g in more.num_gpus.unique():
+            versions[int(g)] = d.name
+        ar = pd.concat([ar, more])
+    report["allreduce_versions"] = {str(g): v for g, v in sorted(versions.items())}
     sizes = np.sort(ar.message_size.unique())
     out = {"ar_size": sizes.astype(float)}
     for g, grp in ar.groupby("num_gpus"):
@@ -280,24 +330,38 @@ def allreduce_tables(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def build(profiles: Path) -> dict:
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def build(profiles: Path, builds: list[tuple[str, str]] = BUILDS) -> dict:
     OUT.mkdir(parents=True, exist_ok=True)
     summary = {}
-    for gpu, catalogue_name in GPUS.items():
+    for gpu, engine in builds:
+        catalogue_name = GPUS[gpu]
         base = profiles / "aiconfigurator" / gpu
+        v = pick_version(base, engine)
+        path = {f.split("/")[-1].removesuffix(".parquet"): base / f.format(fw=engine, v=v) for f in REQUIRED}
         report: dict = {}
         tables = {}
-        tables |= gemm_tables(base / "gemm/vllm/0.24.0/gemm_perf.parquet", report)
-        tables |= attention_tables(base / "attention/vllm/0.24.0/generation_attention_perf.parquet",
-                                   base / "attention/vllm/0.24.0/context_attention_perf.parquet", report,
+        tables |= gemm_tables(path["gemm_perf"], report)
+        tables |= attention_tables(path["generation_attention_perf"], path["context_attention_perf"], report,
                                    get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s)
-        tables |= allreduce_tables(base / "comm/vllm/0.24.0/custom_allreduce_perf.parquet")
-        tables |= moe_tables(base / "moe/vllm/0.24.0/moe_perf.parquet", report)
-        meta = {"gpu": catalogue_name, "source": SOURCE.replace("<gpu>", gpu), "engine": "vllm 0.24.0",
-                "built_by": "scripts/build_calibration.py", "report": report}
+        tables |= allreduce_tables(path["custom_allreduce_perf"], engine, report)
+        tables |= moe_tables(path["moe_perf"], report)
+        # the kernels measured, per table (apmw.perf.calibrated reads "generation_attention_perf" to
+        # know whether the fp8-KV decode kernel dequantises on read: FlashAttention 3)
+        kernels = {k: sorted(map(str, pd.read_parquet(p, columns=["kernel_source"]).kernel_source.unique()))
+                   for k, p in path.items()}
+        label = f"{ENGINE_NAMES[engine]} {v}"
+        source = (SOURCE.replace("<gpu>", gpu) if gpu in ("h100_sxm", "h200_sxm") and engine == "vllm"
+                  else SOURCE_012.replace("<gpu>", gpu).replace("<engine>", label))
+        meta = {"gpu": catalogue_name, "source": source, "engine": f"{engine} {v}",
+                "built_by": "scripts/build_calibration.py",
+                "files": {k: str(p.relative_to(profiles)) for k, p in path.items()}, "kernels": kernels,
+                "report": report}
         tables["meta"] = np.array(json.dumps(meta))
-        np.savez_compressed(OUT / f"{gpu}.npz", **tables)
-        summary[gpu] = report
+        np.savez_compressed(OUT / f"{stem(gpu, engine)}.npz", **tables)
+        summary[stem(gpu, engine)] = report
     return summary
 
 

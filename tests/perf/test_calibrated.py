@@ -153,7 +153,8 @@ def test_cuda_graph_padding_rounds_decode_batches_up():
 def test_source_tagging():
     arch = load_architecture(LLAMA8)
     assert build_step_model(arch, get_gpu("H100"), 1, "bf16", "bf16").source == "calibrated"
-    assert build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16").source == "scaled"
+    assert build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16").source == "calibrated"   # its own tables
+    assert build_step_model(arch, get_gpu("H100-PCIe"), 1, "bf16", "bf16").source == "scaled"
     assert build_step_model(arch, get_gpu("H100"), 1, "fp4", "bf16").source == "scaled"   # from its fp8 tables
     assert build_step_model(arch, get_gpu("H100"), 1, "bf16", "bf16", calibrated=False).source == "roofline"
     moe = load_architecture("Qwen/Qwen3-30B-A3B")
@@ -170,7 +171,7 @@ def test_source_tagging():
 def test_calibrated_model_refuses_what_it_cannot_model():
     from apmw.errors import ApmwError
     with pytest.raises(ApmwError, match="roofline"):
-        CalibratedStepModel(arch=load_architecture(LLAMA8), gpu=get_gpu("B200"), gpus=1,
+        CalibratedStepModel(arch=load_architecture(LLAMA8), gpu=get_gpu("H100-PCIe"), gpus=1,
                             weight_dtype="bf16", kv_dtype="bf16")
 
 
@@ -292,7 +293,7 @@ def test_roofline_efficiencies_are_the_gpus_own_where_measured():
 
     arch = load_architecture(LLAMA8)
     a100 = build_step_model(arch, get_gpu("A100"), 1, "bf16", "bf16")
-    b200 = build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16")
+    b200 = build_step_model(arch, get_gpu("H100-PCIe"), 1, "bf16", "bf16")
     assert (a100.source, b200.source) == ("roofline", "scaled")
     assert a100.efficiency is efficiency_for_gpu("A100-SXM4-80GB") and a100.efficiency.bandwidth_for("bf16") == 0.70
     assert "Vidur" in a100.source_detail

@@ -1,7 +1,7 @@
 """Step time composed from measured kernel times (the ``calibrated`` source).
 
-For a GQA model on a GPU with measured tables (H100-SXM, H200-SXM; see
-:mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank is
+For a GQA model on a GPU with measured tables (H100-SXM, H200-SXM, B200, B300, GB200, GB300;
+see :mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank is
 
     t = layers * overhead(engine)                         fitted, see ENGINE_OVERHEAD_S_PER_LAYER
       + layers * [GEMM(QKV) + GEMM(O) + MLP](m = padded tokens)
@@ -22,6 +22,12 @@ efficiency. Decode batches are padded to vLLM's CUDA-graph capture sizes (1, 2, 
 then multiples of 8 up to 512: ``vllm/config/compilation.py`` default
 ``cudagraph_capture_sizes``) because the padded rows are computed too.
 
+Whose kernels: the engine's own tables where they were measured on this GPU and cover the
+replica, else vLLM 0.24.0's (``source_detail`` says which). NVFP4 weights (``fp4``) use the
+measured NVFP4 GEMM and fused-MoE tables where the GPU has them (Blackwell); elsewhere
+:mod:`apmw.perf.scaled` reads them from the fp8 tables. MLA (DeepSeek-V3/R1, Kimi) and other
+attention kinds are not composed here (the plain roofline prices them).
+
 The model is built once per replica: per-model curves over the tables' token grid
 are precomputed, so an iteration costs a few ``np.interp`` calls and stays vectorised
 over the capacity layer's (batch x prefills) arrays.
@@ -36,23 +42,25 @@ import numpy as np
 from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
-from apmw.perf.efficiency import DEFAULT_EFFICIENCY
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS
 from apmw.perf.parallelism import Layout
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
-from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
+from apmw.perf.tables import BASE_ENGINE, KernelTables, bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
 
-_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
+# Weight dtype -> GEMM table. "fp4" is NVFP4 (W4A4, measured on Blackwell only; a GPU without the
+# table reads fp4 weights from its fp8 table through apmw.perf.scaled).
+_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4"}
 # Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
 # checkpoints (DeepSeek, Qwen3 FP8) are block-scaled; MXFP4 is gpt-oss's format.
+# apmw's "fp4" is either; MXFP4 (gpt-oss) first, then NVFP4 (Blackwell tables only).
 _MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8block", "fp8"),
-               "fp4": ("mxfp4",), "mxfp4": ("mxfp4",)}
+               "fp4": ("mxfp4", "nvfp4"), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4",)}
 # 4-bit MoE checkpoints quantise only the experts: gpt-oss's MXFP4 config.json lists
 # self_attn, the router, the embeddings and lm_head in modules_to_not_convert, so those
 # GEMMs run in bf16.
 _DENSE_DTYPE_OF_4BIT_MOE = "bf16"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-_TP_SIZES = (1, 2, 4, 8)
 
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
 # The fused-MoE tables (vLLM 0.24 kernels, synthetic power-law 1.01 routing) reach 310-440
@@ -61,7 +69,8 @@ _TP_SIZES = (1, 2, 4, 8)
 # (vLLM 0.16, fp8 block) both came out 1.4-1.8x the table's. FITTED at 150 on the InferenceMAX
 # h100 gpt-oss rows (`python bench/accuracy.py --fit`, jointly with that harness's request
 # overhead); held out: h200 gpt-oss and MiniMax-M2.5 (docs/accuracy.md). Decode-sized batches
-# stay on the table: their FLOPs are far below the ceiling.
+# stay on the table: their FLOPs are far below the ceiling. Off Hopper it scales by the GPU's
+# dense bf16 peak over Hopper's (as Efficiency.served_moe_flops_per_s does in the plain roofline).
 SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_per_s or 0.0) / 1e12 or None
 
 # Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
@@ -73,32 +82,63 @@ SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_p
 # L/2. SGLang, like vLLM, dequantises fp8 KV on read (sgl-project/sglang issue #10083),
 # so it keeps the measured fp8 table. Checked on MLPerf Offline rows: docs/accuracy.md.
 BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
+# That correction applies only where the measured decode kernel is FlashAttention 3 (Hopper vLLM).
+# On Blackwell vLLM decodes with FlashInfer's TensorRT-LLM-generated kernel, which reads fp8 KV
+# natively: its fp8 / bf16 time at 4-128 sequences x 1-8k context is 0.58-0.66 (B200, GB300,
+# 32/8 heads), as TensorRT-LLM's own table (0.59-0.65), where H200's FA3 gives 0.73-0.83.
+_DEQUANTISING_FP8_KV_KERNELS = ("vllm_flash_attn_fa3",)
 
 
 
 def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
-                    layout: Layout | None = None) -> str | None:
-    """Why the measured tables cannot model this replica, or None when they can."""
+                    layout: Layout | None = None, engine: str = DEFAULT_ENGINE) -> str | None:
+    """Why the measured tables cannot model this replica, or None when they can (``engine``'s own
+    tables, or vLLM's standing in for them: :func:`covering_tables`)."""
+    return covering_tables(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine)[1]
+
+
+def covering_tables(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
+                    layout: Layout | None = None,
+                    engine: str = DEFAULT_ENGINE) -> tuple[KernelTables | None, str | None]:
+    """The tables that model this replica and None, or None and why none can.
+
+    ``engine``'s own tables where they were measured on this GPU and cover the replica, else vLLM's.
+    """
     if layout is not None and layout != Layout.tensor(gpus):
-        return f"layout {layout.describe()}: the tables compose tensor-parallel replicas only"
-    tables = load_tables(gpu.name)
-    if tables is None:
-        return f"no measured kernel tables for {gpu.name}"
+        return None, f"layout {layout.describe()}: the tables compose tensor-parallel replicas only"
+    own = load_tables(gpu.name, engine)
+    if own is None:
+        return None, f"no measured kernel tables for {gpu.name}"
     try:
         if get_gpu(gpu.name) != gpu:
-            return f"{gpu.name} has overridden fields; the measured tables are for the stock part"
+            return None, f"{gpu.name} has overridden fields; the measured tables are for the stock part"
     except UnknownNameError:
-        return f"no measured kernel tables for {gpu.name}"
+        return None, f"no measured kernel tables for {gpu.name}"
+    gap = _tables_gap(own, arch, gpus, weight_dtype, kv_dtype)
+    if gap is not None and own.engine != BASE_ENGINE:
+        base = load_tables(gpu.name, BASE_ENGINE)
+        if base is not None and _tables_gap(base, arch, gpus, weight_dtype, kv_dtype) is None:
+            return base, None
+    return (own, None) if gap is None else (None, gap)
+
+
+def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtype: str,
+                kv_dtype: str) -> str | None:
     if arch.attention != "gqa" or arch.linear_attention_layers:
         return f"attention kind '{arch.attention}' (or linear-attention layers) is not in the tables"
-    if gpus not in _TP_SIZES:
-        return f"tensor parallelism {gpus} has no measured all-reduce (have {_TP_SIZES})"
+    if gpus > 1 and not tables.has(f"ar_{gpus}"):
+        have = sorted(int(k[3:]) for k in tables.keys("ar_") if k[3:].isdigit())
+        return (f"tensor parallelism {gpus} has no measured all-reduce on {tables.gpu} "
+                f"(have {', '.join(map(str, [1, *have]))})")
     if arch.moe_layers:
         gap = _moe_gap(arch, tables, gpus, weight_dtype)
         if gap:
             return gap
-    elif weight_dtype.lower() not in _GEMM_DTYPE:
-        return f"weight dtype {weight_dtype} has no measured GEMM table (have bf16, fp8)"
+    if not arch.moe_layers or weight_dtype.lower() not in ("fp4", "mxfp4", "nvfp4"):
+        dt = _GEMM_DTYPE.get(weight_dtype.lower())
+        if dt is None or not tables.has("gemm_" + dt):
+            have = ", ".join(k[5:] for k in tables.keys("gemm_") if k not in ("gemm_m", "gemm_n", "gemm_k"))
+            return f"weight dtype {weight_dtype} has no measured GEMM table on {tables.gpu} (have {have})"
     if kv_dtype.lower() not in _KV_DTYPE:
         return f"KV dtype {kv_dtype} has no measured attention table (have bf16, fp8)"
     key = _attn_key(arch, gpus, kv_dtype)
@@ -155,11 +195,11 @@ class _Curves:
     ar_s: np.ndarray              # all layers' all-reduces at each message size (elements)
     elementwise_s_per_token: float
     source: str
+    tables_engine: str            # whose kernels were measured (vLLM's stand in for an engine without tables)
 
 
-def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
+def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
             bandwidth_eff: float, engine: str = DEFAULT_ENGINE) -> _Curves:
-    t = load_tables(gpu.name)
     dt = _dense_gemm_dtype(arch, weight_dtype)
     h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
     heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
@@ -170,9 +210,12 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
         moe = t[_moe_key(arch, t, g, weight_dtype)]
         moe_s = interp_extrapolate(t["gemm_m"], t["moe_tokens"], moe)
         if SERVED_MOE_TFLOPS_PER_GPU:
-            # the routed experts' FLOPs on this rank can run no faster than the served ceiling
+            # the routed experts' FLOPs on this rank can run no faster than the served ceiling, fitted
+            # on Hopper and scaled by the dense bf16 peak elsewhere, as the plain roofline does
+            # (apmw.perf.step; ASSUMPTION: served MoE kernels keep pace with the peak)
+            ceiling = SERVED_MOE_TFLOPS_PER_GPU * 1e12 * gpu.bf16_flops / HOPPER_BF16_FLOPS
             flops = t["gemm_m"] * arch.experts_per_token * 6 * h * arch.expert_intermediate_size / g
-            moe_s = np.maximum(moe_s, flops / (SERVED_MOE_TFLOPS_PER_GPU * 1e12))
+            moe_s = np.maximum(moe_s, flops / ceiling)
         mlp = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
     else:
         inter = arch.dense_intermediate_size / g
@@ -183,7 +226,8 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
     key = _attn_key(arch, g, kv_dtype)
     dec_key, dec_ctx_scale = key, 1.0
     bf16_key = _attn_key(arch, g, "bf16")
-    if (engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and _KV_DTYPE[kv_dtype.lower()] == "fp8"
+    if (engine in BANDWIDTH_BOUND_FP8_KV_ENGINES and t.engine != engine and _KV_DTYPE[kv_dtype.lower()] == "fp8"
+            and any(k in _DEQUANTISING_FP8_KV_KERNELS for k in t.kernels.get("generation_attention_perf", ()))
             and t.has("dec_" + bf16_key)):
         dec_key, dec_ctx_scale = bf16_key, 0.5
     isl = t["ctx_isl"]
@@ -205,7 +249,7 @@ def _curves(arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtyp
                    dec_window_s=arch.sliding_window_layers * t["dec_" + dec_key],
                    window=float(arch.sliding_window or 0), ctx_isl=isl,
                    ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
-                   elementwise_s_per_token=elem_s, source=t.source)
+                   elementwise_s_per_token=elem_s, source=t.source, tables_engine=t.engine)
 
 
 @dataclass(frozen=True)
@@ -216,13 +260,14 @@ class CalibratedStepModel(RooflineFigures):
     curves: _Curves | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        gap = calibration_gap(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype, self.layout)
-        if gap is not None:
+        tables, gap = covering_tables(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype, self.layout,
+                                      self.engine)
+        if tables is None:
             raise UnknownNameError(f"no calibrated step model: {gap}; use apmw.perf.roofline.RooflineStepModel")
         if self.engine not in ENGINE_OVERHEAD_S_PER_LAYER:
             raise UnknownNameError(f"unknown engine '{self.engine}'; "
                                    f"use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")
-        object.__setattr__(self, "curves", _curves(self.arch, self.gpu, self.gpus, self.weight_dtype,
+        object.__setattr__(self, "curves", _curves(tables, self.arch, self.gpu, self.gpus, self.weight_dtype,
                                                    self.kv_dtype, self.efficiency.bandwidth, self.engine))
 
     @property
@@ -233,7 +278,10 @@ class CalibratedStepModel(RooflineFigures):
     def source_detail(self) -> str:
         how = "fitted" if self.engine == "vllm" else "assumed"
         per_layer = ENGINE_OVERHEAD_S_PER_LAYER[self.engine]
-        return (f"calibrated: {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
+        kernels = (f"{self.engine}'s own kernel tables" if self.curves.tables_engine == self.engine else
+                   f"{self.curves.tables_engine}'s kernel tables standing in for {self.engine}'s "
+                   f"(none measured for {self.engine} on {self.gpu.name})")
+        return (f"calibrated: {kernels}, {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
                 f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})")
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:

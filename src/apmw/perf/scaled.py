@@ -30,7 +30,10 @@ tables, and the ratio carries the byte and peak-rate difference. The result is t
 ``roofline``: nothing was measured on this GPU.
 
 Checked on held-out runs on B200 and B300 (NVIDIA's silicon runs of MiniMax-M2.5 on vLLM
-0.19, InferenceMAX's gpt-oss-120b on vLLM and TensorRT-LLM): docs/accuracy.md.
+0.19, InferenceMAX's gpt-oss-120b on vLLM and TensorRT-LLM): docs/accuracy.md, from before those
+GPUs had tables of their own; they now scale from H200 only for shapes their own tables lack
+(``SCALED_FROM_WHERE_UNCOVERED``), and tests/perf/test_scaled.py checks H200's iteration scaled
+to B200 against B200's own measured one.
 """
 
 from __future__ import annotations
@@ -48,14 +51,28 @@ from apmw.perf.parallelism import Layout
 from apmw.perf.step import IterationLoad, RooflineFigures
 from apmw.perf.tables import load_tables
 
-# Spec-sheet GPU -> the measured GPU whose calibrated iteration it is scaled from.
+# Spec-sheet GPU -> the measured GPU whose calibrated iteration it is scaled from. Only GPUs
+# without tables of their own are here (B200, B300, GB200 and GB300 have theirs since issue 22).
 # H100-PCIe: the same GH100 die and Hopper kernels as the SXM part, at lower clocks and
-# bandwidth. Blackwell parts (B200, B300, GB200, GB300): the H200, the measured GPU with
-# the same memory technology (HBM3e); checked on held-out B200/B300 runs (docs/accuracy.md).
-# Not scaled: A100 (Ampere has no fp8 and its own Vidur-measured efficiencies,
-# apmw.perf.efficiency), L40S (GDDR6), AMD parts (other kernels and software stack).
+# bandwidth. H800: the H100-SXM silicon (same die, clocks, HBM3 at 3.35 TB/s, tensor rates) with
+# NVLink cut to 400 GB/s; its kernels take H100's measured times (ratio 1) and its all-reduces
+# scale by the scale-up bandwidth ratio (200 / 450 GB/s per direction).
+# Not scaled: H20 (a Hopper part whose dense bf16 peak is 15 % of H100's at more bandwidth, so its
+# roofline ridge is 37 FLOP/byte against H100's 295: decode batches of a few dozen turn compute-
+# bound on H20 where they stream weights on every measured GPU, so no measured iteration splits
+# into the shares this scaling assumes; nothing on H20 was measured to check it), A100 (Ampere
+# has no fp8 and its own Vidur-measured efficiencies, apmw.perf.efficiency), L40S (GDDR6), AMD
+# parts (other kernels and software stack).
 SCALED_FROM = {
     "H100-PCIe-80GB": "H100-SXM5-80GB",
+    "H800-SXM5-80GB": "H100-SXM5-80GB",
+}
+
+# A GPU with its own tables whose tables lack a replica's shape (an MoE shape or TP size measured
+# on H200 but not on this GPU: GB200's all-reduce rows stop at TP 4) is scaled from this relative,
+# as every Blackwell part was before it had tables: the measured GPU with the same memory
+# technology (HBM3e), checked on held-out B200/B300 runs (docs/accuracy.md).
+SCALED_FROM_WHERE_UNCOVERED = {
     "B200-SXM-180GB": "H200-SXM-141GB",
     "B300-SXM-288GB": "H200-SXM-141GB",
     "GB200 (per GPU)": "H200-SXM-141GB",
@@ -88,7 +105,8 @@ def step_time_basis(gpu_name: str) -> str:
     "scaled from <GPU>" (a measured relative's, :class:`ScaledStepModel`) or "plain roofline".
 
     It is the GPU's best case: a model shape the tables do not cover (MLA attention, an unmeasured
-    MoE shape) falls back to the plain roofline even on a calibrated GPU.
+    MoE shape) is scaled from ``SCALED_FROM_WHERE_UNCOVERED`` where that relative covers it, else
+    priced by the plain roofline, even on a calibrated GPU.
     """
     ref = reference_gpu(get_gpu(gpu_name))
     if ref is None:
@@ -161,20 +179,33 @@ _EMPTY = IterationLoad(decode_seqs=1.0, prefill_tokens=0.0, kv_read_bytes=0.0, a
 def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                       efficiency: Efficiency, engine: str,
                       layout: Layout | None = None) -> ScaledStepModel | None:
-    """The step model of ``gpu`` scaled from its measured relative, or None where none covers it
-    (the relative's tables hold tensor-parallel replicas only)."""
-    ref_gpu = reference_gpu(gpu)
-    if ref_gpu is None or (layout is not None and layout != Layout.tensor(gpus)):
+    """The step model of ``gpu`` scaled from a measured GPU, or None where none covers it (the
+    tables hold tensor-parallel replicas only).
+
+    The measured GPU is its own stock part where it has tables (a format they lack, read from
+    the fp8 tables), else its relative in ``SCALED_FROM``; then, for a shape its own tables lack,
+    ``SCALED_FROM_WHERE_UNCOVERED``.
+    """
+    if layout is not None and layout != Layout.tensor(gpus):
         return None
+    refs = [reference_gpu(gpu)]
+    try:
+        fallback = SCALED_FROM_WHERE_UNCOVERED.get(get_gpu(gpu.name).name)
+    except UnknownNameError:
+        fallback = None
+    if fallback:
+        refs.append(get_gpu(fallback))
     weight_options = dict.fromkeys((weight_dtype, _STAND_IN_DTYPE.get(weight_dtype.lower(), weight_dtype)))
     kv_options = dict.fromkeys((kv_dtype, _STAND_IN_DTYPE.get(kv_dtype.lower(), kv_dtype)))
-    for ref_weight in weight_options:
-        for ref_kv in kv_options:
-            if calibration_gap(arch, ref_gpu, gpus, ref_weight, ref_kv) is None:
-                ref = CalibratedStepModel(arch=arch, gpu=ref_gpu, gpus=gpus, weight_dtype=ref_weight,
-                                          kv_dtype=ref_kv, efficiency=efficiency_for_gpu(ref_gpu.name),
-                                          layout=layout, engine=engine)
-                return ScaledStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                       efficiency=efficiency, layout=layout,
-                                       reference=ref)
+    for ref_gpu in refs:
+        if ref_gpu is None:
+            continue
+        for ref_weight in weight_options:
+            for ref_kv in kv_options:
+                if calibration_gap(arch, ref_gpu, gpus, ref_weight, ref_kv, engine=engine) is None:
+                    ref = CalibratedStepModel(arch=arch, gpu=ref_gpu, gpus=gpus, weight_dtype=ref_weight,
+                                              kv_dtype=ref_kv, efficiency=efficiency_for_gpu(ref_gpu.name),
+                                              layout=layout, engine=engine)
+                    return ScaledStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
+                                           kv_dtype=kv_dtype, efficiency=efficiency, layout=layout, reference=ref)
     return None

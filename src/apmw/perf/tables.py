@@ -1,8 +1,11 @@
 """Measured kernel tables shipped with apmw, and exact interpolation in them.
 
-The tables are built by ``scripts/build_calibration.py`` from aiconfigurator's vLLM
-0.24.0 kernel database for H100-SXM and H200-SXM (``catalog/data/calibration/*.npz``;
-sources and the build report are stored in each file's ``meta``). Interpolation is
+The tables are built by ``scripts/build_calibration.py`` from aiconfigurator's kernel
+database (``catalog/data/calibration/*.npz``, sources in ``SOURCES.md`` there and in each
+file's ``meta`` with the build report): vLLM 0.24.0's kernels on H100-SXM, H200-SXM, B200,
+B300, GB200 and GB300 (``<system>.npz``), and an engine's own kernels where they differ
+materially from vLLM's (``<system>__<engine>.npz``). :func:`load_tables` gives an engine its
+own tables where they exist, else vLLM's (``KernelTables.engine`` says whose). Interpolation is
 piecewise linear on each table axis, so it returns the stored value at every measured
 grid point and is monotone wherever the table is (the builder makes every table
 monotone in tokens, batch and context).
@@ -18,8 +21,11 @@ import numpy as np
 
 _DIR = Path(__file__).resolve().parent.parent / "catalog" / "data" / "calibration"
 
-# Catalogue GPU name -> table file. Only GPUs with measured tables are here.
-CALIBRATED_GPUS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm"}
+# Catalogue GPU name -> table file stem. Only GPUs with measured tables are here.
+CALIBRATED_GPUS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm", "B200-SXM-180GB": "b200_sxm",
+                   "B300-SXM-288GB": "b300_sxm", "GB200 (per GPU)": "gb200", "GB300 (per GPU)": "gb300"}
+# Whose kernels the plain ``<system>.npz`` holds; other engines' files are ``<system>__<engine>.npz``.
+BASE_ENGINE = "vllm"
 
 
 class KernelTables:
@@ -34,10 +40,19 @@ class KernelTables:
         self._npz = np.load(path)
         self._names = set(self._npz.files)
         self._cache: dict[str, np.ndarray] = {}
-        self.source = json.loads(str(self._npz["meta"]))["source"]
+        meta = json.loads(str(self._npz["meta"]))
+        self.source: str = meta["source"]
+        # whose kernels these are, and the release measured: "vllm", "0.24.0"
+        self.engine, _, self.engine_version = meta.get("engine", f"{BASE_ENGINE} ").partition(" ")
+        # the kernel sources measured, per aiconfigurator table ("generation_attention_perf", ...)
+        self.kernels: dict[str, list[str]] = meta.get("kernels", {})
 
     def has(self, key: str) -> bool:
         return key in self._names
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """The stored table names starting with ``prefix``, sorted."""
+        return sorted(k for k in self._names if k.startswith(prefix))
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self._cache:
@@ -46,11 +61,28 @@ class KernelTables:
 
 
 @lru_cache(maxsize=None)
-def load_tables(gpu_name: str) -> KernelTables | None:
-    """The tables for a catalogue GPU, or None when it has none (roofline only)."""
+def load_tables(gpu_name: str, engine: str = BASE_ENGINE) -> KernelTables | None:
+    """The tables for a catalogue GPU, or None when it has none (roofline only).
+
+    ``engine``'s own tables where they were built for this GPU, else vLLM's (read
+    ``.engine`` on the result).
+    """
     stem = CALIBRATED_GPUS.get(gpu_name)
     if stem is None:
         return None
+    if engine != BASE_ENGINE and (_DIR / f"{stem}__{engine}.npz").exists():
+        return _load(gpu_name, f"{stem}__{engine}")
+    return _load(gpu_name, stem)
+
+
+def has_engine_tables(gpu_name: str, engine: str) -> bool:
+    """Whether ``engine``'s own kernels were measured on this GPU (not vLLM's standing in)."""
+    stem = CALIBRATED_GPUS.get(gpu_name)
+    return stem is not None and (engine == BASE_ENGINE or (_DIR / f"{stem}__{engine}.npz").exists())
+
+
+@lru_cache(maxsize=None)
+def _load(gpu_name: str, stem: str) -> KernelTables:
     return KernelTables(gpu_name, _DIR / f"{stem}.npz")
 
 

@@ -96,3 +96,11 @@ def test_the_contrast_paragraph_is_what_apmw_contrast_computes(plans):
     assert numbers == [round(chat["output_tokens_per_s_per_mw"], 2), round(chat["agents_per_mw"], 2),
                        round(chat["residence_s_per_output_token"], 2),
                        round(research["output_tokens_per_s_per_mw"], 2), round(research["agents_per_mw"], 2)]
+
+
+def test_the_buyers_comparison_is_what_the_bench_script_prints():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("buyers_comparison", ROOT / "bench" / "buyers_comparison.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.markdown(module.rows()) in README

@@ -150,24 +150,17 @@ def test_mtp_speeds_up_deepseek_decode_by_its_accepted_tokens():
     assert 1.2 < base / mtp < 1.85 / 1.04
 
 
-@pytest.mark.parametrize("engine,scale", [("vllm", 8), ("sglang", 1)])
+@pytest.mark.parametrize("engine,scale", [("vllm", 8), ("sglang", 1), ("trtllm", 8)])
 def test_batch_limit_and_token_budget_under_attention_dp_follow_the_engine(engine, scale):
     from apmw.perf import replica_from_spec
 
     d = _deepseek(True)
     d["serving"].update(engine=engine, max_batch=64, max_batched_tokens=4096)
     policy = replica_from_spec(spec_from_dict(d)).policy
-    # vLLM: one engine core per DP rank, each with its own limits; SGLang: the server's totals
+    # vLLM: one engine core per DP rank, each with its own limits; TensorRT-LLM: a scheduler per rank;
+    # SGLang: the server's totals
     assert (policy.max_batch, policy.token_budget) == (64 * scale, 4096 * scale)
 
-
-def test_attention_dp_on_trtllm_is_refused_not_guessed():
-    from apmw.perf import replica_from_spec
-
-    d = _deepseek(True)
-    d["serving"]["engine"] = "trtllm"
-    with pytest.raises(ApmwError, match="attention_data_parallel with engine trtllm"):
-        replica_from_spec(spec_from_dict(d))
 
 
 def test_a_rack_with_attention_dp_does_not_queue_behind_one_rank_limit():

@@ -25,8 +25,8 @@ layers, shared experts, embeddings, LM head) under attention data parallelism, `
   the dense weights are replicated per rank and sharded over its ``tp`` GPUs.
 * SGLang under ``--enable-dp-attention`` runs the dense MLPs tensor parallel over the whole
   ``--tp-size`` (``moe_dense_tp_size`` unset, server_args.py), i.e. over ``tp x dp`` GPUs.
-* TensorRT-LLM: its attention-DP batch limits are not established here (the serving policy refuses
-  it), so its dense placement is not needed.
+* TensorRT-LLM keeps its FFN module tensor parallel over ``tensor_parallel_size`` (all ``tp x dp``
+  GPUs) whether attention runs TP or DP ("Parallelism in TensorRT LLM", FFN module parallelism).
 
 The batch limit and token budget apply per DP rank or per replica as
 :func:`apmw.perf.serving_policy.schedulers_per_limit` says.
@@ -98,7 +98,7 @@ class Layout:
 
 def dense_tp(engine: str, tp: int, dp: int) -> int:
     """The tensor-parallel size of the dense (non-attention, non-routed) weights (module docstring)."""
-    return tp * dp if engine == "sglang" else tp
+    return tp * dp if engine in ("sglang", "trtllm") else tp
 
 
 def layout_of(serving: Serving, gpus: int) -> Layout:

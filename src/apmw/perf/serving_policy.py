@@ -296,15 +296,17 @@ def schedulers_per_limit(engine: str, attention_dp_ranks: int) -> int:
     - SGLang reads both as the server's totals and divides them among its DP workers
       (server_args.py: ``chunked_prefill_size // dp_size`` when DP attention is on; the scheduler's
       ``max_running_requests // dp_size``).
-    - TensorRT-LLM's ``max_batch_size`` under attention DP is not established here; it is refused.
+    - TensorRT-LLM's PyTorch backend runs a scheduler on every rank with ``max_batch_size`` as its
+      capacity and ``max_num_tokens`` as its budget; under attention DP a global step assigns new
+      requests to ranks, each within its own ``max_num_active_requests``
+      (tensorrt_llm/_torch/pyexecutor/scheduler.py, ``SimpleUnifiedScheduler``: "Attention DP mode:
+      Global coordination across all TP ranks"), so both apply per rank.
     """
     if attention_dp_ranks <= 1 or engine == "sglang":
         return 1
-    if engine == "vllm":
+    if engine in ("vllm", "trtllm"):
         return attention_dp_ranks
-    raise ApmwError(f"serving.attention_data_parallel with engine {engine}: whether its batch limit and token "
-                    "budget apply per attention-DP rank or to the whole replica is not established here, so apmw "
-                    "does not guess; use engine vllm or sglang, or leave attention_data_parallel off")
+    raise ApmwError(f"attention data parallelism with engine {engine} is not modelled; use vllm, sglang or trtllm")
 
 
 def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,

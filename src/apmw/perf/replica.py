@@ -125,7 +125,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     if moe_dtype == weight_dtype or not arch.moe_layers:
         moe_dtype = None
     calibrated = calibrated and moe_dtype is None
-    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout) is None:
+    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine=engine) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                                    efficiency=efficiency, layout=layout, engine=engine)
     if calibrated:

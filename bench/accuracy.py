@@ -87,7 +87,9 @@ from apmw.perf.scaled import ScaledStepModel  # noqa: E402
 from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT,  # noqa: E402
                                      kv_fit_requests, predict, predict_with, replica_for_benchmark,
                                      replica_power_w)
+from apmw.capacity.disaggregated_benchmark import Workers, predict_disaggregated  # noqa: E402
 from apmw.capacity.open_loop import predict_open_loop  # noqa: E402
+from apmw.catalog.systems import link_bandwidth_bytes_per_s, system_for_gpu  # noqa: E402
 from apmw.perf.serving_policy import MAX_BATCH, REQUEST_OVERHEAD_S, default_max_batch  # noqa: E402
 from apmw.spec import Serving  # noqa: E402
 
@@ -107,7 +109,9 @@ IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vl
                "nvidia/DeepSeek-R1-0528-FP4-V2": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang")}
 # InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
 IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200",
-             "mi300x": "MI300X", "mi325x": "MI325X", "mi355x": "MI355X"}
+             "mi300x": "MI300X", "mi325x": "MI325X", "mi355x": "MI355X",
+             # the disaggregated rows' runners: a GB200 NVL72 rack, AMD's MI355X cluster
+             "gb200": "GB200", "mi355x-amd_0": "MI355X"}
 # ATOM (AMD's engine) is priced with SGLang's serving policy: ASSUMPTION in the docstring
 IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm", "atom": "sglang"}
 # KV dtype a framework's launch scripts set whatever the model (ATOM: --kv_cache_dtype fp8)
@@ -160,6 +164,10 @@ class Row:
     layout_kind: str = "TP-only"
     csv_rows: int = 1
     legacy: bool = True
+    # disaggregated InferenceMAX rows: (prefill Workers, decode Workers) for
+    # apmw.capacity.disaggregated_benchmark, and the per-prefill-GPU link the KV crosses
+    disagg: tuple | None = None
+    kv_link_bytes_per_s: float | None = None
 
 
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
@@ -271,6 +279,129 @@ def imax_rows(data: Path) -> list[Row]:
                                f"{r.isl}/{r.osl} c{r.conc}"),
                         note=note, gpus=int(r.tp), layout=layout, framework=r.framework, precision=r.precision,
                         layout_kind=kind, csv_rows=int(r.csv_rows), legacy=legacy))
+    return rows
+
+
+# Disaggregated rows: the CSV's framework -> apmw's engine (both sides run it)
+IMAX_DISAGG_ENGINES = {"dynamo-sglang": "sglang", "dynamo-trt": "trtllm", "sglang-disagg": "sglang"}
+
+
+def imax_disagg_model(model: str, precision: str, framework: str) -> tuple[str, str, str]:
+    """(apmw model, weight dtype, KV dtype) of a disaggregated row (ASSUMPTIONs in the docstring)."""
+    if "gpt-oss" in model:
+        return "openai/gpt-oss-120b", "fp4", "bf16"
+    if "deepseek-r1" not in model.lower():
+        raise ApmwError(f"model {model} not known to the accuracy script")
+    # Dynamo's GB200 SGLang script passes no --kv-cache-dtype: SGLang's "auto", the FP8 checkpoint's bf16
+    kvd = "bf16" if framework == "dynamo-sglang" and precision == "fp8" else "fp8"
+    return "deepseek-ai/DeepSeek-R1", precision, kvd
+
+
+def _side_layout(side: str, framework: str, workers, tp, ep, dp_attention, gpus_total) -> tuple[Workers, str]:
+    """One side's Workers from the CSV's ``<side>_num_workers, _tp, _ep, _dp_attention`` and
+    ``num_<side>_gpu`` (imax_disagg_workers)."""
+    workers, gpus_total = int(workers), int(gpus_total)
+    if workers < 1 or gpus_total < 1 or gpus_total % workers:
+        raise ApmwError(f"{side}: {gpus_total} GPUs do not split into {workers} workers")
+    gpus = gpus_total // workers
+    if framework == "dynamo-sglang":
+        # the CSV's tp/ep/dp_attention "do nothing" (InferenceMAX's config): Dynamo's GB200 scripts
+        # launch every worker as --tp-size N --dp-size N with DeepEP MoE over its N GPUs (DEP N)
+        attn_tp, layout, kind = imax_layout(gpus, gpus, True)
+    else:
+        dp = bool(dp_attention) and not (isinstance(dp_attention, float) and math.isnan(dp_attention))
+        # with attention DP the CSV's tp is the worker's GPUs (trtllm) or each rank's attention TP, 1 (AMD)
+        if int(tp) != gpus and not (dp and int(tp) == 1):
+            raise ApmwError(f"{side}: tp {int(tp)} does not match the {gpus} GPUs of each of {workers} workers")
+        attn_tp, layout, kind = imax_layout(gpus, ep, dp)
+    return Workers(count=workers, tp=attn_tp, layout=layout), kind
+
+
+def imax_disagg_workers(r) -> tuple[Workers, Workers, str]:
+    """A disaggregated InferenceMAX row's prefill and decode workers as apmw lays them out, and a kind
+    ('P <kind> x n / D <kind> x m'); ApmwError (the reason) where apmw cannot express the row.
+
+    Each side has ``<side>_num_workers`` workers sharing ``num_<side>_gpu`` GPUs (InferenceMAX's
+    process_result.py reads those from PREFILL_GPUS / DECODE_GPUS, not from tp x workers). The
+    worker's layout is ``imax_layout`` of its GPU count, the side's ``ep`` and ``dp_attention``,
+    except Dynamo's SGLang rows, whose fields are placeholders (every worker is DEP over its GPUs).
+    A worker larger than the system's scale-up domain (more than one MI355X node) is refused: its
+    expert all-to-all would cross a scale-out network apmw only assumes.
+    """
+    gpu = resolve_gpu(IMAX_GPUS[r.hw])
+    system = system_for_gpu(gpu.name)
+    sides = []
+    for side in ("prefill", "decode"):
+        w, kind = _side_layout(side, r.framework, getattr(r, f"{side}_num_workers"), getattr(r, f"{side}_tp"),
+                               getattr(r, f"{side}_ep"), getattr(r, f"{side}_dp_attention"),
+                               getattr(r, f"num_{side}_gpu"))
+        gpus = w.tp * (w.layout or {}).get("dp_attention", 1)
+        if system is not None and gpus > system.scaleup_domain_gpus:
+            raise ApmwError(f"a {side} worker of {gpus} GPUs spans {gpus // system.gpus_per_node} {system.name} "
+                            f"nodes: its expert all-to-all crosses the scale-out network "
+                            f"({system.scaleout_nic}), which apmw does not know")
+        sides.append((w, f"{kind} x{w.count}"))
+    (pre, pk), (dec, dk) = sides
+    return pre, dec, f"disagg P {pk} / D {dk}"
+
+
+def imax_disagg_rows(data: Path) -> list[Row]:
+    """Every disaggregated InferenceMAX point (repeated runs of one setting merged by their median).
+
+    ``conc`` is the benchmark client's --max-concurrency against the one frontend: the total over
+    every decode worker (it matches Little's law with the measured mean E2E latency within 7 %).
+    The CSV's ``output_tput_per_gpu`` is output tokens/s over the *decode* GPUs and ``tput_per_gpu``
+    total tokens/s over all GPUs (InferenceMAX's process_result.py; the CSV agrees); the measured
+    output tokens/s per GPU compared here is over all GPUs, as apmw's."""
+    d = pd.read_csv(data / "inferencemax" / "inferencemax_agg_bmk.csv")
+    d = d[d.disagg.fillna(False).astype(bool)].copy()
+    d["spec_decoding"] = d.spec_decoding.fillna("none")
+    for side in ("prefill", "decode"):
+        d[f"{side}_dp_attention"] = d[f"{side}_dp_attention"].astype(str).str.lower() == "true"
+    keys = ["hw", "model", "framework", "precision", "spec_decoding", "isl", "osl", "conc",
+            "prefill_num_workers", "prefill_tp", "prefill_ep", "prefill_dp_attention", "num_prefill_gpu",
+            "decode_num_workers", "decode_tp", "decode_ep", "decode_dp_attention", "num_decode_gpu"]
+    g = d.groupby(keys, as_index=False).agg(
+        mean_ttft=("mean_ttft", "median"), median_ttft=("median_ttft", "median"),
+        mean_tpot=("mean_tpot", "median"), output_tput_per_gpu=("output_tput_per_gpu", "median"),
+        tput_per_gpu=("tput_per_gpu", "median"), mean_e2el=("mean_e2el", "median"),
+        csv_rows=("mean_ttft", "size"))
+    rows = []
+    for r in g.itertuples():
+        note, pre, dec, kind, link = "", None, None, "disagg", None
+        gpus = int(r.num_prefill_gpu + r.num_decode_gpu)
+        try:
+            model, wdt, kvd = imax_disagg_model(r.model, r.precision, r.framework)
+            note = f"{wdt}/{kvd}"
+            pre, dec, kind = imax_disagg_workers(r)
+            system = system_for_gpu(resolve_gpu(IMAX_GPUS[r.hw]).name)
+            # the KV hand-off: NVLink where the whole deployment sits in one scale-up domain (a GB200
+            # NVL72 rack; Dynamo's scripts force multi-node NVLink, MC_FORCE_MNNVL=1), else the NICs
+            link = link_bandwidth_bytes_per_s(system, gpus)
+        except ApmwError as exc:
+            model, wdt = r.model, r.precision
+            note = f"not modelled: {exc}"
+        if r.framework not in IMAX_DISAGG_ENGINES:
+            note = f"not modelled: framework {r.framework}"
+        elif r.spec_decoding != "none":
+            note = f"not modelled: speculative decoding ({r.spec_decoding})"
+        short = model.split("/")[-1]
+        measured_out = r.output_tput_per_gpu * r.num_decode_gpu / gpus    # over all GPUs (docstring)
+        rows.append(Row(source="InferenceMAX", split="held-out", model=model, gpu=IMAX_GPUS.get(r.hw, r.hw),
+                        engine=IMAX_DISAGG_ENGINES.get(r.framework, r.framework), tp=0,
+                        scenario="fixed-concurrency (disaggregated)", isl=round(0.9 * r.isl),
+                        osl=round(0.9 * r.osl), length_spread=0.2 / 0.9, rate_per_replica=None,
+                        concurrency=int(r.conc),
+                        measured={"ttft_s": r.mean_ttft, "tpot_s": r.mean_tpot,
+                                  "output_tokens_per_s_per_gpu": measured_out,
+                                  "total_tokens_per_s_per_gpu": r.tput_per_gpu,
+                                  "median_ttft_s": r.median_ttft, "e2e_s": r.mean_e2el},
+                        label=(f"{r.hw} {short} {r.precision} {r.framework} {int(r.num_prefill_gpu)}P"
+                               f"{int(r.prefill_num_workers)}w+{int(r.num_decode_gpu)}D{int(r.decode_num_workers)}w "
+                               f"{r.isl}/{r.osl} c{r.conc}" + ("" if r.spec_decoding == "none" else f" {r.spec_decoding}")),
+                        note=note, gpus=gpus, framework=r.framework, precision=r.precision, layout_kind=kind,
+                        csv_rows=int(r.csv_rows), legacy=False, disagg=(pre, dec) if pre else None,
+                        kv_link_bytes_per_s=link))
     return rows
 
 
@@ -414,6 +545,9 @@ def predict_row(row: Row) -> None:
     if row.note.startswith("not modelled"):
         row.predicted = None
         return
+    if row.disagg:
+        predict_disagg_row(row)
+        return
     try:
         if row.source in ("InferenceMAX", "Published", "aiconfigurator silicon"):
             wdt, kvd = row.note.split("/")
@@ -451,6 +585,31 @@ def predict_row(row: Row) -> None:
     except ApmwError as exc:
         row.predicted = None
         row.note = f"not modelled: {exc}"
+
+
+def predict_disagg_row(row: Row) -> None:
+    """A disaggregated InferenceMAX point through ``apmw.capacity.disaggregated_benchmark`` with the same
+    engine settings as the aggregated rows (8192-token budget, apmw's default batch limit, InferenceMAX's
+    harness overhead; ASSUMPTION in the docstring) on both sides."""
+    wdt, kvd = row.note.split("/")
+    pre, dec = row.disagg
+    gpu = resolve_gpu(row.gpu)
+    try:
+        p = predict_disaggregated(row.model, row.gpu, wdt, kvd, row.isl, row.osl, row.concurrency, pre, dec,
+                                  engine=row.engine, calibrated=not PLAIN_ROOFLINE,
+                                  kv_transfer_bandwidth_bytes_per_s=row.kv_link_bytes_per_s,
+                                  request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
+                                  token_budget=DEFAULT_TOKEN_BUDGET,
+                                  max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
+                                  requests_per_client=row.requests_per_client)
+    except ApmwError as exc:
+        row.predicted, row.note = None, f"not modelled: {exc}"
+        return
+    row.path = "mixed" if "(calibrated" in p.source_detail and "(roofline" in p.source_detail else p.source
+    row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
+                     "total_tokens_per_s_per_gpu": p.total_tokens_per_s_per_gpu, "e2e_s": p.e2e_latency_s,
+                     "running_requests": p.running_requests, "prefill_service_s": p.ttft_parts_s["steady_state"],
+                     "prefill_wait_s": p.ttft_parts_s["slot_queue"], "running_limited_by": p.running_limited_by}
 
 
 def errors(rows: list[Row], metric: str) -> list[float]:
@@ -593,7 +752,7 @@ def doc_tables(rows: list[Row]) -> dict[str, list[str]]:
     legacy = [r for r in rows if r.legacy]
     return {"published": pub, "mlperf-split": table(dense, lambda r: r.split), "by-group": by, "silicon": sil,
             "steady-median": steady_state_ttft(legacy), "scaled": scaled_vs_plain(legacy),
-            "imax-layouts": imax_layout_table(rows)}
+            "imax-layouts": imax_layout_table(rows), "imax-disagg": imax_disagg_table(rows)}
 
 
 # The issue's targets for a group of at least IMAX_TARGET_MIN_POINTS points (median |error| %)
@@ -610,7 +769,7 @@ def imax_layout_table(rows: list[Row]) -> list[str]:
     """Every aggregated InferenceMAX point by (hardware, model, precision, framework, layout kind):
     median |error| % (median signed %) of mean TPOT, mean TTFT and output tokens/s per GPU, whether the
     issue's targets hold, then the points not predicted and why, and the disaggregated rows."""
-    imax = [r for r in rows if r.source == "InferenceMAX"]
+    imax = [r for r in rows if r.source == "InferenceMAX" and not _is_disagg(r)]
     lines = ["| hardware, model, precision, framework, layout | CSV rows | n | path | TPOT | TTFT | "
              "output tok/s/GPU | targets (TPOT <= 15 %, TTFT <= 30 %) |", "|---|---|---|---|---|---|---|---|"]
 
@@ -645,14 +804,127 @@ def imax_layout_table(rows: list[Row]) -> list[str]:
         lines.append(f"| {name} | {sum(r.csv_rows for r in g)} | {len(g)} | {note} | - | - | - | not predicted |")
     if IMAX_DISAGG is not None and len(IMAX_DISAGG):
         parts = ", ".join(f"{x.hw} {x.framework} {x.precision} {x.rows}" for x in IMAX_DISAGG.itertuples())
-        lines.append(f"| not predicted: disaggregated ({IMAX_DISAGG.rows.sum()} rows: {parts}) | "
-                     f"{IMAX_DISAGG.rows.sum()} | - | prefill/decode workers: not modelled yet | - | - | - | "
-                     "not predicted |")
+        lines.append(f"| disaggregated ({IMAX_DISAGG.rows.sum()} rows: {parts}) | "
+                     f"{IMAX_DISAGG.rows.sum()} | - | prefill/decode workers: the disaggregated table | - | - | - | "
+                     "see that table |")
     n_pred = sum(r.csv_rows for r in imax if r.predicted)
     n_all = sum(r.csv_rows for r in imax) + (0 if IMAX_DISAGG is None else int(IMAX_DISAGG.rows.sum()))
     lines.append(f"\nPredicted {n_pred} of {n_all} CSV rows ({sum(1 for r in imax if r.predicted)} points; a point "
                  "merges the repeated runs of one setting by their median).")
     return lines
+
+
+def _is_disagg(r: Row) -> bool:
+    """A disaggregated InferenceMAX point (imax_disagg_rows), predicted or not."""
+    return r.scenario.endswith("(disaggregated)")
+
+
+def _disagg_rows(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.source == "InferenceMAX" and _is_disagg(r)]
+
+
+def _imax_disagg_group(r: Row) -> str:
+    return f"{r.label.split()[0]} {r.model.split('/')[-1]} {r.precision} {r.framework}"
+
+
+def imax_disagg_table(rows: list[Row]) -> list[str]:
+    """Every disaggregated InferenceMAX point by (hardware, model, precision, framework), then by worker
+    layout within it: median |error| % (median signed %) of mean TPOT, mean TTFT and throughput per GPU
+    (over prefill and decode GPUs), whether the issue's targets hold; then the points not predicted, why."""
+    dis = _disagg_rows(rows)
+    lines = ["| hardware, model, precision, framework (workers) | CSV rows | n | path | TPOT | TTFT | "
+             "tok/s per GPU | targets (TPOT <= 15 %, TTFT <= 30 %) |", "|---|---|---|---|---|---|---|---|"]
+
+    def cell(rs: list[Row], metric: str) -> tuple[str, float | None]:
+        e = errors(rs, metric)
+        if not e:
+            return "-", None
+        med = statistics.median(abs(x) for x in e)
+        return f"{med:.1f} ({statistics.median(e):+.1f})", med
+
+    def line(name: str, g: list[Row], judge: bool) -> str:
+        path = g[0].path if len({r.path for r in g}) == 1 else "mixed"
+        (tpot, mt), (ttft, mf), (thr, _) = (cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
+        if not judge:
+            verdict = ""
+        elif len(g) < IMAX_TARGET_MIN_POINTS:
+            verdict = f"n < {IMAX_TARGET_MIN_POINTS}"
+        else:
+            misses = [n for n, v, t in (("TPOT", mt, IMAX_TARGET_TPOT_PCT), ("TTFT", mf, IMAX_TARGET_TTFT_PCT))
+                      if v is None or v > t]
+            verdict = "meets both" if not misses else "misses " + " and ".join(misses)
+        return f"| {name} | {sum(r.csv_rows for r in g)} | {len(g)} | {path} | {tpot} | {ttft} | {thr} | {verdict} |"
+
+    groups: dict[str, list[Row]] = {}
+    for r in dis:
+        if r.predicted:
+            groups.setdefault(_imax_disagg_group(r), []).append(r)
+    for name in sorted(groups):
+        g = groups[name]
+        lines.append(line(f"**{name}**", g, True))
+        kinds: dict[str, list[Row]] = {}
+        for r in g:
+            kinds.setdefault(r.layout_kind, []).append(r)
+        if len(kinds) > 1:
+            for kind in sorted(kinds):
+                lines.append(line(f"&nbsp;&nbsp;{kind}", kinds[kind], False))
+    every = [r for g in groups.values() for r in g]
+    if every:
+        lines.append(line("all predicted disaggregated points", every, True))
+    skipped: dict[tuple[str, str], list[Row]] = {}
+    for r in dis:
+        if not r.predicted:
+            skipped.setdefault((_imax_disagg_group(r), r.note), []).append(r)
+    for (name, note), g in sorted(skipped.items()):
+        lines.append(f"| {name} | {sum(r.csv_rows for r in g)} | {len(g)} | {note} | - | - | - | skipped |")
+    n_pred = sum(r.csv_rows for r in dis if r.predicted)
+    lines.append(f"\nPredicted {n_pred} of {sum(r.csv_rows for r in dis)} disaggregated CSV rows "
+                 f"({len(every)} points); skipped {sum(r.csv_rows for r in dis if not r.predicted)}.")
+    return lines
+
+
+def imax_disagg_diagnosis(rows: list[Row]) -> str:
+    """Per disaggregated group (imax_disagg_table's), which term of the prediction disagrees with the row.
+
+    * prefill capacity: the measured request rate (concurrency / measured mean E2E, Little's law) needs
+      each prompt to hold a prefill worker at most ``workers / rate`` seconds; apmw's one-prompt service
+      S over that bound (> 1: apmw's prefill workers cannot carry the measured rate at all)
+    * queue share: apmw's prefill wait over its TTFT (its TTFT is mostly the prefill queue when high)
+    * low load: measured TTFT less apmw's prefill service and overhead at concurrency <= 16 per prefill
+      worker, ms (what a first token costs beyond one prompt's prefill: hand-off, scheduling, transfer)
+    * decode: TPOT error where apmw's prefill is not the bottleneck (S / bound < 0.5), and apmw's running
+      requests over the measured ones (concurrency x measured decode time / measured E2E)
+    """
+    groups: dict[str, list[Row]] = {}
+    for r in _disagg_rows(rows):
+        if r.predicted:
+            groups.setdefault(_imax_disagg_group(r), []).append(r)
+    lines = ["| group | n | apmw S / measured bound: median (max) | points S > bound | prefill wait / TTFT | "
+             "low-load TTFT gap, ms (n) | TPOT signed %, prefill not binding (n) | running: apmw / measured |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def med(v: list[float], fmt: str = "{:.2f}") -> str:
+        return (fmt.format(statistics.median(v)) + f" (n={len(v)})") if v else "-"
+
+    for name in sorted(groups):
+        g = groups[name]
+        ratio, wait, gap, tpot, run = [], [], [], [], []
+        for r in g:
+            pre, dec = r.disagg
+            rate = r.concurrency / r.measured["e2e_s"]
+            s = r.predicted["prefill_service_s"]
+            ratio.append(s / (pre.count / rate))
+            wait.append(r.predicted["prefill_wait_s"] / r.predicted["ttft_s"])
+            if r.concurrency <= 16 * pre.count:
+                gap.append(1e3 * (r.measured["ttft_s"] - s - HARNESS_OVERHEAD_S["InferenceMAX"]))
+            if ratio[-1] < 0.5:
+                tpot.append(100 * (r.predicted["tpot_s"] / r.measured["tpot_s"] - 1))
+            decoding = r.concurrency * (r.measured["e2e_s"] - r.measured["ttft_s"]) / r.measured["e2e_s"]
+            run.append(r.predicted["running_requests"] / decoding)
+        lines.append(f"| {name} | {len(g)} | {statistics.median(ratio):.2f} ({max(ratio):.2f}) | "
+                     f"{sum(x > 1 for x in ratio)} | {statistics.median(wait):.2f} | {med(gap, '{:.0f}')} | "
+                     f"{med(tpot, '{:+.1f}')} | {statistics.median(run):.2f} |")
+    return "\n".join(lines)
 
 
 def scaled_vs_plain(rows: list[Row]) -> list[str]:
@@ -720,7 +992,9 @@ def report(rows: list[Row], isl_scale: float) -> str:
              "", "### GPUs without tables: the scaled roofline against the plain one (median |error| %, signed)", "",
              *tables["scaled"],
              "", "### InferenceMAX, every aggregated row, by hardware, model, precision, framework and layout", "",
-             *tables["imax-layouts"]]
+             *tables["imax-layouts"],
+             "", "### InferenceMAX, every disaggregated row (prefill and decode workers)", "",
+             *tables["imax-disagg"]]
     if skipped:
         lines += ["", f"Not modelled ({len(skipped)}): " + "; ".join(sorted({r.note for r in skipped}))[:600]]
     return "\n".join(lines)
@@ -872,7 +1146,7 @@ def imax_diagnosis(rows: list[Row]) -> str:
     on B200 raise ``--scheduler-recv-interval`` from 10 to 30); docs/accuracy.md, "Where the model is weak"."""
     groups: dict[str, list[Row]] = {}
     for r in rows:
-        if r.source == "InferenceMAX" and r.predicted:
+        if r.source == "InferenceMAX" and r.predicted and not _is_disagg(r):
             groups.setdefault(_imax_group(r), []).append(r)
     lines = ["| group | n | measured mean / median TTFT | points with mean > 3 x median | "
              "TTFT vs measured median: abs % (signed) | "
@@ -911,9 +1185,12 @@ def compare_with(other: Path, data: Path, rows: list[Row]) -> str:
         spec.loader.exec_module(mod)
     finally:
         sys.path[:] = saved
-    before = (mod.mlperf_rows(data, 1.0) + mod.imax_rows(data) + mod.published_rows() + mod.silicon_rows())
-    for r in before:
+    every_before = (mod.mlperf_rows(data, 1.0) + mod.imax_rows(data) + mod.published_rows() + mod.silicon_rows())
+    for r in every_before:
         mod.predict_row(r)
+    # the rows predicted before layouts were modelled, on both sides (a checkout that predicts layouts
+    # marks the others legacy=False)
+    before = [r for r in every_before if getattr(r, "legacy", True)]
     after = [r for r in rows if r.legacy]
     metrics = ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu")
     lines = ["| rows | before: TPOT | after: TPOT | before: TTFT | after: TTFT | before: tok/s/GPU | "
@@ -933,6 +1210,12 @@ def compare_with(other: Path, data: Path, rows: list[Row]) -> str:
               if [summary(groups_b.get(k, []), m) for m in METRICS] != [summary(groups_a.get(k, []), m) for m in METRICS]]
     lines.append(f"\nGroups of the by-group table: {len(groups_b)} before, {len(groups_a)} after; cells that differ "
                  f"in {len(differ)}" + (": " + "; ".join(differ) if differ else "") + ".")
+    # every aggregated InferenceMAX point the other checkout predicts, legacy or not, matched by its label
+    imax_b = {r.label: r.predicted for r in every_before if r.source == "InferenceMAX"}
+    imax_a = {r.label: r.predicted for r in rows if r.source == "InferenceMAX" and not _is_disagg(r)}
+    changed = [k for k in imax_b if imax_b[k] != imax_a.get(k, "missing")]
+    lines.append(f"Aggregated InferenceMAX points: {len(imax_b)} before, {len(imax_a)} after; predictions that differ: "
+                 f"{len(changed)}" + (" (" + "; ".join(changed[:5]) + ")" if changed else "") + ".")
     return "\n".join(lines)
 
 
@@ -977,7 +1260,7 @@ def main() -> None:
         ap.error(f"--nim-overhead-ms must not be negative (got {args.nim_overhead_ms:g})")
     if args.nim_requests_per_client < 1:
         ap.error(f"--nim-requests-per-client must be at least 1 (got {args.nim_requests_per_client})")
-    rows = (mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data)
+    rows = (mlperf_rows(args.data, args.isl_scale) + imax_rows(args.data) + imax_disagg_rows(args.data)
             + published_rows() + silicon_rows())
     # NVIDIA's guide sends 3 x concurrency requests per level, the first simultaneous wave
     # included; whether the published runs did is not stated (bench/data/SOURCES.md), so
@@ -1018,6 +1301,7 @@ def main() -> None:
         print(table())
     if args.imax_diagnosis:
         print(imax_diagnosis(rows))
+        print(imax_disagg_diagnosis(rows))
     if args.compare_with:
         print(compare_with(args.compare_with, args.data, rows))
     if args.write_docs:

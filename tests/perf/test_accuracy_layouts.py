@@ -105,3 +105,105 @@ def test_an_ep_row_is_predicted_on_all_its_gpus(imax_csv):
     assert row.predicted, row.note
     assert row.predicted["output_tokens_per_s_per_gpu"] > 0
     assert row.predicted["tpot_s"] > 0
+
+
+# --- disaggregated rows (imax_disagg_workers, imax_disagg_rows) -----------------------------------------
+# Each side has <side>_num_workers workers sharing num_<side>_gpu GPUs (InferenceMAX's process_result.py
+# takes those from PREFILL_GPUS / DECODE_GPUS); Dynamo's SGLang rows carry placeholder tp/ep/dp_attention
+# (every worker is DEP over its GPUs); AMD's attention-DP rows give each rank's attention TP (1) as tp.
+DISAGG_FIELDS = ["hw", "framework", "prefill_num_workers", "prefill_tp", "prefill_ep", "prefill_dp_attention",
+                 "num_prefill_gpu", "decode_num_workers", "decode_tp", "decode_ep", "decode_dp_attention",
+                 "num_decode_gpu"]
+
+
+def _disagg(*values):
+    from types import SimpleNamespace
+    return SimpleNamespace(**dict(zip(DISAGG_FIELDS, values)))
+
+
+@pytest.mark.parametrize("row, expected", [
+    # GB200 Dynamo TensorRT-LLM, DeepSeek-R1 FP4 1k/1k "tep": 1 prefill worker TP4/EP4, 4 decode workers TP8/EP8
+    (_disagg("gb200", "dynamo-trt", 1.0, 4.0, 4.0, False, 4.0, 4.0, 8.0, 8.0, False, 32.0),
+     ((1, 4, {"dp_attention": 1, "ep": 4, "moe_tp": 1}), (4, 8, {"dp_attention": 1, "ep": 8, "moe_tp": 1}))),
+    # GB200 Dynamo TensorRT-LLM gpt-oss: prefill TP1, decode TP4 (plain TP: no layout)
+    (_disagg("gb200", "dynamo-trt", 1.0, 1.0, 1.0, False, 1.0, 1.0, 4.0, 1.0, False, 4.0),
+     ((1, 1, None), (1, 4, None))),
+    # GB200 Dynamo SGLang: tp/ep 1 are placeholders; 4 prefill workers on 16 GPUs are DEP4, the decode worker DEP32
+    (_disagg("gb200", "dynamo-sglang", 4.0, 1.0, 1.0, True, 16.0, 1.0, 1.0, 1.0, True, 32.0),
+     ((4, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}), (1, 1, {"dp_attention": 32, "ep": 32, "moe_tp": 1}))),
+    # ... whatever the placeholder dp_attention says (8k/1k FP4 rows: prefill false)
+    (_disagg("gb200", "dynamo-sglang", 6.0, 1.0, 1.0, False, 24.0, 1.0, 1.0, 1.0, True, 48.0),
+     ((6, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}), (1, 1, {"dp_attention": 48, "ep": 48, "moe_tp": 1}))),
+    # MI355X sglang-disagg: tp 1 with ep 8 and DP attention on an 8-GPU worker is DP8 attention, EP8
+    (_disagg("mi355x-amd_0", "sglang-disagg", 1.0, 1.0, 8.0, True, 8.0, 2.0, 1.0, 8.0, True, 16.0),
+     ((1, 1, {"dp_attention": 8, "ep": 8, "moe_tp": 1}), (2, 1, {"dp_attention": 8, "ep": 8, "moe_tp": 1}))),
+    (_disagg("mi355x-amd_0", "sglang-disagg", 1.0, 8.0, 8.0, False, 8.0, 2.0, 8.0, 8.0, False, 16.0),
+     ((1, 8, {"dp_attention": 1, "ep": 8, "moe_tp": 1}), (2, 8, {"dp_attention": 1, "ep": 8, "moe_tp": 1}))),
+])
+def test_imax_disagg_workers_map_the_csv_fields(row, expected):
+    pre, dec, _ = accuracy.imax_disagg_workers(row)
+    assert ((pre.count, pre.tp, pre.layout), (dec.count, dec.tp, dec.layout)) == expected
+
+
+@pytest.mark.parametrize("row, reason", [
+    # a 16-GPU MI355X decode worker spans two 8-GPU nodes: its all-to-all crosses the NICs apmw only assumes
+    (_disagg("mi355x-amd_0", "sglang-disagg", 1.0, 1.0, 8.0, True, 8.0, 1.0, 1.0, 16.0, True, 16.0), "spans 2"),
+    # GPUs that do not split evenly into workers, and a tp that contradicts the worker's GPU count
+    (_disagg("gb200", "dynamo-trt", 3.0, 4.0, 4.0, False, 8.0, 1.0, 8.0, 8.0, False, 8.0), "do not split"),
+    (_disagg("gb200", "dynamo-trt", 1.0, 4.0, 4.0, False, 8.0, 1.0, 8.0, 8.0, False, 8.0), "does not match"),
+])
+def test_imax_disagg_workers_refuse_what_apmw_cannot_express(row, reason):
+    with pytest.raises(accuracy.ApmwError, match=reason):
+        accuracy.imax_disagg_workers(row)
+
+
+DISAGG_COLUMNS = ["hw", "model", "framework", "precision", "spec_decoding", "disagg", "isl", "osl", "conc",
+                  "mean_ttft", "median_ttft", "mean_tpot", "mean_e2el", "output_tput_per_gpu", "tput_per_gpu",
+                  *DISAGG_FIELDS[2:]]
+DISAGG_ROWS = [
+    # two runs of one setting merged by their median; output_tput_per_gpu is over the 32 decode GPUs
+    ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "none", True, 1024, 1024, 64,
+     0.3, 0.2, 0.010, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+    ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "none", True, 1024, 1024, 64,
+     0.5, 0.2, 0.012, 12.0, 200.0, 110.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+    # MTP speculative decoding: counted, skipped
+    ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "mtp", True, 1024, 1024, 64,
+     0.3, 0.2, 0.010, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+    ["gb200", "deepseek-ai/DeepSeek-R1", "dynamo-sglang", "fp8", "none", True, 8192, 1024, 512,
+     3.0, 2.0, 0.020, 25.0, 300.0, 500.0, 5, 1, 1, True, 40, 1, 1, 1, True, 32],
+]
+
+
+@pytest.fixture()
+def disagg_csv(tmp_path: Path) -> Path:
+    (tmp_path / "inferencemax").mkdir()
+    pd.DataFrame(DISAGG_ROWS, columns=DISAGG_COLUMNS).to_csv(tmp_path / "inferencemax" / "inferencemax_agg_bmk.csv",
+                                                            index=False)
+    return tmp_path
+
+
+def test_imax_disagg_rows_carry_workers_and_measured_figures_over_all_gpus(disagg_csv):
+    rows = {r.label: r for r in accuracy.imax_disagg_rows(disagg_csv)}
+    assert len(rows) == 3
+    trt = rows["gb200 DeepSeek-R1 fp4 dynamo-trt 4P1w+32D4w 1024/1024 c64"]
+    assert trt.csv_rows == 2 and trt.concurrency == 64 and trt.gpus == 36
+    assert (trt.engine, trt.note, trt.gpu, trt.legacy) == ("trtllm", "fp4/fp8", "GB200", False)
+    pre, dec = trt.disagg
+    assert (pre.count, pre.tp, dec.count, dec.tp) == (1, 4, 4, 8)
+    # output tokens/s per GPU over all 36 GPUs: the decode GPUs' median figure x 32 / 36
+    assert trt.measured["output_tokens_per_s_per_gpu"] == pytest.approx(190.0 * 32 / 36)
+    assert trt.measured["tpot_s"] == pytest.approx(0.011) and trt.measured["e2e_s"] == pytest.approx(11.0)
+    assert trt.kv_link_bytes_per_s == pytest.approx(900e9)      # 36 GPUs inside one NVL72 rack: NVLink
+    mtp = next(r for r in rows.values() if r.note.startswith("not modelled: speculative"))
+    assert mtp.disagg is not None and mtp.csv_rows == 1
+    sgl = rows["gb200 DeepSeek-R1 fp8 dynamo-sglang 40P5w+32D1w 8192/1024 c512"]
+    assert (sgl.engine, sgl.note) == ("sglang", "fp8/bf16")     # the script passes no --kv-cache-dtype
+    assert sgl.disagg[0].layout == {"dp_attention": 8, "ep": 8, "moe_tp": 1}
+
+
+def test_a_disaggregated_row_is_predicted_through_apmw(disagg_csv):
+    row = next(r for r in accuracy.imax_disagg_rows(disagg_csv) if "dynamo-sglang" in r.label)
+    accuracy.predict_row(row)
+    assert row.predicted, row.note
+    assert row.predicted["tpot_s"] > 0 and row.predicted["ttft_s"] > row.predicted["prefill_service_s"]
+    assert row.predicted["output_tokens_per_s_per_gpu"] > 0

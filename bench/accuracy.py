@@ -50,8 +50,30 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
 * ASSUMPTION (NVIDIA's FP4 DeepSeek-R1, ``nvidia/DeepSeek-R1-0528-FP4-V2``): fp4 weights,
   fp8 KV (its script: ``--quantization modelopt_fp4 --kv-cache-dtype fp8_e4m3``); apmw prices
   every weight at fp4, where the checkpoint keeps attention in higher precision.
-* Not predicted: disaggregated rows (prefill/decode workers, GB200 Dynamo and MI355X
-  sglang-disagg; counted, not guessed), speculative-decoding (MTP) rows, and any row whose
+* InferenceMAX disaggregated rows (``imax_disagg_rows``, ``imax_disagg_workers``;
+  apmw.capacity.disaggregated_benchmark): each side has ``<side>_num_workers`` workers sharing
+  ``num_<side>_gpu`` GPUs (process_result.py reads those from PREFILL_GPUS / DECODE_GPUS); a worker's
+  layout is ``imax_layout`` of its GPUs, the side's ``ep`` and ``dp_attention``. ``conc`` is the
+  client's total over all decode workers; ``output_tput_per_gpu`` is over the decode GPUs only and
+  ``tput_per_gpu`` over all (process_result.py; the CSV agrees), so the compared output tokens/s per
+  GPU is ``output_tput_per_gpu x num_decode_gpu / all GPUs``, as apmw's.
+  ASSUMPTION (Dynamo SGLang on GB200): the CSV's tp/ep/dp_attention are placeholders (InferenceMAX's
+  config: they "do nothing"); Dynamo's gb200 scripts launch every worker ``--tp-size N --dp-size N``
+  with DeepEP MoE and ``--moe-dense-tp-size 1`` over its N GPUs: apmw tp 1 x dp_attention N, ep N.
+  ASSUMPTION (KV dtype): fp8 DeepSeek-R1 under Dynamo SGLang bf16 (its script passes no
+  ``--kv-cache-dtype``: SGLang's auto); every other DeepSeek-R1 row fp8 (as the aggregated FP4 rows);
+  gpt-oss bf16 (as its aggregated rows). FP4 DeepSeek-R1 prices every weight at fp4 (as before).
+  ASSUMPTION (KV hand-off link): NVLink (the system's scale-up bandwidth) where the whole deployment
+  fits in one scale-up domain (every GB200 row: at most 72 GPUs; Dynamo's scripts force multi-node
+  NVLink, ``MC_FORCE_MNNVL=1``), else the NICs (MI355X: 50 GB/s per GPU, itself an assumed figure).
+  ASSUMPTION (engine settings): apmw's defaults on both sides, as for the aggregated rows (8192-token
+  budget, apmw's batch limit), not the recipes' (e.g. TensorRT-LLM prefill ``max_num_tokens`` 4608 /
+  8448, decode ``max_batch_size`` 16-512), which are not in the CSV; 10 prompts per client.
+  Skipped, each with its reason: MTP speculative decoding; a worker larger than its system's
+  scale-up domain (a 16-GPU MI355X worker: its all-to-all crosses NICs apmw only assumes); layouts
+  apmw refuses (TensorRT-LLM attention DP; EP 48, which does not divide DeepSeek-R1's 256 experts,
+  SGLang adds 32 redundant ones; FP8 DeepSeek-R1 on a 4-GPU DEP worker, which leaves apmw no KV).
+* Not predicted (aggregated): speculative-decoding (MTP) rows, and any row whose
   layout apmw refuses (TensorRT-LLM attention DP: its batch limits under DP are not
   established, apmw.perf.serving_policy.schedulers_per_limit); each is listed with its reason.
 

@@ -1,8 +1,11 @@
 """Build the compact calibration tables shipped in ``apmw/catalog/data/calibration/``.
 
-Reads aiconfigurator's measured vLLM 0.24.0 kernel tables for H100-SXM and H200-SXM
-(``../shared/data/profiles/aiconfigurator/<gpu>/...``, Apache-2.0, commit 095f58a5) and
-writes one ``<gpu>.npz`` per GPU holding, in seconds:
+Reads aiconfigurator's measured kernel tables (``../shared/data/profiles/aiconfigurator/<gpu>/...``,
+Apache-2.0): vLLM 0.24.0's on H100-SXM and H200-SXM (commit 095f58a5) and on B200, B300, GB200 and
+GB300 (aiconfigurator-core 0.12.0), TensorRT-LLM 1.3.0rc20's on the four Blackwell systems (``BUILDS``;
+per engine the newest version holding all five table families, ``pick_version``), and writes one
+``<gpu>.npz`` (vLLM) or ``<gpu>__<engine>.npz`` per (system, engine) holding, in seconds (the kernel
+sources and prefill math dtype kept per engine: ``KERNEL_SOURCES``, ``CONTEXT_ATTN_DTYPE``):
 
 * ``gemm_<dtype>[m, n, k]``: GEMM latency (bf16, per-tensor fp8) on the table's own
   (n, k) grid and a subset of its m grid (the multiples of 16 plus 1..16; the odd
@@ -24,13 +27,13 @@ writes one ``<gpu>.npz`` per GPU holding, in seconds:
   the second fit keeps the first's order, because isotonic regression of elementwise larger
   data is elementwise larger);
 * ``ctx_<kvdtype>_<h>_<kvh>_<hd>[isl]``: prefill (context) attention per layer at batch 1;
-* ``ar_<g>[size]``: vLLM custom all-reduce under CUDA graphs (backend ``vllm_graph``),
-  message size in elements of bf16;
+* ``ar_<g>[size]``: the engine's custom all-reduce (vLLM: under CUDA graphs, backend ``vllm_graph``;
+  TensorRT-LLM: its own kernel, ``implementation == "trtllm"``), message size in elements of bf16;
 * ``moe_<dtype>_<hidden>_<inter>_<topk>_<experts>_tp<tp>[tokens]``: one MoE layer's routed
   experts (vLLM fused-MoE kernels) for the model shapes aiconfigurator measured, tensor
   parallel only, power-law (1.01) routing skew.
 
-Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles]``
+Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles] [--engine trtllm]``
 (needs the ``dev`` extra: pandas, pyarrow and scipy >= 1.12).
 """
 
@@ -54,11 +57,33 @@ GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": 
         "b300_sxm": "B300-SXM-288GB", "gb200": "GB200 (per GPU)", "gb300": "GB300 (per GPU)"}
 # The (system, engine) table sets shipped. vLLM on every system; SGLang and TensorRT-LLM only where
 # their kernels differ materially from vLLM's (see ENGINE_BUILDS' comment and SOURCES.md).
-BUILDS: list[tuple[str, str]] = [(gpu, "vllm") for gpu in GPUS]
+# TensorRT-LLM 1.3.0rc20 on the four Blackwell systems only. Its H100/H200 tables were built and
+# left out: with them the held-out Hopper TensorRT-LLM rows got clearly worse (bench/accuracy.py, NIM
+# Llama-3.1-8B H100 TPOT median |error| 5.8 -> 13.8 %, MLPerf Llama-2-70b H200 Offline throughput 5.7 -> 12.2 %):
+# there its measured bf16 prefill attention is 1.2-1.5x FlashAttention 3's and its fp8 GEMM 1.1-1.3x
+# vLLM's at decode sizes, on top of the per-layer overhead assumed for TensorRT-LLM (SOURCES.md).
+BUILDS: list[tuple[str, str]] = [(gpu, "vllm") for gpu in GPUS] + [
+    (gpu, "trtllm") for gpu in ("b200_sxm", "b300_sxm", "gb200", "gb300")]
 # Per engine: the custom all-reduce rows to keep (column, value): CUDA-graph captured where the
 # engine records both.
 ALLREDUCE_ROWS = {"vllm": ("backend", "vllm_graph"), "sglang": ("backend", "sglang_graph"),
                   "trtllm": ("implementation", "trtllm")}
+# Per engine and table: the kernel sources kept, in order of preference (per configuration the first one
+# measured is used); an engine not listed keeps the median over every source measured (vLLM: FA3 and FA4
+# prefill, its GEMM and MoE kernels). TensorRT-LLM: its default attention backend ("TRTLLM": XQA decode,
+# its own FMHA prefill; aiconfigurator's "torch_flow"), not the optional FlashInfer backend; its default
+# MoE backend (CUTLASS, "moe_torch_flow_cutlass"), then the only kernel measured for a dtype (DeepGEMM for
+# fp8_block, "moe_torch_flow" for MXFP4); not the Llama-4-only min-latency MoE, and not the non-gated MoE
+# kernels (apmw prices gated experts).
+KERNEL_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
+    "trtllm": {"generation_attention_perf": ("torch_flow",), "context_attention_perf": ("torch_flow",),
+               "moe_perf": ("moe_torch_flow_cutlass", "moe_torch_flow", "deepgemm")}}
+# Per engine: the prefill-attention math dtype read for each KV dtype (None: every row, the vLLM tables
+# measure bf16 math only). TensorRT-LLM runs its context FMHA in fp8 when the KV cache is fp8 and the
+# context FMHA is paged (TensorRT-LLM cpp/tensorrt_llm/thop/attentionOp.cpp: mFP8ContextFMHA =
+# is_fp8_out || is_fp4_out || (hasFp8KvCache() && use_paged_context_fmha); paged context FMHA comes with
+# KV block reuse and chunked prefill, both on by default in its PyTorch backend).
+CONTEXT_ATTN_DTYPE: dict[str, dict[str, str]] = {"trtllm": {"bfloat16": "bfloat16", "fp8": "fp8"}}
 # The table files apmw composes; an engine version must hold all of them to be picked.
 REQUIRED = ("gemm/{fw}/{v}/gemm_perf.parquet", "attention/{fw}/{v}/generation_attention_perf.parquet",
             "attention/{fw}/{v}/context_attention_perf.parquet", "moe/{fw}/{v}/moe_perf.parquet",
@@ -165,9 +190,24 @@ def _decode_bias(table: np.ndarray, measured: np.ndarray, ms: np.ndarray, ns: np
     return {"median": round(float(np.median(ratio)), 3), "mean": round(float(np.mean(ratio)), 3)}
 
 
-def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per_s: float) -> dict[str, np.ndarray]:
+def _preferred_source(d: pd.DataFrame, engine: str, table: str, by: list[str]) -> pd.DataFrame:
+    """Only the rows of each configuration (``by``) measured with the engine's preferred kernel source
+    (``KERNEL_SOURCES``); all rows for an engine without a preference."""
+    prefs = KERNEL_SOURCES.get(engine, {}).get(table)
+    if prefs is None:
+        return d
+    d = d[d.kernel_source.isin(prefs)]
+    rank = d.kernel_source.map({k: i for i, k in enumerate(prefs)})
+    best = rank.groupby([d[c] for c in by]).transform("min")
+    return d[rank == best]
+
+
+def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per_s: float,
+                     engine: str = "vllm") -> dict[str, np.ndarray]:
     gen = pd.read_parquet(gen_path)
     gen = gen[(gen.window_size == 0) & gen.head_dim.isin(HEAD_DIMS)]
+    gen = _preferred_source(gen, engine, "generation_attention_perf",
+                            ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"])
     bs, steps = np.sort(gen.batch_size.unique()), np.sort(gen.step.unique())
     out = {"dec_batch": bs.astype(float), "dec_step": steps.astype(float)}
     fitted = extrapolated = 0
@@ -202,6 +242,11 @@ def attention_tables(gen_path: Path, ctx_path: Path, report: dict, hbm_bytes_per
         out[f"dec_{KV_DTYPES[kvd]}_{h}_{kvh}_{hd}"] = (t * MS).astype(np.float32)
     ctx = pd.read_parquet(ctx_path)
     ctx = ctx[(ctx.window_size == 0) & ctx.head_dim.isin(HEAD_DIMS) & (ctx.batch_size == 1)]
+    ctx = _preferred_source(ctx, engine, "context_attention_perf",
+                            ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"])
+    math_dtype = CONTEXT_ATTN_DTYPE.get(engine)
+    if math_dtype is not None:
+        ctx = ctx[ctx.attn_dtype == ctx.kv_cache_dtype.map(math_dtype)]
     isl = np.sort(ctx.isl.unique())
     out["ctx_isl"] = isl.astype(float)
     for (h, kvh, hd, kvd), grp in ctx.groupby(["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]):
@@ -284,7 +329,7 @@ MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_
 MOE_DISTRIBUTION = "power_law_1.01"
 
 
-def moe_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
+def moe_tables(path: Path, report: dict, engine: str = "vllm") -> dict[str, np.ndarray]:
     """One MoE layer's routed-expert time over the token grid, per model shape and TP.
 
     Tensor parallelism only (``moe_ep_size == 1``: vLLM shards every expert over the TP
@@ -293,9 +338,10 @@ def moe_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
     """
     d = pd.read_parquet(path)
     d = d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)]
+    cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    d = _preferred_source(d, engine, "moe_perf", cols)
     tokens = np.sort(d.num_tokens.unique())
     out = {"moe_tokens": tokens.astype(float)}
-    cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
     for (dt, h, inter, k, e, tp), grp in d.groupby(cols):
         t = grp.groupby("num_tokens").latency.median().reindex(tokens).to_numpy()[None, :]
         t, _, _ = _fill_and_monotone(t, axis=1)
@@ -345,19 +391,24 @@ def build(profiles: Path, builds: list[tuple[str, str]] = BUILDS) -> dict:
         tables = {}
         tables |= gemm_tables(path["gemm_perf"], report)
         tables |= attention_tables(path["generation_attention_perf"], path["context_attention_perf"], report,
-                                   get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s)
+                                   get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s, engine)
         tables |= allreduce_tables(path["custom_allreduce_perf"], engine, report)
-        tables |= moe_tables(path["moe_perf"], report)
+        tables |= moe_tables(path["moe_perf"], report, engine)
         # the kernels measured, per table (apmw.perf.calibrated reads "generation_attention_perf" to
         # know whether the fp8-KV decode kernel dequantises on read: FlashAttention 3)
         kernels = {k: sorted(map(str, pd.read_parquet(p, columns=["kernel_source"]).kernel_source.unique()))
                    for k, p in path.items()}
+        # the sources kept where the engine prefers some (KERNEL_SOURCES): those are the kernels in the tables
+        kernels = {k: [s for s in v if s in KERNEL_SOURCES.get(engine, {}).get(k, v)] for k, v in kernels.items()}
         label = f"{ENGINE_NAMES[engine]} {v}"
         source = (SOURCE.replace("<gpu>", gpu) if gpu in ("h100_sxm", "h200_sxm") and engine == "vllm"
                   else SOURCE_012.replace("<gpu>", gpu).replace("<engine>", label))
         meta = {"gpu": catalogue_name, "source": source, "engine": f"{engine} {v}",
                 "built_by": "scripts/build_calibration.py",
                 "files": {k: str(p.relative_to(profiles)) for k, p in path.items()}, "kernels": kernels,
+                "selection": {"allreduce_rows": "=".join(ALLREDUCE_ROWS[engine]),
+                              "context_attention_math_dtype_by_kv_dtype": CONTEXT_ATTN_DTYPE.get(engine, "all rows"),
+                              "moe_distribution": MOE_DISTRIBUTION, "moe_ep_size": 1},
                 "report": report}
         tables["meta"] = np.array(json.dumps(meta))
         np.savez_compressed(OUT / f"{stem(gpu, engine)}.npz", **tables)
@@ -368,8 +419,11 @@ def build(profiles: Path, builds: list[tuple[str, str]] = BUILDS) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
+    ap.add_argument("--engine", action="append", choices=sorted(ENGINE_NAMES),
+                    help="build only this engine's table sets (repeatable; default: every set in BUILDS)")
     args = ap.parse_args()
-    print(json.dumps(build(args.profiles), indent=1))
+    builds = [b for b in BUILDS if args.engine is None or b[1] in args.engine]
+    print(json.dumps(build(args.profiles, builds), indent=1))
     for f in sorted(OUT.glob("*.npz")):
         print(f"{f.relative_to(ROOT)}: {f.stat().st_size / 1024:.0f} KiB")
 

@@ -6,10 +6,10 @@ see :mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank 
     t = layers * overhead(engine)                         fitted, see ENGINE_OVERHEAD_S_PER_LAYER
       + layers * [GEMM(QKV) + GEMM(O) + MLP](m = padded tokens)
       + GEMM(lm_head)(m = sequences sampled)
-      + layers * decode_attention(batch, mean context)    measured, FlashAttention 3
+      + layers * decode_attention(batch, mean context)    measured (FA3, FlashInfer or XQA)
       + prefill attention FLOPs / measured prefill-attention rate
       + layers * elementwise bytes / (HBM bandwidth * eta_bw)   norms, adds, SiLU, RoPE
-      + 2 * layers * all_reduce(tokens * hidden)          measured vLLM custom all-reduce
+      + 2 * layers * all_reduce(tokens * hidden)          measured engine custom all-reduce
 
 where MLP is GEMM(gate_up) + GEMM(down) for a dense model, and for a MoE model whose every
 layer routes (gpt-oss, Qwen3-MoE) the measured fused-MoE kernel time for its own shape
@@ -23,7 +23,9 @@ then multiples of 8 up to 512: ``vllm/config/compilation.py`` default
 ``cudagraph_capture_sizes``) because the padded rows are computed too.
 
 Whose kernels: the engine's own tables where they were measured on this GPU and cover the
-replica, else vLLM 0.24.0's (``source_detail`` says which). NVFP4 weights (``fp4``) use the
+replica (TensorRT-LLM 1.3.0rc20 on B200, B300, GB200 and GB300), else vLLM 0.24.0's
+(``source_detail`` says which; ``catalog/data/calibration/SOURCES.md`` says why the others
+were not shipped). NVFP4 weights (``fp4``) use the
 measured NVFP4 GEMM and fused-MoE tables where the GPU has them (Blackwell); elsewhere
 :mod:`apmw.perf.scaled` reads them from the fp8 tables. MLA (DeepSeek-V3/R1, Kimi) and other
 attention kinds are not composed here (the plain roofline prices them).
@@ -81,6 +83,12 @@ SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_p
 # context L costs what the measured bf16 kernel costs for the same bytes, i.e. context
 # L/2. SGLang, like vLLM, dequantises fp8 KV on read (sgl-project/sglang issue #10083),
 # so it keeps the measured fp8 table. Checked on MLPerf Offline rows: docs/accuracy.md.
+# It corrects vLLM's tables standing in for the engine only: with the engine's own tables the
+# measured fp8 table already is its kernel (``_curves`` applies it only where ``tables.engine`` is
+# another engine's). TensorRT-LLM 1.3.0rc20's own fp8 / bf16 decode time (32/8 heads, head_dim 128)
+# is 0.51-0.59 at 32-128 sequences x 4-8k context on B200, B300, GB200 and GB300 and 0.42-0.53 at
+# 4-128 x 1-8k on H200 (aiconfigurator generation_attention_perf, kernel source torch_flow): the
+# fp8 read at about the bf16 kernel's bandwidth, as this rule assumes, and no further correction.
 BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
 # That correction applies only where the measured decode kernel is FlashAttention 3 (Hopper vLLM).
 # On Blackwell vLLM decodes with FlashInfer's TensorRT-LLM-generated kernel, which reads fp8 KV

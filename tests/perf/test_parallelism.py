@@ -256,3 +256,22 @@ def test_a_spec_moe_dtype_takes_the_roofline_and_reads_engine_spellings():
     assert r.step.moe_dtype == "fp4" and r.step.source == "roofline"
     d["model"]["moe_dtype"] = "fp8_block"          # the same as weight_dtype: nothing apart
     assert replica_from_spec(spec_from_dict(d)).step.moe_dtype is None
+
+
+def test_each_attention_dp_rank_fits_its_own_share_of_the_kv_pool():
+    """The same loop priced as one pool and as eight DP ranks' pools: eight copies of the shared prefix, and
+    a spread sqrt(8) times wider against the whole (each rank's demand over a share of the agents)."""
+    from apmw.capacity.closed_loop import closed_loop_model
+    from apmw.capacity.evaluate import evaluate
+    dp = spec_from_dict(_spec({"dp_attention": 8, "ep": 8}))
+    one = spec_from_dict(_spec(None, gpus=8))
+    r = replica_from_spec(dp)
+    m = closed_loop_model(dp, r)
+    args = (r.policy, m.sample, m.curve, r.kv_capacity_bytes, 40)
+    split, pooled = evaluate(dp, *args), evaluate(one, *args)
+    prefix = m.sample.shared_prefix_kv_bytes
+    assert prefix > 0
+    assert split.kv_bytes_resident_mean - pooled.kv_bytes_resident_mean == pytest.approx(7 * prefix)
+    spread = (split.kv_bytes_resident_p95 - split.kv_bytes_resident_mean,
+              pooled.kv_bytes_resident_p95 - pooled.kv_bytes_resident_mean)
+    assert spread[0] == pytest.approx(np.sqrt(8) * spread[1], rel=1e-9)

@@ -35,6 +35,7 @@ from apmw.capacity.engine_curve import EngineCurve
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.sessions import SessionSample
 from apmw.capacity.slo import SloVerdict, check_slo
+from apmw.perf.parallelism import layout_of
 from apmw.perf.serving_policy import ServingPolicy, busy_arrival_wait_s
 from apmw.spec import Spec
 from apmw.spec.distribution import Z95
@@ -178,8 +179,12 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     per_agent_kv2 = float((d.kv2_q.mean() * wq + d.kv2_prefill.mean() * t_pf + d.kv2_decode.mean() * t_dec
                            + d.kv2_tool.mean()) / mean_r)
     variance = max(per_agent_kv2 - per_agent_kv**2, 0.0)
-    kv_mean = agents * per_agent_kv + d.shared_prefix_kv_bytes
-    kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance)
+    # Attention data-parallel ranks each hold their own requests' KV in a pool of their own (and their
+    # own copy of the shared prefix): each rank's demand, over agents / ranks agents, must fit its share
+    # of the pool, so the spread counts sqrt(ranks) times more against the whole than one pool's would.
+    pools = layout_of(spec.serving, spec.hardware.gpus_per_replica).dp
+    kv_mean = agents * per_agent_kv + pools * d.shared_prefix_kv_bytes
+    kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * pools)
 
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     ttft_p95 = float(np.quantile(ttft, 0.95))

@@ -10,6 +10,7 @@ import numpy as np
 
 from apmw.errors import ApmwError
 from apmw.capacity.slo import check_slo, slo_table
+from apmw.perf.parallelism import layout_of
 from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
 from apmw.sim.engine import Engine
@@ -94,6 +95,9 @@ def unsupported(spec: Spec) -> str | None:
         missing.append("speculative decoding (serving.speculative)")
     if spec.serving.disaggregation is not None:
         missing.append("disaggregated prefill (serving.disaggregation)")
+    if layout_of(spec.serving, spec.hardware.gpus_per_replica).dp > 1:
+        missing.append("attention data-parallel ranks, each with its own KV pool and batch "
+                       "(serving.parallelism.dp_attention, serving.attention_data_parallel)")
     return "; ".join(missing) or None
 
 

@@ -327,6 +327,13 @@ MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_
 # "power_law_1.01" and "power_law_1.2" routing; 1.01 is the one its own model configs and
 # tests use for real traffic (ai-dynamo/aiconfigurator, MoE op workload_distribution).
 MOE_DISTRIBUTION = "power_law_1.01"
+# Per engine: MoE dtypes not kept. TensorRT-LLM's MXFP4 W4A16 rows (kernel "moe_torch_flow", backend not
+# named) cannot be the kernel its gpt-oss deployments serve: at TP 1 on B200 that kernel alone takes
+# 0.89 ms a layer at 64 tokens, 32 ms for gpt-oss-120b's 36 layers, where InferenceMAX's TensorRT-LLM runs
+# measure 9.5 ms for the whole decode iteration at 64 concurrent requests; it is 3x vLLM's
+# FlashInfer TensorRT-LLM-generated W4A16 kernel (the one TensorRT-LLM's TRTLLM MoE backend runs). Without
+# it a gpt-oss replica takes vLLM's tables (apmw.perf.calibrated.covering_tables), that kernel included.
+MOE_DTYPES_SKIPPED: dict[str, tuple[str, ...]] = {"trtllm": ("w4a16_mxfp4",)}
 
 
 def moe_tables(path: Path, report: dict, engine: str = "vllm") -> dict[str, np.ndarray]:
@@ -337,7 +344,8 @@ def moe_tables(path: Path, report: dict, engine: str = "vllm") -> dict[str, np.n
     Keys ``moe_<dtype>_<hidden>_<expert inter>_<topk>_<experts>_tp<tp>``.
     """
     d = pd.read_parquet(path)
-    d = d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)]
+    d = d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)
+          & ~d.moe_dtype.isin(MOE_DTYPES_SKIPPED.get(engine, ()))]
     cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
     d = _preferred_source(d, engine, "moe_perf", cols)
     tokens = np.sort(d.num_tokens.unique())
@@ -408,7 +416,8 @@ def build(profiles: Path, builds: list[tuple[str, str]] = BUILDS) -> dict:
                 "files": {k: str(p.relative_to(profiles)) for k, p in path.items()}, "kernels": kernels,
                 "selection": {"allreduce_rows": "=".join(ALLREDUCE_ROWS[engine]),
                               "context_attention_math_dtype_by_kv_dtype": CONTEXT_ATTN_DTYPE.get(engine, "all rows"),
-                              "moe_distribution": MOE_DISTRIBUTION, "moe_ep_size": 1},
+                              "moe_distribution": MOE_DISTRIBUTION, "moe_ep_size": 1,
+                              "moe_dtypes_skipped": list(MOE_DTYPES_SKIPPED.get(engine, ()))},
                 "report": report}
         tables["meta"] = np.array(json.dumps(meta))
         np.savez_compressed(OUT / f"{stem(gpu, engine)}.npz", **tables)

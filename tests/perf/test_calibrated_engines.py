@@ -41,6 +41,7 @@ def test_trtllm_tables_are_exact_at_their_measured_points(gpu):
     # the kernels kept: TensorRT-LLM's default attention backend, the CUTLASS MoE first; its own all-reduce
     assert t.kernels["generation_attention_perf"] == ["torch_flow"] == t.kernels["context_attention_perf"]
     assert "moe_torch_flow_min_latency" not in t.kernels["moe_perf"]
+    assert not t.keys("moe_mxfp4_") and meta["selection"]["moe_dtypes_skipped"] == ["w4a16_mxfp4"]
     assert meta["selection"]["allreduce_rows"] == "implementation=trtllm"
     ns, ks = t["gemm_n"], t["gemm_k"]
     for dt in ("bf16", "fp8", "nvfp4"):
@@ -101,6 +102,9 @@ def test_the_prediction_for_trtllm_reads_trtllms_file():
                   (2 * arch.dense_intermediate_size, h), (h, arch.dense_intermediate_size)]
         layer = sum(gemm_latency_s(t, "fp8", n, k) for n, k in shapes)
         np.testing.assert_allclose(trt.curves.layers_gemm_s, arch.num_layers * layer, rtol=1e-12)
+    # gpt-oss's MXFP4 experts: TensorRT-LLM's measured W4A16 kernel is not kept, so vLLM's tables stand in whole
+    oss = build_step_model(load_architecture("openai/gpt-oss-120b"), get_gpu("B200"), 1, "fp4", "fp8", engine="trtllm")
+    assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "vllm"
     # Hopper has no TensorRT-LLM tables shipped: vLLM's stand in and say so
     h200 = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
     assert not has_engine_tables("H200-SXM-141GB", "trtllm")

@@ -75,3 +75,18 @@ def test_a_prefill_worker_layout_is_checked_and_shown():
         spec_from_dict(_prefill_heavy(prefill_parallelism={"tp": 2, "pp": 2}, prefill_gpus=8))
     with pytest.raises(SpecError, match="give prefill_gpus"):
         spec_from_dict(_prefill_heavy(prefill_workers=2))
+
+
+def test_a_prefill_worker_batches_the_prompts_waiting_for_it():
+    """One prompt per batch is plain Erlang C; where a batch of eight costs little more than one prompt
+    (memory-bound short prompts) the same load waits far less; the time sharing an iteration adds is at
+    most the rest of a full batch."""
+    from apmw.capacity.disaggregation import batched_prefill_wait_s
+    alone, rate = 0.02, 40.0                                   # 80 % busy one prompt at a time
+    single = batched_prefill_wait_s(1, 1, alone, alone, rate)
+    assert single == erlang_c_wait_s(1, rate * alone, alone)
+    cheap = batched_prefill_wait_s(1, 8, alone, 1.2 * alone, rate)
+    assert cheap[0] < 0.2 * single[0] and cheap[1] < 0.2
+    costly = batched_prefill_wait_s(1, 8, alone, 8 * alone, rate)     # compute-bound: batching buys nothing
+    assert costly[1] == pytest.approx(single[1])
+    assert cheap[0] <= (1.2 * alone - alone) + erlang_c_wait_s(8, rate * 1.2 * alone, 1.2 * alone)[0] + 1e-12

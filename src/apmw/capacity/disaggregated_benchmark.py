@@ -5,9 +5,11 @@ each keep one request in flight (InferenceMAX, Dynamo's benchmarks). A request i
 first free prefill worker, which returns its first token; its KV then crosses to a decode worker,
 which decodes the rest in decode-only iterations (no prompt ever stalls them):
 
-    prefill service  S  = ceil(isl / budget) x t_one + isl x per_token     (one prompt on one worker, the
-                                                                          decomposition apmw plan's stage uses)
-    prefill wait     Wq = Erlang C, M/M/c with c = W_p at arrivals lambda   (apmw.capacity.disaggregation)
+    prefill service  S  = ceil(isl / budget) x t_one + isl x per_token     (one prompt alone on a worker)
+    batches          a worker packs k = budget // isl prompts (1 when a prompt exceeds the budget) into one
+                     iteration of time S_k: W_p x k servers of service S_k
+    prefill wait     Wq = Erlang C over them at arrivals lambda, plus what sharing a batch adds to a prompt's
+                     own S as the batches fill (apmw.capacity.disaggregation.batched_prefill_wait_s)
     TTFT             = Wq + S + request overhead
     hand-off         = isl x KV bytes per token / (link x prefill GPUs)
     TPOT             = a decode worker's decode-only iteration at its running batch b, contexts isl + osl/2
@@ -18,8 +20,8 @@ which decodes the rest in decode-only iterations (no prompt ever stalls them):
 ``lambda`` is found by bisection. When the decode workers' limits cap ``b``, or the prefill workers
 saturate, the requests past what they serve wait before their prefill: the wait is added to TTFT, as the
 aggregated model adds its slot queue. Not modelled: the first wave's burst (every client's first prompt
-arriving at once), prompts batched together on a prefill worker (its service is one prompt's), and the
-decode worker's own scheduling overheads beyond its iteration time. With free prefill (``S = 0`` and an
+arriving at once), a fixed cost of the hand-off beyond its bytes (the transfer's set-up, the decode
+worker's admission), and the decode worker's own scheduling overheads beyond its iteration time. With free prefill (``S = 0`` and an
 instant hand-off) TPOT is the aggregated model's decode-only iteration at the same batch.
 """
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, Prediction, check_request_lengths,
                                      kv_fit_requests, replica_for_benchmark)
-from apmw.capacity.disaggregation import erlang_c_wait_s
+from apmw.capacity.disaggregation import batched_prefill_wait_s
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica
 
@@ -68,13 +70,15 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     dec = _worker_replica("decode", decode, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     overhead_s = dec.policy.request_overhead_s
     service_s, prefill_compute = _prefill_service_s(pre, isl)
+    per_batch = max(pre.policy.token_budget // isl, 1)
+    batch_s = _prefill_batch_s(pre, isl, per_batch) if per_batch > 1 else service_s
     handoff_s = isl * dec.step.kv_bytes_per_token / (kv_transfer_bandwidth_bytes_per_s * pre.gpus)
     cap = min(dec.policy.max_batch, kv_fit_requests(dec, isl, osl))
     if cap < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of a decode worker "
                            f"({dec.gpus} x {dec.gpu.name}); give the decode workers more GPUs or an fp8 kv_dtype")
     point = _solve(concurrency, prefill.count, decode.count, service_s, handoff_s, overhead_s, osl,
-                   lambda b: _decode_iteration_s(dec, b, isl, osl), cap)
+                   lambda b: _decode_iteration_s(dec, b, isl, osl), cap, per_batch, batch_s)
     gpus = prefill.count * pre.gpus + decode.count * dec.gpus
     running = min(round(point.batch * decode.count), concurrency)
     power_w = dec.power.it_power_w(GpuGroup(decode.count * dec.gpus, 1.0, point.decode_compute_share(dec, isl, osl)),
@@ -124,6 +128,14 @@ def _prefill_service_s(pre: Replica, isl: int) -> tuple[float, float]:
     return math.ceil(isl / budget) * t_one + isl * per_token, float(pre.step.compute_share(load(chunk)))
 
 
+def _prefill_batch_s(pre: Replica, isl: int, prompts: int) -> float:
+    """Seconds one prefill iteration takes carrying ``prompts`` whole prompts of ``isl`` tokens."""
+    a = pre.arch
+    return float(pre.step.iteration_time_s(IterationLoad(
+        decode_seqs=0.0, prefill_tokens=prompts * isl, kv_read_bytes=0.0,
+        attention_flops=prompts * isl * float(a.attention_flops_per_token(isl / 2)))))
+
+
 def _decode_iteration_s(dec: Replica, batch: float, isl: int, osl: int) -> float:
     ctx = isl + osl / 2
     a = dec.arch
@@ -152,7 +164,7 @@ class _Point:
 
 
 def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_s: float, handoff_s: float,
-           overhead_s: float, osl: int, tpot_at, cap: int) -> _Point:
+           overhead_s: float, osl: int, tpot_at, cap: int, per_batch: int = 1, batch_s: float = 0.0) -> _Point:
     """The closed loop's operating point (module docstring): bisection on the request rate."""
 
     def decoding(rate: float) -> tuple[float, float]:
@@ -169,13 +181,14 @@ def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_
     def served(rate: float) -> tuple[float, float, float, float]:
         """(clients the loop holds at ``rate``, batch, TPOT, prefill wait)."""
         b, tpot = decoding(rate)
-        wait, _ = erlang_c_wait_s(prefill_workers, rate * service_s, service_s)
+        wait, _ = batched_prefill_wait_s(prefill_workers, per_batch, service_s, batch_s or service_s, rate)
         return rate * (wait + service_s + overhead_s + handoff_s + (osl - 1) * tpot), b, tpot, wait
 
     # the most requests/s each side can carry: the prefill workers busy all the time, or every decode
     # worker at its cap
     full_tpot = tpot_at(float(cap))
-    rate_max = min(prefill_workers / service_s, decode_workers * cap / (handoff_s + (osl - 1) * full_tpot))
+    rate_max = min(prefill_workers * per_batch / (batch_s or service_s),
+                   decode_workers * cap / (handoff_s + (osl - 1) * full_tpot))
     lo, hi = 0.0, rate_max * (1 - 1e-9)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
@@ -190,4 +203,4 @@ def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_
     ttft = wait + service_s + overhead_s
     e2e = ttft + handoff_s + (osl - 1) * tpot
     return _Point(rate_per_s=concurrency / e2e, batch=b, tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, wait_s=wait,
-                  prefill_utilisation=min(rate * service_s / prefill_workers, 1.0))
+                  prefill_utilisation=min(rate * (batch_s or service_s) / (prefill_workers * per_batch), 1.0))

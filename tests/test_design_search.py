@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -203,3 +204,28 @@ def test_a_spec_pruned_as_specified_says_why():
                           "hardware": {"gpu": spec.hardware.gpu, "gpus_per_replica": 1}})
     d = search(one, {"hardware.gpus_per_replica": [1, 8]}).to_dict()
     assert d["as_specified"]["reason"].startswith("does not fit")
+
+
+@pytest.mark.parametrize("engine,expected", [
+    ("vllm", ["--tensor-parallel-size 2", "--data-parallel-size 4", "--enable-expert-parallel", "--max-num-seqs 64",
+              "--max-num-batched-tokens 4096"]),
+    ("sglang", ["--tp 8", "--dp 4 --enable-dp-attention", "--ep-size 8", "--max-running-requests 64",
+                "--chunked-prefill-size 4096"]),
+    ("trtllm", ["--tp_size 8", "--ep_size 8", "--max_batch_size 64", "--max_num_tokens 4096",
+                "enable_attention_dp: true"]),
+])
+def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, expected):
+    """tp 2 x dp_attention 4 with EP8: each engine's own flags, the batch cap and budget as the flag reads
+    them (per DP rank for vLLM and TensorRT-LLM, the server's total for SGLang)."""
+    import yaml
+
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+    from apmw.spec import spec_from_dict
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "coding-agent.yaml").read_text())
+    d["hardware"].pop("gpus_per_replica")
+    d["serving"].update(engine=engine, max_batch=64, max_batched_tokens=4096,
+                        parallelism={"tp": 2, "dp_attention": 4, "ep": 8})
+    line = launch_flags(plan(spec_from_dict(d)))
+    for flag in expected:
+        assert flag in line, (flag, line)

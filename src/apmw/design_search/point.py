@@ -11,6 +11,8 @@ import json
 from apmw.capacity import InfeasibleError, plan
 from apmw.design_search.space import with_settings
 from apmw.errors import ApmwError
+from apmw.perf.parallelism import Layout, layout_of
+from apmw.perf.serving_policy import resolve_policy, schedulers_per_limit
 from apmw.spec import SpecError, spec_from_dict
 
 # The figures of a feasible point; a pruned point has none of them.
@@ -47,54 +49,91 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
 
 def launch_flags(result) -> str:
     """The command line(s) that deploy the replica ``result`` plans: the engine's own server (vLLM,
-    SGLang or TensorRT-LLM serve), or for a disaggregated replica a Dynamo-style layout: a frontend,
-    a prefill worker on the prefill instance's GPUs and a decode worker on the replica's, as
-    AIConfigurator 0.12.0 writes them (its generator templates, backend_templates/*/run.sh.j2)."""
+    SGLang or TensorRT-LLM serve) with its layout's flags, or for a disaggregated replica a Dynamo-style
+    layout: a frontend, the prefill workers (``--prefill-workers``, each on its own GPUs) and the decode
+    worker, as AIConfigurator 0.12.0 writes them (its generator templates, backend_templates/*/run.sh.j2)."""
     spec, policy = result.spec, result.replica.policy
-    model, tp = spec.model.config, spec.hardware.gpus_per_replica
+    model, layout = spec.model.config, result.replica.step.parallel
     disaggregation = spec.serving.disaggregation
     if disaggregation is None:
         prefix = {"sglang": f"python -m sglang.launch_server --model-path {model}",
                   "trtllm": f"trtllm-serve {model}"}.get(policy.engine, f"vllm serve {model}")
-        return f"{prefix} {_engine_args(spec, policy, tp)}"
+        return f"{prefix} {_engine_args(spec, policy, layout)}"
+    prefill = layout_of(spec.serving.model_copy(update={"parallelism": disaggregation.prefill_parallelism}),
+                        disaggregation.prefill_gpus_per_worker)
+    workers = disaggregation.prefill_workers
+    gpu = result.replica.gpu
+    prefill_policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=prefill.dp)
     return "\n".join(["python3 -m dynamo.frontend --http-port 8000",
-                      _dynamo_worker(spec, policy, disaggregation.prefill_gpus, "prefill"),
-                      _dynamo_worker(spec, policy, tp, "decode")])
+                      _dynamo_worker(spec, prefill_policy, prefill, "prefill")
+                      + (f"  # x {workers} workers, each on its own GPUs" if workers > 1 else ""),
+                      _dynamo_worker(spec, policy, layout, "decode")
+                      + (f"  # x {disaggregation.decode_workers} workers" if disaggregation.decode_workers > 1 else "")])
 
 
 # vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.
 NIXL_KV_TRANSFER = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
 
 
-def _dynamo_worker(spec, policy, tp: int, role: str) -> str:
+def _dynamo_worker(spec, policy, layout: Layout, role: str) -> str:
     model = spec.model.config
     if policy.engine == "trtllm":       # Dynamo's TensorRT-LLM worker reads its engine settings from a YAML file
         return (f"python3 -m dynamo.trtllm --model-path {model} --extra-engine-args {role}.yaml "
-                f"--disaggregation-mode {role}  # {role}.yaml: {{tensor_parallel_size: {tp}, max_batch_size: "
-                f"{policy.max_batch}, max_num_tokens: {policy.token_budget}, kv_cache_config: "
-                f"{{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}}}}}")
+                f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(policy, layout)}}}")
     if policy.engine == "sglang":
-        return (f"python3 -m dynamo.sglang --model-path {model} {_engine_args(spec, policy, tp)} "
+        return (f"python3 -m dynamo.sglang --model-path {model} {_engine_args(spec, policy, layout)} "
                 f"--disaggregation-mode {role}")
-    return (f"python3 -m dynamo.vllm --model {model} {_engine_args(spec, policy, tp)} --disaggregation-mode {role} "
+    return (f"python3 -m dynamo.vllm --model {model} {_engine_args(spec, policy, layout)} --disaggregation-mode {role} "
             f"--kv-transfer-config {NIXL_KV_TRANSFER}")
 
 
-def _engine_args(spec, policy, tp: int) -> str:
-    """The engine's own flags for ``tp`` GPUs: batch cap, token budget, memory share, KV dtype, prefix caching."""
+def _per_rank(total: int, layout: Layout, engine: str) -> int:
+    """An engine setting as the flag takes it: per attention-DP rank where each rank has its own scheduler
+    (vLLM, TensorRT-LLM), the server's total for SGLang (apmw.perf.serving_policy.schedulers_per_limit)."""
+    return total // schedulers_per_limit(engine, layout.dp)
+
+
+def _trtllm_yaml(policy, layout: Layout) -> str:
+    """TensorRT-LLM's engine settings (LLM API options): its tp_size spans the attention DP ranks."""
+    parts = [f"tensor_parallel_size: {layout.tp * layout.dp}", f"max_batch_size: {_per_rank(policy.max_batch, layout, 'trtllm')}",
+             f"max_num_tokens: {_per_rank(policy.token_budget, layout, 'trtllm')}",
+             f"kv_cache_config: {{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}}}"]
+    parts += [f"pipeline_parallel_size: {layout.pp}"] * (layout.pp > 1)
+    parts += [f"moe_expert_parallel_size: {layout.ep}"] * (layout.ep > 1)
+    parts += ["enable_attention_dp: true"] * (layout.dp > 1)
+    return ", ".join(parts)
+
+
+def _engine_args(spec, policy, layout: Layout) -> str:
+    """The engine's own flags for a replica laid out as ``layout``: parallel sizes, batch cap and token
+    budget (per rank where the engine reads them so), memory share, KV dtype, prefix caching."""
     kv_fp8 = spec.model.kv_dtype == "fp8"
     caching = spec.serving.prefix_caching
-    if policy.engine == "sglang":
-        return (f"--tp {tp} --max-running-requests {policy.max_batch} --chunked-prefill-size {policy.token_budget} "
+    if policy.engine == "sglang":       # --tp-size counts every attention GPU; --dp splits them into DP ranks
+        return (f"--tp {layout.tp * layout.dp}" + (f" --dp {layout.dp} --enable-dp-attention" if layout.dp > 1 else "")
+                + (f" --ep-size {layout.ep}" if layout.ep > 1 else "") + (f" --pp-size {layout.pp}" if layout.pp > 1 else "")
+                + (f" --ep-num-redundant-experts {layout.redundant_experts}" if layout.redundant_experts else "")
+                + (" --enable-two-batch-overlap" if layout.two_batch_overlap else "")
+                + f" --max-running-requests {policy.max_batch} --chunked-prefill-size {policy.token_budget} "
                 f"--mem-fraction-static {policy.kv_memory_fraction:g}" + (" --kv-cache-dtype fp8_e4m3" if kv_fp8 else "")
                 + ("" if caching else " --disable-radix-cache"))
     if policy.engine == "trtllm":
-        return (f"--tp_size {tp} --max_batch_size {policy.max_batch} --max_num_tokens {policy.token_budget} "
+        args = (f"--tp_size {layout.tp * layout.dp} --max_batch_size {_per_rank(policy.max_batch, layout, 'trtllm')} "
+                f"--max_num_tokens {_per_rank(policy.token_budget, layout, 'trtllm')} "
                 f"--kv_cache_free_gpu_memory_fraction {policy.kv_memory_fraction:g}")
-    return (f"--tensor-parallel-size {tp} --max-num-seqs {policy.max_batch} --max-num-batched-tokens "
-            f"{policy.token_budget} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
+        args += f" --pp_size {layout.pp}" if layout.pp > 1 else ""
+        args += f" --ep_size {layout.ep}" if layout.ep > 1 else ""
+        return args + ("  # extra_llm_api_options: {enable_attention_dp: true}" if layout.dp > 1 else "")
+    # vLLM: expert parallelism spans tp x dp (moe_tp 1) when enabled; other splits it cannot express
+    vllm = (f"--tensor-parallel-size {layout.tp}" + (f" --pipeline-parallel-size {layout.pp}" if layout.pp > 1 else "")
+            + (f" --data-parallel-size {layout.dp}" if layout.dp > 1 else "")
+            + (" --enable-expert-parallel" if layout.ep > 1 else "")
+            + (f" --num-redundant-experts {layout.redundant_experts}" if layout.redundant_experts else ""))
+    return (vllm + f" --max-num-seqs {_per_rank(policy.max_batch, layout, 'vllm')} --max-num-batched-tokens "
+            f"{_per_rank(policy.token_budget, layout, 'vllm')} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
             + (" --kv-cache-dtype fp8" if kv_fp8 else "")
-            + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching"))
+            + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching")
+            + ("  # vLLM's expert parallelism spans tp x dp: moe_tp must be 1" if layout.ep > 1 and layout.moe_tp > 1 else ""))
 
 
 def prune_reason(message: str) -> str:

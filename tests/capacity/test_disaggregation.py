@@ -86,7 +86,7 @@ def test_a_prefill_worker_batches_the_prompts_waiting_for_it():
     single = batched_prefill_wait_s(1, 1, alone, alone, rate)
     assert single == erlang_c_wait_s(1, rate * alone, alone)
     cheap = batched_prefill_wait_s(1, 8, alone, 1.2 * alone, rate)
-    assert cheap[0] < 0.2 * single[0] and cheap[1] < 0.2
+    assert cheap[0] < 0.2 * single[0] and cheap[1] < 0.6 * single[1]     # busy less: prompts share iterations
     costly = batched_prefill_wait_s(1, 8, alone, 8 * alone, rate)     # compute-bound: batching buys nothing
     assert costly[1] == pytest.approx(single[1])
     assert cheap[0] <= (1.2 * alone - alone) + erlang_c_wait_s(8, rate * 1.2 * alone, 1.2 * alone)[0] + 1e-12

@@ -83,21 +83,22 @@ def erlang_c_wait_s(servers: int, offered_load: float, service_s: float) -> tupl
 def batched_prefill_wait_s(workers: int, per_batch: int, alone_s: float, batch_s: float,
                            rate_per_s: float) -> tuple[float, float]:
     """(mean time a prompt spends beyond its own prefill alone: the wait for a worker, plus what sharing its
-    iteration adds; the workers' utilisation) at ``rate_per_s`` prompts a second.
+    iteration adds; the share of time the workers are busy) at ``rate_per_s`` prompts a second.
 
     Each of ``workers`` serves up to ``per_batch`` prompts together in ``batch_s``: ``workers x per_batch``
     servers of service ``batch_s`` (Erlang C) for the wait. A prompt alone takes ``alone_s``; each other
     prompt in its iteration adds ``d = (batch_s - alone_s) / (per_batch - 1)``. The others are those that
     arrive at its worker while the iteration forms, ``m = lambda_w x (alone_s + m d)`` for a worker's rate
-    ``lambda_w``, so ``m = lambda_w alone_s / (1 - lambda_w d)``, at most ``per_batch - 1``.
+    ``lambda_w``, so ``m = lambda_w alone_s / (1 - lambda_w d)``, at most ``per_batch - 1``. A worker is
+    then busy ``lambda_w (alone_s + m d) / (1 + m)`` of the time: each iteration serves ``1 + m`` prompts.
     """
     wait, util = erlang_c_wait_s(workers * per_batch, rate_per_s * batch_s, batch_s)
-    if per_batch <= 1:
+    if per_batch <= 1 or util >= 1:
         return wait, util
     d = max(batch_s - alone_s, 0.0) / (per_batch - 1)
     lam = rate_per_s / workers
     others = per_batch - 1.0 if lam * d >= 1 else min(lam * alone_s / (1 - lam * d), per_batch - 1.0)
-    return wait + others * d, util
+    return wait + others * d, min(lam * (alone_s + others * d) / (1 + others), 1.0)
 
 
 def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStage | None:

@@ -178,11 +178,11 @@ def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_
             b = 0.5 * (b + target)
         return b, tpot_at(b)
 
-    def served(rate: float) -> tuple[float, float, float, float]:
-        """(clients the loop holds at ``rate``, batch, TPOT, prefill wait)."""
+    def served(rate: float) -> tuple[float, float, float, float, float]:
+        """(clients the loop holds at ``rate``, batch, TPOT, prefill wait, prefill workers' busy share)."""
         b, tpot = decoding(rate)
-        wait, _ = batched_prefill_wait_s(prefill_workers, per_batch, service_s, batch_s or service_s, rate)
-        return rate * (wait + service_s + overhead_s + handoff_s + (osl - 1) * tpot), b, tpot, wait
+        wait, busy = batched_prefill_wait_s(prefill_workers, per_batch, service_s, batch_s or service_s, rate)
+        return rate * (wait + service_s + overhead_s + handoff_s + (osl - 1) * tpot), b, tpot, wait, busy
 
     # the most requests/s each side can carry: the prefill workers busy all the time, or every decode
     # worker at its cap
@@ -197,10 +197,10 @@ def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_
         else:
             hi = mid
     rate = lo
-    held, b, tpot, wait = served(rate)
+    held, b, tpot, wait, busy = served(rate)
     # clients past what the workers serve wait before their prefill (Little: their share of the cycle)
     wait += max(concurrency - held, 0.0) / max(rate, 1e-30)
     ttft = wait + service_s + overhead_s
     e2e = ttft + handoff_s + (osl - 1) * tpot
     return _Point(rate_per_s=concurrency / e2e, batch=b, tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, wait_s=wait,
-                  prefill_utilisation=min(rate * (batch_s or service_s) / (prefill_workers * per_batch), 1.0))
+                  prefill_utilisation=busy)

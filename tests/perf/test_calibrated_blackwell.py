@@ -10,24 +10,18 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import CalibratedStepModel, IterationLoad, StepModel, build_step_model
+from apmw.perf import CalibratedStepModel, build_step_model
 from apmw.perf import tables as tables_module
 from apmw.perf.efficiency import efficiency_for_gpu
 from apmw.perf.scaled import ScaledStepModel
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
+from tests.perf.loads import iteration_load
 
 BLACKWELL = ["B200-SXM-180GB", "B300-SXM-288GB", "GB200 (per GPU)", "GB300 (per GPU)"]
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
 
 
-def _load(step: StepModel, decode, prefill, context) -> IterationLoad:
-    a = step.arch
-    decode, prefill, context = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (decode, prefill, context)))
-    return IterationLoad(decode_seqs=decode, prefill_tokens=prefill,
-                         kv_read_bytes=decode * context * step.kv_bytes_per_token,
-                         attention_flops=decode * a.attention_flops_per_token(context)
-                         + prefill * a.attention_flops_per_token(context / 2 + prefill / 2))
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)
@@ -74,13 +68,13 @@ def test_more_tokens_or_more_context_is_never_faster(gpu, tp, w, kv):
     step = build_step_model(load_architecture(LLAMA70), get_gpu(gpu), tp, w, kv)
     assert isinstance(step, CalibratedStepModel)
     for ctx in (1.0, 4000.0, 100_000.0):
-        t = step.iteration_time_s(_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
+        t = step.iteration_time_s(iteration_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
         assert np.all(np.diff(t) >= -1e-12 * t[1:]), ctx
     ctx = np.geomspace(1, 300_000, 400)
     for d in (1.0, 64.0, 700.0):
-        assert np.all(np.diff(step.iteration_time_s(_load(step, d, 0.0, ctx))) >= 0), d
+        assert np.all(np.diff(step.iteration_time_s(iteration_load(step, d, 0.0, ctx))) >= 0), d
     prefill = np.arange(0, 40_000, 97, dtype=float)
-    assert np.all(np.diff(step.iteration_time_s(_load(step, 8.0, prefill, 2000.0))) >= 0)
+    assert np.all(np.diff(step.iteration_time_s(iteration_load(step, 8.0, prefill, 2000.0))) >= 0)
 
 
 def _h200_scaled_to(arch, gpu: str, tp: int, w: str, kv: str) -> ScaledStepModel:
@@ -108,7 +102,7 @@ def test_own_bf16_tables_agree_with_h200s_scaled_by_the_spec_sheets(gpu):
     own = build_step_model(arch, get_gpu(gpu), 1, "bf16", "bf16")
     scaled = _h200_scaled_to(arch, gpu, 1, "bf16", "bf16")
     for d, p, ctx in LOADS:
-        r = float(own.iteration_time_s(_load(own, d, p, ctx))) / float(scaled.iteration_time_s(_load(scaled, d, p, ctx)))
+        r = float(own.iteration_time_s(iteration_load(own, d, p, ctx))) / float(scaled.iteration_time_s(iteration_load(scaled, d, p, ctx)))
         lo, hi = (0.85, 1.15) if p == 0 else (0.9, 1.4)
         assert lo <= r <= hi, (d, p, ctx, r)
 
@@ -122,7 +116,7 @@ def test_own_fp8_tables_are_slower_than_h200s_scaled_where_the_measured_fp8_gemm
     arch = load_architecture(LLAMA70)
     own = build_step_model(arch, get_gpu("B200"), 4, "fp8", "fp8")
     scaled = _h200_scaled_to(arch, "B200-SXM-180GB", 4, "fp8", "fp8")
-    ratios = [float(own.iteration_time_s(_load(own, d, p, c))) / float(scaled.iteration_time_s(_load(scaled, d, p, c)))
+    ratios = [float(own.iteration_time_s(iteration_load(own, d, p, c))) / float(scaled.iteration_time_s(iteration_load(scaled, d, p, c)))
               for d, p, c in LOADS]
     assert 0.95 <= min(ratios) and max(ratios) <= 1.45 and np.median(ratios) > 1.1, ratios
 
@@ -147,7 +141,7 @@ def test_an_engines_own_tables_are_used_when_present(tmp_path, monkeypatch):
         trt = build_step_model(arch, get_gpu("B200"), 1, "bf16", "bf16", engine="trtllm")
         assert "sglang's own kernel tables" in sgl.source_detail
         assert "vllm's kernel tables standing in for trtllm's" in trt.source_detail
-        load = _load(sgl, 1.0, 0.0, 100.0)
+        load = iteration_load(sgl, 1.0, 0.0, 100.0)
         assert float(sgl.iteration_parts_s(load)[2]) > 1.6 * float(trt.iteration_parts_s(load)[2])
         gemm_sgl = sgl.curves.layers_gemm_s[0]
         assert gemm_sgl == pytest.approx(2 * trt.curves.layers_gemm_s[0], rel=1e-6)

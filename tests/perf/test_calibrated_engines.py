@@ -11,9 +11,10 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import CalibratedStepModel, IterationLoad, StepModel, build_step_model
+from apmw.perf import CalibratedStepModel, IterationLoad, build_step_model
 from apmw.perf import tables as tables_module
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, has_engine_tables, interp_extrapolate, load_tables
+from tests.perf.loads import iteration_load
 
 BLACKWELL = ["B200-SXM-180GB", "B300-SXM-288GB", "GB200 (per GPU)", "GB300 (per GPU)"]
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -22,13 +23,6 @@ LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
 BUNDLE_BUDGET_BYTES = 10e6
 
 
-def _load(step: StepModel, decode, prefill, context) -> IterationLoad:
-    a = step.arch
-    decode, prefill, context = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (decode, prefill, context)))
-    return IterationLoad(decode_seqs=decode, prefill_tokens=prefill,
-                         kv_read_bytes=decode * context * step.kv_bytes_per_token,
-                         attention_flops=decode * a.attention_flops_per_token(context)
-                         + prefill * a.attention_flops_per_token(context / 2 + prefill / 2))
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)
@@ -117,13 +111,13 @@ def test_trtllm_more_tokens_or_more_context_is_never_faster(gpu, tp, w, kv):
     step = build_step_model(load_architecture(LLAMA70), get_gpu(gpu), tp, w, kv, engine="trtllm")
     assert isinstance(step, CalibratedStepModel) and step.curves.tables_engine == "trtllm"
     for ctx in (1.0, 4000.0, 100_000.0):
-        t = step.iteration_time_s(_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
+        t = step.iteration_time_s(iteration_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
         assert np.all(np.diff(t) >= -1e-12 * t[1:]), ctx
     ctx = np.geomspace(1, 300_000, 400)
     for d in (1.0, 64.0, 700.0):
-        assert np.all(np.diff(step.iteration_time_s(_load(step, d, 0.0, ctx))) >= 0), d
+        assert np.all(np.diff(step.iteration_time_s(iteration_load(step, d, 0.0, ctx))) >= 0), d
     prefill = np.arange(0, 40_000, 97, dtype=float)
-    assert np.all(np.diff(step.iteration_time_s(_load(step, 8.0, prefill, 2000.0))) >= 0)
+    assert np.all(np.diff(step.iteration_time_s(iteration_load(step, 8.0, prefill, 2000.0))) >= 0)
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)

@@ -13,12 +13,13 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import IterationLoad, RooflineStepModel, StepModel, build_step_model
+from apmw.perf import RooflineStepModel, build_step_model
 from apmw.perf.calibrated import CalibratedStepModel
 from apmw.perf.calibrated import calibration_gap
 from apmw.perf.efficiency import efficiency_for_gpu
 from apmw.perf.scaled import _STAND_IN_DTYPE, ScaledStepModel, reference_gpu, step_time_basis
 from apmw.capacity.benchmark import predict
+from tests.perf.loads import iteration_load
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,15 +41,6 @@ def _from_h200(arch, gpu: str, gpus: int, w: str, kv: str, engine: str = "vllm")
     raise AssertionError("H200's tables do not cover this replica")
 
 
-def _load(step: StepModel, decode, prefill, context) -> IterationLoad:
-    """``decode`` sequences at ``context`` tokens of KV each, plus a ``prefill`` chunk after ``context``
-    tokens of its own prompt (the load of tests/perf/test_calibrated.py)."""
-    a = step.arch
-    decode, prefill, context = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (decode, prefill, context)))
-    return IterationLoad(decode_seqs=decode, prefill_tokens=prefill,
-                         kv_read_bytes=decode * context * step.kv_bytes_per_token,
-                         attention_flops=decode * a.attention_flops_per_token(context)
-                         + prefill * a.attention_flops_per_token(context / 2 + prefill / 2))
 
 
 def test_scaling_a_measured_gpu_onto_itself_changes_nothing():
@@ -58,7 +50,7 @@ def test_scaling_a_measured_gpu_onto_itself_changes_nothing():
         assert isinstance(cal, CalibratedStepModel)
         same = ScaledStepModel(arch=arch, gpu=cal.gpu, gpus=gpus, weight_dtype="fp8", kv_dtype="fp8", reference=cal)
         for decode, prefill, ctx in ((1, 0, 1000), (64, 0, 4000), (32, 2048, 2000), (0, 8192, 0)):
-            load = _load(cal, decode, prefill, ctx)
+            load = iteration_load(cal, decode, prefill, ctx)
             assert float(same.iteration_time_s(load)) == pytest.approx(float(cal.iteration_time_s(load)), rel=1e-12)
 
 
@@ -87,7 +79,7 @@ def test_h800_runs_h100s_kernels_and_only_its_all_reduces_slow_down():
     # the same GH100 silicon with NVLink cut from 450 to 200 GB/s per direction
     arch = load_architecture("meta-llama/Llama-3.1-70B-Instruct")
     h800 = build_step_model(arch, get_gpu("H800"), 4, "fp8", "fp8")
-    load = _load(h800, 0.0, 8192.0, 0.0)
+    load = iteration_load(h800, 0.0, 8192.0, 0.0)
     ref = h800.reference.iteration_parts_s(h800.reference_load(load))
     own = h800.iteration_parts_s(load)
     assert float(own[2]) == pytest.approx(float(ref[2]), rel=1e-9)
@@ -107,10 +99,10 @@ def test_decode_scales_by_the_bandwidth_ratio_and_prefill_by_the_peak_ratio():
     arch = load_architecture(LLAMA8)
     h200 = build_step_model(arch, get_gpu("H200"), 1, "bf16", "bf16")
     b200 = _from_h200(arch, "B200", 1, "bf16", "bf16")
-    overhead = h200.iteration_parts_s(_load(h200, 1, 0, 0))[0]     # host work, not scaled
+    overhead = h200.iteration_parts_s(iteration_load(h200, 1, 0, 0))[0]     # host work, not scaled
 
     def kernels(step, decode, prefill, ctx):
-        return float(step.iteration_time_s(_load(step, decode, prefill, ctx))) - overhead
+        return float(step.iteration_time_s(iteration_load(step, decode, prefill, ctx))) - overhead
 
     # batch-1 decode streams the weights: B200 / H200 HBM bandwidth, 4.8 / 7.7 TB/s
     assert kernels(b200, 1, 0, 1000) / kernels(h200, 1, 0, 1000) == pytest.approx(4.8 / 7.7, rel=0.03)
@@ -126,9 +118,9 @@ def test_formats_the_tables_lack_read_the_fp8_tables_and_move_fewer_bytes():
     assert (fp4.reference.weight_dtype, fp4.reference.kv_dtype) == ("fp8", "fp8")
     # batch-1 decode at a long context streams weights and KV: fp4 (NVFP4 with its block scales,
     # 16-bit embeddings) over fp8 is their bytes ratio, about 0.62 for Llama-3.1-8B
-    t8 = float(fp8.iteration_time_s(_load(fp8, 1, 0, 32000)))
-    t4 = float(fp4.iteration_time_s(_load(fp4, 1, 0, 32000)))
-    overhead = fp8.reference.iteration_parts_s(_load(fp8, 1, 0, 0))[0]
+    t8 = float(fp8.iteration_time_s(iteration_load(fp8, 1, 0, 32000)))
+    t4 = float(fp4.iteration_time_s(iteration_load(fp4, 1, 0, 32000)))
+    overhead = fp8.reference.iteration_parts_s(iteration_load(fp8, 1, 0, 0))[0]
     bytes4 = fp4.weight_bytes + 32000 * fp4.kv_bytes_per_token
     bytes8 = fp8.weight_bytes + 32000 * fp8.kv_bytes_per_token
     assert (t4 - overhead) / (t8 - overhead) == pytest.approx(bytes4 / bytes8, rel=0.05)
@@ -139,7 +131,7 @@ def test_tp_all_reduces_scale_by_the_scale_up_bandwidth():
     # the H200's NVLink 4 (450 GB/s)
     arch = load_architecture("meta-llama/Llama-3.1-70B-Instruct")
     step = _from_h200(arch, "GB200", 4, "fp8", "fp8", engine="trtllm")
-    load = _load(step, 0.0, 8192.0, 0.0)
+    load = iteration_load(step, 0.0, 8192.0, 0.0)
     comm = float(step.iteration_parts_s(load)[1])
     ref_comm = float(step.reference.iteration_parts_s(step.reference_load(load))[1])
     assert ref_comm > 0
@@ -151,7 +143,7 @@ def test_the_reference_reads_the_same_kv_tokens_in_its_own_format():
     step = build_step_model(arch, get_gpu("B200"), 1, "fp8", "fp4")     # B200's own fp8-KV tables
     assert step.reference.gpu.name == "B200-SXM-180GB"
     assert step.reference.kv_dtype == "fp8" and step.kv_bytes_per_token < step.reference.kv_bytes_per_token
-    load = _load(step, 64.0, 0.0, 30000.0)
+    load = iteration_load(step, 64.0, 0.0, 30000.0)
     seen = step.reference_load(load)
     assert seen.kv_read_bytes / step.reference.kv_bytes_per_token == pytest.approx(64 * 30000)
 
@@ -161,7 +153,7 @@ def test_the_ratio_is_taken_over_the_rows_a_cuda_graph_computes():
     arch = load_architecture(LLAMA8)
     step = _from_h200(arch, "B300", 1, "fp4", "fp4")
     def ratio(batch):
-        load = _load(step, batch, 0.0, 1.0)
+        load = iteration_load(step, batch, 0.0, 1.0)
         return float(step.iteration_parts_s(load)[2] / step.reference.iteration_parts_s(step.reference_load(load))[2])
 
     assert ratio(33.0) == pytest.approx(ratio(40.0), rel=1e-4)
@@ -174,7 +166,7 @@ def test_a_4bit_moe_runs_its_attention_and_dense_gemms_at_the_bf16_rate():
     # on a B200 than on an H200; with attention and the dense GEMMs at bf16 it is 3.7x.
     arch = load_architecture("openai/gpt-oss-120b")
     step = _from_h200(arch, "B200", 1, "fp4", "bf16")
-    load = _load(step, 0.0, 8192.0, 0.0)
+    load = iteration_load(step, 0.0, 8192.0, 0.0)
     ratio = float(step.iteration_parts_s(load)[2] / step.reference.iteration_parts_s(load)[2])
     assert 1 / ratio == pytest.approx(3.7, rel=0.03)
 
@@ -208,13 +200,13 @@ def test_more_tokens_or_more_kv_is_never_faster_beyond_a_small_dip(model, gpu, t
 
     decode = np.arange(1, 1025, dtype=float)
     for ctx in (1.0, 500.0, 8000.0, 100_000.0):
-        assert rises(step.iteration_time_s(_load(step, decode, 0.0, ctx))), f"decode batch, ctx {ctx}"
+        assert rises(step.iteration_time_s(iteration_load(step, decode, 0.0, ctx))), f"decode batch, ctx {ctx}"
     prefill = np.arange(0, 40_000, 97, dtype=float)
     for d in (0.0, 8.0, 200.0):
-        assert rises(step.iteration_time_s(_load(step, d, prefill, 2000.0))), f"prefill tokens, decode {d}"
+        assert rises(step.iteration_time_s(iteration_load(step, d, prefill, 2000.0))), f"prefill tokens, decode {d}"
     ctx = np.geomspace(1, 300_000, 400)
     for d in (1.0, 64.0, 700.0):
-        assert rises(step.iteration_time_s(_load(step, d, 0.0, ctx))), f"context, decode {d}"
+        assert rises(step.iteration_time_s(iteration_load(step, d, 0.0, ctx))), f"context, decode {d}"
 
 
 def _silicon_errors(plain: bool) -> tuple[list[float], list[float]]:

@@ -787,6 +787,15 @@ def _imax_group(r: Row) -> str:
     return f"{r.label.split()[0]} {r.model.split('/')[-1]} {r.precision} {r.framework} {r.layout_kind}"
 
 
+def median_error_cell(rs: list[Row], metric: str) -> tuple[str, float | None]:
+    """A table cell: the median |error| % (median signed %) of ``metric`` over ``rs``, and that median."""
+    e = errors(rs, metric)
+    if not e:
+        return "-", None
+    med = statistics.median(abs(x) for x in e)
+    return f"{med:.1f} ({statistics.median(e):+.1f})", med
+
+
 def imax_layout_table(rows: list[Row]) -> list[str]:
     """Every aggregated InferenceMAX point by (hardware, model, precision, framework, layout kind):
     median |error| % (median signed %) of mean TPOT, mean TTFT and output tokens/s per GPU, whether the
@@ -795,13 +804,6 @@ def imax_layout_table(rows: list[Row]) -> list[str]:
     lines = ["| hardware, model, precision, framework, layout | CSV rows | n | path | TPOT | TTFT | "
              "output tok/s/GPU | targets (TPOT <= 15 %, TTFT <= 30 %) |", "|---|---|---|---|---|---|---|---|"]
 
-    def cell(rs: list[Row], metric: str) -> tuple[str, float | None]:
-        e = errors(rs, metric)
-        if not e:
-            return "-", None
-        med = statistics.median(abs(x) for x in e)
-        return f"{med:.1f} ({statistics.median(e):+.1f})", med
-
     groups: dict[str, list[Row]] = {}
     for r in imax:
         if r.predicted:
@@ -809,7 +811,7 @@ def imax_layout_table(rows: list[Row]) -> list[str]:
     for name in sorted(groups):
         g = groups[name]
         path = g[0].path if len({r.path for r in g}) == 1 else "mixed"
-        (tpot, mt), (ttft, mf), (thr, _) = (cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
+        (tpot, mt), (ttft, mf), (thr, _) = (median_error_cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
         if len(g) < IMAX_TARGET_MIN_POINTS:
             verdict = f"n < {IMAX_TARGET_MIN_POINTS}"
         else:
@@ -857,16 +859,9 @@ def imax_disagg_table(rows: list[Row]) -> list[str]:
     lines = ["| hardware, model, precision, framework (workers) | CSV rows | n | path | TPOT | TTFT | "
              "tok/s per GPU | targets (TPOT <= 15 %, TTFT <= 30 %) |", "|---|---|---|---|---|---|---|---|"]
 
-    def cell(rs: list[Row], metric: str) -> tuple[str, float | None]:
-        e = errors(rs, metric)
-        if not e:
-            return "-", None
-        med = statistics.median(abs(x) for x in e)
-        return f"{med:.1f} ({statistics.median(e):+.1f})", med
-
     def line(name: str, g: list[Row], judge: bool) -> str:
         path = g[0].path if len({r.path for r in g}) == 1 else "mixed"
-        (tpot, mt), (ttft, mf), (thr, _) = (cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
+        (tpot, mt), (ttft, mf), (thr, _) = (median_error_cell(g, m) for m in ("tpot_s", "ttft_s", "output_tokens_per_s_per_gpu"))
         if not judge:
             verdict = ""
         elif len(g) < IMAX_TARGET_MIN_POINTS:

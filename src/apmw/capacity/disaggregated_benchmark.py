@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, Prediction, check_request_lengths,
                                      kv_fit_requests, replica_for_benchmark)
 from apmw.capacity.disaggregation import batched_prefill_wait_s
@@ -78,7 +80,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of a decode worker "
                            f"({dec.gpus} x {dec.gpu.name}); give the decode workers more GPUs or an fp8 kv_dtype")
     point = _solve(concurrency, prefill.count, decode.count, service_s, handoff_s, overhead_s, osl,
-                   lambda b: _decode_iteration_s(dec, b, isl, osl), cap, per_batch, batch_s)
+                   _decode_curve(dec, isl, osl, cap), cap, per_batch, batch_s)
     gpus = prefill.count * pre.gpus + decode.count * dec.gpus
     running = min(round(point.batch * decode.count), concurrency)
     power_w = dec.power.it_power_w(GpuGroup(decode.count * dec.gpus, 1.0, point.decode_compute_share(dec, isl, osl)),
@@ -136,13 +138,17 @@ def _prefill_batch_s(pre: Replica, isl: int, prompts: int) -> float:
         attention_flops=prompts * isl * float(a.attention_flops_per_token(isl / 2)))))
 
 
-def _decode_iteration_s(dec: Replica, batch: float, isl: int, osl: int) -> float:
+def _decode_curve(dec: Replica, isl: int, osl: int, cap: int):
+    """A decode worker's decode-only iteration time at any batch up to ``cap``: priced once at every whole
+    batch (one vectorised call), linear between them, for the closed loop's fixed points."""
     ctx = isl + osl / 2
     a = dec.arch
+    batch = np.arange(1.0, cap + 1.0)
     load = IterationLoad(decode_seqs=batch, prefill_tokens=0.0,
                          kv_read_bytes=batch * float(a.kv_read_bytes_for_context(ctx, dec.step.kv_dtype)),
                          attention_flops=batch * float(a.attention_flops_per_token(ctx)))
-    return float(dec.step.iteration_time_s(load))
+    times = np.asarray(dec.step.iteration_time_s(load), dtype=float)
+    return lambda b: float(np.interp(b, batch, times))
 
 
 @dataclass(frozen=True)

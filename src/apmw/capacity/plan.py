@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model
 from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.routing import routing_of
 from apmw.capacity.search import SearchResult, search
 from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
@@ -149,6 +150,7 @@ class Plan:
                         "step_time": r.step.source_detail},
             "step_time_source": r.step.source,
             "serving_policy": r.policy.to_dict(),
+            "routing": routing_of(self.spec).to_dict(),
         }
 
 

@@ -25,6 +25,12 @@ is not prefilled by any session and its KV is counted once per replica, not
 per session. Calls inside one step (no tool wait between them) reuse the
 context just written. The simulator (``apmw simulate``) measures what an LRU
 prefix cache actually keeps under ``evict``.
+
+Under ``fleet.routing`` random or least_loaded over ``fleet.routing_replicas`` > 1 replicas, a call
+finds the context its task left on the replica it lands on (:mod:`apmw.capacity.routing`), not
+necessarily its latest: each call is priced from the earlier call whose context it finds, and a
+context left pinned on a replica the task has moved away from is held until the task comes back
+there or ends.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from apmw.capacity.routing import check_routable, routing_of, routing_sources
 from apmw.perf import Replica
 from apmw.perf.speculative import speculative_decoding
 from apmw.errors import ApmwError
@@ -247,6 +254,13 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     # how long each freed context waits in the LRU cache before its session returns
     freed_s = (wait_before - (ttl_s if policy == "ttl" else 0.0))[freed]
     kept_calls = kept
+    routing = routing_of(spec)
+    routed = None
+    if routing.spreads and sv.prefix_caching:
+        check_routable(spec, replica.policy.slot_prompt_cache)
+        routed = _routed(session_of_call, routing, spec.seed if seed is None else seed, prompt, out, wait_before,
+                         wait_after, calls_per_session, policy, ttl_s, shared)
+        kept_calls, freed, freed_s = routed.kept, routed.freed, routed.freed_s
     # a call after a summary re-prefills the summary text in its new position
     reprefill = new + new_resets * w.summary_tokens
     full_prompt = prompt - shared
@@ -285,6 +299,10 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     kv_history = kv(history)                      # held while the call queues, where the context is found
     freed_kv = kv(history[:n_calls][freed])
     final_kv = kv(prompt[:n_calls][last_call] + out[:n_calls][last_call])
+    if routed is not None:
+        hold_s = routed.hold_s
+        freed_kv = kv(routed.found_tokens[freed])
+        final_kv = kv((prompt + out)[routed.dead])
     kv_prompt = kv(prompt)
     kv_decode = kv(prompt + out / 2)
     kv_after = kv(prompt + out)
@@ -302,6 +320,20 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
 
     def priced(kept_calls: np.ndarray) -> dict:
         """The fields that depend on which contexts are found: prefill work and KV held while queued."""
+        if routed is not None:     # each call finds what its task left on the replica it lands on
+            found = np.where(kept_calls, routed.found_tokens, shared)
+            prefill = np.maximum(prompt - found, 1.0)
+            prefill_iters = np.ceil(prefill / replica.policy.token_budget)
+            kv_hist = kv(found)
+            return dict(
+                prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
+                kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
+                kv2_q=per(kv_hist**2), kv2_prefill=per(kv_prompt**2 * prefill_iters),
+                call_prefill_iters=float(prefill_iters.mean()), call_prefill_tokens=float(prefill.mean()),
+                call_prefill_kv_bytes=float(arch.kv_read_bytes_for_context(prompt - prefill, kv_dtype).mean()),
+                call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
+                call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
+            )
         prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
                                   np.ones(extra_rows)))     # at least the token that starts generation
         prefill_iters = np.ceil(prefill / replica.policy.token_budget)
@@ -316,7 +348,8 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
             call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
         )
 
-    own_prefill = np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0)
+    own_prefill = (np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0) if routed is None
+                   else np.maximum(prompt - np.where(kept_calls, routed.found_tokens, shared), 1.0))
     base = SessionSample(
         sessions=sessions,
         calls=calls_per_session.astype(float),
@@ -348,5 +381,66 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         timeline_prefill_iters=np.ceil(own_prefill / replica.policy.token_budget), timeline_wait_s=wait_after[:n_calls],
         **priced(kept_calls),
     )
-    found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed, RETAINED_LOST: kept_calls & ~after_wait}
+    found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed,
+             RETAINED_LOST: kept_calls & (~after_wait if routed is None else routed.no_wait)}
     return [base if v == AS_POLICY else replace(base, **priced(found[v])) for v in variants]
+
+
+
+@dataclass(frozen=True)
+class _Routed:
+    """Each call's context as the routing leaves it (:mod:`apmw.capacity.routing`), per call in session order."""
+
+    found_tokens: np.ndarray   # tokens of the context it finds on its replica (the shared prefix when none)
+    kept: np.ndarray           # ... found pinned (the previous call's context where the policy pins it)
+    freed: np.ndarray          # ... found only if it survived as cache (LRU, or a left-behind pin spilled oldest first)
+    freed_s: np.ndarray        # for those: how long it waited
+    no_wait: np.ndarray        # ... found across no tool wait
+    hold_s: np.ndarray         # tool-wait seconds each call's context is held pinned after it (as under affinity)
+    dead: np.ndarray           # contexts no later call of the task finds (a task's last among them)
+
+
+def _routed(session_of_call: np.ndarray, routing, seed: int, prompt: np.ndarray, out: np.ndarray,
+            wait_before: np.ndarray, wait_after: np.ndarray, calls_per_session: np.ndarray, policy: str,
+            ttl_s: float, shared: float) -> _Routed:
+    """Which earlier context each call finds under ``routing``, and what each context costs in memory
+    (no summarisation: :func:`apmw.capacity.routing.check_routable` refuses it).
+
+    Every context is held through the tool wait after its call as affinity holds it (the engine cannot
+    tell that the next call goes elsewhere: the memory the plan must fit, wasted where it does). Past that
+    wait, a context the task left behind on a replica it moved away from is cache, counted in no memory
+    demand: under ``retain`` a pin nobody took over, which the engine spills oldest first, before any pin a
+    call is about to take over (found unless memory runs short: the KV-overflow share); under ``evict``
+    and ``ttl`` a context in the LRU prefix cache (a pin between two calls of a step is spilled to it
+    first), found while younger than the cache's characteristic time (:mod:`apmw.capacity.prefix_cache`)."""
+    n = len(prompt)
+    idx = np.arange(n)
+    src = routing_sources(session_of_call, routing, seed)
+    has = src >= 0
+    s = np.where(has, src, 0)
+    cw = np.cumsum(wait_before)
+    elapsed = np.where(has, cw - cw[s], 0.0)                 # tool waits since the context was left
+    forever = (wait_after == 0) | (policy == "retain")       # pinned until taken over (or spilled)
+    ttl_pin = (policy == "ttl") & ~forever[s]                # a ttl pin, kept until its limit
+    previous = has & (src == idx - 1)
+    if policy == "retain":
+        # pins everywhere: one left behind is found unless memory ran short, the KV-overflow share that
+        # apmw.capacity.closed_loop blends in (it spills the oldest pins first, so this is a little generous)
+        kept = has
+    else:
+        kept = (previous & forever[s]) | (has & ttl_pin & (elapsed <= ttl_s))
+    freed = has & ~kept
+    last = np.cumsum(calls_per_session) - 1
+    reuser = np.full(n, -1, dtype=np.int64)
+    reuser[src[has]] = idx[has]
+    is_last = np.zeros(n, dtype=bool)
+    is_last[last] = True
+    if policy == "retain":
+        hold = wait_after
+    elif policy == "ttl":
+        hold = np.minimum(wait_after, ttl_s)
+    else:
+        hold = np.zeros(n)
+    return _Routed(found_tokens=np.where(has, (prompt + out)[s], shared), kept=kept, freed=freed,
+                   freed_s=(elapsed - np.where(ttl_pin, ttl_s, 0.0))[freed], no_wait=has & (elapsed == 0),
+                   hold_s=hold, dead=(reuser < 0) | is_last)

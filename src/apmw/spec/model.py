@@ -490,6 +490,14 @@ class Fleet(_Section):
                               "(provisioning, weight load, warm-up): replicas for the next hour start this early")
     scale_down_delay_s: float = Field(default=0.0, ge=0, le=86400, description="a replica no longer needed stays up "
                                       "this long (hysteresis)")
+    routing: Literal["affinity", "least_loaded", "random"] = Field(
+        default="affinity", description="how a router spreads each agent's calls over the replicas: affinity "
+        "(every call of a task to the replica that holds its context: sticky sessions, KV-aware routers), "
+        "least_loaded or random (a call finds its own context only where it lands on the replica that holds it; "
+        "docs/fleet.md, Routing)")
+    routing_replicas: int | None = Field(
+        default=None, ge=1, le=10**6, description="replicas a least_loaded or random router spreads calls over, "
+        "for apmw plan (apmw fleet uses the day's peak replica count); unset: 1 for apmw plan")
 
     @field_validator("tasks_per_hour")
     @classmethod

@@ -126,3 +126,24 @@ def test_plan_json_carries_the_routing():
     spec = load_spec(EXAMPLES / "coding-agent.yaml")
     assert plan(spec).to_dict()["routing"] == {"policy": "affinity", "replicas": 1, "same_replica_share": 1.0}
     assert plan(with_routing(spec, "random", 4)).to_dict()["routing"]["same_replica_share"] == 0.25
+
+
+def test_fleet_day_shows_the_policy_and_compares_routing_at_the_peak():
+    from apmw.capacity.fleet_day import fleet_day
+
+    spec = load_spec(EXAMPLES / "coding-agent.yaml")
+    day = fleet_day(plan(spec)).to_dict()
+    assert day["routing"]["policy"] == "affinity" and day["routing"]["replicas"] == day["peak_replicas"]
+    assert {h["routing"] for h in day["hours"]} == {"affinity"}
+    rows = {r["policy"]: r for r in day["routing_comparison"]}
+    assert set(rows) == {"affinity", "least_loaded", "random"}
+    assert rows["affinity"]["agents_per_replica"] == day["agents_per_replica_max"]
+    for p in ("random", "least_loaded"):
+        assert rows[p]["prefix_hit_rate"] < rows["affinity"]["prefix_hit_rate"]
+        assert rows[p]["agents_per_replica"] <= rows["affinity"]["agents_per_replica"]
+    # routing the day at random needs at least as many replicas, sized at its own peak
+    rnd = fleet_day(plan(with_routing(spec, "random", 1)), compare_routing=False).to_dict()
+    assert rnd["peak_replicas"] >= day["peak_replicas"]
+    assert rnd["routing"] == {"policy": "random", "replicas": rnd["routing"]["replicas"],
+                              "same_replica_share": 1 / rnd["routing"]["replicas"]}
+    assert rnd["agents_per_replica_max"] < day["agents_per_replica_max"]

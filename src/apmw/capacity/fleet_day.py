@@ -22,12 +22,20 @@ hour adds start ``fleet.scale_up_s`` before it (provisioning, weight load, warm-
 drawing idle power meanwhile; a replica no longer needed stays up ``fleet.scale_down_delay_s``
 (hysteresis), and the hour's tasks spread over every replica up.
 
+Routing (``fleet.routing``, :mod:`apmw.capacity.routing`): under affinity (the default) N* does not
+depend on the replica count. Under random or least-loaded routing it does (a returning call finds its
+context on about 1 replica in R), so the day is sized at the N* of its own peak replica count: from the
+plan's, the peak is recomputed until it settles (``ROUTING_ITERATIONS`` at most; N* falls as R grows, so
+the peak only rises). :func:`routing_comparison` gives every policy's N*, prefix hit rate and prefilled
+tokens at that peak replica count.
+
 Not modelled yet (issue "apmw fleet"): demand the forecast misses (what a short fleet does to
-tasks), routing across replicas and mixed fleets; each hour is a steady state.
+tasks) and mixed fleets; each hour is a steady state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import asdict, dataclass
@@ -37,7 +45,8 @@ from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.economics import J_PER_KWH, economics
 from apmw.capacity.evaluate import Evaluation
-from apmw.capacity.plan import Plan
+from apmw.capacity.plan import Plan, plan
+from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup
 
@@ -45,6 +54,8 @@ HOURS = 24
 DAYS_PER_MONTH = 365.25 / 12
 # Fixed-point iterations of N_h = lambda_h * R(N_h / replicas_h); R falls with the load and settles in a few.
 LITTLE_ITERATIONS = 8
+# Re-plans of a spreading router at the day's peak replica count, until the peak settles.
+ROUTING_ITERATIONS = 6
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class FleetHour:
     provisioned_power_w: float
     gpu_cost_usd: float
     electricity_cost_usd: float
+    routing: str = "affinity"        # fleet.routing, the router's policy
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class FleetDay:
     power_cap_mw: float | None = None
     provisioned_w_per_replica: float = 0.0
     task_latency_at_n_star_s: float = 0.0
+    routing: Routing = Routing()
+    routing_comparison: tuple[dict, ...] = ()
 
     @property
     def hours_over_power_cap(self) -> list[int]:
@@ -133,12 +147,53 @@ class FleetDay:
             "api_cost_per_task_usd": self.api_cost_per_task_usd,
             "api_cost_per_day_usd": (None if self.api_cost_per_task_usd is None
                                      else self.api_cost_per_task_usd * self.tasks_per_day),
+            "routing": self.routing.to_dict(),
+            "routing_comparison": list(self.routing_comparison),
             "hours": [asdict(h) for h in self.hours],
         }
 
 
-def fleet_day(result: Plan) -> FleetDay:
-    """The spec's day of demand (``fleet.tasks_per_hour``) on replicas sized by ``result`` (a plan at N*)."""
+def fleet_day(result: Plan, compare_routing: bool = True) -> FleetDay:
+    """The spec's day of demand (``fleet.tasks_per_hour``) on replicas sized by ``result`` (a plan at N*).
+
+    Under a router that spreads a task's calls (``fleet.routing`` random or least_loaded) the plan is
+    redone at the day's peak replica count until that settles. ``compare_routing`` adds every policy's
+    figures at the peak replica count (:func:`routing_comparison`)."""
+    day = _day(result)
+    routing = routing_of(result.spec)
+    if routing.policy != "affinity":
+        for _ in range(ROUTING_ITERATIONS):
+            peak = max(max(h.replicas for h in day.hours), 1)
+            if peak == routing.replicas:
+                break
+            routing = Routing(routing.policy, peak)
+            result = plan(with_routing(result.spec, routing.policy, peak))
+            day = _day(result)
+    else:
+        routing = Routing("affinity", max(max(h.replicas for h in day.hours), 1))
+    comparison = routing_comparison(result, routing.replicas) if compare_routing else ()
+    return dataclasses.replace(day, routing=routing, routing_comparison=comparison)
+
+
+def routing_comparison(result: Plan, replicas: int) -> tuple[dict, ...]:
+    """Each routing policy over ``replicas`` replicas: N* per replica, the share of prompt tokens its prefix
+    cache serves at N*, and the prompt tokens one replica prefills per second there (least_loaded is
+    priced as random: :mod:`apmw.capacity.routing`)."""
+    rows = []
+    for policy in POLICIES:
+        p = plan(with_routing(result.spec, policy, replicas))
+        tokens, per_s = p.tokens_per_task, p.tokens_per_s
+        rows.append({"policy": policy, "replicas": replicas, "agents_per_replica": p.agents_per_replica,
+                     "binding_constraint": p.search.binding_constraint,
+                     "prefix_hit_rate": 1.0 - tokens["prefill"] / tokens["input"] if tokens["input"] else None,
+                     "prefill_tokens_per_s_per_replica": per_s["prefill"],
+                     "kv_tokens_resident_mean": p.at.kv_bytes_resident_mean / p.replica.step.kv_bytes_per_token,
+                     "task_latency_p95_s": p.at.task_latency_p95_s})
+    return tuple(rows)
+
+
+def _day(result: Plan) -> FleetDay:
+    """The day on replicas sized by ``result``, routing as its spec says."""
     spec = result.spec
     rates = spec.fleet.tasks_per_hour
     if rates is None:
@@ -229,4 +284,5 @@ def _hour(result: Plan, evaluate: Callable[[int], Evaluation], stage: PrefillSta
         * power.provisioned_power_w(gpus_per_replica),
         gpu_cost_usd=(replicas + warm_share) * gpus_per_replica * spec.cost.gpu_hour_usd,
         electricity_cost_usd=facility_total * 3600.0 / J_PER_KWH * spec.cost.electricity_usd_per_kwh,
+        routing=spec.fleet.routing,
     )

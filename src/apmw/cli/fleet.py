@@ -17,15 +17,36 @@ from apmw.spec import SpecError
 
 CSV_COLUMNS = ("hour", "tasks", "concurrent_agents", "task_latency_mean_s", "replicas_needed", "replicas",
                "replicas_warming", "gpus", "gpu_hours", "agents_per_replica",
-               "it_power_w", "facility_power_w", "provisioned_power_w", "gpu_cost_usd", "electricity_cost_usd")
+               "it_power_w", "facility_power_w", "provisioned_power_w", "gpu_cost_usd", "electricity_cost_usd",
+               "routing")
 
 
-def _csv(hours: list[dict]) -> str:
+def _rows(day: dict) -> list[dict]:
+    """The hours as the CSV and Parquet files have them."""
+    return [{c: h[c] for c in CSV_COLUMNS} for h in day["hours"]]
+
+
+def _csv(day: dict) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
-    w.writerows(hours)
+    w.writerows(_rows(day))
     return buf.getvalue()
+
+
+def _routing_table(d: dict) -> Table:
+    rows = d["routing_comparison"]
+    t = Table(title=f"routing at the peak's {rows[0]['replicas']:,} replicas (* used; N* and prefill tokens/s "
+              "per replica)" if rows else "routing",
+              title_justify="left")
+    for col in ("routing", "N*", "bound", "prefix hits", "prefill tok/s", "task p95 s"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        mark = "*" if r["policy"] == d["routing"]["policy"] else ""
+        hit = "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}"
+        t.add_row(r["policy"] + mark, f"{r['agents_per_replica']:,}", r["binding_constraint"], hit,
+                  f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}")
+    return t
 
 
 def _parquet(day: dict, path: Path) -> None:
@@ -37,7 +58,7 @@ def _parquet(day: dict, path: Path) -> None:
     except ImportError:
         fail("--parquet needs pyarrow, which is not installed: pip install 'apmw[parquet]' (or use --csv)")
     totals = {k: v for k, v in day.items() if k != "hours"}
-    table = pa.Table.from_pylist([{c: h[c] for c in CSV_COLUMNS} for h in day["hours"]])
+    table = pa.Table.from_pylist(_rows(day))
     table = table.replace_schema_metadata({"apmw.fleet_day": json.dumps(totals, allow_nan=False)})
     try:
         pq.write_table(table, path)
@@ -69,6 +90,8 @@ def _summary(d: dict) -> list[str]:
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",
+        f"routing: {d['routing']['policy']}" + ("" if d["routing"]["policy"] == "affinity" else
+                                                 f", N* sized at the peak's {d['routing']['replicas']:,} replicas"),
     ] + ([] if d["within_power_cap"] is None else [
         f"inside the {d['power_cap_mw']:g} MW cap: at most {d['within_power_cap']['replicas']:,} replicas, "
         f"{d['within_power_cap']['concurrent_agents']:,} agents at once, "
@@ -105,13 +128,15 @@ def fleet(
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
     if csv_out is not None:
-        write_text(csv_out, _csv(day["hours"]), "--csv")
+        write_text(csv_out, _csv(day), "--csv")
     if parquet_out is not None:
         _parquet(day, parquet_out)
     if as_json:
         emit_json(day)
     else:
         out.print(_table(day, f"apmw fleet: {spec}"))
+        if day["routing_comparison"]:
+            out.print(_routing_table(day))
         for line in _summary(day):
             out.print(line, highlight=False, markup=False)
     over = day["hours_over_power_cap"]

@@ -47,6 +47,10 @@ def test_report_is_one_self_contained_file(report_path):
     assert f"<div>MWh a month<b>{day['facility_mwh_per_month']:,.0f}</b>" in text
     ratio = day["cost_per_task_usd"] / day["api_cost_per_task_usd"]
     assert f"<div>per task vs the API<b>{ratio:.2f}x" in text
+    # the routing comparison at the peak: every policy's N* from the attached plan's own day
+    assert "<h3>Routing across replicas</h3>" in text
+    for r in day["routing_comparison"]:
+        assert f"<td>{r['agents_per_replica']:,}</td>" in text and r["policy"] in text
     assert text.startswith("<!DOCTYPE html>")
     for fetch in ('src="http', "src='http", 'href="http', "href='http", "url(http", "@import", "<script"):
         assert fetch not in text, f"the report would fetch something at view time: {fetch}"

@@ -120,7 +120,26 @@ def _fleet_day(day: dict | None, chart: str | None) -> str:
             f"({day['peak_provisioned_mw']:,.3f} MW provisioned). A day: {day['gpu_hours_per_day']:,.0f} GPU-hours, "
             f"{day['facility_mwh_per_day']:,.2f} MWh, ${day['cost_per_day_usd']:,.2f}{per_task}; a month: "
             f"{day['facility_mwh_per_month']:,.1f} MWh, ${day['cost_per_month_usd']:,.0f}.{api}{cap}</p>"
-            + _table(["hour", "tasks", "agents", "replicas up (needed)", "GPUs", "facility kW", "USD"], rows))
+            + _table(["hour", "tasks", "agents", "replicas up (needed)", "GPUs", "facility kW", "USD"], rows)
+            + _routing(day))
+
+
+def _routing(day: dict) -> str:
+    """Each routing policy at the day's peak replica count: what sending a task's calls anywhere costs
+    against keeping them on the replica that holds its context (apmw.capacity.routing)."""
+    rows = day.get("routing_comparison") or []
+    if not rows:
+        return ""
+    used = day["routing"]["policy"]
+    body = [[r["policy"] + (" (used)" if r["policy"] == used else ""), f"{r['agents_per_replica']:,}",
+             r["binding_constraint"], "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}",
+             f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}"] for r in rows]
+    return (f"<h3>Routing across replicas</h3><p>At the peak's {rows[0]['replicas']:,} replicas: session "
+            "affinity keeps a task's calls on the replica that holds its context; least-loaded and random "
+            "routing send them anywhere, so a call finds only the context its task left there (priced alike "
+            "for identical replicas).</p>"
+            + _table(["routing", "N* per replica", "binds", "prefix hits", "prefill tok/s per replica",
+                      "task p95 s"], body))
 
 
 def _source(plan: dict) -> str:

@@ -2,7 +2,8 @@
 
 Reads aiconfigurator's measured kernel tables (``../shared/data/profiles/aiconfigurator/<gpu>/...``,
 Apache-2.0): vLLM 0.24.0's on H100-SXM and H200-SXM (commit 095f58a5) and on B200, B300, GB200 and
-GB300 (aiconfigurator-core 0.12.0), TensorRT-LLM 1.3.0rc20's on the four Blackwell systems (``BUILDS``;
+GB300 (aiconfigurator-core 0.12.0), TensorRT-LLM 1.3.0rc20's on the four Blackwell systems and
+SGLang 0.5.14's on all six, with SGLang's default kernel per table (``BUILDS``;
 per engine the newest version holding all five table families, ``pick_version``), and writes one
 ``<gpu>.npz`` (vLLM) or ``<gpu>__<engine>.npz`` per (system, engine) holding, in seconds (the kernel
 sources and prefill math dtype kept per engine: ``KERNEL_SOURCES``, ``CONTEXT_ATTN_DTYPE``):
@@ -33,7 +34,7 @@ sources and prefill math dtype kept per engine: ``KERNEL_SOURCES``, ``CONTEXT_AT
   experts (vLLM fused-MoE kernels) for the model shapes aiconfigurator measured, tensor
   parallel only, power-law (1.01) routing skew.
 
-Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles] [--engine trtllm]``
+Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles] [--engine sglang]``
 (needs the ``dev`` extra: pandas, pyarrow and scipy >= 1.12).
 """
 
@@ -62,8 +63,9 @@ GPUS = {"h100_sxm": "H100-SXM5-80GB", "h200_sxm": "H200-SXM-141GB", "b200_sxm": 
 # Llama-3.1-8B H100 TPOT median |error| 5.8 -> 13.8 %, MLPerf Llama-2-70b H200 Offline throughput 5.7 -> 12.2 %):
 # there its measured bf16 prefill attention is 1.2-1.5x FlashAttention 3's and its fp8 GEMM 1.1-1.3x
 # vLLM's at decode sizes, on top of the per-layer overhead assumed for TensorRT-LLM (SOURCES.md).
+# SGLang 0.5.14 on all six systems (SGLANG_KERNELS below says which of its measured kernels are kept).
 BUILDS: list[tuple[str, str]] = [(gpu, "vllm") for gpu in GPUS] + [
-    (gpu, "trtllm") for gpu in ("b200_sxm", "b300_sxm", "gb200", "gb300")]
+    (gpu, "trtllm") for gpu in ("b200_sxm", "b300_sxm", "gb200", "gb300")] + [(gpu, "sglang") for gpu in GPUS]
 # Per engine: the custom all-reduce rows to keep (column, value): CUDA-graph captured where the
 # engine records both.
 ALLREDUCE_ROWS = {"vllm": ("backend", "vllm_graph"), "sglang": ("backend", "sglang_graph"),
@@ -75,15 +77,44 @@ ALLREDUCE_ROWS = {"vllm": ("backend", "vllm_graph"), "sglang": ("backend", "sgla
 # MoE backend (CUTLASS, "moe_torch_flow_cutlass"), then the only kernel measured for a dtype (DeepGEMM for
 # fp8_block, "moe_torch_flow" for MXFP4); not the Llama-4-only min-latency MoE, and not the non-gated MoE
 # kernels (apmw prices gated experts).
+# SGLang (0.5.14 rows; the rules below are SGLang's own, sgl-project/sglang):
+# * attention, decode and prefill: SGLang's default backend for an MHA/GQA model
+#   (python/sglang/srt/server_args.py ``_get_default_attn_backend``, in later releases
+#   python/sglang/srt/arg_groups/attention_hook.py): ``fa3`` on Hopper ("is_hopper_with_cuda_12_3"),
+#   ``trtllm_mha`` on SM100 Blackwell (B200, B300, GB200, GB300); FlashInfer only elsewhere (Ampere,
+#   Ada), Triton only for attention sinks. So the rows of aiconfigurator's "fa3" source (Hopper) or
+#   "trtllm_mha" (Blackwell) -- each system has only one of them -- not its "flashinfer" or "triton"
+#   rows (gpt-oss takes the same two: arg_groups/model_overrides/gpt_oss.py).
+# * fused MoE: ``--moe-runner-backend auto`` resolves to the Triton fused-MoE kernel for bf16 and fp8
+#   experts without DeepEP (python/sglang/srt/layers/quantization/fp8.py and unquant.py,
+#   ``create_moe_runner``: "if moe_runner_backend.is_auto(): ... MoeRunnerBackend.TRITON"), so
+#   "sglang_fused_moe_triton" where measured; NVFP4 and MXFP4 experts on Blackwell are measured with
+#   FlashInfer's TensorRT-LLM MoE only ("sglang_flashinfer_trtllm_moe"; gpt-oss on SM100 defaults to
+#   ``flashinfer_mxfp4``, gpt_oss.py), taken where Triton was not measured. Not the FlashInfer CUTLASS
+#   or Marlin rows (opt-in runners).
+# * GEMM: one kernel per dtype is measured (bf16 "sglang_torch_linear", per-tensor fp8
+#   "sglang_sgl_kernel_fp8_scaled_mm" -- SGLang's default per-tensor fp8 linear on CUDA, nvfp4
+#   "sglang_flashinfer_cutedsl_nvfp4"); the DeepGEMM fp8-block rows are not read (GEMM_DTYPES).
+# * all-reduce: SGLang's custom all-reduce under CUDA graphs (ALLREDUCE_ROWS).
 KERNEL_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
     "trtllm": {"generation_attention_perf": ("torch_flow",), "context_attention_perf": ("torch_flow",),
-               "moe_perf": ("moe_torch_flow_cutlass", "moe_torch_flow", "deepgemm")}}
+               "moe_perf": ("moe_torch_flow_cutlass", "moe_torch_flow", "deepgemm")},
+    "sglang": {"generation_attention_perf": ("fa3", "trtllm_mha"), "context_attention_perf": ("fa3", "trtllm_mha"),
+               "moe_perf": ("sglang_fused_moe_triton", "sglang_flashinfer_trtllm_moe"),
+               # GEMM and all-reduce rows are selected by dtype (GEMM_DTYPES) and ALLREDUCE_ROWS; listed
+               # here so each file's meta "kernels" names only the kernels its tables hold
+               "gemm_perf": ("sglang_torch_linear", "sglang_sgl_kernel_fp8_scaled_mm",
+                             "sglang_flashinfer_cutedsl_nvfp4"),
+               "custom_allreduce_perf": ("SGLang_CustomAllReduce_graph",)}}
 # Per engine: the prefill-attention math dtype read for each KV dtype (None: every row, the vLLM tables
 # measure bf16 math only). TensorRT-LLM runs its context FMHA in fp8 when the KV cache is fp8 and the
 # context FMHA is paged (TensorRT-LLM cpp/tensorrt_llm/thop/attentionOp.cpp: mFP8ContextFMHA =
 # is_fp8_out || is_fp4_out || (hasFp8KvCache() && use_paged_context_fmha); paged context FMHA comes with
 # KV block reuse and chunked prefill, both on by default in its PyTorch backend).
-CONTEXT_ATTN_DTYPE: dict[str, dict[str, str]] = {"trtllm": {"bfloat16": "bfloat16", "fp8": "fp8"}}
+# SGLang's fa3 and trtllm_mha prefill rows are measured only so (bf16 math for a bf16 KV cache, fp8 math
+# for an fp8 one); the rule is written out so a later database with both cannot mix them.
+CONTEXT_ATTN_DTYPE: dict[str, dict[str, str]] = {"trtllm": {"bfloat16": "bfloat16", "fp8": "fp8"},
+                                                 "sglang": {"bfloat16": "bfloat16", "fp8": "fp8"}}
 # The table files apmw composes; an engine version must hold all of them to be picked.
 REQUIRED = ("gemm/{fw}/{v}/gemm_perf.parquet", "attention/{fw}/{v}/generation_attention_perf.parquet",
             "attention/{fw}/{v}/context_attention_perf.parquet", "moe/{fw}/{v}/moe_perf.parquet",
@@ -157,7 +188,7 @@ def gemm_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
     g = pd.read_parquet(path)
     m_all = np.sort(g.m.unique())
     ms = np.array([m for m in m_all if m <= 16 or m % 16 == 0])
-    ns, ks = np.sort(g.n.unique()), np.sort(g.k.unique())
+    ns, ks = _grid(g, "n"), _grid(g, "k")
     out = {"gemm_m": ms.astype(float), "gemm_n": ns.astype(float), "gemm_k": ks.astype(float)}
     for src, name in GEMM_DTYPES.items():
         if src not in set(g.gemm_dtype):
@@ -178,6 +209,16 @@ def gemm_tables(path: Path, report: dict) -> dict[str, np.ndarray]:
                                   "same_with_a_running_maximum": _decode_bias(
                                       _running_max(_filled(measured, axis=0), axis=0), measured, ms, ns, ks)}
     return out
+
+
+def _grid(g: pd.DataFrame, axis: str) -> np.ndarray:
+    """The GEMM table's n or k grid: the values of the regular (m, n, k) sweep, i.e. measured for bf16
+    at least half as often as the most measured value. SGLang 0.5.14's B300 rows add spot checks at
+    n = 1, 8 and 16 (74 bf16 rows each against 1628 for every grid value); as grid points they would
+    leave whole (n, k) columns unmeasured, and bilinear interpolation at the next grid point multiplies
+    that NaN by zero. No other table set has such values."""
+    counts = g[g.gemm_dtype == "bfloat16"].groupby(axis).size()
+    return np.sort(np.array([v for v, c in counts.items() if c >= 0.5 * counts.max()]))
 
 
 def _decode_bias(table: np.ndarray, measured: np.ndarray, ms: np.ndarray, ns: np.ndarray,

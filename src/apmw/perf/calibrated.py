@@ -23,7 +23,8 @@ then multiples of 8 up to 512: ``vllm/config/compilation.py`` default
 ``cudagraph_capture_sizes``) because the padded rows are computed too.
 
 Whose kernels: the engine's own tables where they were measured on this GPU and cover the
-replica (TensorRT-LLM 1.3.0rc20 on B200, B300, GB200 and GB300), else vLLM 0.24.0's
+replica (TensorRT-LLM 1.3.0rc20 on B200, B300, GB200 and GB300; SGLang 0.5.14 on all six
+calibrated GPUs, with its default kernels: FA3 on Hopper, trtllm_mha on Blackwell), else vLLM 0.24.0's
 (``source_detail`` says which; ``catalog/data/calibration/SOURCES.md`` says why the others
 were not shipped). NVFP4 weights (``fp4``) use the
 measured NVFP4 GEMM and fused-MoE tables where the GPU has them (Blackwell); elsewhere
@@ -89,6 +90,15 @@ SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_p
 # is 0.51-0.59 at 32-128 sequences x 4-8k context on B200, B300, GB200 and GB300 and 0.42-0.53 at
 # 4-128 x 1-8k on H200 (aiconfigurator generation_attention_perf, kernel source torch_flow): the
 # fp8 read at about the bf16 kernel's bandwidth, as this rule assumes, and no further correction.
+# SGLang's own tables (0.5.14, its default backends: FA3 on Hopper, trtllm_mha on Blackwell; they are
+# read whenever they cover the replica, so this rule never touches them) confirm it stays out: at 32-128
+# sequences x 4-8k context (32/8 heads) its FA3 fp8 / bf16 decode time is 0.72-0.76 on H100 and
+# 0.90-0.94 on H200 (vLLM's FA3: 0.56-0.61, 0.69-0.76), i.e. it dequantises on read; on Blackwell its
+# trtllm_mha gives 0.55-0.67, a native fp8 read like TensorRT-LLM's.
+# Its per-layer overhead (apmw.perf.serving_policy, 28 us, ASSUMED) is left as it is: the only
+# calibrated SGLang rows (GPUStack Qwen3-8B on H100, batch 4, bench/accuracy.py) imply 20 us (bf16)
+# and 43 us (fp8) a layer once SGLang's own kernels are subtracted: one on each side of 28 us,
+# so they do not pin it.
 BANDWIDTH_BOUND_FP8_KV_ENGINES = ("trtllm",)
 # That correction applies only where the measured decode kernel is FlashAttention 3 (Hopper vLLM).
 # On Blackwell vLLM decodes with FlashInfer's TensorRT-LLM-generated kernel, which reads fp8 KV

@@ -4,7 +4,8 @@ The tables are built by ``scripts/build_calibration.py`` from aiconfigurator's k
 database (``catalog/data/calibration/*.npz``, sources in ``SOURCES.md`` there and in each
 file's ``meta`` with the build report): vLLM 0.24.0's kernels on H100-SXM, H200-SXM, B200,
 B300, GB200 and GB300 (``<system>.npz``), and an engine's own kernels where they differ
-materially from vLLM's (``<system>__<engine>.npz``). :func:`load_tables` gives an engine its
+materially from vLLM's (``<system>__<engine>.npz``: TensorRT-LLM on the four Blackwell systems,
+SGLang on all six). :func:`load_tables` gives an engine its
 own tables where they exist, else vLLM's (``KernelTables.engine`` says whose). Interpolation is
 piecewise linear on each table axis, so it returns the stored value at every measured
 grid point and is monotone wherever the table is (the builder makes every table

@@ -68,14 +68,41 @@ def _parquet(day: dict, path: Path) -> None:
 
 def _table(d: dict, title: str) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("hour", "tasks", "agents", "task s", "up (needed)", "warming", "GPUs", "facility kW", "USD"):
+    sim = d.get("simulated")
+    cols = ("hour", "tasks", "agents", "task s", "up (needed)", "warming", "GPUs", "facility kW", "USD")
+    for col in cols + (("sim up", "sim kW", "sim p95 s", "sim queued") if sim else ()):
         t.add_column(col, justify="right")
-    for h in d["hours"]:
-        t.add_row(f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
-                  f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,} ({h['replicas_needed']:,})",
-                  f"{h['replicas_warming']:,}", f"{h['gpus']:,}",
-                  f"{h['facility_power_w'] / 1e3:,.1f}", f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}")
+    for i, h in enumerate(d["hours"]):
+        row = [f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
+               f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,} ({h['replicas_needed']:,})",
+               f"{h['replicas_warming']:,}", f"{h['gpus']:,}",
+               f"{h['facility_power_w'] / 1e3:,.1f}", f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}"]
+        if sim:
+            s = sim["hours"][i]
+            p95 = "-" if s["task_latency_p95_s"] is None else f"{s['task_latency_p95_s']:,.0f}"
+            row += [f"{s['replica_hours']:,.1f}", f"{s['facility_energy_kwh']:,.1f}", p95, f"{s['tasks_queued']:,}"]
+        t.add_row(*row)
     return t
+
+
+def _sim_summary(d: dict) -> list[str]:
+    """The simulated day beside the analytic one."""
+    s = d["simulated"]
+    rel = lambda a, b: f"{(a - b) / b:+.1%}" if b else "-"  # noqa: E731
+    ci = s["interval_95"]
+    band = lambda k, f: "" if not ci or ci[k] is None else f" (95 % {f.format(ci[k][0])}-{f.format(ci[k][1])})"  # noqa: E731
+    replica_h = d["gpu_hours_per_day"] / s["gpus_per_replica"]
+    return [
+        f"simulated day (seed {s['seed']}, {s['replications']} replication(s), {s['cells']} cell(s)): "
+        f"{s['tasks_per_day']:,} tasks, "
+        f"{s['replica_hours_per_day']:,.1f} replica-hours{band('replica_hours_per_day', '{:,.1f}')} against "
+        f"{replica_h:,.1f} analytic ({rel(s['replica_hours_per_day'], replica_h)}), "
+        f"{s['facility_mwh_per_day']:,.3f} MWh{band('facility_mwh_per_day', '{:,.3f}')} against "
+        f"{d['facility_mwh_per_day']:,.3f} ({rel(s['facility_mwh_per_day'], d['facility_mwh_per_day'])}), "
+        f"${s['cost_per_day_usd']:,.2f} a day",
+        f"simulated tasks: p95 {s['task_latency_p95_s']:,.0f} s, mean {s['task_latency_mean_s']:,.0f} s; "
+        f"{s['tasks_queued']:,} queued at admission (mean wait {s['admission_wait_mean_s']:,.0f} s)",
+    ]
 
 
 def _summary(d: dict) -> list[str]:
@@ -108,6 +135,19 @@ def fleet(
     parquet_out: Optional[Path] = typer.Option(None, "--parquet",
                                                help="also write the 24 hours to this Parquet file (totals in its "
                                                     "metadata; needs pyarrow)"),
+    simulate: bool = typer.Option(False, "--simulate", help="also simulate the day task by task (docs/fleet.md, "
+                                                             "'Simulating the day') and show it beside the analytic day"),
+    replicas_scale: float = typer.Option(1.0, "--replicas-scale",
+                                         help="multiply fleet.tasks_per_hour by this (a fleet K times as big)"),
+    workers: int = typer.Option(1, "--workers", help="--simulate: processes of the local pool running the cells"),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="--simulate: run the cells on this Ray cluster "
+                                                                 "(auto, host:port or ray://host:port)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="--simulate: seed of the simulated day (default: the "
+                                                            "spec's seed)"),
+    replications: int = typer.Option(1, "--replications", help="--simulate: independent days (2 or more give a 95 % "
+                                                               "interval on the day's totals)"),
+    cells: Optional[int] = typer.Option(None, "--cells", help="--simulate: independent cells of replicas (default: "
+                                                              "one per 100 replicas at the analytic peak)"),
 ) -> None:
     """Size the fleet for a day of demand: replicas, GPUs, MW and dollars each hour, with day and month totals."""
     from apmw.capacity import InfeasibleError, plan
@@ -122,7 +162,13 @@ def fleet(
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
         note_gpu_basis(s.hardware.gpu)
-        day = fleet_day(plan(s)).to_dict()
+        s = _scaled(s, replicas_scale)
+        result = plan(s)
+        day = fleet_day(result).to_dict()
+        day["replicas_scale"] = replicas_scale
+        if simulate:
+            day["simulated"] = _simulated(result, day, workers, ray_address,
+                                          s.seed if seed is None else seed, replications, cells)
     except InfeasibleError as exc:
         fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
@@ -137,7 +183,7 @@ def fleet(
         out.print(_table(day, f"apmw fleet: {spec}"))
         if day["routing_comparison"]:
             out.print(_routing_table(day))
-        for line in _summary(day):
+        for line in _summary(day) + (_sim_summary(day) if simulate else []):
             out.print(line, highlight=False, markup=False)
     over = day["hours_over_power_cap"]
     if over:
@@ -146,3 +192,49 @@ def fleet(
              f"{', '.join(f'{h:02d}' for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
              f"{need:,.3f} MW, or at most {day['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour, or a "
              "replica that does more per MW (apmw levers)", code=2)
+
+
+def _scaled(s, scale: float):
+    """The spec with its day's demand times ``scale`` (``--replicas-scale``)."""
+    if not (scale > 0 and scale < float("inf")):
+        raise ApmwError(f"--replicas-scale must be a positive number, got {scale}")
+    if scale == 1.0 or s.fleet.tasks_per_hour is None:
+        return s
+    return s.model_copy(update={"fleet": s.fleet.model_copy(
+        update={"tasks_per_hour": [t * scale for t in s.fleet.tasks_per_hour]})})
+
+
+def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed: int, replications: int,
+               cells: Optional[int]) -> dict:
+    """The day simulated task by task (:mod:`apmw.sim.fleet_day`), its cells on the executor of apmw search."""
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from apmw.capacity.closed_loop import ClosedLoopModel
+    from apmw.cli.common import err
+    from apmw.design_search.executor import execute
+    from apmw.sim.fleet_day import cells_for, replica_table, simulate_cells, simulate_day
+
+    if workers < 1:
+        raise ApmwError(f"--workers must be at least 1, got {workers}")
+    if cells is not None and cells < 1:
+        raise ApmwError(f"--cells must be at least 1, got {cells}")
+    table = replica_table(result, ClosedLoopModel(result.spec, result.replica, result.sample))
+    n_cells = cells_for(day["peak_replicas"]) if cells is None else cells
+    start = time.perf_counter()
+    with Progress(TextColumn("simulating the day"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("simulate", total=replications * n_cells)
+
+        def run(base: dict, todo: list) -> list:
+            batches = []
+            for rows in execute(base, todo, workers, ray_address, fn=simulate_cells):
+                batches.append(rows)
+                bar.advance(task, len(rows))
+            return batches
+
+        sim = simulate_day(table, seed=seed, replications=replications, cells=n_cells, run=run)
+    err.print(f"simulated {replications * n_cells} cell-day(s) in {time.perf_counter() - start:,.1f} s", highlight=False)
+    sim["gpus_per_replica"] = table["gpus_per_replica"]
+    return sim

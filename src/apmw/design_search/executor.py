@@ -16,7 +16,7 @@ import sys
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Iterator
+from typing import Callable, Iterator
 
 from apmw.design_search.point import evaluate_batch
 from apmw.errors import ApmwError
@@ -39,15 +39,16 @@ def batches(todo: list[tuple[int, dict]], workers: int) -> list[list[tuple[int, 
 
 
 def execute(base: dict, todo: list[tuple[int, dict]], workers: int = 1,
-            ray_address: str | None = None) -> Iterator[list[dict]]:
-    """The rows of every point of ``todo``, a batch at a time as batches finish."""
+            ray_address: str | None = None, fn: Callable = evaluate_batch) -> Iterator[list[dict]]:
+    """The rows of every point of ``todo``, a batch at a time as batches finish; ``fn(base, batch)``
+    gives a batch's rows (a module-level function, so that workers can import it)."""
     if ray_address is not None:
-        yield from _on_ray(base, todo, ray_address)
+        yield from _on_ray(base, todo, ray_address, fn)
     elif workers <= 1:
         for point in todo:
-            yield evaluate_batch(base, [point])
+            yield fn(base, [point])
     else:
-        yield from _on_pool(base, todo, workers)
+        yield from _on_pool(base, todo, workers, fn)
 
 
 def _pool_context():
@@ -58,12 +59,12 @@ def _pool_context():
     return context
 
 
-def _on_pool(base: dict, todo: list[tuple[int, dict]], workers: int) -> Iterator[list[dict]]:
+def _on_pool(base: dict, todo: list[tuple[int, dict]], workers: int, fn: Callable = evaluate_batch) -> Iterator[list[dict]]:
     """A local process pool of ``workers`` processes."""
     waiting = dict(enumerate(batches(todo, workers)))
     for attempt in range(MAX_RETRIES + 1):
         with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-            running = {pool.submit(evaluate_batch, base, batch): i for i, batch in waiting.items()}
+            running = {pool.submit(fn, base, batch): i for i, batch in waiting.items()}
             try:
                 while running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -83,7 +84,7 @@ def _on_pool(base: dict, todo: list[tuple[int, dict]], workers: int) -> Iterator
             return
 
 
-def _on_ray(base: dict, todo: list[tuple[int, dict]], address: str) -> Iterator[list[dict]]:
+def _on_ray(base: dict, todo: list[tuple[int, dict]], address: str, fn: Callable = evaluate_batch) -> Iterator[list[dict]]:
     """An existing Ray cluster (``auto``, ``host:port`` or ``ray://host:port``); its workers need apmw
     importable (a local cluster started from the same environment has it)."""
     try:
@@ -91,7 +92,7 @@ def _on_ray(base: dict, todo: list[tuple[int, dict]], address: str) -> Iterator[
     except ImportError:
         raise ApmwError("--ray needs Ray, which is not installed: pip install 'apmw[ray]'") from None
     with contextlib.redirect_stdout(sys.stderr):      # Ray reports a lost worker on stdout; --json owns it
-        yield from _ray_tasks(ray, base, todo, address)
+        yield from _ray_tasks(ray, base, todo, address, fn)
 
 
 def _reachable(address: str) -> None:
@@ -109,7 +110,7 @@ def _reachable(address: str) -> None:
                         "'ray start --head', or leave out --ray to use a local process pool") from None
 
 
-def _ray_tasks(ray, base: dict, todo: list[tuple[int, dict]], address: str) -> Iterator[list[dict]]:
+def _ray_tasks(ray, base: dict, todo: list[tuple[int, dict]], address: str, fn: Callable = evaluate_batch) -> Iterator[list[dict]]:
     _reachable(address)
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
@@ -118,7 +119,7 @@ def _ray_tasks(ray, base: dict, todo: list[tuple[int, dict]], address: str) -> I
                         "one with 'ray start --head', or leave out --ray to use a local process pool") from None
     try:
         cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(evaluate_batch)
+        task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(fn)
         base_ref = ray.put(base)
         pending = [task.remote(base_ref, batch) for batch in batches(todo, cpus)]
         while pending:

@@ -143,8 +143,12 @@ def _summarise(spec: Spec, p: Plan) -> Spec | None:
 
 def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
     """Only where tensor parallelism replicates KV (MLA, or fewer KV heads than GPUs): the same layout
-    with its tp groups turned into attention data-parallel ranks."""
+    with its tp groups turned into attention data-parallel ranks. Only where the replica is priced on
+    the roofline already: a DP layout is priced on the roofline (the tables compose TP replicas), so
+    against a calibrated base the gain would be the estimator's, not the layout's."""
     if spec.serving.attention_data_parallel or p.replica.step.kv_replication <= 1:
+        return None
+    if p.replica.step.source != "roofline":
         return None
     par = spec.serving.parallelism
     if par is None:
@@ -185,6 +189,8 @@ def _speculative(spec: Spec, _: Plan) -> Spec | None:
 
 def _gpus(factor: float) -> Callable[[Spec, Plan], Spec | None]:
     def change(spec: Spec, _: Plan) -> Spec | None:
+        if spec.serving.parallelism is not None or spec.serving.attention_data_parallel:
+            return None         # a layout says how its GPUs split: halving them is another layout
         g = spec.hardware.gpus_per_replica * factor
         # 8 GPUs is the NVLink domain of an HGX node: tensor parallelism does not span nodes
         if g < 1 or g != int(g) or g > 8:

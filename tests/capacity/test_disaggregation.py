@@ -90,3 +90,22 @@ def test_a_prefill_worker_batches_the_prompts_waiting_for_it():
     costly = batched_prefill_wait_s(1, 8, alone, 8 * alone, rate)     # compute-bound: batching buys nothing
     assert costly[1] == pytest.approx(single[1])
     assert cheap[0] <= (1.2 * alone - alone) + erlang_c_wait_s(8, rate * 1.2 * alone, 1.2 * alone)[0] + 1e-12
+
+
+def test_prefill_workers_are_tensor_parallel_unless_laid_out():
+    """The decode side's attention DP (attention_data_parallel) is not inherited by the prefill workers."""
+    d = _prefill_heavy(prefill_gpus=2)
+    d["model"] = {"config": "Qwen/Qwen3-30B-A3B", "weight_dtype": "fp8", "kv_dtype": "fp8"}
+    d["hardware"] = {"gpu": "H100", "gpus_per_replica": 2}
+    d["serving"]["attention_data_parallel"] = True
+    assert plan(spec_from_dict(d)).to_dict()["replica"]["disaggregation"]["prefill_layout"] == "TP2"
+
+
+def test_the_routing_comparison_names_a_policy_it_cannot_price_instead_of_failing():
+    from apmw.capacity.fleet_day import routing_comparison
+    d = small_spec_dict()
+    d["serving"]["tool_wait_kv_policy"] = "offload"
+    rows = routing_comparison(plan(spec_from_dict(d)), 4)
+    by = {r["policy"]: r for r in rows}
+    assert by["affinity"]["agents_per_replica"] > 0
+    assert by["random"]["agents_per_replica"] is None and "offload" in by["random"]["refused"]

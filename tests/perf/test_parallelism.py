@@ -118,7 +118,10 @@ def test_a_tensor_layout_reproduces_the_plain_replica():
     laid = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8", layout=Layout.tensor(8))
     b = np.array([1.0, 16, 256])
     np.testing.assert_array_equal(plain.iteration_time_s(_decode(plain, b)), laid.iteration_time_s(_decode(laid, b)))
-    assert plain.weight_read_bytes_per_gpu(b) == pytest.approx(plain.touched_weight_bytes(b) / 8)
+    # every GPU of plain TP reads an eighth of the checkpoint's dense weights and of the experts touched
+    c = plain._rates
+    touched = c.num_experts * (1 - c.expert_miss ** b) * c.expert_params * c.expert_bytes_per_param
+    assert plain.weight_read_bytes_per_gpu(b) == pytest.approx((c.always_params * c.bytes_per_param + touched) / 8)
 
 
 def _ep_step(gpu, gpus=16, **kw):
@@ -275,3 +278,48 @@ def test_each_attention_dp_rank_fits_its_own_share_of_the_kv_pool():
     spread = (split.kv_bytes_resident_p95 - split.kv_bytes_resident_mean,
               pooled.kv_bytes_resident_p95 - pooled.kv_bytes_resident_mean)
     assert spread[0] == pytest.approx(np.sqrt(8) * spread[1], rel=1e-9)
+
+
+def test_a_lone_sequence_on_an_attention_dp_rank_reads_its_kv_there():
+    """Eight DP ranks and one decoding sequence: that rank reads all of its KV, so the KV term is eight times
+    what an even spread over the ranks would give; eight sequences spread evenly."""
+    step = _ep_step(get_gpu("H200"), gpus=8)
+    c = step._rates
+    for seqs, share in ((1.0, 8.0), (8.0, 1.0), (9.0, 8 * 2 / 9)):
+        assert float(step._busiest_rank_share(np.array(seqs))) == pytest.approx(share)
+    one = _decode(step, 1.0, ctx=100_000)
+    memory_s, _ = step.roofline_terms(one)
+    weights_s = float(step.weight_read_bytes_per_gpu(1.0)) / c.weight_bw
+    assert float(memory_s) - weights_s == pytest.approx(float(one.kv_read_bytes) / c.kv_bw, rel=1e-9)
+
+
+def test_dense_mlps_over_all_ranks_pay_their_gather_and_scatter():
+    """A dense model under SGLang's DP attention runs its MLPs tensor parallel over every rank's GPUs, so each
+    layer gathers the ranks' tokens and scatters them back; under vLLM each rank keeps its own MLP copy."""
+    a, gpu = load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H100")
+    sglang = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8",
+                               layout=Layout(tp=2, dp=4, moe_tp=8, dense_tp=8))
+    vllm = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8",
+                             layout=Layout(tp=2, dp=4, moe_tp=8, dense_tp=2))
+    b = np.array([64.0, 1024.0])
+    assert np.all(sglang.comm_time_s(b) > vllm.comm_time_s(b))
+
+
+def test_a_layout_never_changes_gpus_behind_the_specs_back():
+    """The GPU-halving lever does not apply to a laid-out spec, and a replica whose GPU count and layout
+    disagree (a spec edited past its checks) is refused with both numbers."""
+    from apmw.levers import evaluate_levers
+    s = spec_from_dict(_spec({"dp_attention": 8, "ep": 8}))
+    assert "gpus_half" not in {r.lever for r in evaluate_levers(s)}
+    bad = s.model_copy(update={"hardware": s.hardware.model_copy(update={"gpus_per_replica": 4})})
+    with pytest.raises(ApmwError, match="4 GPUs, but serving.parallelism lays out 8"):
+        replica_from_spec(bad)
+
+
+def test_a_field_without_effect_keeps_the_calibrated_path():
+    """An imbalance without expert parallelism changes nothing, so tensor parallelism keeps its tables."""
+    d = _spec({"tp": 2, "expert_imbalance": 1.2}, model="meta-llama/Meta-Llama-3.1-70B", gpu="H100")
+    d["model"]["kv_dtype"] = "bf16"
+    plain = _spec(None, gpus=2, model="meta-llama/Meta-Llama-3.1-70B", gpu="H100")
+    plain["model"]["kv_dtype"] = "bf16"
+    assert replica_from_spec(spec_from_dict(d)).step.source == replica_from_spec(spec_from_dict(plain)).step.source

@@ -72,7 +72,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     dec = _worker_replica("decode", decode, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     overhead_s = dec.policy.request_overhead_s
     service_s, prefill_compute = _prefill_service_s(pre, isl)
-    per_batch = max(pre.policy.token_budget // isl, 1)
+    per_batch = max(min(pre.policy.token_budget // isl, pre.policy.max_batch), 1)
     batch_s = _prefill_batch_s(pre, isl, per_batch) if per_batch > 1 else service_s
     handoff_s = isl * dec.step.kv_bytes_per_token / (kv_transfer_bandwidth_bytes_per_s * pre.gpus)
     cap = min(dec.policy.max_batch, kv_fit_requests(dec, isl, osl))

@@ -31,7 +31,7 @@ import numpy as np
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import IterationLoad, Replica, RooflineStepModel, build_step_model
-from apmw.perf.parallelism import check_layout, layout_of
+from apmw.perf.parallelism import check_layout, prefill_layout
 from apmw.perf.replica import replica_memory
 from apmw.perf.serving_policy import resolve_policy
 from apmw.spec import Spec
@@ -106,7 +106,7 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     if d is None:
         return None
     g = d.prefill_gpus_per_worker
-    layout = layout_of(spec.serving.model_copy(update={"parallelism": d.prefill_parallelism}), g)
+    layout = prefill_layout(spec.serving)
     check_layout(layout, replica.arch, spec.serving.engine, field="serving.disaggregation.prefill_parallelism")
     step = build_step_model(replica.arch, replica.gpu, g, spec.model.weight_dtype, spec.model.kv_dtype,
                             replica.step.efficiency, engine=spec.serving.engine,
@@ -122,9 +122,9 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
                          attention_flops=attn)
     t_chunk = float(step.iteration_time_s(full))
     # calls a worker packs into one iteration: its token budget (each DP rank's) over a call's prompt
-    budget = resolve_policy(spec.serving, replica.gpu.name, replica.gpu.hbm_bytes,
-                            attention_dp_ranks=layout.dp).token_budget
-    per_batch = max(int(budget // s.call_prefill_tokens), 1) if s.call_prefill_iters <= 1 else 1
+    worker = resolve_policy(spec.serving, replica.gpu.name, replica.gpu.hbm_bytes, attention_dp_ranks=layout.dp)
+    per_batch = (max(min(int(worker.token_budget // s.call_prefill_tokens), worker.max_batch), 1)
+                 if s.call_prefill_iters <= 1 else 1)
     batch = IterationLoad(decode_seqs=0.0, prefill_tokens=per_batch * chunk,
                           kv_read_bytes=per_batch * s.call_prefill_kv_bytes, attention_flops=per_batch * attn)
     t_batch = float(step.iteration_time_s(batch)) * s.call_prefill_iters

@@ -29,8 +29,8 @@ plan's, the peak is recomputed until it settles (``ROUTING_ITERATIONS`` at most;
 the peak only rises). :func:`routing_comparison` gives every policy's N*, prefix hit rate and prefilled
 tokens at that peak replica count.
 
-Not modelled yet (issue "apmw fleet"): demand the forecast misses (what a short fleet does to
-tasks) and mixed fleets; each hour is a steady state.
+Not modelled here: demand the forecast misses (what a short fleet does to tasks: `apmw fleet
+--simulate`, apmw.sim.fleet_day) and mixed fleets; each hour is a steady state.
 """
 
 from __future__ import annotations
@@ -181,7 +181,14 @@ def routing_comparison(result: Plan, replicas: int) -> tuple[dict, ...]:
     priced as random: :mod:`apmw.capacity.routing`)."""
     rows = []
     for policy in POLICIES:
-        p = plan(with_routing(result.spec, policy, replicas))
+        try:
+            p = plan(with_routing(result.spec, policy, replicas))
+        except ApmwError as exc:        # a spec the policy cannot serve (or no N meets the SLO under it)
+            rows.append({"policy": policy, "replicas": replicas, "agents_per_replica": None,
+                         "binding_constraint": None, "prefix_hit_rate": None,
+                         "prefill_tokens_per_s_per_replica": None, "kv_tokens_resident_mean": None,
+                         "task_latency_p95_s": None, "refused": str(exc).splitlines()[0]})
+            continue
         tokens, per_s = p.tokens_per_task, p.tokens_per_s
         rows.append({"policy": policy, "replicas": replicas, "agents_per_replica": p.agents_per_replica,
                      "binding_constraint": p.search.binding_constraint,

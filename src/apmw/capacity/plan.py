@@ -18,7 +18,7 @@ from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, Replica, StepModel, replica_from_spec
-from apmw.perf.parallelism import layout_of
+from apmw.perf.parallelism import prefill_layout
 from apmw.spec import Spec
 
 
@@ -53,8 +53,7 @@ class Plan:
             return None
         return {"prefill_workers": d.prefill_workers, "prefill_gpus_per_worker": d.prefill_gpus_per_worker,
                 "decode_workers": d.decode_workers,
-                "prefill_layout": layout_of(self.spec.serving.model_copy(update={"parallelism": d.prefill_parallelism}),
-                                            d.prefill_gpus_per_worker).describe()}
+                "prefill_layout": prefill_layout(self.spec.serving).describe()}
 
     @property
     def binding_slo(self) -> list[str] | None:

@@ -4,8 +4,8 @@ A fleet of ``R`` identical replicas sits behind a router. What a call finds in K
 replica it lands on (MODEL.md sections 5 and 12):
 
 * **affinity** (sticky sessions; Dynamo's KV-aware router, SGLang router's cache-aware policy): every
-  call of a task goes to the replica that holds its context. This is what ``apmw plan`` modelled before
-  routing was a setting, and it is the default: its answers do not depend on ``R``.
+  call of a task goes to the replica that holds its context. It is the default, and its answers do not
+  depend on ``R``: every replica serves whole tasks.
 * **random**: each call goes to a replica drawn uniformly, independently of the last.
 * **least_loaded**: each call goes to the replica with the fewest calls running and queued. For identical
   replicas under balanced load, which one that is does not depend on where the agent's context lives,

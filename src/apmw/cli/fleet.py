@@ -43,6 +43,9 @@ def _routing_table(d: dict) -> Table:
         t.add_column(col, justify="right")
     for r in rows:
         mark = "*" if r["policy"] == d["routing"]["policy"] else ""
+        if r["agents_per_replica"] is None:      # the policy cannot serve this spec: say why
+            t.add_row(r["policy"] + mark, "-", f"not modelled: {r['refused']}", "-", "-", "-")
+            continue
         hit = "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}"
         t.add_row(r["policy"] + mark, f"{r['agents_per_replica']:,}", r["binding_constraint"], hit,
                   f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}")

@@ -173,7 +173,8 @@ def predict(
 def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | None:
     """The layout flags beyond --tp that differ from plain tensor parallelism."""
     layout = {"pp": pp, "dp_attention": dp_attention, "moe_tp": moe_tp, "ep": ep}
-    return {k: v for k, v in layout.items() if v not in (None, 1)} or None
+    # left out: what was not given; an explicit --moe-tp (even 1) is checked against the others
+    return {k: v for k, v in layout.items() if v is not None and (k == "moe_tp" or v != 1)} or None
 
 
 def _workers(count: int, tp: int, layout: dict | None):

@@ -11,7 +11,7 @@ import json
 from apmw.capacity import InfeasibleError, plan
 from apmw.design_search.space import with_settings
 from apmw.errors import ApmwError
-from apmw.perf.parallelism import Layout, layout_of
+from apmw.perf.parallelism import Layout, prefill_layout
 from apmw.perf.serving_policy import resolve_policy, schedulers_per_limit
 from apmw.spec import SpecError, spec_from_dict
 
@@ -59,8 +59,7 @@ def launch_flags(result) -> str:
         prefix = {"sglang": f"python -m sglang.launch_server --model-path {model}",
                   "trtllm": f"trtllm-serve {model}"}.get(policy.engine, f"vllm serve {model}")
         return f"{prefix} {_engine_args(spec, policy, layout)}"
-    prefill = layout_of(spec.serving.model_copy(update={"parallelism": disaggregation.prefill_parallelism}),
-                        disaggregation.prefill_gpus_per_worker)
+    prefill = prefill_layout(spec.serving)
     workers = disaggregation.prefill_workers
     gpu = result.replica.gpu
     prefill_policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=prefill.dp)

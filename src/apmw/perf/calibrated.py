@@ -122,7 +122,7 @@ def covering_tables(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: s
 
     ``engine``'s own tables where they were measured on this GPU and cover the replica, else vLLM's.
     """
-    if layout is not None and layout != Layout.tensor(gpus):
+    if layout is not None and not layout.is_tensor_parallel:
         return None, f"layout {layout.describe()}: the tables compose tensor-parallel replicas only"
     own = load_tables(gpu.name, engine)
     if own is None:

@@ -71,8 +71,11 @@ class Layout:
         return self.tp * self.pp * self.dp
 
     @property
-    def is_tensor_only(self) -> bool:
-        return self.pp == 1 and self.dp == 1 and self.ep == 1
+    def is_tensor_parallel(self) -> bool:
+        """Plain tensor parallelism in effect: one stage, one attention rank, the experts split like the rest
+        (an imbalance or an overlap setting changes nothing without expert parallelism)."""
+        return (self.pp == 1 and self.dp == 1 and self.ep == 1 and self.moe_tp == self.tp
+                and not self.redundant_experts)
 
     def describe(self) -> str:
         """The layout in engine terms: 'TP8', 'TP1 x DP8, EP8', 'TP4 x PP2'."""
@@ -117,9 +120,21 @@ def layout_of(serving: Serving, gpus: int) -> Layout:
     return Layout.tensor(gpus)
 
 
+def prefill_layout(serving: Serving) -> Layout:
+    """One disaggregated prefill worker's layout: ``prefill_parallelism``, or tensor parallel over its
+    ``prefill_gpus`` when that is unset (the decode side's attention DP is not inherited)."""
+    d = serving.disaggregation
+    if d is None:
+        raise ValueError("prefill_layout needs serving.disaggregation")
+    if d.prefill_parallelism is None:
+        return Layout.tensor(d.prefill_gpus_per_worker)
+    return layout_of(serving.model_copy(update={"parallelism": d.prefill_parallelism,
+                                                "attention_data_parallel": False}), d.prefill_gpus_per_worker)
+
+
 def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "serving.parallelism") -> None:
     """Refuse a layout the model or the engine cannot run, saying why and what would."""
-    if engine not in LAYOUT_ENGINES and layout != Layout.tensor(layout.gpus):
+    if engine not in LAYOUT_ENGINES and not layout.is_tensor_parallel:
         raise ApmwError(f"{field}: engine {engine} runs one process per model; only tensor parallelism "
                         f"(hardware.gpus_per_replica) is modelled for it")
     if arch.num_heads % layout.tp:

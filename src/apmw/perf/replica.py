@@ -120,7 +120,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     if efficiency is None:
         efficiency = efficiency_for_gpu(gpu.name)
     calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
-    if layout == Layout.tensor(gpus):
+    if layout is not None and layout.is_tensor_parallel:
         layout = None
     if moe_dtype == weight_dtype or not arch.moe_layers:
         moe_dtype = None
@@ -138,7 +138,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
 
 def _as_laid_out(step: StepModel) -> str:
     lay = step.parallel
-    return "" if lay == Layout.tensor(step.gpus) else f" as {lay.describe()}"
+    return "" if lay.is_tensor_parallel else f" as {lay.describe()}"
 
 
 def replica_memory(step: StepModel, policy: ServingPolicy) -> MemoryBudget:
@@ -186,6 +186,9 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
     layout = layout_of(spec.serving, g)
+    if layout.gpus != g:
+        raise ApmwError(f"hardware.gpus_per_replica: {g} GPUs, but serving.parallelism lays out {layout.gpus} "
+                        f"({layout.describe()}); make them equal (or leave gpus_per_replica out)")
     if arch.num_heads % layout.tp and spec.serving.parallelism is None:
         raise ApmwError(
             f"hardware.gpus_per_replica: {g} GPUs do not divide {arch.name}'s {arch.num_heads} attention heads; "

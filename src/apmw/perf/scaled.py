@@ -52,7 +52,7 @@ from apmw.perf.step import IterationLoad, RooflineFigures
 from apmw.perf.tables import load_tables
 
 # Spec-sheet GPU -> the measured GPU whose calibrated iteration it is scaled from. Only GPUs
-# without tables of their own are here (B200, B300, GB200 and GB300 have theirs since issue 22).
+# without tables of their own are here (B200, B300, GB200 and GB300 have their own).
 # H100-PCIe: the same GH100 die and Hopper kernels as the SXM part, at lower clocks and
 # bandwidth. H800: the H100-SXM silicon (same die, clocks, HBM3 at 3.35 TB/s, tensor rates) with
 # NVLink cut to 400 GB/s; its kernels take H100's measured times (ratio 1) and its all-reduces
@@ -186,7 +186,7 @@ def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype:
     the fp8 tables), else its relative in ``SCALED_FROM``; then, for a shape its own tables lack,
     ``SCALED_FROM_WHERE_UNCOVERED``.
     """
-    if layout is not None and layout != Layout.tensor(gpus):
+    if layout is not None and not layout.is_tensor_parallel:
         return None
     refs = [reference_gpu(gpu)]
     try:

@@ -27,7 +27,7 @@ size at once. See MODEL.md section 3.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 from typing import Protocol
@@ -193,26 +193,14 @@ class RooflineFigures:
                    + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp
         return per_gpu * self.gpus
 
-    def touched_weight_bytes(self, tokens: np.ndarray | float) -> np.ndarray:
-        """Weight bytes one iteration of ``tokens`` tokens reads from HBM.
-
-        Dense models read every weight once per iteration, however many tokens
-        share it (why batching is a lever). In an MoE layer each token routes to
-        ``k`` of ``E`` experts; with uniform routing the expected number of
-        distinct experts touched by ``T`` tokens is ``E * (1 - (1 - k/E)^T)``.
-        """
-        tokens = np.asarray(tokens, dtype=float)
-        c = self._rates
-        if not c.expert_params:
-            return np.full_like(tokens, self.weight_bytes)
-        frac = 1.0 - c.expert_miss ** np.maximum(tokens, 1.0)
-        return c.always_params * c.bytes_per_param + c.num_experts * frac * c.expert_params * c.expert_bytes_per_param
-
     def weight_read_bytes_per_gpu(self, tokens: np.ndarray | float) -> np.ndarray:
         """Weight bytes each GPU reads in one cycle of ``tokens`` tokens (every running sequence one
         step): its attention shard, its dense shard, and of its routed experts those the tokens touch,
-        once per pipeline micro-batch (``tokens / pp`` each). Plain tensor parallelism:
-        :meth:`touched_weight_bytes` over ``g``."""
+        once per pipeline micro-batch (``tokens / pp`` each).
+
+        Dense weights are read once per iteration, however many tokens share them (why batching is a
+        lever). In an MoE layer each token routes to ``k`` of ``E`` experts; with uniform routing the
+        expected number of distinct experts ``T`` tokens touch is ``E * (1 - (1 - k/E)^T)``."""
         c, lay = self._rates, self.parallel
         micro = np.asarray(tokens, dtype=float) / lay.pp
         rest = c.always_params - c.attention_params
@@ -231,6 +219,8 @@ class RooflineFigures:
           its share of the tokens' top-k hidden states to the other ranks (the busiest rank's share,
           :func:`apmw.perf.parallelism.expert_imbalance`); with ``dp > 1`` and no EP an all-gather of
           the ranks' tokens and a reduce-scatter back;
+        - per dense layer where the engine runs the dense MLP over more GPUs than a rank's ``tp``
+          (``dense_tp``: SGLang, TensorRT-LLM under attention DP), the same all-gather and reduce-scatter;
         - with pipeline stages, each micro-batch's hidden states sent on to the next stage.
 
         Each over the per-GPU link its group reaches (:func:`apmw.perf.interconnect.link_bandwidth_bytes_per_s`:
@@ -246,6 +236,11 @@ class RooflineFigures:
             per_stage = per_stage + 2 * a.num_layers / lay.pp * (lat + ring)
         if not lay.two_batch_overlap:
             per_stage = per_stage + self._moe_exchange_s(micro)
+        dense_layers = a.num_layers - a.moe_layers
+        if lay.dense_tp > lay.tp and dense_layers:
+            sent = micro * (lay.dense_tp - lay.tp) / lay.dense_tp * hidden_bytes
+            per_stage = per_stage + dense_layers / lay.pp * 2 * (
+                lat + sent / link_bandwidth_bytes_per_s(self.gpu, lay.dense_tp))
         if lay.pp > 1:
             hop = lat + micro / lay.dp * hidden_bytes / link_bandwidth_bytes_per_s(self.gpu, self.gpus)
             per_stage = per_stage + hop
@@ -272,6 +267,11 @@ class RooflineFigures:
         layers = a.moe_layers / lay.pp
         measured = self._measured_dispatch_combine_s(micro / moe_gpus) if lay.ep > 1 else None
         if measured is not None:
+            if lay.expert_imbalance is not None:
+                # the tables' routing taken as uniform's floor: a measured skew scales the busiest rank by its excess
+                routed = micro * a.experts_per_token
+                uniform = expert_imbalance(replace(lay, expert_imbalance=None), routed)
+                measured = measured * lay.expert_imbalance / uniform
             return layers * measured
         bw = link_bandwidth_bytes_per_s(self.gpu, moe_gpus)
         hidden_bytes = a.hidden_size * ACTIVATION_BYTES
@@ -368,7 +368,10 @@ class RooflineFigures:
         ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
         c = self._rates
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        kv_bytes = np.asarray(load.kv_read_bytes, dtype=float)
+        # attention DP: each rank reads its own sequences' KV and computes their attention, and the busiest
+        # rank holds ceil(seqs / dp) of them (a lone sequence's KV is read by one rank, not spread over all)
+        per_rank = self._busiest_rank_share(np.asarray(load.decode_seqs, dtype=float))
+        kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * per_rank
         memory_s = self.weight_read_bytes_per_gpu(tokens) / c.weight_bw + kv_bytes / c.kv_bw / self.gpus
         flops = c.flops_per_token * tokens
         expert_flops = flops * c.expert_share
@@ -377,10 +380,18 @@ class RooflineFigures:
             # the busiest expert-parallel rank sets the pace of the routed experts
             expert_flops = expert_flops * expert_imbalance(self.parallel, tokens / self.parallel.pp
                                                            * self.arch.experts_per_token)
-        attention_flops = np.asarray(load.attention_flops, dtype=float) / self.gpus
+        attention_flops = np.asarray(load.attention_flops, dtype=float) * per_rank / self.gpus
         compute_s = (expert_flops / c.expert_rate + dense_flops / c.dense_rate
                      + attention_flops / c.bf16_rate)
         return memory_s, compute_s, expert_flops * c.served_extra_per_flop
+
+    def _busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
+        """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``
+        (1 without attention DP, or when the sequences divide evenly)."""
+        dp = self.parallel.dp
+        if dp <= 1:
+            return np.ones_like(seqs)
+        return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
 
     @property
     def _four_bit(self) -> bool:

@@ -133,7 +133,10 @@ def _routing(day: dict) -> str:
     used = day["routing"]["policy"]
     body = [[r["policy"] + (" (used)" if r["policy"] == used else ""), f"{r['agents_per_replica']:,}",
              r["binding_constraint"], "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}",
-             f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}"] for r in rows]
+             f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}"]
+            if r["agents_per_replica"] is not None else
+            [r["policy"] + (" (used)" if r["policy"] == used else ""), "-", f"not modelled: {r['refused']}", "-", "-",
+             "-"] for r in rows]
     return (f"<h3>Routing across replicas</h3><p>At the peak's {rows[0]['replicas']:,} replicas: session "
             "affinity keeps a task's calls on the replica that holds its context; least-loaded and random "
             "routing send them anywhere, so a call finds only the context its task left there (priced alike "

@@ -24,14 +24,23 @@ from tests.e2e.test_cli import APMW
 SPEC = EXAMPLES / "support-chat.yaml"
 AXES = {"hardware.gpus_per_replica": [1, 2, 4, 8], "serving.max_batch": [32, 64, 128, 192, 256, 512],
         "serving.engine": ["vllm", "sglang"]}
-SPACE_YAML = "axes:\n" + "".join(f"  {k}: [{', '.join(map(str, v))}]\n" for k, v in AXES.items())
+# The interrupted search's space: twice as many points, so that after its first part is saved (64 rows or
+# 2 s in) seconds of planning are left for the interrupt to land in, however fast the machine plans.
+LONG_AXES = {**AXES, "serving.kv_memory_fraction": [0.85, 0.9]}
 
 
-def planned_here(out: Path) -> Path:
+def _space_yaml(axes: dict) -> str:
+    return "axes:\n" + "".join(f"  {k}: [{', '.join(map(str, v))}]\n" for k, v in axes.items())
+
+
+SPACE_YAML = _space_yaml(AXES)
+
+
+def planned_here(out: Path, axes: dict = AXES) -> Path:
     """The undisturbed search, planned in this process, as its Parquet file ``out``."""
     spec = load_spec(SPEC)
-    store = ResultStore(out, search_key(spec_document(spec), AXES), AXES)
-    answer = search(spec, AXES, store=store)
+    store = ResultStore(out, search_key(spec_document(spec), axes), axes)
+    answer = search(spec, axes, store=store)
     store.finish(answer.rows)
     return out
 
@@ -88,7 +97,11 @@ def test_the_process_pool_gives_the_rows_this_process_gives(reference):
 
 
 @pytest.mark.slow
-def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_answer(reference, space, tmp_path):
+def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_answer(tmp_path):
+    space = tmp_path / "long.yaml"
+    space.write_text(_space_yaml(LONG_AXES))
+    total = 2 * 48
+    reference = planned_here(tmp_path / "reference.parquet", LONG_AXES)
     out = tmp_path / "points.parquet"
     parts = out.with_name(out.name + ".parts")
     cmd = [APMW, "search", str(SPEC), "--space", str(space), "--workers", "1", "--parquet", str(out), "--json"]
@@ -101,7 +114,7 @@ def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_a
     assert proc.returncode == 130, stderr
     assert "--resume" in stderr and not out.exists()
     saved = sum(pq.read_metadata(f).num_rows for f in parts.glob("part-*.parquet"))
-    assert 0 < saved < 48
+    assert 0 < saved < total
     r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["resumed_points"] >= saved
@@ -109,7 +122,7 @@ def test_an_interrupted_search_resumes_where_it_stopped_and_ends_with_the_same_a
     assert not parts.exists()
     # resuming a finished search plans nothing more
     again = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and json.loads(again.stdout)["resumed_points"] == 48
+    assert again.returncode == 0 and json.loads(again.stdout)["resumed_points"] == total
 
 
 def test_resume_refuses_the_results_of_another_space_and_needs_the_file(space, tmp_path):

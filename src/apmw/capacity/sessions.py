@@ -323,21 +323,12 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         if routed is not None:     # each call finds what its task left on the replica it lands on
             found = np.where(kept_calls, routed.found_tokens, shared)
             prefill = np.maximum(prompt - found, 1.0)
-            prefill_iters = np.ceil(prefill / replica.policy.token_budget)
             kv_hist = kv(found)
-            return dict(
-                prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
-                kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
-                kv2_q=per(kv_hist**2), kv2_prefill=per(kv_prompt**2 * prefill_iters),
-                call_prefill_iters=float(prefill_iters.mean()), call_prefill_tokens=float(prefill.mean()),
-                call_prefill_kv_bytes=float(arch.kv_read_bytes_for_context(prompt - prefill, kv_dtype).mean()),
-                call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
-                call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
-            )
-        prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
-                                  np.ones(extra_rows)))     # at least the token that starts generation
+        else:
+            prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
+                                      np.ones(extra_rows)))     # at least the token that starts generation
+            kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
         prefill_iters = np.ceil(prefill / replica.policy.token_budget)
-        kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
         return dict(
             prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
             kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),

@@ -27,12 +27,14 @@ variance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from apmw.capacity.closed_network import LoopState, solve_at
 from apmw.capacity.engine_curve import EngineCurve
 from apmw.capacity.disaggregation import PrefillStage
+from apmw.capacity.quantiles import quantile, quantiles
 from apmw.capacity.sessions import SessionSample
 from apmw.capacity.slo import SloVerdict, check_slo
 from apmw.perf.parallelism import layout_of
@@ -121,9 +123,19 @@ def prefill_queue_wait(s: SessionSample, calls_per_s: float, per_prefill_token_s
     if rho <= 0:
         return 0.0, np.zeros(len(svc)), 0.0
     mean = calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho))
-    rng = np.random.default_rng(seed)
-    waits = np.where(rng.random(len(svc)) < rho, rng.exponential(mean / rho, len(svc)), 0.0)
+    busy, exponential = _arrival_draws(seed, len(svc))
+    waits = np.where(busy < rho, exponential * (mean / rho), 0.0)
     return mean, waits, rho
+
+
+@lru_cache(maxsize=16)
+def _arrival_draws(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per call, a uniform (does it find the prefill queue busy?) and a unit exponential (its wait if so),
+    drawn from ``seed``: the same at every agent count, so drawn once (read-only, shared)."""
+    rng = np.random.default_rng(seed)
+    busy, exponential = rng.random(calls), rng.standard_exponential(calls)
+    busy.flags.writeable = exponential.flags.writeable = False
+    return busy, exponential
 
 
 def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float,
@@ -166,7 +178,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     wq = wq + prefill_wait
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
-    p50, p95, p99 = np.quantile(samples, [0.5, 0.95, 0.99])
+    p50, p95, p99 = quantiles(samples, (0.5, 0.95, 0.99))
     queue = wq * s.mean_calls
     prefill_s = float(session_prefill.mean())
     decode = float(s.decode_iters.mean()) * t_dec
@@ -187,7 +199,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * pools)
 
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
-    ttft_p95 = float(np.quantile(ttft, 0.95))
+    ttft_p95 = quantile(ttft, 0.95)
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
     verdict = check_slo(spec.slo, float(p95), ttft_p95, tpot_p95)
     return Evaluation(

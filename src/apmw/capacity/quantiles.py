@@ -1,0 +1,39 @@
+"""Quantiles of a sample, exactly as ``numpy.quantile`` (its default ``linear`` method) gives them, faster.
+
+The planner reads every tail (task latency p50/p95/p99, TTFT p95) off tens of thousands of sampled
+sessions or calls, at every agent count a search visits. ``numpy.quantile`` partitions the sample
+around the two order statistics each quantile interpolates between in one multi-pivot call, which
+costs about five times one single-pivot partition (numpy 2.x; ``bench/search_speed.py``). Here each
+quantile partitions once, at its upper order statistic; the lower one is the largest value left
+below it. The interpolation is numpy's own (``numpy.lib._function_base_impl._lerp``), so the
+results are identical to the last bit (``tests/capacity/test_quantiles.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of ``values`` (non-empty, no NaN), as ``float(numpy.quantile(values, q))``."""
+    n = len(values)
+    index = q * (n - 1)
+    lo = int(np.floor(index))
+    t = index - lo
+    if t == 0.0 or lo + 1 >= n:
+        return float(np.partition(values, lo)[lo])
+    parted = np.partition(values, lo + 1)
+    below, above = float(parted[:lo + 1].max()), float(parted[lo + 1])
+    return _lerp(below, above, t)
+
+
+def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
+    """Each of ``qs`` as :func:`quantile` gives it."""
+    return tuple(quantile(values, q) for q in qs)
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's interpolation between neighbouring order statistics: from below for ``t < 0.5``, from
+    above otherwise (so that the result is monotone in ``t`` and exact at both ends)."""
+    diff = b - a
+    return b - diff * (1.0 - t) if t >= 0.5 else a + diff * t

@@ -1,0 +1,21 @@
+"""apmw.capacity.quantiles gives numpy.quantile's default (linear) answer to the last bit."""
+
+import numpy as np
+import pytest
+
+from apmw.capacity.quantiles import quantile, quantiles
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 20, 1001, 40_000])
+def test_equals_numpy_to_the_bit(n):
+    rng = np.random.default_rng(n)
+    for values in (rng.gamma(0.5, size=n) * 1e3, np.round(rng.exponential(5.0, n)), np.full(n, 7.25)):
+        for q in (0.0, 0.123, 0.5, 0.95, 0.99, 1.0):
+            assert quantile(values, q) == float(np.quantile(values, q))
+        assert quantiles(values, (0.5, 0.95, 0.99)) == tuple(float(v) for v in np.quantile(values, [0.5, 0.95, 0.99]))
+
+
+def test_leaves_its_input_alone():
+    values = np.array([3.0, 1.0, 2.0, 5.0, 4.0])
+    quantile(values, 0.95)
+    assert values.tolist() == [3.0, 1.0, 2.0, 5.0, 4.0]

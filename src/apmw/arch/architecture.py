@@ -1,0 +1,244 @@
+"""The Architecture of one served text model: its shape and the per-token weight, KV and FLOP
+costs the planner reads; and summary(), its JSON-ready description."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from apmw.arch.compressed_attention import CompressedAttention
+from apmw.arch.dtypes import UNQUANTISED_BYTES, kv_storage_bytes, weight_storage_bytes
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Shape of one served text model, with the per-token costs the planner needs.
+
+    ``num_kv_heads`` is 1 for MLA: the compressed latent is one KV "head" shared by all
+    query heads, so tensor parallelism replicates it rather than splitting it.
+    ``head_dim`` is the query/key head size (for MLA: qk_nope + qk_rope).
+    The fields after ``linear_state_bytes_per_sequence`` are bookkeeping for the methods.
+    """
+
+    name: str
+    model_type: str
+    source: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    params: int
+    active_params: int
+    num_experts: int
+    experts_per_token: int
+    attention: str
+    full_attention_layers: int
+    sliding_window_layers: int
+    sliding_window: int | None
+    linear_attention_layers: int
+    kv_elements_per_token_per_layer: int
+    linear_state_bytes_per_sequence: float
+    embedding_params: int = 0            # input table that is only looked up (0 if tied)
+    unquantized_params: int = 0          # kept in bf16: embeddings, lm_head, norms, routers
+    active_unquantized_params: int = 0   # of those, read per decode step (not the lookup)
+    attn_flops_per_context_token: int = 0       # per full layer, per attended token
+    linear_attn_flops_per_token: int = 0        # per linear-attention layer
+    attention_topk: int | None = None           # sparse attention: tokens attended
+    indexer_flops_per_context_token: int = 0    # sparse attention indexer, per layer
+    max_context_tokens: int | None = None       # config's max_position_embeddings, if given
+    moe_layers: int = 0                         # layers whose MLP is a routed MoE
+    expert_intermediate_size: int = 0           # one routed expert's MLP width
+    dense_intermediate_size: int = 0            # a dense layer's MLP width (0: every layer is MoE)
+    shared_expert_params: int = 0               # per MoE layer: always-active shared expert(s)
+    mtp_modules: int = 0                        # multi-token-prediction modules (not in params; a draft)
+    attention_params: int = 0                   # attention (and linear-attention) projections, all layers
+    indexer_elements_per_token_per_layer: int = 0   # DSA: the indexer's key, part of kv_elements_per_token_per_layer
+    compressed: CompressedAttention | None = None   # DeepSeek-V4 compressed attention (attention == "csa")
+    routed_expert_params: int = 0               # all routed experts of all MoE layers
+    active_routed_expert_params: int = 0        # the top-k of them a token runs
+    expert_dtype_in_checkpoint: str | None = None   # dtype the published checkpoint stores routed experts in
+    lookup_table_bytes: float = 0.0             # non-parameter tables stored with the weights (V4 hash routing)
+    notes: tuple[str, ...] = ()
+
+    def weight_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes of all weights with linear layers stored as ``weight_dtype``.
+
+        Embeddings, lm_head, norms and routers stay bf16 (see ``UNQUANTISED_BYTES``),
+        so bf16 gives exactly 2 bytes per parameter. ``expert_dtype`` prices the routed
+        experts apart (DeepSeek-V4 ships them in FP4, the rest in FP8).
+        """
+        return self._priced(self.params - self.unquantized_params, self.routed_expert_params,
+                            self.unquantized_params, weight_dtype, expert_dtype) + self.lookup_table_bytes
+
+    def active_weight_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes one decode step of batch 1 reads: active layers plus lm_head.
+
+        The input embedding table is excluded: a token reads one row of it.
+        """
+        quantised = self.active_params - self.embedding_params - self.active_unquantized_params
+        return self._priced(quantised, self.active_routed_expert_params, self.active_unquantized_params,
+                            weight_dtype, expert_dtype)
+
+    def _priced(self, quantised: int, experts: int, unquantised: int, weight_dtype: str,
+                expert_dtype: str | None) -> float:
+        expert_bytes = weight_storage_bytes(expert_dtype or weight_dtype)
+        return ((quantised - experts) * weight_storage_bytes(weight_dtype) + experts * expert_bytes
+                + unquantised * UNQUANTISED_BYTES)
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+        """KV bytes per token of context beyond every window: full layers, or V4's compressed
+        entries and index keys. What the pool is sized in tokens by."""
+        if self.compressed is not None:
+            return float(self.compressed.elements_per_token() * kv_storage_bytes(kv_dtype))
+        return float(self.full_attention_layers * self._kv_bytes_per_layer_token(kv_dtype))
+
+    def kv_bytes_for_context(self, context_tokens, kv_dtype: str):
+        """KV bytes one sequence holds at ``context_tokens`` (float or numpy array): storage.
+
+        Full layers grow with the context, sliding/chunked layers stop at the window,
+        linear-attention layers hold a fixed recurrent state; V4 holds its window, its
+        compressed entries and the compressors' tail state.
+        """
+        ctx = np.asarray(context_tokens, dtype=float)
+        if self.compressed is not None:
+            c = self.compressed
+            elements = c.elements_per_token() * ctx + c.window_elements(ctx)
+            return _like_input(elements * kv_storage_bytes(kv_dtype) + c.compressor_state_bytes)
+        per_layer = self._kv_bytes_per_layer_token(kv_dtype)
+        total = (self.full_attention_layers * ctx * per_layer
+                 + self.sliding_window_layers * self._windowed(ctx) * per_layer
+                 + self.linear_state_bytes_per_sequence)
+        return _like_input(total)
+
+    def kv_read_bytes_for_context(self, context_tokens, kv_dtype: str):
+        """KV bytes one decode step of one sequence reads at ``context_tokens``.
+
+        Dense attention reads all it stores. Sparse attention stores more than it reads: DSA
+        (GLM-5, DeepSeek-V3.2) reads the top-k entries' latents plus every index key (the
+        indexer scores them all); V4 reads its window, at most index_topk compressed entries
+        and every index key on the ratio-4 layers, and every entry on the others. The
+        compressors' tail state is written as tokens arrive and read once per r tokens;
+        it is not counted here.
+        """
+        ctx = np.asarray(context_tokens, dtype=float)
+        kv = kv_storage_bytes(kv_dtype)
+        if self.compressed is not None:
+            return _like_input(self.compressed.read_elements(ctx) * kv)
+        if self.attention_topk is None:
+            return self.kv_bytes_for_context(context_tokens, kv_dtype)
+        index = self.indexer_elements_per_token_per_layer
+        full = (np.minimum(ctx, self.attention_topk) * (self.kv_elements_per_token_per_layer - index)
+                + ctx * index) * kv
+        total = (self.full_attention_layers * full
+                 + self.sliding_window_layers * self._windowed(ctx) * self._kv_bytes_per_layer_token(kv_dtype)
+                 + self.linear_state_bytes_per_sequence)
+        return _like_input(total)
+
+    def sequence_state_bytes(self, kv_dtype: str) -> float:
+        """Fixed bytes one sequence holds whatever its length once its windows are full:
+        sliding windows, linear-attention state, V4's window and compressor state."""
+        if self.compressed is not None:
+            c = self.compressed
+            return float(c.window_elements(c.window_tokens) * kv_storage_bytes(kv_dtype) + c.compressor_state_bytes)
+        window = self.sliding_window_layers * (self.sliding_window or 0) * self._kv_bytes_per_layer_token(kv_dtype)
+        return float(window + self.linear_state_bytes_per_sequence)
+
+    @property
+    def kv_reads_linear_from_tokens(self) -> int:
+        """Context beyond which KV reads and attention FLOPs per sequence are affine in the context
+        (every window full, every top-k saturated); below it a batch's sum is not b times its mean."""
+        if self.compressed is not None:
+            return self.compressed.linear_from_tokens()
+        return max(self.sliding_window or 0, self.attention_topk or 0)
+
+    def flops_per_token(self) -> float:
+        """Matmul FLOPs per token: 2 per active parameter that is a matmul weight.
+
+        The input embedding is a lookup, not a matmul, so it is left out (equal to
+        2 * active_params when embeddings are tied). Attention scores are separate.
+        """
+        return 2.0 * (self.active_params - self.embedding_params)
+
+    def attention_flops_per_token(self, context_tokens):
+        """Score + value FLOPs for one new token attending over ``context_tokens``.
+
+        GQA/MHA: 4 * heads * head_dim per attended token per layer. MLA counts the
+        materialised form, 2 * heads * (qk_head_dim + v_head_dim) (decode kernels that
+        absorb the up-projection do more FLOPs but are bandwidth-bound). Sliding layers
+        attend at most the window; sparse attention (DSA) attends ``attention_topk``
+        tokens plus an indexer pass over the whole context; linear-attention layers
+        cost a constant per token. DeepSeek-V4: 4 * heads * head_dim per attended entry
+        (window, top-k or all compressed entries) plus the indexer's 2 * heads * dim per
+        index key (:class:`CompressedAttention`).
+        """
+        ctx = np.asarray(context_tokens, dtype=float)
+        if self.compressed is not None:
+            return _like_input(self.compressed.attention_flops(ctx))
+        per_ctx = self.attn_flops_per_context_token or 4 * self.num_heads * self.head_dim
+        attended = ctx if self.attention_topk is None else np.minimum(ctx, self.attention_topk)
+        full = per_ctx * attended + self.indexer_flops_per_context_token * ctx
+        total = (self.full_attention_layers * full
+                 + self.sliding_window_layers * per_ctx * self._windowed(ctx)
+                 + self.linear_attention_layers * self.linear_attn_flops_per_token)
+        return _like_input(total)
+
+    def _windowed(self, ctx):
+        return ctx if self.sliding_window is None else np.minimum(ctx, self.sliding_window)
+
+    def _kv_bytes_per_layer_token(self, kv_dtype: str) -> float:
+        return self.kv_elements_per_token_per_layer * kv_storage_bytes(kv_dtype)
+
+
+def _like_input(value):
+    """Return a float for scalar input, the array otherwise (vectorised callers)."""
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def summary(arch: Architecture) -> dict[str, Any]:
+    """JSON-ready description: shape, counts, and bytes at common dtypes."""
+    dtypes = ("bf16", "fp8", "fp4")
+    return {
+        "name": arch.name, "source": arch.source, "model_type": arch.model_type,
+        "attention": arch.attention,
+        "params": arch.params, "active_params": arch.active_params,
+        "num_layers": arch.num_layers, "hidden_size": arch.hidden_size,
+        "num_heads": arch.num_heads, "num_kv_heads": arch.num_kv_heads,
+        "head_dim": arch.head_dim, "vocab_size": arch.vocab_size,
+        "num_experts": arch.num_experts, "experts_per_token": arch.experts_per_token,
+        "full_attention_layers": arch.full_attention_layers,
+        "sliding_window_layers": arch.sliding_window_layers,
+        "sliding_window": arch.sliding_window,
+        "linear_attention_layers": arch.linear_attention_layers,
+        "kv_elements_per_token_per_layer": arch.kv_elements_per_token_per_layer,
+        "linear_state_bytes_per_sequence": arch.linear_state_bytes_per_sequence,
+        "flops_per_token": arch.flops_per_token(),
+        "weight_bytes": {d: arch.weight_bytes(d) for d in dtypes},
+        "active_weight_bytes": {d: arch.active_weight_bytes(d) for d in dtypes},
+        "kv_bytes_per_token": {d: arch.kv_bytes_per_token(d) for d in dtypes},
+        "sequence_state_bytes": {d: arch.sequence_state_bytes(d) for d in dtypes},
+        "kv_read_bytes_per_decode_step_at_128k": {d: arch.kv_read_bytes_for_context(131_072, d) for d in dtypes},
+        "expert_dtype_in_checkpoint": arch.expert_dtype_in_checkpoint,
+        **_compressed_summary(arch),
+        "notes": list(arch.notes),
+    }
+
+
+def _compressed_summary(arch: Architecture) -> dict[str, Any]:
+    """V4's per-ratio layer counts and what one decode step reads; empty for other attention."""
+    c = arch.compressed
+    if c is None:
+        return {}
+    return {
+        "layers_by_compress_ratio": {str(r): n for r, n in c.layers_by_ratio},
+        "index_topk": c.index_topk,
+        "window_tokens": c.window_tokens,
+        "compressor_state_bytes_per_sequence": c.compressor_state_bytes,
+        "mtp_compress_ratio": c.mtp_ratio,
+        "decode_reads": (f"per layer the {c.window_tokens}-token window; ratio-{c.sparse_ratio} layers at most "
+                         f"{c.index_topk} compressed entries plus all ctx/{c.sparse_ratio} index keys; other "
+                         "compressed layers all ctx/ratio entries"),
+    }

@@ -1,0 +1,78 @@
+"""Softmax attention of the full and sliding layers: GQA/MHA, MLA and the DeepSeek sparse-attention
+(DSA) indexer; per layer its parameters, KV elements per token and FLOPs per attended token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apmw.arch.config import Cfg
+
+
+@dataclass(frozen=True)
+class _Attn:
+    """Per-layer attention of the full/sliding layers."""
+    kind: str                   # "mha" | "gqa" | "mla"
+    params: int
+    kv_elements: int
+    flops_per_context_token: int
+    num_kv_heads: int
+    head_dim: int
+    topk: int | None = None
+    indexer_flops: int = 0
+    index_elements: int = 0     # of kv_elements: the DSA indexer's key
+
+
+def attention(c: Cfg, hidden: int, heads: int) -> _Attn:
+    if c.get("kv_lora_rank"):
+        return _mla_attention(c, hidden, heads)
+    return _gqa_attention(c, hidden, heads)
+
+
+def _gqa_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
+    """GQA/MHA: q, k, v, o projections; Qwen3.5's output gate doubles q_proj."""
+    kv_heads = c.first(("num_key_value_heads",), heads)
+    head_dim = c.first(("head_dim",), hidden // heads)
+    q_out = heads * head_dim * (2 if c.get("attn_output_gate") else 1)
+    params = hidden * q_out + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+    if c.get("attention_bias"):
+        params += q_out + 2 * kv_heads * head_dim + hidden
+    return _Attn(kind="mha" if kv_heads == heads else "gqa", params=params,
+                 kv_elements=2 * kv_heads * head_dim,
+                 flops_per_context_token=4 * heads * head_dim,
+                 num_kv_heads=kv_heads, head_dim=head_dim)
+
+
+def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
+    """Multi-head latent attention (DeepSeek-V2/V3): KV cache is the latent + rope key.
+
+    Cache per token per layer = kv_lora_rank + qk_rope_head_dim elements (DeepSeek-V2
+    paper, section 2.1). With a DSA indexer (GLM-5, DeepSeek-V3.2) the indexer's keys
+    (index_head_dim per token per layer) are cached too and counted here.
+    """
+    why = "MLA attention"
+    rope = c.req("qk_rope_head_dim", why)
+    nope = c.req("qk_nope_head_dim", why)
+    v_dim = c.req("v_head_dim", why)
+    kv_rank = c.req("kv_lora_rank", why)
+    q_rank = c.get("q_lora_rank")
+    qk_dim = nope + rope
+    q = (hidden * q_rank + q_rank + q_rank * heads * qk_dim) if q_rank else hidden * heads * qk_dim
+    kv = hidden * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v_dim)
+    attn = _Attn(kind="mla", params=q + kv + heads * v_dim * hidden,
+                 kv_elements=kv_rank + rope,
+                 flops_per_context_token=2 * heads * (qk_dim + v_dim),
+                 num_kv_heads=1, head_dim=qk_dim)
+    return _with_indexer(c, attn, hidden, q_rank or hidden) if c.get("index_topk") else attn
+
+
+def _with_indexer(c: Cfg, attn: _Attn, hidden: int, q_in: int) -> _Attn:
+    """DeepSeek sparse attention: a small indexer scores all tokens, top-k are attended."""
+    why = "the sparse-attention indexer (index_topk is set)"
+    n = c.req("index_n_heads", why)
+    dim = c.req("index_head_dim", why)
+    params = q_in * n * dim + hidden * dim + 2 * dim + hidden * n  # wq_b, wk, k_norm, weights
+    return _Attn(kind=attn.kind, params=attn.params + params,
+                 kv_elements=attn.kv_elements + dim,
+                 flops_per_context_token=attn.flops_per_context_token,
+                 num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim,
+                 topk=c.req("index_topk", why), indexer_flops=2 * n * dim, index_elements=dim)

@@ -1,0 +1,68 @@
+"""Dtypes: apmw's dtype names and the bytes a weight or a KV-cache element takes stored in each.
+
+The nominal bytes per element, the stored bytes with block scales (weights, KV cache), the
+parameters kept in bf16 whatever the weight dtype, and HuggingFace's torch dtype spellings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apmw.errors import UnknownNameError
+from apmw.spec.model import AUTO_DTYPE_HINT, dtype_key
+
+# Nominal bytes per element.
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
+
+# Stored bytes per weight including block scales. 4-bit formats carry a scale per block:
+# MXFP4 (OCP MX v1.0, gpt-oss's format) has one 8-bit E8M0 scale per 32 values ->
+# 4.25 bits; int4 AWQ/GPTQ with group size 128 keeps a 16-bit scale and zero point per
+# group -> 4.25 bits. FP8 block scales (one fp32 per 128x128 block, DeepSeek-V3) add
+# 0.02 % and are ignored.
+WEIGHT_STORAGE_BYTES = {**DTYPE_BYTES, "fp4": 4.25 / 8, "int4": 4.25 / 8}
+
+# Stored bytes per KV element. FP4 KV cache is NVFP4 (one FP8 scale per 16 values ->
+# 4.5 bits, NVIDIA TensorRT Model Optimizer); int4 KV is treated the same.
+KV_STORAGE_BYTES = {**DTYPE_BYTES, "fp4": 4.5 / 8, "int4": 4.5 / 8}
+
+# Parameters that stay in bf16 when the weights are quantised: embeddings, lm_head,
+# norms and MoE routers. This is what the FP8 DeepSeek/MiniMax checkpoints and the MXFP4
+# gpt-oss checkpoints do (their ``modules_to_not_convert`` / unquantised tensors).
+UNQUANTISED_BYTES = 2.0
+
+_HF_DTYPE_BYTES = {"float32": 4.0, "fp32": 4.0, "float16": 2.0, "bfloat16": 2.0,
+                   "float8_e4m3fn": 1.0}
+
+
+def canonical_dtype(dtype: str, what: str) -> str:
+    """apmw's name for ``dtype`` ("bfloat16" -> "bf16", apmw.spec.model.DTYPE_SPELLINGS); a clear
+    error for unknown ones."""
+    key = str(dtype_key(dtype))
+    if key in DTYPE_BYTES:
+        return key
+    hint = f" ({AUTO_DTYPE_HINT})" if key == "auto" else ""
+    raise UnknownNameError(f"unknown {what} dtype '{dtype}'; use one of: {', '.join(DTYPE_BYTES)}{hint}")
+
+
+def _storage(table: dict[str, float], dtype: str, what: str) -> float:
+    try:
+        return table[dtype.lower()]
+    except KeyError:
+        raise UnknownNameError(f"unknown {what} dtype '{dtype}'; use one of: "
+                               + ", ".join(table)) from None
+
+
+def weight_storage_bytes(dtype: str) -> float:
+    """Bytes one weight parameter takes stored as ``dtype`` (block scales included)."""
+    return _storage(WEIGHT_STORAGE_BYTES, dtype, "weight")
+
+
+def kv_storage_bytes(dtype: str) -> float:
+    """Bytes one KV-cache element takes stored as ``dtype`` (block scales included)."""
+    return _storage(KV_STORAGE_BYTES, dtype, "KV-cache")
+
+
+def hf_dtype_bytes(name: Any, default: float = 2.0) -> float:
+    """Bytes per element of a HuggingFace torch dtype name ("torch.bfloat16", "float32"); ``default``
+    for names not in the table."""
+    return _HF_DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), default)

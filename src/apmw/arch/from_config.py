@@ -1,0 +1,97 @@
+"""An Architecture from a config.json: by bundled model name, checkpoint directory or path, each
+family's attention, linear-attention and FFN counts put together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apmw.arch.architecture import Architecture
+from apmw.arch.attention import attention
+from apmw.arch.compressed_attention import deepseek_v4, v4_notes
+from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
+from apmw.arch.ffn import ffn_counts
+from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
+from apmw.catalog.models import load_config, local_path, on_disk, resolve_model_name
+from apmw.config_fields import refusal
+from apmw.errors import ConfigError
+
+
+def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
+    """Build an Architecture from a HuggingFace config dict (see the :mod:`apmw.arch` docstring)."""
+    text, notes = text_config(cfg)
+    why = refusal(cfg, text)
+    if why:
+        raise ConfigError(f"{name}: {why}")
+    c = Cfg(text, name)
+    hidden = c.req("hidden_size", "every parameter count")
+    heads = c.req("num_attention_heads", "attention")
+    num_layers = c.req("num_hidden_layers", "every per-layer count")
+    vocab = c.req("vocab_size", "the embedding and lm_head")
+    if c.model_type == "deepseek_v4":
+        return _v4_architecture(c, name, source, notes, hidden, heads, num_layers, vocab)
+    kinds, window = layer_kinds(c, num_layers)
+    attn = attention(c, hidden, heads)
+    linear = gated_deltanet(c, hidden) if "linear" in kinds else NO_LINEAR
+    n_linear = kinds.count("linear")
+    attn_params = (num_layers - n_linear) * attn.params + n_linear * linear.params
+    ffn = ffn_counts(c, hidden, num_layers, vocab)
+    return Architecture(
+        name=name, model_type=c.model_type, source=source,
+        num_layers=num_layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, vocab_size=vocab,
+        params=ffn.shared + attn_params + ffn.total, active_params=ffn.shared + attn_params + ffn.active,
+        attention="hybrid" if n_linear else attn.kind,
+        full_attention_layers=kinds.count("full"),
+        sliding_window_layers=kinds.count("sliding"),
+        sliding_window=window if "sliding" in kinds else None,
+        linear_attention_layers=n_linear,
+        kv_elements_per_token_per_layer=attn.kv_elements,
+        indexer_elements_per_token_per_layer=attn.index_elements,
+        linear_state_bytes_per_sequence=n_linear * linear.state_bytes,
+        attn_flops_per_context_token=attn.flops_per_context_token,
+        linear_attn_flops_per_token=linear.flops_per_token,
+        attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
+        attention_params=attn_params, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
+    )
+
+
+def _v4_architecture(c: Cfg, name: str, source: str, notes: list[str], hidden: int, heads: int,
+                     num_layers: int, vocab: int) -> Architecture:
+    """DeepSeek-V4: compressed attention, mHC, hash-routed layers (:func:`deepseek_v4`)."""
+    v4 = deepseek_v4(c, hidden, heads, num_layers)
+    ffn = ffn_counts(c, hidden, num_layers, vocab, extra_unquantised=v4.attn_unquantised + v4.hc_params)
+    shared = ffn.shared + v4.attn_params + v4.hc_params
+    comp = v4.compressed
+    return Architecture(
+        name=name, model_type=c.model_type, source=source,
+        num_layers=num_layers, hidden_size=hidden, num_heads=heads, num_kv_heads=1,
+        head_dim=comp.entry_elements, vocab_size=vocab,
+        params=shared + ffn.total, active_params=shared + ffn.active, attention="csa",
+        full_attention_layers=0, sliding_window_layers=0, sliding_window=comp.window_tokens,
+        linear_attention_layers=0, kv_elements_per_token_per_layer=0, linear_state_bytes_per_sequence=0.0,
+        attn_flops_per_context_token=comp.attend_flops_per_entry, attention_topk=comp.index_topk or None,
+        attention_params=v4.attn_params, compressed=comp,
+        lookup_table_bytes=c.get("num_hash_layers", 0) * vocab * ffn.fields["experts_per_token"] * 4.0,
+        notes=tuple(notes + ignored_notes(c) + v4_notes(c, v4, vocab, ffn.fields["experts_per_token"])),
+        **ffn.fields,
+    )
+
+
+def load_architecture(name_or_path: str) -> Architecture:
+    """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json."""
+    cfg, source = load_config(name_or_path)
+    name = resolve_model_name(name_or_path) if not on_disk(name_or_path) else None
+    return architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
+
+
+def _name_from_path(path: str) -> str:
+    """A checkpoint directory and its config.json are named after the directory (HF layout),
+    other files after their name less ``.json``; a bundled-style 'org--name' becomes 'org/name'."""
+    p = local_path(path)
+    if p.is_dir():
+        stem = p.resolve().name
+    elif p.name == "config.json" and p.parent.name:
+        stem = p.parent.name
+    else:
+        stem = p.name.removesuffix(".json")     # not .stem: "Llama-3.1-8B" has a dot
+    return stem.replace("--", "/", 1)

@@ -9,7 +9,7 @@ statistics after the warm-up) and predict it (``apmw.capacity.benchmark.predict_
 overhead, first wave excluded) for Llama-3.1-8B bf16 on one H200: 1024/512 tokens at length
 spreads 0-0.2 (lengths uniform over +-spread/2 of the mean) and concurrency 8-128, and
 8192/1024 and 200/200 tokens at spreads 0 and 0.2, concurrency 4-64. This is
-where ``apmw.capacity.benchmark.LOCKSTEP_DECAY`` comes from; both sides use the same step model, so the
+where ``apmw.capacity.benchmark_waves.LOCKSTEP_DECAY`` comes from; both sides use the same step model, so the
 comparison checks the queueing and batching dynamics, not the kernel times.
 
 A second table checks the first wave: a whole benchmark of about ten prompts per client

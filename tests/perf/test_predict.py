@@ -361,7 +361,7 @@ def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():
 
 
 def test_the_first_wave_counts_its_partial_last_iteration():
-    from apmw.capacity.benchmark import wave_mean_ttft_s
+    from apmw.capacity.benchmark_waves import wave_mean_ttft_s
 
     # ten 1024-token prompts, 8192-token budget: eight land in the first iteration, two in a second
     # that holds only their 2048 tokens

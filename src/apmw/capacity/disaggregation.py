@@ -111,7 +111,8 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     step = build_step_model(replica.arch, replica.gpu, g, spec.model.weight_dtype, spec.model.kv_dtype,
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
-                            calibrated=not isinstance(replica.step, RooflineStepModel), layout=layout)
+                            calibrated=not isinstance(replica.step, RooflineStepModel), layout=layout,
+                            engine_version=spec.serving.engine_version)
     mem = replica_memory(step, replica.policy)
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "

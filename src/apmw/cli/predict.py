@@ -57,6 +57,11 @@ def predict(
         help="instead of --concurrency: Poisson arrivals, requests/s per replica (vLLM bench serve "
              "--request-rate, MLPerf Server); a comma list sweeps them"),
     engine: str = typer.Option("vllm", "--engine", help="vllm, sglang or trtllm (TensorRT-LLM also read)"),
+    engine_version: Optional[str] = typer.Option(
+        None, "--engine-version",
+        help="price iterations with the engine's own measured tables of this release (bundled: vllm 0.24.0, "
+             "sglang 0.5.14, trtllm 1.3.0rc20 on Blackwell); refused where they are not bundled or cannot price "
+             "the replica. Default: the tables apmw holds for the GPU, or an estimate (named in source)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
@@ -117,9 +122,9 @@ def predict(
                 ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
         _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
                         kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
-                        as_json, moe_dtype)
+                        as_json, moe_dtype, engine_version)
         return
-    common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+    common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -183,7 +188,8 @@ def _workers(count: int, tp: int, layout: dict | None):
 
 
 def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,
-                    request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype) -> None:
+                    request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype,
+                    engine_version) -> None:
     """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
     from apmw.capacity.disaggregated_benchmark import predict_disaggregated
 
@@ -193,7 +199,8 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
                                     calibrated=calibrated, kv_transfer_bandwidth_bytes_per_s=link_bw,
                                     request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
                                     token_budget=token_budget, max_batch=max_batch,
-                                    kv_memory_fraction=kv_memory_fraction, moe_dtype=moe_dtype) for c in levels]
+                                    kv_memory_fraction=kv_memory_fraction, moe_dtype=moe_dtype,
+                                    engine_version=engine_version) for c in levels]
     except ApmwError as exc:
         message = as_flags(str(exc))
         side = message.split(" workers: ", 1)[0]
@@ -233,7 +240,7 @@ def _cap(p, engine: str) -> str:
 FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp": "--moe-tp", "ep": "--ep", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
-         "request_rate_per_s": "--request-rate"}
+         "request_rate_per_s": "--request-rate", "engine_version": "--engine-version"}
 
 
 def as_flags(message: str) -> str:

@@ -17,9 +17,10 @@ from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import ApmwError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
-from apmw.perf.calibrated import CalibratedStepModel, calibration_gap
+from apmw.perf.calibrated import CalibratedStepModel, calibration_gap, covering_tables
 from apmw.perf.parallelism import Layout, check_layout, layout_of
 from apmw.perf.power import PowerModel
+from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, resolve_policy
 from apmw.perf.roofline import RooflineStepModel
@@ -108,15 +109,19 @@ class Replica:
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
                      calibrated: bool = True, layout: Layout | None = None,
-                     moe_dtype: str | None = None) -> StepModel:
+                     moe_dtype: str | None = None, engine_version: str | None = None) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
     Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which. The
     measured tables compose tensor-parallel replicas with one weight dtype; other layouts (``layout``) and
     routed experts in a dtype of their own (``moe_dtype``) take the roofline.
     ``efficiency`` defaults to the GPU's own measured roofline efficiencies
-    (:func:`apmw.perf.efficiency.efficiency_for_gpu`).
+    (:func:`apmw.perf.efficiency.efficiency_for_gpu`). ``engine_version`` pins the engine's own
+    measured tables of that release: a replica they cannot price is refused, not estimated otherwise.
     """
+    if engine_version is not None:
+        return _pinned_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout,
+                                  moe_dtype, engine_version)
     if efficiency is None:
         efficiency = efficiency_for_gpu(gpu.name)
     calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
@@ -134,6 +139,25 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
             return scaled
     return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                              efficiency=efficiency, layout=layout, moe_dtype=moe_dtype)
+
+
+def _pinned_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
+                       efficiency: Efficiency | None, engine: str, calibrated: bool, layout: Layout | None,
+                       moe_dtype: str | None, engine_version: str) -> StepModel:
+    """The step model priced by ``engine``'s own tables of release ``engine_version``, or the reason it cannot be."""
+    check_engine_version(gpu.name, engine, engine_version)
+    pinned = f"engine_version '{engine_version}' ({engine})"
+    if not calibrated:
+        raise EngineVersionError(f"{pinned} pins measured tables, and the plain roofline was asked for; leave one out")
+    step = build_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout, moe_dtype)
+    tables, gap = covering_tables(arch, gpu, gpus, weight_dtype, kv_dtype,
+                                  None if layout is None or layout.is_tensor_parallel else layout, engine)
+    if step.source != "calibrated" or tables is None or tables.engine != engine:
+        why = gap or (f"{engine}'s tables do not cover it, and vLLM's stand in" if tables is not None
+                      else f"it is priced on the {step.source} path")
+        raise EngineVersionError(f"{pinned}: its tables cannot price this replica ({why}); leave the version out to "
+                        "let apmw estimate it")
+    return step
 
 
 def _as_laid_out(step: StepModel) -> str:
@@ -196,9 +220,12 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
             f"(or serving.parallelism: {{tp: T, dp_attention: {g}/T}})")
     check_layout(layout, arch, spec.serving.engine)
     if step is None:
-        step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                                engine=spec.serving.engine, calibrated=calibrated, layout=layout,
-                                moe_dtype=spec.model.moe_dtype)
+        try:
+            step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
+                                    engine=spec.serving.engine, calibrated=calibrated, layout=layout,
+                                    moe_dtype=spec.model.moe_dtype, engine_version=spec.serving.engine_version)
+        except EngineVersionError as exc:
+            raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp)
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
@@ -240,5 +267,6 @@ def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str
     weight_dtype, kv_dtype = canonical_dtype(weight_dtype, "weight"), canonical_dtype(kv_dtype, "KV")
     moe_dtype = canonical_dtype(moe_dtype, "expert") if moe_dtype else None
     step = build_step_model(arch, spec_gpu, gpus, weight_dtype, kv_dtype, engine=serving.engine,
-                            calibrated=calibrated, layout=layout, moe_dtype=moe_dtype)
+                            calibrated=calibrated, layout=layout, moe_dtype=moe_dtype,
+                            engine_version=serving.engine_version)
     return replica_with_step(step, serving, request_overhead_s=request_overhead_s)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from apmw.errors import ApmwError
+
 _DIR = Path(__file__).resolve().parent.parent / "catalog" / "data" / "calibration"
 
 # Catalogue GPU name -> table file stem. Only GPUs with measured tables are here.
@@ -80,6 +82,29 @@ def has_engine_tables(gpu_name: str, engine: str) -> bool:
     """Whether ``engine``'s own kernels were measured on this GPU (not vLLM's standing in)."""
     stem = CALIBRATED_GPUS.get(gpu_name)
     return stem is not None and (engine == BASE_ENGINE or (_DIR / f"{stem}__{engine}.npz").exists())
+
+
+class EngineVersionError(ApmwError):
+    """A pinned engine release whose tables apmw does not bundle, or that cannot price the replica; the
+    message starts with ``engine_version``, for the caller to name its own field or flag."""
+
+
+def check_engine_version(gpu_name: str, engine: str, version: str) -> None:
+    """Refuse ``version`` unless ``engine``'s own tables of that release were measured on this GPU and
+    are bundled: pinning a release means its kernels, never another release's or another engine's
+    standing in (``serving.engine_version``, ``apmw predict --engine-version``)."""
+    held = {name: tables.engine_version for name in CALIBRATED_GPUS
+            if has_engine_tables(name, engine) and (tables := load_tables(name, engine)) is not None}
+    if held.get(gpu_name) == version:
+        return
+    releases = sorted(set(held.values()))
+    bundled = (f"apmw bundles {engine} {', '.join(releases)} tables (for {', '.join(sorted(held))})" if held
+               else f"apmw bundles no tables measured with {engine}")
+    here = (f"{gpu_name} has {engine} {held[gpu_name]}" if gpu_name in held
+            else f"{gpu_name} has no {engine} tables of its own")
+    raise EngineVersionError(f"engine_version '{version}' ({engine}): no bundled kernel tables for {gpu_name}: {here}; "
+                    f"{bundled}. Leave the version out to price {gpu_name} with what apmw holds for it "
+                    "(the calibrated path says whose tables in its source), or pick a bundled release")
 
 
 @lru_cache(maxsize=None)

@@ -331,6 +331,12 @@ class Serving(_Section):
         "llama.cpp's server, one cached prompt per slot (max_batch is its --parallel slots), iterations on the "
         "roofline (calibrate with apmw bench --calibrate)",
     )
+    engine_version: str | None = Field(
+        default=None, min_length=1, max_length=40,
+        description="pin the engine release whose measured kernel tables price iterations (vllm 0.24.0, sglang "
+        "0.5.14, trtllm 1.3.0rc20: the releases apmw bundles, catalog/data/calibration/SOURCES.md); a replica "
+        "those tables cannot price is refused. Unset: the tables apmw holds for the GPU (or another estimate, "
+        "named in step_time_source)")
     mixed_prefill: bool | None = Field(
         default=None,
         description="whether prompt chunks ride in the same iteration as decodes; unset: the engine's default "

@@ -80,6 +80,8 @@ class Evaluation:
     prefill_utilisation: float | None = None
     # each sampled session's task latency (the tail above is read off it)
     task_latency_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    # each sampled call's time to first token (the tail calls; the TTFT p95 above is read off it)
+    ttft_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
     @property
     def feasible(self) -> bool:
@@ -212,5 +214,5 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         session_throughput_per_s=agents / mean_r,
         meets_latency=verdict.meets and (prefill_util is None or prefill_util < 1.0),
         fits_memory=bool(kv_p95 <= kv_capacity_bytes), slo=verdict,
-        prefill_utilisation=prefill_util, task_latency_samples_s=samples,
+        prefill_utilisation=prefill_util, task_latency_samples_s=samples, ttft_samples_s=ttft,
     )

@@ -30,7 +30,9 @@ the peak only rises). :func:`routing_comparison` gives every policy's N*, prefix
 tokens at that peak replica count.
 
 Not modelled here: demand the forecast misses (what a short fleet does to tasks: `apmw fleet
---simulate`, apmw.sim.fleet_day) and mixed fleets; each hour is a steady state.
+--simulate`, apmw.sim.fleet_day); each hour is a steady state. Several workloads on pools of several
+GPU types: :mod:`apmw.capacity.fleet_mix`, which sizes each hour with :func:`day_hours` and a
+:class:`Sizing` per hour.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.disaggregation import PrefillStage
@@ -48,7 +50,8 @@ from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.plan import Plan, plan
 from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
 from apmw.errors import ApmwError
-from apmw.perf import GpuGroup
+from apmw.perf import GpuGroup, Replica
+from apmw.spec import Spec
 
 HOURS = 24
 DAYS_PER_MONTH = 365.25 / 12
@@ -199,6 +202,31 @@ def routing_comparison(result: Plan, replicas: int) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What sizing an hour asks of one replica: its closed loop at any load and the most agents it takes.
+
+    :func:`sizing_of` gives a plan's; a shared pool of several workloads has one per hour, each at that
+    hour's mix of tasks (:mod:`apmw.capacity.fleet_mix`)."""
+
+    spec: Spec                                  # fleet policy (headroom, minimum, delays), prices, routing
+    replica: Replica
+    stage: PrefillStage | None                  # a disaggregated prefill instance counted with the replica
+    agents_max: int                             # N*
+    slowest_s: float                            # mean task time at N*
+    fastest_s: float                            # ... at one agent
+    evaluate: Callable[[int], Evaluation]       # the closed loop at n agents
+
+
+def sizing_of(result: Plan) -> Sizing:
+    """The sizing of ``result``'s replica: its closed loop (cached per load: the hours share most of theirs)."""
+    model = ClosedLoopModel(result.spec, result.replica, result.sample)
+    evaluate = functools.cache(model.evaluate)
+    return Sizing(spec=result.spec, replica=result.replica, stage=model.prefill, agents_max=result.agents_per_replica,
+                  slowest_s=result.at.task_latency_mean_s, fastest_s=evaluate(1).task_latency_mean_s,
+                  evaluate=evaluate)
+
+
 def _day(result: Plan) -> FleetDay:
     """The day on replicas sized by ``result``, routing as its spec says."""
     spec = result.spec
@@ -206,20 +234,22 @@ def _day(result: Plan) -> FleetDay:
     if rates is None:
         raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: 24 values, the tasks started in each "
                         "hour of the day from hour 0 (fleet.target_agents alone is sized by apmw plan)")
-    model = ClosedLoopModel(spec, result.replica, result.sample)
-    # the closed loop at n agents per replica, once per n: the hours share most of their loads
-    evaluate = functools.cache(model.evaluate)
-    fastest_s = evaluate(1).task_latency_mean_s
-    needed = [_needed(result, evaluate, tasks, fastest_s) for tasks in rates]
-    up = _kept_up(needed, spec.fleet.scale_down_delay_s)
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
                     scale_down_delay_s=spec.fleet.scale_down_delay_s,
-                    hours=[_hour(result, evaluate, model.prefill, h, rates[h], needed[h], up[h],
-                                 max(up[(h + 1) % HOURS] - up[h], 0), fastest_s) for h in range(HOURS)],
+                    hours=day_hours([sizing_of(result)] * HOURS, rates),
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
                     task_latency_at_n_star_s=result.at.task_latency_mean_s)
+
+
+def day_hours(sizings: Sequence[Sizing], rates: Sequence[float]) -> list[FleetHour]:
+    """The 24 hours, hour ``h`` starting ``rates[h]`` tasks on replicas sized by ``sizings[h]`` (the fleet
+    policy is the first sizing's spec's)."""
+    needed = [_needed(sizings[h], rates[h]) for h in range(HOURS)]
+    up = _kept_up(needed, sizings[0].spec.fleet.scale_down_delay_s)
+    return [_hour(sizings[h], h, rates[h], needed[h], up[h], max(up[(h + 1) % HOURS] - up[h], 0))
+            for h in range(HOURS)]
 
 
 def _kept_up(needed: list[int], scale_down_delay_s: float) -> list[int]:
@@ -244,28 +274,27 @@ def _load(evaluate: Callable[[int], Evaluation], rate: float, replicas: int, n_s
     return n, at
 
 
-def _needed(result: Plan, evaluate: Callable[[int], Evaluation], tasks: float, fastest_s: float) -> int:
+def _needed(sz: Sizing, tasks: float) -> int:
     """The fewest replicas whose self-consistent load, with the headroom, stays within N* each."""
-    fleet = result.spec.fleet
-    n_star, slowest_s = result.agents_per_replica, result.at.task_latency_mean_s
+    fleet = sz.spec.fleet
+    n_star, slowest_s = sz.agents_max, sz.slowest_s
     rate, need = tasks / 3600.0, 1 + fleet.headroom
-    replicas = max(fleet.min_replicas, math.ceil(rate * fastest_s * need / n_star - 1e-9))
+    replicas = max(fleet.min_replicas, math.ceil(rate * sz.fastest_s * need / n_star - 1e-9))
     upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
     while rate > 0 and 0 < replicas < upper:
-        n, _ = _load(evaluate, rate, replicas, n_star, slowest_s)
+        n, _ = _load(sz.evaluate, rate, replicas, n_star, slowest_s)
         if n * need <= n_star + 1e-9:
             break
         replicas += 1
     return replicas
 
 
-def _hour(result: Plan, evaluate: Callable[[int], Evaluation], stage: PrefillStage | None, hour: int, tasks: float,
-          needed: int, replicas: int, warming: int, fastest_s: float) -> FleetHour:
+def _hour(sz: Sizing, hour: int, tasks: float, needed: int, replicas: int, warming: int) -> FleetHour:
     """The hour with its tasks spread over the ``replicas`` up, and ``warming`` more started for the next hour."""
-    spec, replica = result.spec, result.replica
+    spec, replica, stage = sz.spec, sz.replica, sz.stage
     rate = tasks / 3600.0
-    n, at = (0.0, None) if rate == 0 or replicas == 0 else _load(evaluate, rate, replicas, result.agents_per_replica,
-                                                                 result.at.task_latency_mean_s)
+    n, at = (0.0, None) if rate == 0 or replicas == 0 else _load(sz.evaluate, rate, replicas, sz.agents_max,
+                                                                 sz.slowest_s)
     gpus_per_replica = replica.gpus + (stage.gpus if stage else 0)
     power = replica.power
     idle_it_w = power.it_power_w(GpuGroup(replica.gpus, 0.0, 0.0), GpuGroup(stage.gpus if stage else 0, 0.0, 0.0))
@@ -277,7 +306,7 @@ def _hour(result: Plan, evaluate: Callable[[int], Evaluation], stage: PrefillSta
                          prefill_compute_share=stage.compute_share if stage else 1.0)
         it_w, facility_w, latency = econ.replica_power_w, econ.facility_power_w, at.task_latency_mean_s
     else:       # no task starts: the replicas kept up idle
-        it_w, facility_w, latency = idle_it_w, idle_facility_w, fastest_s
+        it_w, facility_w, latency = idle_it_w, idle_facility_w, sz.fastest_s
     # a warming replica loads weights at idle power (ASSUMPTION: loading draws no more than idling) and is
     # billed from its start, for fleet.scale_up_s of this hour
     warm_share = min(spec.fleet.scale_up_s, 3600.0) / 3600.0 * warming

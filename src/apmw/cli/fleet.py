@@ -132,7 +132,8 @@ def _summary(d: dict) -> list[str]:
 
 @app.command()
 def fleet(
-    spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values)"),
+    spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values), or a fleet file of "
+                                          "several workloads and hardware candidates (docs/fleet.md, 'Mixed fleets')"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/fleet.md)"),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help="also write the 24 hours to this CSV file"),
     parquet_out: Optional[Path] = typer.Option(None, "--parquet",
@@ -152,7 +153,10 @@ def fleet(
     cells: Optional[int] = typer.Option(None, "--cells", help="--simulate: independent cells of replicas (default: "
                                                               "one per 100 replicas at the analytic peak)"),
 ) -> None:
-    """Size the fleet for a day of demand: replicas, GPUs, MW and dollars each hour, with day and month totals."""
+    """Size the fleet for a day of demand: replicas, GPUs, MW and dollars each hour, with day and month totals.
+
+    Given a fleet file (a top-level 'workloads' list: docs/fleet.md, 'Mixed fleets'), compare placements of
+    several workloads on pools and GPU types instead."""
     from apmw.capacity import InfeasibleError, plan
     from apmw.capacity.fleet_day import fleet_day
     from apmw.spec import load_spec
@@ -161,6 +165,16 @@ def fleet(
         output_path(csv_out, "--csv")
     if parquet_out is not None:
         output_path(parquet_out, "--parquet")
+    if _is_fleet_file(spec):
+        given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0),
+                                       ("--workers", workers != 1), ("--ray", ray_address is not None),
+                                       ("--seed", seed is not None), ("--replications", replications != 1),
+                                       ("--cells", cells is not None)) if on]
+        if given:
+            fail(f"{', '.join(given)}: not for a fleet file (mixed fleets are sized analytically); run apmw fleet "
+                 "on one workload's spec to simulate its day")
+        _mixed(spec, as_json, csv_out, parquet_out)
+        return
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
@@ -241,3 +255,159 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     err.print(f"simulated {replications * n_cells} cell-day(s) in {time.perf_counter() - start:,.1f} s", highlight=False)
     sim["gpus_per_replica"] = table["gpus_per_replica"]
     return sim
+
+
+# The mixed form (a fleet file): one row per pool and hour in --csv and --parquet.
+MIX_CSV_COLUMNS = ("pool", "hardware", "hour", "agents_per_replica_max") + CSV_COLUMNS[1:]
+
+
+def _is_fleet_file(path: Path) -> bool:
+    """Whether ``path`` is a fleet file (a spec, a missing or unreadable file: not; apmw fleet then reports
+    it as it reports a spec)."""
+    from apmw.spec.fleet_file import is_fleet_file
+    from apmw.spec.load import load_yaml
+
+    try:
+        return is_fleet_file(load_yaml(path))
+    except (SpecError, OSError):
+        return False
+
+
+def _mix_rows(d: dict) -> list[dict]:
+    return [{"pool": p["name"], "hardware": p["hardware"]} | {c: h[c] for c in MIX_CSV_COLUMNS[2:]}
+            for p in d["pools"] if p["refused"] is None for h in p["hours"]]
+
+
+def _mix_csv(d: dict) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=MIX_CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(_mix_rows(d))
+    return buf.getvalue()
+
+
+def _mix_parquet(d: dict, path: Path) -> None:
+    """One row per served pool and hour (the CSV's columns), everything else as JSON in the metadata under
+    ``apmw.fleet_mix`` (the pools without their hours)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        fail("--parquet needs pyarrow, which is not installed: pip install 'apmw[parquet]' (or use --csv)")
+    meta = dict(d, pools=[{k: v for k, v in p.items() if k != "hours"} for p in d["pools"]])
+    table = pa.Table.from_pylist(_mix_rows(d), schema=pa.schema(
+        [(c, pa.string() if c in ("pool", "hardware", "routing") else
+          pa.int64() if c in ("hour", "agents_per_replica_max", "replicas_needed", "replicas", "replicas_warming")
+          else pa.float64()) for c in MIX_CSV_COLUMNS]))
+    table = table.replace_schema_metadata({"apmw.fleet_mix": json.dumps(meta, allow_nan=False)})
+    try:
+        pq.write_table(table, path)
+    except OSError as exc:
+        fail(f"--parquet {path}: cannot write it ({exc})")
+
+
+def _money(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"${x:,.{digits}f}"
+
+
+def _placements_table(d: dict) -> Table:
+    t = Table(title="placements: GPUs at each pool's peak and at once, a day's replica-hours, MWh and $, a month's $, "
+              f"the secured GPUs a month (* cheapest a month{'' if d['power_cap_mw'] is None else ' inside the cap'})",
+              title_justify="left")
+    for col in ("placement", "pools", "peak GPUs", "at once", "replica-h", "MWh", "$/day", "$/month", "$/task",
+                "secured $/mo"):
+        t.add_column(col, justify="left" if col in ("placement", "pools") else "right",
+                     overflow="fold" if col in ("placement", "pools") else "ellipsis")
+    refused = {p["name"] for p in d["pools"] if p["refused"] is not None}
+    for r in d["placements"]:
+        mark = "*" if r["placement"] == d["cheapest_placement"] else ""
+        if r["refused"] is not None:      # the reasons once, in the pools table
+            t.add_row(r["placement"], "refused: pool " + ", ".join(q for q in r["pools"] if q in refused),
+                      *["-"] * 8)
+            continue
+        over = " (over cap)" if r["within_power_cap"] is False else ""
+        t.add_row(r["placement"] + mark + over, "\n".join(r["pools"]), f"{r['peak_gpus']:,.0f}",
+                  f"{r['coincident_peak_gpus']:,.0f}", f"{r['replica_hours_per_day']:,.0f}",
+                  f"{r['facility_mwh_per_day']:,.2f}", _money(r["cost_per_day_usd"]), _money(r["cost_per_month_usd"]),
+                  _money(r["cost_per_task_usd"], 4), _money(r["secured_gpu_cost_per_month_usd"]))
+    return t
+
+
+def _pools_table(d: dict) -> Table:
+    t = Table(title="pools (N* and what bounds it at the pool's peak hour)", title_justify="left")
+    for col in ("pool", "N*", "bound by", "peak replicas", "GPUs", "replica-h/day", "$/day", "$/task"):
+        t.add_column(col, justify="left" if col in ("pool", "bound by") else "right",
+                     overflow="fold" if col == "pool" else "ellipsis")
+    for p in d["pools"]:
+        if p["refused"] is not None:
+            t.add_row(p["name"], "-", f"refused: {_first_sentence(p['refused'])}", *["-"] * 5)
+            continue
+        t.add_row(p["name"], f"{p['agents_per_replica_max_at_peak']:,}", p["binding_at_peak"],
+                  f"{p['peak_replicas']:,} at {p['peak_hour']:02d}", f"{p['peak_gpus']:,.0f}",
+                  f"{p['replica_hours_per_day']:,.0f}", _money(p["cost_per_day_usd"]), _money(p["cost_per_task_usd"], 4))
+    return t
+
+
+def _first_sentence(text: str) -> str:
+    """A refusal's first sentence (the whole reason is in --json)."""
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
+
+
+def _mix_summary(d: dict) -> list[str]:
+    lines = [f"workload {w['name']}: {w['model']}, {w['tasks_per_day']:,.0f} tasks a day, busiest hour "
+             f"{w['peak_hour']:02d}:00" for w in d["workloads"]]
+    for r in d["placements"]:
+        c = r.get("compared_with_split")
+        if c is not None:
+            gpus = c["peak_gpus_saved"]
+            lines.append(f"{r['placement']} against {c['placement']}: {abs(gpus):,.0f} "
+                         f"{'fewer' if gpus >= 0 else 'more'} GPUs at peak, "
+                         f"{_money(abs(c['secured_gpu_cost_per_month_saved_usd']))} a month "
+                         f"{'less' if c['secured_gpu_cost_per_month_saved_usd'] >= 0 else 'more'} secured, "
+                         f"{_money(abs(c['cost_per_month_saved_usd']))} a month "
+                         f"{'less' if c['cost_per_month_saved_usd'] >= 0 else 'more'} as used")
+    best = next((r for r in d["placements"] if r["placement"] == d["cheapest_placement"]), None)
+    if best is not None:
+        api = "" if best["api_cost_per_day_usd"] is None else (
+            f"; the same tasks on the APIs the specs price: {_money(best['api_cost_per_day_usd'])} a day")
+        lines.append(f"cheapest: {best['placement']} ({', '.join(best['pools'])}): {_money(best['cost_per_month_usd'])} "
+                     f"a month, {_money(best['cost_per_task_usd'], 4)} per task, {best['peak_gpus']:,.0f} GPUs at "
+                     f"peak, {best['facility_mwh_per_month']:,.1f} MWh a month{api}")
+    return lines
+
+
+def _mixed(path: Path, as_json: bool, csv_out: Optional[Path], parquet_out: Optional[Path]) -> None:
+    """apmw fleet on a fleet file: every placement of its workloads, priced (apmw.capacity.fleet_mix)."""
+    from apmw.capacity.fleet_mix import fleet_mix
+    from apmw.spec.fleet_file import load_fleet_file
+
+    try:
+        loaded = load_fleet_file(path)
+        for s in {(s.model.config, s.model.weight_dtype): s for s in loaded.specs}.values():
+            note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        gpus = [h.gpu for h in loaded.fleet.hardware] if loaded.fleet.hardware else [s.hardware.gpu for s in loaded.specs]
+        for gpu in {str(g): g for g in gpus}.values():
+            note_gpu_basis(gpu)
+        d = fleet_mix(loaded).to_dict()
+    except (ApmwError, SpecError) as exc:
+        fail(str(exc))
+    if csv_out is not None:
+        write_text(csv_out, _mix_csv(d), "--csv")
+    if parquet_out is not None:
+        _mix_parquet(d, parquet_out)
+    if as_json:
+        emit_json(d)
+    else:
+        out.print(_placements_table(d))
+        out.print(_pools_table(d))
+        for line in _mix_summary(d):
+            out.print(line, highlight=False, markup=False)
+    if d["cheapest_placement"] is None:
+        served = [r for r in d["placements"] if r["refused"] is None]
+        if served:
+            need = min(r["peak_provisioned_mw"] for r in served)
+            fail(f"no placement fits power_cap_mw {d['power_cap_mw']:g} MW: the smallest needs {need:,.3f} MW "
+                 "provisioned. Needed: a larger cap, less demand, or hardware that does more per MW", code=2)
+        fail("no placement serves every workload: " + "; ".join(f"{r['placement']}: {r['refused']}"
+                                                                 for r in d["placements"]), code=2)

@@ -1,0 +1,708 @@
+"""Mixed fleets: several workloads split into pools or sharing one, on several GPU types, each placement priced.
+
+A fleet file (:mod:`apmw.spec.fleet_file`) lists workloads, each with its own day of demand
+(``fleet.tasks_per_hour``), and the replica hardware to compare. A **pool** is a group of workloads
+on replicas of one hardware; its day is sized hour by hour as ``apmw fleet`` sizes one workload's
+(:mod:`apmw.capacity.fleet_day`). A **placement** is a set of pools that serves every workload:
+
+* ``split:<hw>``: each workload on a pool of its own, all on ``hw``;
+* ``split:best``: each workload on its own pool, on the hardware where its day costs least;
+* ``shared:<hw>``: every workload on one pool of ``hw`` (``shared``, refused with the reason, where the
+  workloads cannot share a replica whatever it is);
+* ``by_model:<hw>`` and ``by_model:best``: the workloads that use the same model on one pool (the rest
+  alone), all on ``hw``, or each pool on its cheapest hardware; offered where the models differ and some
+  model serves several workloads.
+
+Without a ``hardware`` list the candidates are the workloads' own: ``split:own`` puts each workload on
+its spec as written (so it equals ``apmw fleet`` on each spec), and a shared pool is tried on each
+distinct hardware of its workloads, at the GPU-hour price of the first workload that names it.
+
+**A pool of one workload** is ``apmw plan`` and ``apmw fleet`` on its spec with the candidate's
+hardware and price.
+
+**A shared pool** serves its workloads' tasks on the same replicas, so a replica's closed loop runs a
+mix of sessions. Hour ``h`` starts ``lambda_i(h)`` tasks of workload ``i``; by Little's law the pool
+holds ``N = sum_i lambda_i R_i`` agents, and the mean task time over the tasks started is
+``R = sum_i (lambda_i / lambda) R_i``: the sessions are sampled **in proportion to the tasks each
+workload starts in the hour** (an agent slot that finishes a task takes the next from the mix), so
+that each workload's share of concurrent agents comes out as ``lambda_i R_i / N`` on its own. Each
+workload's sessions are sampled as its spec says (its own seed plus its place in the pool), and
+the samples are pooled (:func:`mix_samples`): per-task arrays side by side, per-call means weighted
+by calls, the tail calls drawn in proportion to calls, each system prompt cached once (workloads
+with the same ``workload`` section share one). The pooled sample is an ordinary
+:class:`apmw.capacity.sessions.SessionSample`, so the closed loop, the KV and prefix-cache models
+and the N* search are the ones ``apmw plan`` uses: every call shares the engine's batch, queue and
+KV memory, and each task's latency is its own calls' work at the mix's iteration times and queue
+waits. Each hour has its own mix, hence its own N* (searched outwards from the hour before's).
+ASSUMPTIONS: an hour's sessions are at least ``MIN_MIX_SESSIONS`` of the rarest workload unless the
+mix would pass ``MAX_MIX_CALLS`` calls (a workload with a small share then has its p95 read off fewer
+tasks, and N* moves by an agent or so from hour to hour with the sample); the agent timeline that
+the KV-overflow model reads (under ``retain``) interleaves the workloads in ``TIMELINE_CHUNKS`` pieces.
+
+**The SLO rule.** Every workload keeps its own SLO on its own tasks: at a load, each workload's
+task p95 is read off its own sessions' latencies and its TTFT p95 off its own calls; the time per
+output token is one engine's, so every workload's TPOT (or output speed) limit applies to it, the
+strictest binding. N* of the hour is the most agents at which every workload meets every SLO its
+spec sets and the KV fits. An hour whose mix no number of agents serves refuses the pool, naming
+the workload and SLO that fail at one agent.
+
+**What cannot share a replica** (a pool refused with the reason, never approximated): workloads on
+different models; different ``serving`` sections (one engine configuration per replica); different
+``power`` sections or electricity prices (one hall); a ``fleet.routing`` other than affinity.
+A shared pool takes the largest ``headroom``, ``min_replicas``, ``scale_up_s`` and
+``scale_down_delay_s`` of its workloads.
+
+**Prices.** A pool's day is priced as ``apmw fleet`` prices one (GPU time of the replicas up,
+electricity at facility power). A placement adds its pools: its replica-hours, MWh and dollars;
+``peak_gpus`` is the sum of its pools' own peaks (what the placement must secure: a pool cannot
+borrow another's replicas) and ``coincident_peak_gpus`` the most up at once. Peaks at different
+hours are where sharing pays: a shared pool's peak is that of the sum of the demands, a split
+placement's the sum of the peaks. ``secured_gpu_cost_per_month_usd`` prices the secured GPUs for
+the whole month (a reservation). With ``power_cap_mw`` a placement whose provisioned facility power
+exceeds the cap in some hour does not fit. The cheapest placement is the one with the lowest
+``cost_per_month_usd`` among those that are served and fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from apmw.capacity.closed_loop import ClosedLoopModel, spills_retained
+from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.fleet_day import (DAYS_PER_MONTH, HOURS, FleetDay, Sizing, day_hours, fleet_day,
+                                     sizing_of)
+from apmw.capacity.plan import plan
+from apmw.capacity.prefix_cache import frees_contexts
+from apmw.capacity.routing import with_routing
+from apmw.capacity.search import MAX_AGENTS, SearchResult, search
+from apmw.capacity.sessions import (TAIL_CALLS, TARGET_CALLS, SessionSample, default_session_count,
+                                    sample_retained_pair, sample_session_pair, sample_sessions)
+from apmw.capacity.slo import SLO_LABELS, SloVerdict, check_slo
+from apmw.arch import load_architecture
+from apmw.errors import ApmwError
+from apmw.perf import Replica, replica_from_spec
+from apmw.perf.replica import resolve_gpu
+from apmw.spec import Slo, Spec, SpecError
+from apmw.spec.fleet_file import FleetFileError, FleetHardware, LoadedFleet
+
+# Sessions of an hour's mix: at least the most any of its workloads samples alone, and enough that the
+# workload with the smallest share has MIN_MIX_SESSIONS of them, as long as the mix stays within
+# MAX_MIX_CALLS calls (past that the smallest share gets fewer, its p95 read off fewer tasks).
+MIN_MIX_SESSIONS = 400
+MAX_MIX_CALLS = 2 * TARGET_CALLS
+# Each workload's calls laid end to end (one agent's timeline, for the KV demand's autocorrelation under
+# retain) are cut into this many pieces and interleaved, so that the timeline read mixes the workloads.
+TIMELINE_CHUNKS = 64
+
+# How each field of a SessionSample pools (tests/capacity/test_fleet_mix.py checks that every field is named).
+PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s", "input_tokens", "output_tokens",
+            "prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
+            "kv2_tool", "queue_gamma", "exposure_uniform")
+PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
+TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_queue_exp")
+TIMELINE = ("timeline_kv_bytes", "timeline_prefill_iters", "timeline_decode_iters", "timeline_wait_s")
+PER_CALL_MEAN = ("call_prefill_iters", "call_decode_iters", "call_prefill_tokens", "call_prefill_kv_bytes",
+                 "call_prefill_attn_flops")
+PER_DECODE_MEAN = ("call_decode_kv_bytes", "call_decode_attn_flops")
+SAME = ("decode_tokens_per_iteration", "draft_cost_fraction", "accepted_tokens_per_iteration")
+SUMMED = ("sessions", "shared_prefix_kv_bytes")
+
+
+@dataclass(frozen=True)
+class MixedSample:
+    sample: SessionSample
+    tasks: tuple[slice, ...]        # each workload's sessions in the pooled sample
+    calls: tuple[slice, ...]        # ... and its tail calls (the TTFT samples)
+
+
+def _interleaved(parts: list[np.ndarray]) -> np.ndarray:
+    """Arrays cut into TIMELINE_CHUNKS pieces each, the pieces taken in turn."""
+    pieces = [np.array_split(p, TIMELINE_CHUNKS) for p in parts]
+    return np.concatenate([piece[k] for k in range(TIMELINE_CHUNKS) for piece in pieces])
+
+
+def mix_samples(samples: list[SessionSample], own_prefix: list[bool]) -> MixedSample:
+    """Pool several workloads' sampled sessions into one sample (module docstring). ``own_prefix[i]``: whether
+    workload ``i``'s system prompt is one of its own (False: the same prompt as an earlier workload's)."""
+    named = set(PER_TASK + PER_CONTEXT + TAIL + TIMELINE + PER_CALL_MEAN + PER_DECODE_MEAN + SAME + SUMMED)
+    missing = {f.name for f in fields(SessionSample)} - named
+    if missing:
+        raise AssertionError(f"apmw.capacity.fleet_mix does not know how to pool SessionSample.{sorted(missing)}")
+    first = samples[0]
+    for name in SAME:
+        if any(getattr(s, name) != getattr(first, name) for s in samples):
+            raise ApmwError(f"workloads sharing a replica decode differently ({name}); they cannot share it")
+    rows = np.array([float(s.calls.sum()) for s in samples])
+    decode = np.array([float(s.decode_iters.sum()) for s in samples])
+    tail_total = min(TAIL_CALLS, int(rows.sum()))
+    take = [min(len(s.call_queue_exp), max(1, round(tail_total * r / rows.sum()))) for s, r in zip(samples, rows)]
+    out: dict = {}
+    for name in PER_TASK + PER_CONTEXT:
+        out[name] = np.concatenate([getattr(s, name) for s in samples])
+    for name in TAIL:
+        out[name] = np.concatenate([getattr(s, name)[:k] for s, k in zip(samples, take)])
+    for name in TIMELINE:
+        out[name] = _interleaved([getattr(s, name) for s in samples])
+    for name in PER_CALL_MEAN:
+        out[name] = float(np.dot(rows, [getattr(s, name) for s in samples]) / rows.sum())
+    for name in PER_DECODE_MEAN:
+        w = decode if decode.sum() > 0 else rows
+        out[name] = float(np.dot(w, [getattr(s, name) for s in samples]) / w.sum())
+    for name in SAME:
+        out[name] = getattr(first, name)
+    out["sessions"] = sum(s.sessions for s in samples)
+    out["shared_prefix_kv_bytes"] = float(sum(s.shared_prefix_kv_bytes for s, own in zip(samples, own_prefix) if own))
+    tasks, calls, t0, c0 = [], [], 0, 0
+    for s, k in zip(samples, take):
+        tasks.append(slice(t0, t0 + s.sessions))
+        calls.append(slice(c0, c0 + k))
+        t0, c0 = t0 + s.sessions, c0 + k
+    return MixedSample(SessionSample(**out), tuple(tasks), tuple(calls))
+
+
+def mix_counts(tasks: list[float], specs: list[Spec]) -> tuple[int, ...]:
+    """Sessions of each workload in an hour's mix: in proportion to the tasks each starts (module docstring)."""
+    total = sum(tasks)
+    shares = [t / total for t in tasks]
+    present = [i for i, p in enumerate(shares) if p > 0]
+    base = max(default_session_count(specs[i]) for i in present)
+    calls = [s.workload.steps_per_task.mean * s.workload.calls_per_step.mean for s in specs]
+    per_task = sum(shares[i] * calls[i] for i in present)
+    wanted = math.ceil(MIN_MIX_SESSIONS / min(shares[i] for i in present))
+    m = max(base, min(wanted, int(MAX_MIX_CALLS / per_task)))
+    return tuple(max(1, round(p * m)) if p > 0 else 0 for p in shares)
+
+
+def _variants(spec: Spec, replica: Replica, sessions: int, seed: int
+              ) -> tuple[SessionSample, SessionSample | None, SessionSample | None]:
+    """(as the policy prices them, every freed context found, every retained context lost): the samples the
+    closed loop blends (:func:`apmw.capacity.closed_loop.closed_loop_model`), the last two where it does."""
+    if frees_contexts(spec):
+        miss, hit = sample_session_pair(spec, replica, sessions, seed)
+        return miss, hit, None
+    if spills_retained(spec, replica):
+        kept, lost = sample_retained_pair(spec, replica, sessions, seed)
+        return kept, None, lost
+    return sample_sessions(spec, replica, sessions, seed), None, None
+
+
+def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: tuple[slice, ...],
+                     calls: tuple[slice, ...]) -> list[dict]:
+    """Each workload's own p95s at ``ev`` (its tasks' latency, its calls' TTFT; the engine's time per output
+    token), its SLO and whether each holds."""
+    rows = []
+    for name, slo, t, c in zip(names, slos, tasks, calls):
+        task = ev.task_latency_samples_s[t]
+        task_p95 = float(np.quantile(task, 0.95)) if len(task) else None
+        ttft = ev.ttft_samples_s[c]
+        ttft_p95 = float(np.quantile(ttft, 0.95)) if len(ttft) else None
+        verdict = check_slo(slo, task_p95, ttft_p95, ev.tpot_p95_s)
+        rows.append({"workload": name, "task_latency_p95_s": task_p95, "ttft_p95_s": ttft_p95,
+                     "tpot_p95_s": ev.tpot_p95_s,
+                     "slo": {"task_latency_p95_s": slo.task_latency_p95_s, "ttft_p95_s": slo.ttft_p95_s,
+                             "tpot_p95_s": slo.tpot_p95_s, "output_speed_tokens_per_s": slo.output_speed_tokens_per_s},
+                     "slo_failed": list(verdict.failed), "meets_slo": verdict.meets})
+    return rows
+
+
+class JointSlo:
+    """A closed-loop model whose SLO verdict is every workload's own (module docstring, 'The SLO rule'):
+    what :func:`apmw.capacity.search.search` asks of a model, for a pooled sample."""
+
+    def __init__(self, model: ClosedLoopModel, names: list[str], slos: list[Slo], mixed: MixedSample):
+        self.model, self.names, self.slos, self.mixed = model, names, slos, mixed
+        self._cache: dict[int, Evaluation] = {}
+
+    def with_max_batch(self, max_batch: int) -> "JointSlo":
+        return JointSlo(self.model.with_max_batch(max_batch), self.names, self.slos, self.mixed)
+
+    def figures(self, ev: Evaluation) -> list[dict]:
+        return workload_figures(ev, self.names, self.slos, self.mixed.tasks, self.mixed.calls)
+
+    def evaluate(self, agents: int) -> Evaluation:
+        if agents not in self._cache:
+            ev = self.model.evaluate(agents)
+            failed = tuple(f"{r['workload']} {SLO_LABELS[f]}" for r in self.figures(ev) for f in r["slo_failed"])
+            meets = not failed and (ev.prefill_utilisation is None or ev.prefill_utilisation < 1.0)
+            self._cache[agents] = replace(ev, meets_latency=meets, slo=SloVerdict(failed=failed, unmeasured=()))
+        return self._cache[agents]
+
+
+def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the leaves where two dumped sections differ."""
+    out = []
+    for k in sorted(set(a) | set(b), key=str):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differing(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def share_refusal(specs: list[Spec], names: list[str]) -> str | None:
+    """Why these workloads cannot share a replica, or None (module docstring)."""
+    a = specs[0]
+    for s, name in zip(specs[1:], names[1:]):
+        if s.model != a.model:
+            return (f"{names[0]} ({a.model.config}, {a.model.weight_dtype}) and {name} ({s.model.config}, "
+                    f"{s.model.weight_dtype}) use different models; a replica serves one model")
+        for section in ("serving", "power"):
+            diff = _differing(getattr(a, section).model_dump(), getattr(s, section).model_dump())
+            if diff:
+                return (f"{names[0]} and {name} differ in {', '.join(f'{section}.{d}' for d in diff)}; a replica runs "
+                        f"one {'engine configuration' if section == 'serving' else 'power model (one hall)'}: give "
+                        "them the same section (overrides) to share")
+        if s.cost.electricity_usd_per_kwh != a.cost.electricity_usd_per_kwh:
+            return f"{names[0]} and {name} differ in cost.electricity_usd_per_kwh; a pool is in one hall"
+    spreading = [n for s, n in zip(specs, names) if s.fleet.routing != "affinity"]
+    if spreading:
+        return (f"fleet.routing other than affinity ({', '.join(spreading)}) is not modelled in a shared pool yet; "
+                "use affinity")
+    return None
+
+
+def pool_spec(specs: list[Spec]) -> Spec:
+    """The shared pool's spec: the first workload's, with the others' demand added, the largest of each
+    autoscaling setting, and a task SLO that never binds beyond each workload's own (the pooled p95 is at
+    most the largest workload's p95; :class:`JointSlo` checks each)."""
+    first = specs[0]
+    rates = [sum((s.fleet.tasks_per_hour or [0.0] * HOURS)[h] for s in specs) for h in range(HOURS)]
+    fleet = first.fleet.model_copy(update={
+        "tasks_per_hour": rates, "target_agents": None, "power_cap_mw": None,
+        "headroom": max(s.fleet.headroom for s in specs), "min_replicas": max(s.fleet.min_replicas for s in specs),
+        "scale_up_s": max(s.fleet.scale_up_s for s in specs),
+        "scale_down_delay_s": max(s.fleet.scale_down_delay_s for s in specs)})
+    slo = Slo(task_latency_p95_s=max(s.slo.task_latency_p95_s for s in specs))
+    return first.model_copy(update={"fleet": fleet, "slo": slo})
+
+
+class _Refused(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Hour:
+    """A shared pool's replica at one mix of sessions."""
+
+    sizing: Sizing
+    joint: JointSlo
+    sample: SessionSample
+
+    def binding(self) -> str:
+        """What bounds N* (the full search, its evaluations mostly cached)."""
+        return _binding(search(self.sizing.spec, self.sizing.replica, self.sample, self.joint))  # type: ignore[arg-type]
+
+
+def _mixed(samples: list[SessionSample | None], own: list[bool]) -> SessionSample | None:
+    """The pooled sample of one priced variant, where the closed loop uses that variant."""
+    present = [s for s in samples if s is not None]
+    return mix_samples(present, own).sample if len(present) == len(samples) else None
+
+
+def largest_near(ok: Callable[[int], bool], guess: int, limit: int = MAX_AGENTS) -> int:
+    """Largest n in [0, limit] with ok(n), given ok is true then false as n grows (ok(0) is true), searched
+    outwards from ``guess`` (the neighbouring hour's N*: a mix that changes little moves N* by an agent or two)."""
+    if ok(guess):
+        lo, step = guess, 1
+        while lo + step <= limit and ok(lo + step):
+            lo, step = lo + step, step * 2
+        hi = min(lo + step, limit + 1)
+    else:
+        hi, step = guess, 1
+        while hi - step > 0 and not ok(hi - step):
+            hi, step = hi - step, step * 2
+        lo = max(hi - step, 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str], counts: tuple[int, ...],
+                guess: int | None) -> _Hour:
+    """The replica at one mix: its pooled sessions, the joint SLO and N* (searched from ``guess`` where given)."""
+    present = [i for i, n in enumerate(counts) if n > 0]
+    variants = [_variants(specs[i], replica, counts[i], specs[i].seed + i) for i in present]
+    own = [all(specs[j].workload != specs[i].workload for j in present[:k]) for k, i in enumerate(present)]
+    main = mix_samples([v[0] for v in variants], own)
+    found = _mixed([v[1] for v in variants], own)
+    lost = _mixed([v[2] for v in variants], own)
+    model = ClosedLoopModel(spec, replica, main.sample, found_sample=found, lost_sample=lost)
+    joint = JointSlo(model, [names[i] for i in present], [specs[i].slo for i in present], main)
+    feasible = lambda n: n == 0 or joint.evaluate(n).feasible  # noqa: E731
+    n_star = (search(spec, replica, main.sample, joint).agents if guess is None  # type: ignore[arg-type]
+              else largest_near(feasible, max(guess, 1)))
+    if n_star == 0:
+        mix = ", ".join(f"{names[i]} {counts[i] / sum(counts):.0%}" for i in present)
+        failed = "; ".join(joint.evaluate(1).slo.failed) or "the KV of one agent does not fit"
+        raise _Refused(f"no number of agents meets every workload's SLO at the mix {mix} (tasks started): at one "
+                       f"agent, {failed}")
+    sizing = Sizing(spec=spec, replica=replica, stage=model.prefill, agents_max=n_star,
+                    slowest_s=joint.evaluate(n_star).task_latency_mean_s,
+                    fastest_s=joint.evaluate(1).task_latency_mean_s, evaluate=joint.evaluate)
+    return _Hour(sizing, joint, main.sample)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A group of workloads on replicas of one hardware, over the day (or why it cannot be)."""
+
+    workloads: tuple[str, ...]
+    hardware: str
+    refused: str | None = None
+    day: FleetDay | None = None
+    gpus_per_replica: float = 0.0
+    gpu_hour_usd: float = 0.0
+    agents_max_by_hour: tuple[int, ...] = ()
+    binding_at_peak: str | None = None
+    slo_at_peak: tuple[dict, ...] = ()
+    tasks_by_workload: tuple[tuple[float, ...], ...] = ()     # per workload, 24 hours
+    api_cost_per_task_usd: float | None = None                # one workload's tasks on its API (pools of one)
+
+    @property
+    def name(self) -> str:
+        return f"{'+'.join(self.workloads)}@{self.hardware}"
+
+    @property
+    def served(self) -> bool:
+        return self.refused is None
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name, "workloads": list(self.workloads), "hardware": self.hardware,
+                     "refused": self.refused}
+        if self.day is None:
+            return out
+        d = self.day.to_dict()
+        keys = ("tasks_per_day", "peak_hour", "peak_replicas", "peak_gpus", "peak_facility_mw", "peak_provisioned_mw",
+                "average_facility_mw", "gpu_hours_per_day", "facility_mwh_per_day", "facility_mwh_per_month",
+                "cost_per_day_usd", "cost_per_month_usd", "cost_per_task_usd", "headroom", "min_replicas",
+                "scale_up_s", "scale_down_delay_s")
+        peak = d["peak_hour"]
+        out.update({k: d[k] for k in keys})
+        out.update({
+            "gpus_per_replica": self.gpus_per_replica, "gpu_hour_usd": self.gpu_hour_usd,
+            "replica_hours_per_day": d["gpu_hours_per_day"] / self.gpus_per_replica,
+            "agents_per_replica_max_at_peak": self.agents_max_by_hour[peak],
+            "binding_at_peak": self.binding_at_peak,
+            "slo_at_peak": list(self.slo_at_peak),
+            "hours": [asdict(h) | {"agents_per_replica_max": self.agents_max_by_hour[h.hour],
+                                   "tasks_by_workload": {w: t[h.hour] for w, t in zip(self.workloads,
+                                                                                       self.tasks_by_workload)}}
+                      for h in self.day.hours],
+        })
+        return out
+
+
+def _binding(result: SearchResult) -> str:
+    """What stops N* going higher, naming the workload and SLO where an SLO binds: "slo (chat TTFT p95)"."""
+    if result.binding_constraint != "slo" or not result.first_failure.slo.failed:
+        return result.binding_constraint
+    return f"slo ({', '.join(result.first_failure.slo.failed)})"
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return " ".join(t.strip() for t in text) if isinstance(exc, SpecError) else (text[0] if text else type(exc).__name__)
+
+
+def single_pool(loaded: LoadedFleet, i: int, hw: FleetHardware | None) -> Pool:
+    """Workload ``i`` alone on ``hw`` (None: its own hardware and price, the spec as written): ``apmw fleet``."""
+    name = loaded.names[i]
+    spec = loaded.specs[i]
+    label = hw.label if hw is not None else own_hardware(spec).label
+    try:
+        spec = spec if hw is None else loaded.with_hardware(i, hw)
+        result = plan(spec)
+        day = fleet_day(result, compare_routing=False)
+        if day.routing.policy != "affinity":        # a spreading router: the plan at the day's peak replica count
+            result = plan(with_routing(spec, day.routing.policy, day.routing.replicas))
+    except (ApmwError, SpecError) as exc:
+        return Pool((name,), label, refused=_first_line(exc))
+    sz = sizing_of(result)
+    peak = max(day.hours, key=lambda h: h.replicas)
+    at = sz.evaluate(max(1, min(sz.agents_max, math.ceil(peak.agents_per_replica - 1e-9))))
+    whole = slice(0, None)
+    figures = workload_figures(at, [name], [spec.slo], (whole,), (whole,))
+    return Pool((name,), label, day=day, gpus_per_replica=_gpus(sz), gpu_hour_usd=spec.cost.gpu_hour_usd,
+                agents_max_by_hour=(day.agents_per_replica_max,) * HOURS,
+                binding_at_peak=result.search.binding_constraint if result.binding_slo is None else
+                f"slo ({', '.join(f'{name} {SLO_LABELS[s]}' for s in result.binding_slo)})",
+                slo_at_peak=tuple(figures), tasks_by_workload=(tuple(spec.fleet.tasks_per_hour or ()),),
+                api_cost_per_task_usd=day.api_cost_per_task_usd)
+
+
+def _gpus(sz: Sizing) -> float:
+    return sz.replica.gpus + (sz.stage.gpus if sz.stage else 0)
+
+
+def shared_pool(loaded: LoadedFleet, group: tuple[int, ...], hw: FleetHardware) -> Pool:
+    """The workloads ``group`` on one pool of ``hw`` (module docstring)."""
+    names = [loaded.names[i] for i in group]
+    try:
+        specs = [loaded.with_hardware(i, hw) for i in group]
+    except SpecError as exc:
+        return Pool(tuple(names), hw.label, refused=_first_line(exc))
+    reason = share_refusal(specs, names)
+    if reason is not None:
+        return Pool(tuple(names), hw.label, refused=reason)
+    spec = pool_spec(specs)
+    try:
+        replica = replica_from_spec(spec)
+    except ApmwError as exc:
+        return Pool(tuple(names), hw.label, refused=_first_line(exc))
+    rates = [list(s.fleet.tasks_per_hour or [0.0] * HOURS) for s in specs]
+    day_tasks = [sum(r) for r in rates]
+    if sum(day_tasks) == 0:
+        day_tasks = [1.0] * len(specs)
+    cache: dict[tuple[int, ...], _Hour] = {}
+
+    try:
+        hours: list[_Hour] = []
+        for h in range(HOURS):      # each hour's N* searched from the hour before's
+            tasks = [r[h] for r in rates]
+            counts = mix_counts(tasks if sum(tasks) > 0 else day_tasks, specs)
+            if counts not in cache:
+                cache[counts] = _mixed_hour(spec, replica, specs, names, counts,
+                                            hours[-1].sizing.agents_max if hours else None)
+            hours.append(cache[counts])
+    except (_Refused, ApmwError) as exc:
+        return Pool(tuple(names), hw.label, refused=_first_line(exc))
+    totals = [sum(r[h] for r in rates) for h in range(HOURS)]
+    fh = day_hours([h.sizing for h in hours], totals)
+    peak = max(fh, key=lambda h: h.replicas)
+    top = hours[peak.hour]
+    day = FleetDay(agents_per_replica_max=top.sizing.agents_max, headroom=spec.fleet.headroom,
+                   min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
+                   scale_down_delay_s=spec.fleet.scale_down_delay_s, hours=fh)
+    at_peak = top.joint.evaluate(max(1, min(top.sizing.agents_max, math.ceil(peak.agents_per_replica - 1e-9))))
+    figures = top.joint.figures(at_peak)      # the workloads with tasks in the peak hour's mix
+    return Pool(tuple(names), hw.label, day=day, gpus_per_replica=_gpus(top.sizing),
+                gpu_hour_usd=spec.cost.gpu_hour_usd, agents_max_by_hour=tuple(h.sizing.agents_max for h in hours),
+                binding_at_peak=top.binding(), slo_at_peak=tuple(figures),
+                tasks_by_workload=tuple(tuple(r) for r in rates))
+
+
+# The hardware named for a pool refused whatever it runs on (workloads that cannot share a replica).
+ANY_HARDWARE = "any"
+
+
+def own_hardware(spec: Spec) -> FleetHardware:
+    """A spec's own replica hardware and GPU-hour price, as a candidate."""
+    return FleetHardware(gpu=spec.hardware.gpu, gpus_per_replica=spec.hardware.gpus_per_replica,
+                         gpu_hour_usd=spec.cost.gpu_hour_usd)
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str                       # split:<hw> | split:own | split:best | shared[:<hw>] | by_model:<hw> | by_model:best
+    kind: str                       # split | shared | by_model
+    pools: tuple[Pool, ...]
+    refused: str | None = None
+
+    def totals(self, api_cost_per_task_usd: dict[str, float | None]) -> dict:
+        """The placement's day (module docstring, 'Prices'); ``api_cost_per_task_usd``: each workload's tasks on
+        its API, for the same tasks' API bill (None unless every workload has a price)."""
+        pools = [p for p in self.pools if p.day is not None]
+        hours = [[h for h in p.day.hours] for p in pools if p.day is not None]
+        tasks = sum(p.day.tasks_per_day for p in pools if p.day is not None)
+        per_day = sum(p.day.cost_per_day_usd for p in pools if p.day is not None)
+        mwh = sum(p.day.facility_mwh_per_day for p in pools if p.day is not None)
+        peak_gpus = sum(max(h.gpus for h in hs) for hs in hours)
+        return {
+            "tasks_per_day": tasks,
+            "peak_replicas": sum(max(h.replicas for h in hs) for hs in hours),
+            "peak_gpus": peak_gpus,
+            "coincident_peak_gpus": max(sum(hs[h].gpus for hs in hours) for h in range(HOURS)),
+            "peak_facility_mw": max(sum(hs[h].facility_power_w for hs in hours) for h in range(HOURS)) / 1e6,
+            "peak_provisioned_mw": max(sum(hs[h].provisioned_power_w for hs in hours) for h in range(HOURS)) / 1e6,
+            "replica_hours_per_day": sum(sum(h.gpu_hours for h in hs) / p.gpus_per_replica
+                                         for p, hs in zip(pools, hours)),
+            "gpu_hours_per_day": sum(h.gpu_hours for hs in hours for h in hs),
+            "facility_mwh_per_day": mwh,
+            "facility_mwh_per_month": mwh * DAYS_PER_MONTH,
+            "cost_per_day_usd": per_day,
+            "cost_per_month_usd": per_day * DAYS_PER_MONTH,
+            "cost_per_task_usd": per_day / tasks if tasks else None,
+            "secured_gpu_cost_per_month_usd": sum(max(h.gpus for h in hs) * p.gpu_hour_usd * HOURS * DAYS_PER_MONTH
+                                                  for p, hs in zip(pools, hours)),
+            "api_cost_per_day_usd": _api_day(pools, api_cost_per_task_usd),
+        }
+
+
+def _api_day(pools: list[Pool], per_task: dict[str, float | None]) -> float | None:
+    """The placement's tasks on their APIs (None unless every workload has a price)."""
+    total = 0.0
+    for p in pools:
+        for w, tasks in zip(p.workloads, p.tasks_by_workload):
+            price = per_task.get(w)
+            if price is None:
+                return None
+            total += price * sum(tasks)
+    return total
+
+
+@dataclass(frozen=True)
+class FleetMix:
+    loaded: LoadedFleet
+    hardware: tuple[FleetHardware, ...]       # the candidates (the workloads' own without a hardware list)
+    pools: tuple[Pool, ...]                   # every pool evaluated
+    placements: tuple[Placement, ...]
+
+    def api_cost_per_task_usd(self) -> dict[str, float | None]:
+        """Each workload's task on the API its spec prices (from its first pool of its own that is served; the
+        share of prompt tokens cached, priced at the cached rate, is that pool's)."""
+        out: dict[str, float | None] = {n: None for n in self.loaded.names}
+        for p in self.pools:
+            if len(p.workloads) == 1 and p.served and out[p.workloads[0]] is None:
+                out[p.workloads[0]] = p.api_cost_per_task_usd
+        return out
+
+    def to_dict(self) -> dict:
+        cap = self.loaded.fleet.power_cap_mw
+        api = self.api_cost_per_task_usd()
+        rows = []
+        for p in self.placements:
+            row: dict = {"placement": p.name, "kind": p.kind, "pools": [q.name for q in p.pools],
+                         "refused": p.refused}
+            if p.refused is None:
+                row.update(p.totals(api))
+                row["within_power_cap"] = None if cap is None else row["peak_provisioned_mw"] <= cap * (1 + 1e-12)
+            rows.append(row)
+        by_name = {r["placement"]: r for r in rows}
+        for r in rows:
+            split = (by_name.get(r["placement"].replace(f"{r['kind']}:", "split:", 1)) or by_name.get("split:own")
+                     if r["kind"] != "split" else None)
+            r["compared_with_split"] = None if split is None or r["refused"] or split["refused"] else {
+                "placement": split["placement"], "peak_gpus_saved": split["peak_gpus"] - r["peak_gpus"],
+                "cost_per_month_saved_usd": split["cost_per_month_usd"] - r["cost_per_month_usd"],
+                "secured_gpu_cost_per_month_saved_usd": (split["secured_gpu_cost_per_month_usd"]
+                                                         - r["secured_gpu_cost_per_month_usd"])}
+        fit = [r for r in rows if r["refused"] is None and r.get("within_power_cap") is not False]
+        cheapest = min(fit, key=lambda r: (r["cost_per_month_usd"], r["peak_gpus"]))["placement"] if fit else None
+        workloads = []
+        for i, (name, spec) in enumerate(zip(self.loaded.names, self.loaded.specs)):
+            rates = spec.fleet.tasks_per_hour or []
+            workloads.append({"name": name, "spec": self.loaded.spec_paths[i], "model": spec.model.config,
+                              "tasks_per_day": sum(rates), "peak_hour": int(np.argmax(rates)) if rates else None,
+                              "api_cost_per_task_usd": api[name],
+                              "slo": {"task_latency_p95_s": spec.slo.task_latency_p95_s, "ttft_p95_s": spec.slo.ttft_p95_s,
+                                      "tpot_p95_s": spec.slo.tpot_p95_s,
+                                      "output_speed_tokens_per_s": spec.slo.output_speed_tokens_per_s}})
+        return {
+            "fleet_file": self.loaded.path,
+            "power_cap_mw": cap,
+            "workloads": workloads,
+            "hardware": [{"name": h.label, "gpu": h.gpu if isinstance(h.gpu, str) else h.gpu.model_dump(exclude_none=True),
+                          "gpus_per_replica": h.gpus_per_replica, "gpu_hour_usd": h.gpu_hour_usd}
+                         for h in self.hardware],
+            "hardware_source": "fleet_file" if self.loaded.fleet.hardware else "workload_specs",
+            "placements": rows,
+            "cheapest_placement": cheapest,
+            "pools": [p.to_dict() for p in self.pools],
+        }
+
+
+def _check_names(loaded: LoadedFleet) -> None:
+    """Every model and GPU named is known (a catalogue name, a config path, a complete custom GPU): a misspelt
+    name is bad input, named with its file and field, not a pool refused."""
+    problems = []
+    for j, hw in enumerate(loaded.fleet.hardware or []):
+        try:
+            resolve_gpu(hw.gpu)
+        except ApmwError as exc:
+            problems.append(f"{loaded.where('hardware', j, 'gpu')}: {exc}")
+    for i, (spec, path) in enumerate(zip(loaded.specs, loaded.spec_paths)):
+        try:
+            load_architecture(spec.model.config)
+        except ApmwError as exc:
+            problems.append(f"workloads.{i} ({path}): model.config: {exc}")
+        try:
+            if not loaded.fleet.hardware:
+                resolve_gpu(spec.hardware.gpu)
+        except ApmwError as exc:
+            problems.append(f"workloads.{i} ({path}): hardware.gpu: {exc}")
+    if problems:
+        raise FleetFileError(loaded.path, problems)
+
+
+def _cheapest(pools: list[Pool]) -> Pool | None:
+    served = [(p.day.cost_per_day_usd, sum(h.gpu_hours for h in p.day.hours), k, p)
+              for k, p in enumerate(pools) if p.day is not None]
+    return min(served)[-1] if served else None
+
+
+def _placement(name: str, kind: str, pools: list[Pool]) -> Placement:
+    refused = [p for p in pools if not p.served]
+    reason = "; ".join(f"pool {p.name} refused: {p.refused}" for p in refused) or None
+    return Placement(name, kind, tuple(pools), refused=reason)
+
+
+def fleet_mix(loaded: LoadedFleet) -> FleetMix:
+    """Every placement of the fleet file's workloads on its hardware candidates, each priced (module docstring)."""
+    _check_names(loaded)
+    n = len(loaded.specs)
+    listed = loaded.fleet.hardware
+    pools: dict[tuple[tuple[int, ...], str], Pool] = {}
+
+    def pool(group: tuple[int, ...], hw: FleetHardware | None) -> Pool:
+        """``group`` on ``hw`` (None: a workload alone on its own hardware), each evaluated once."""
+        key = (group, "" if hw is None else hw.label)
+        if key not in pools:
+            pools[key] = (single_pool(loaded, group[0], hw) if len(group) == 1 else
+                          shared_pool(loaded, group, hw) if hw is not None else
+                          Pool(tuple(loaded.names[i] for i in group), ANY_HARDWARE, refused="no hardware"))
+        return pools[key]
+
+    def own_of(group: tuple[int, ...]) -> tuple[FleetHardware, ...]:
+        seen: dict[str, FleetHardware] = {}
+        for i in group:
+            seen.setdefault(own_hardware(loaded.specs[i]).label, own_hardware(loaded.specs[i]))
+        return tuple(seen.values())
+
+    candidates = tuple(listed) if listed else own_of(tuple(range(n)))
+
+    def options(group: tuple[int, ...]) -> list[Pool]:
+        if listed:
+            return [pool(group, hw) for hw in candidates]
+        return [pool(group, None)] if len(group) == 1 else [pool(group, hw) for hw in own_of(group)]
+
+    def best(group: tuple[int, ...]) -> Pool:
+        found = options(group)
+        return _cheapest(found) or found[0]
+
+    singles = [(i,) for i in range(n)]
+    placements: list[Placement] = []
+    if listed:
+        placements += [_placement(f"split:{hw.label}", "split", [pool(g, hw) for g in singles]) for hw in candidates]
+        if len(candidates) > 1:
+            placements.append(_placement("split:best", "split", [best(g) for g in singles]))
+    else:
+        placements.append(_placement("split:own", "split", [pool(g, None) for g in singles]))
+    extra: list[Pool] = []
+    if n > 1:
+        everyone = tuple(range(n))
+        reason = share_refusal(list(loaded.specs), list(loaded.names))     # nothing a hardware candidate changes
+        if reason is not None:
+            extra.append(Pool(loaded.names, ANY_HARDWARE, refused=reason))
+            placements.append(_placement("shared", "shared", extra[-1:]))
+        else:
+            placements += [_placement(f"shared:{p.hardware}", "shared", [p]) for p in options(everyone)]
+        by_model: dict[str, list[int]] = {}
+        for i, s in enumerate(loaded.specs):
+            by_model.setdefault(s.model.model_dump_json(), []).append(i)
+        groups = [tuple(g) for g in by_model.values()]
+        if len(groups) > 1 and any(len(g) > 1 for g in groups):
+            if listed:
+                placements += [_placement(f"by_model:{hw.label}", "by_model", [pool(g, hw) for g in groups])
+                               for hw in candidates]
+            placements.append(_placement("by_model:best", "by_model", [best(g) for g in groups]))
+    return FleetMix(loaded=loaded, hardware=candidates, pools=tuple(pools.values()) + tuple(extra),
+                    placements=tuple(placements))

@@ -1,0 +1,226 @@
+"""A fleet file: several workloads for one fleet, and the replica hardware to compare (``apmw fleet``).
+
+A fleet file lists workloads, each a spec file (a path relative to the fleet file) with optional
+``overrides`` merged into it, and optionally the candidate hardware every pool is tried on::
+
+    workloads:
+      - name: coding-emea
+        spec: ../coding-agent.yaml
+      - name: coding-apac
+        spec: ../coding-agent.yaml
+        overrides: {fleet: {tasks_per_hour: [...]}}     # any spec section, merged key by key
+    hardware:                                           # optional; default: each workload's own
+      - {gpu: H200, gpus_per_replica: 8, gpu_hour_usd: 2.50}
+      - {gpu: B200, gpus_per_replica: 8, gpu_hour_usd: 3.80, name: B200x8}
+    power_cap_mw: 5                                     # optional: the hall's power
+
+A file with a top-level ``workloads`` list is a fleet file; one with ``workload`` is a spec. Errors
+name the file, line and field where the value sits: the fleet file for its own keys and for
+``overrides``, the workload's spec file for the rest. What the placements are and how a shared pool
+is sized is :mod:`apmw.capacity.fleet_mix`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from apmw.spec.load import SpecError, _clean_loc, _describe, _key_lines, _line_for, _read_yaml
+from apmw.spec.model import GpuOverride, Spec, _Section
+
+# Workloads and hardware candidates a fleet file may list: every pool is planned on every candidate.
+MAX_FLEET_WORKLOADS = 16
+MAX_FLEET_HARDWARE = 16
+
+
+class FleetFileError(SpecError):
+    """A fleet file that cannot be used, with every problem found and where it is."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+        ValueError.__init__(self, f"{path}: invalid fleet file\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class FleetWorkload(_Section):
+    name: str = Field(min_length=1, max_length=64, description="the workload's name in the tables and JSON")
+    spec: str = Field(min_length=1, description="its spec file, relative to the fleet file")
+    overrides: dict[str, Any] | None = Field(
+        default=None, description="spec sections merged into the spec file's, key by key (a list or a value "
+        "replaces the spec's)")
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if any(c in v for c in "+@,\n") or v != v.strip():
+            raise ValueError(f"{v!r}: a workload's name may not contain '+', '@', ',', a line break or outer spaces "
+                             "(tables and pool names join names with them)")
+        return v
+
+
+class FleetHardware(_Section):
+    """A replica hardware candidate: a catalogue GPU (``apmw model --systems``), the GPUs of one replica, and
+    the price of a GPU-hour on it (prices differ by GPU, so each candidate states its own)."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=64,
+                             description="label in the tables (default: GPU x GPUs per replica, e.g. H200x8)")
+    gpu: str | GpuOverride
+    gpus_per_replica: int = Field(ge=1, le=1024)
+    gpu_hour_usd: float = Field(ge=0, description="all-in price of one GPU-hour of this GPU")
+
+    @property
+    def label(self) -> str:
+        if self.name is not None:
+            return self.name
+        gpu = self.gpu if isinstance(self.gpu, str) else (self.gpu.name or "custom")
+        return f"{gpu}x{self.gpus_per_replica}"
+
+
+class FleetFile(_Section):
+    workloads: list[FleetWorkload] = Field(min_length=1, max_length=MAX_FLEET_WORKLOADS)
+    hardware: list[FleetHardware] | None = Field(default=None, min_length=1, max_length=MAX_FLEET_HARDWARE)
+    power_cap_mw: float | None = Field(default=None, gt=0, le=1e4, description="the hall's power: a placement "
+                                       "whose provisioned facility power exceeds it in some hour does not fit")
+
+    @model_validator(mode="after")
+    def _unique(self) -> "FleetFile":
+        names = [w.name for w in self.workloads]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"workload name(s) {', '.join(twice)} given twice; each workload needs its own name")
+        labels = [h.label for h in self.hardware or []]
+        twice = sorted({n for n in labels if labels.count(n) > 1})
+        if twice:
+            raise ValueError(f"hardware {', '.join(twice)} listed twice; give each candidate its own name")
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedFleet:
+    """A validated fleet file and its workloads' specs (overrides merged)."""
+
+    path: str
+    fleet: FleetFile
+    specs: tuple[Spec, ...]              # in the file's order
+    spec_paths: tuple[str, ...]
+    data: tuple[dict, ...]               # each spec as merged data, to apply a hardware candidate to
+    lines: dict[tuple, int]              # the fleet file's key -> line
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(w.name for w in self.fleet.workloads)
+
+    def where(self, *loc: str | int) -> str:
+        """``line N: a.b.c`` for a key of the fleet file (the deepest that exists)."""
+        line = _line_for(loc, self.lines)
+        return (f"line {line}: " if line else "") + ".".join(str(p) for p in loc)
+
+    def with_hardware(self, i: int, hw: FleetHardware) -> Spec:
+        """Workload ``i``'s spec on ``hw``: its hardware section replaced, its GPU-hour priced at ``hw``'s.
+        A spec the hardware does not suit (a layout of another GPU count) raises :class:`SpecError`."""
+        data = copy.deepcopy(self.data[i])
+        gpu = hw.gpu if isinstance(hw.gpu, str) else hw.gpu.model_dump(exclude_none=True)
+        data["hardware"] = {"gpu": gpu, "gpus_per_replica": hw.gpus_per_replica}
+        data["cost"] = {**data["cost"], "gpu_hour_usd": hw.gpu_hour_usd}
+        try:
+            return Spec.model_validate(data)
+        except ValidationError as exc:
+            problems = [f"{'.'.join(str(p) for p in _clean_loc(e['loc'])) or '(top level)'}: {_describe(e)}"
+                        for e in exc.errors()]
+            raise SpecError(f"{self.names[i]} on {hw.label}", problems) from None
+
+
+def is_fleet_file(data: Any) -> bool:
+    """Whether a parsed YAML document is a fleet file (a top-level ``workloads`` list) rather than a spec."""
+    return isinstance(data, dict) and "workloads" in data and "workload" not in data
+
+
+def merged(base: Any, over: Any) -> Any:
+    """``over`` merged into ``base``: mappings key by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = merged(base[k], v) if k in base else v
+        return out
+    return over
+
+
+def _in(data: Any, loc: tuple) -> int:
+    """How many leading keys of ``loc`` exist as a path in ``data``."""
+    n = 0
+    for k in loc:
+        if isinstance(data, dict) and k in data:
+            data, n = data[k], n + 1
+        elif isinstance(data, list) and isinstance(k, int) and 0 <= k < len(data):
+            data, n = data[k], n + 1
+        else:
+            break
+    return n
+
+
+def load_fleet_file(path: str | Path) -> LoadedFleet:
+    """Read and validate a fleet file and every spec it refers to (raising :class:`FleetFileError`)."""
+    data, node = _read_yaml(path, "fleet file; see examples/fleets/")
+    lines = _key_lines(node) if node is not None else {}
+    where = str(path)
+    if not is_fleet_file(data):
+        raise FleetFileError(where, ["a fleet file is a YAML mapping with a 'workloads' list (and optionally "
+                                     "'hardware' and 'power_cap_mw'); see docs/fleet.md, 'Mixed fleets'"])
+    try:
+        fleet = FleetFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _clean_loc(err["loc"])
+            line = _line_for(loc, lines)
+            problems.append(f"{f'line {line}: ' if line else ''}{'.'.join(str(p) for p in loc) or '(top level)'}: "
+                            f"{_describe(err, loc)}")
+        raise FleetFileError(where, problems) from None
+    base = Path(path).parent
+    specs, paths, datas, problems = [], [], [], []
+    for i, w in enumerate(fleet.workloads):
+        spec_path = Path(os.path.normpath(w.spec if Path(w.spec).is_absolute() else base / w.spec))
+        at = f"line {_line_for(('workloads', i, 'spec'), lines)}: workloads.{i}.spec"
+        if not spec_path.is_file():
+            problems.append(f"{at}: {spec_path}: file not found (a spec file, relative to the fleet file)")
+            continue
+        try:
+            spec_data, spec_node = _read_yaml(spec_path, "spec")
+        except SpecError as exc:
+            problems += [f"{at}: {exc.path}: {p}" for p in exc.problems]
+            continue
+        if not isinstance(spec_data, dict) or is_fleet_file(spec_data):
+            problems.append(f"{at}: {spec_path}: not a spec (a YAML mapping with workload, model, hardware, slo, cost)")
+            continue
+        spec_lines = _key_lines(spec_node) if spec_node is not None else {}
+        full = merged(spec_data, w.overrides or {})
+        try:
+            spec = Spec.model_validate(full)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = _clean_loc(err["loc"])
+                field, text = ".".join(str(p) for p in loc) or "(top level)", _describe(err, loc)
+                k = _in(w.overrides or {}, loc)
+                if k:       # the value sits in the fleet file's overrides
+                    line = _line_for(("workloads", i, "overrides") + loc[:k], lines)
+                    problems.append(f"{f'line {line}: ' if line else ''}workloads.{i}.overrides.{field}: {text}")
+                else:
+                    line = _line_for(loc, spec_lines)
+                    problems.append(f"workloads.{i} ({spec_path}{f', line {line}' if line else ''}): {field}: {text}")
+            continue
+        if spec.fleet.tasks_per_hour is None:
+            problems.append(f"workloads.{i} ({spec_path}): fleet.tasks_per_hour: missing; a mixed fleet needs each "
+                            "workload's day of demand (24 values), in its spec or in the workload's overrides")
+            continue
+        specs.append(spec)
+        paths.append(str(spec_path))
+        datas.append(full)
+    if problems:
+        raise FleetFileError(where, problems)
+    return LoadedFleet(path=where, fleet=fleet, specs=tuple(specs), spec_paths=tuple(paths), data=tuple(datas),
+                       lines=lines)

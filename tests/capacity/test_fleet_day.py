@@ -196,3 +196,45 @@ def test_scaling_ahead_and_holding_back_cost_what_they_keep_up():
         assert held[h].gpu_hours == pytest.approx((held[h].replicas + 0.5 * warming) * gpus)
         assert held[h].gpu_cost_usd == pytest.approx(held[h].gpu_hours * result.spec.cost.gpu_hour_usd)
     assert max(needed) > 3 and sum(h.gpu_hours for h in held) > sum(h.gpu_hours for h in base)
+
+
+def _with_cost(cost: dict) -> dict:
+    d = small_spec_dict()
+    d["fleet"] = {"tasks_per_hour": DAY}
+    d["cost"] = {"electricity_usd_per_kwh": d["cost"]["electricity_usd_per_kwh"], **cost}
+    return d
+
+
+def test_capex_alone_prices_a_gpu_hour_as_its_amortised_purchase():
+    spec = spec_from_dict(_with_cost({"capex": {"usd_per_gpu": 35_064.0, "years": 4}}))
+    assert spec.cost.gpu_hour_usd == pytest.approx(35_064.0 / (4 * 8766))      # $1.00 an hour
+    per_system = spec_from_dict(_with_cost({"capex": {"usd_per_system": 8 * 35_064.0, "gpus_per_system": 8,
+                                                      "years": 4}}))
+    assert per_system.cost.gpu_hour_usd == pytest.approx(spec.cost.gpu_hour_usd)
+
+
+@pytest.mark.parametrize("cost, words", [
+    ({}, "give gpu_hour_usd"),
+    ({"capex": {"usd_per_gpu": 1.0, "usd_per_system": 8.0, "years": 4}}, "not both"),
+    ({"capex": {"usd_per_system": 8.0, "years": 4}}, "go together"),
+    ({"capex": {"usd_per_gpu": 1.0, "years": 0}}, "years"),
+])
+def test_a_bad_cost_is_refused_by_field(cost, words):
+    with pytest.raises(SpecError, match=words):
+        spec_from_dict(_with_cost(cost))
+
+
+def test_the_owned_fleet_buys_the_most_gpus_any_hour_has_up_and_pays_the_same_electricity():
+    billed = fleet_day(plan(spec_from_dict(_with_cost({"gpu_hour_usd": 2.5}))), compare_routing=False).to_dict()
+    assert billed["owned"] is None
+    spec = spec_from_dict(_with_cost({"gpu_hour_usd": 2.5, "capex": {"usd_per_gpu": 30_000.0, "years": 3}}))
+    d = fleet_day(plan(spec), compare_routing=False).to_dict()
+    o = d["owned"]
+    assert o["gpus"] == max((h["replicas"] + h["replicas_warming"]) * h["gpus"] / max(h["replicas"], 1)
+                            for h in d["hours"]) == d["peak_gpus"]
+    assert o["capex_per_month_usd"] == pytest.approx(o["gpus"] * 30_000.0 / 36)
+    electricity = sum(h["electricity_cost_usd"] for h in d["hours"]) * DAYS_PER_MONTH
+    assert o["cost_per_month_usd"] == pytest.approx(o["capex_per_month_usd"] + electricity)
+    assert o["cost_per_task_usd"] == pytest.approx(o["cost_per_month_usd"] / (d["tasks_per_day"] * DAYS_PER_MONTH))
+    # the billed month is unchanged by the capex beside it
+    assert d["cost_per_month_usd"] == pytest.approx(billed["cost_per_month_usd"])

@@ -144,3 +144,6 @@ def test_fleet_tiles_read_in_the_units_a_budget_uses():
     assert tiles["GPUs at peak"] == "2,864" and tiles["MW at peak (provisioned)"] == "1.91 (4.75)"
     assert tiles["cost a month"] == "$1.52M" and tiles["per task vs the API"] == "0.50x ($0.6200 on the API)"
     assert "per task vs the API" not in dict(fleet_tiles(day | {"api_cost_per_task_usd": None}))
+    assert "a month owned (capex)" not in tiles
+    owned = {"cost_per_month_usd": 1_610_000.0, "gpus": 2864, "years": 4.0}
+    assert dict(fleet_tiles(day | {"owned": owned}))["a month owned (capex)"] == "$1.61M (2,864 GPUs over 4 years)"

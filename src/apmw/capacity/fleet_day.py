@@ -52,6 +52,7 @@ from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, Replica
 from apmw.spec import Spec
+from apmw.spec.model import Capex
 
 HOURS = 24
 DAYS_PER_MONTH = 365.25 / 12
@@ -95,6 +96,8 @@ class FleetDay:
     task_latency_at_n_star_s: float = 0.0
     routing: Routing = Routing()
     routing_comparison: tuple[dict, ...] = ()
+    capex: Capex | None = None       # cost.capex: the GPUs' purchase, for the owned fleet's month
+    gpus_per_replica: float = 0.0
 
     @property
     def hours_over_power_cap(self) -> list[int]:
@@ -121,6 +124,23 @@ class FleetDay:
     @property
     def facility_mwh_per_day(self) -> float:
         return sum(h.facility_power_w for h in self.hours) / 1e6      # one hour each
+
+    def owned(self) -> dict | None:
+        """The same day on GPUs bought (``cost.capex``) instead of billed by the hour: the fleet owns the most
+        GPUs any hour has up or warming, each amortised straight-line over the years whether busy or not, and
+        pays the day's electricity as billed."""
+        capex = self.capex
+        if capex is None:
+            return None
+        gpus = max((h.replicas + h.replicas_warming) * self.gpus_per_replica for h in self.hours)
+        capex_month = gpus * capex.per_gpu_usd / (capex.years * 12)
+        electricity_month = sum(h.electricity_cost_usd for h in self.hours) * DAYS_PER_MONTH
+        month = capex_month + electricity_month
+        tasks_month = self.tasks_per_day * DAYS_PER_MONTH
+        return {"gpus": gpus, "usd_per_gpu": capex.per_gpu_usd, "years": capex.years,
+                "capex_usd": gpus * capex.per_gpu_usd, "gpu_hour_usd": capex.gpu_hour_usd,
+                "capex_per_month_usd": capex_month, "electricity_per_month_usd": electricity_month,
+                "cost_per_month_usd": month, "cost_per_task_usd": month / tasks_month if tasks_month else None}
 
     def to_dict(self) -> dict:
         peak = max(self.hours, key=lambda h: h.replicas)
@@ -150,6 +170,7 @@ class FleetDay:
             "api_cost_per_task_usd": self.api_cost_per_task_usd,
             "api_cost_per_day_usd": (None if self.api_cost_per_task_usd is None
                                      else self.api_cost_per_task_usd * self.tasks_per_day),
+            "owned": self.owned(),
             "routing": self.routing.to_dict(),
             "routing_comparison": list(self.routing_comparison),
             "hours": [asdict(h) for h in self.hours],
@@ -240,7 +261,8 @@ def _day(result: Plan) -> FleetDay:
                     hours=day_hours([sizing_of(result)] * HOURS, rates),
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
-                    task_latency_at_n_star_s=result.at.task_latency_mean_s)
+                    task_latency_at_n_star_s=result.at.task_latency_mean_s, capex=spec.cost.capex,
+                    gpus_per_replica=result.replica.gpus + result.prefill_gpus)
 
 
 def day_hours(sizings: Sequence[Sizing], rates: Sequence[float]) -> list[FleetHour]:

@@ -108,6 +108,17 @@ def _sim_summary(d: dict) -> list[str]:
     ]
 
 
+def _owned(o: dict | None) -> list[str]:
+    """The owned fleet's month beside the billed one (cost.capex)."""
+    if o is None:
+        return []
+    per_task = "-" if o["cost_per_task_usd"] is None else f"${o['cost_per_task_usd']:,.4f}"
+    return [f"owned instead (cost.capex): {o['gpus']:,.0f} GPUs bought at ${o['usd_per_gpu']:,.0f} each "
+            f"(${o['capex_usd']:,.0f}) over {o['years']:g} years = ${o['capex_per_month_usd']:,.0f} a month "
+            f"(${o['gpu_hour_usd']:,.2f} per GPU-hour, busy or not) + electricity ${o['electricity_per_month_usd']:,.0f}: "
+            f"${o['cost_per_month_usd']:,.0f} a month, {per_task} per task"]
+
+
 def _summary(d: dict) -> list[str]:
     per_task = "-" if d["cost_per_task_usd"] is None else f"${d['cost_per_task_usd']:,.4f}"
     return [
@@ -120,6 +131,7 @@ def _summary(d: dict) -> list[str]:
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",
+    ] + _owned(d.get("owned")) + [
         f"routing: {d['routing']['policy']}" + ("" if d["routing"]["policy"] == "affinity" else
                                                  f", N* sized at the peak's {d['routing']['replicas']:,} replicas"),
     ] + ([] if d["within_power_cap"] is None else [

@@ -93,6 +93,10 @@ def fleet_tiles(day: dict) -> list[tuple[str, str]]:
         api = day["api_cost_per_task_usd"]
         if api:
             tiles.append(("per task vs the API", f"{day['cost_per_task_usd'] / api:.2f}x ({_money(api)} on the API)"))
+    owned = day.get("owned")
+    if owned:
+        tiles.append(("a month owned (capex)", f"{_money(owned['cost_per_month_usd'])} ({owned['gpus']:,.0f} GPUs "
+                      f"over {owned['years']:g} years)"))
     return tiles
 
 

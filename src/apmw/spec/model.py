@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from apmw.spec.distribution import Constant, Distribution
 
@@ -467,13 +467,68 @@ class ApiPrice(_Section):
     output: float = Field(ge=0, le=1e4, description="USD per million output tokens")
 
 
+# Hours in a year of 365.25 days: what a capex is amortised over, year by year.
+HOURS_PER_YEAR = 365.25 * 24
+
+
+class Capex(_Section):
+    """The price of owning the GPUs, paid once and amortised straight-line over ``years``: per GPU, or per
+    system (a node or rack: its price over the GPUs in it)."""
+
+    usd_per_gpu: float | None = Field(default=None, gt=0, le=1e7, description="purchase price of one GPU, its "
+                                      "share of the host and network included")
+    usd_per_system: float | None = Field(default=None, gt=0, le=1e10, description="purchase price of one system "
+                                         "(an HGX node, an NVL72 rack), with gpus_per_system")
+    gpus_per_system: int | None = Field(default=None, ge=1, le=100_000, description="GPUs in that system")
+    years: float = Field(gt=0, le=30, description="years the purchase is amortised over (straight line)")
+
+    @model_validator(mode="after")
+    def _one_price(self) -> "Capex":
+        if (self.usd_per_gpu is None) == (self.usd_per_system is None):
+            raise ValueError("give either usd_per_gpu or usd_per_system (with gpus_per_system), not "
+                             + ("both" if self.usd_per_gpu is not None else "neither"))
+        if (self.usd_per_system is None) != (self.gpus_per_system is None):
+            raise ValueError("usd_per_system and gpus_per_system go together: the system's price and the GPUs in it")
+        return self
+
+    @property
+    def per_gpu_usd(self) -> float:
+        if self.usd_per_gpu is not None:
+            return self.usd_per_gpu
+        assert self.usd_per_system is not None and self.gpus_per_system is not None     # _one_price
+        return self.usd_per_system / self.gpus_per_system
+
+    @property
+    def gpu_hour_usd(self) -> float:
+        """One GPU's purchase spread over every hour of its amortisation."""
+        return self.per_gpu_usd / (self.years * HOURS_PER_YEAR)
+
+
 class Cost(_Section):
     """Prices have no defaults: they differ by site and contract, and a silent guess would be a wrong answer."""
 
     electricity_usd_per_kwh: float = Field(ge=0)
-    gpu_hour_usd: float = Field(ge=0, description="all-in price of one GPU-hour (amortised capex or rental)")
+    gpu_hour_usd: float = Field(ge=0, description="price of one GPU-hour as billed (rental, or all-in owned); "
+                                "required unless capex is given, which then sets it to the amortised purchase alone")
+    capex: Capex | None = Field(default=None, description="the purchase price of the GPUs and the years it is "
+                                "amortised over: the owned fleet's cost beside the hourly price (apmw fleet)")
     api_usd_per_million_tokens: ApiPrice | None = Field(
         default=None, description="the API the fleet would replace, for $ per task against it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hourly_from_capex(cls, data: object) -> object:
+        """Without an hourly price, a GPU-hour costs its amortised purchase (capex's own errors are its field's)."""
+        if not isinstance(data, dict) or data.get("gpu_hour_usd") is not None:
+            return data
+        if data.get("capex") is None:
+            raise ValueError("give gpu_hour_usd (the price of one GPU-hour as billed) or capex ({usd_per_gpu, years}: "
+                             "the purchase, amortised), or both")
+        try:
+            capex = Capex.model_validate(data["capex"])
+        except ValidationError:
+            return data
+        return {**data, "gpu_hour_usd": capex.gpu_hour_usd}
 
 
 class Fleet(_Section):

@@ -238,3 +238,48 @@ def test_the_owned_fleet_buys_the_most_gpus_any_hour_has_up_and_pays_the_same_el
     assert o["cost_per_task_usd"] == pytest.approx(o["cost_per_month_usd"] / (d["tasks_per_day"] * DAYS_PER_MONTH))
     # the billed month is unchanged by the capex beside it
     assert d["cost_per_month_usd"] == pytest.approx(billed["cost_per_month_usd"])
+
+
+def test_a_week_of_the_same_day_prices_as_the_day():
+    day = fleet_day(plan(_spec()), compare_routing=False).to_dict()
+    week = fleet_day(plan(spec_from_dict({**small_spec_dict(), "fleet": {"tasks_per_hour": DAY * 7}})),
+                     compare_routing=False).to_dict()
+    assert (day["period_hours"], week["period_hours"], len(week["hours"])) == (24, 168, 168)
+    for key in ("tasks_per_day", "gpu_hours_per_day", "facility_mwh_per_day", "cost_per_day_usd", "cost_per_month_usd",
+                "average_facility_mw", "peak_gpus"):
+        assert week[key] == pytest.approx(day[key]), key
+    assert (day["peak_hour_label"], week["peak_hour_label"]) == (f"{day['peak_hour']:02d}", f"Mon {day['peak_hour']:02d}")
+
+
+def test_a_quieter_weekend_lowers_the_average_day_not_the_peak():
+    weekend = [x * 0.25 for x in DAY]
+    week = fleet_day(plan(spec_from_dict({**small_spec_dict(), "fleet": {"tasks_per_hour": DAY * 5 + weekend * 2}})),
+                     compare_routing=False).to_dict()
+    day = fleet_day(plan(_spec()), compare_routing=False).to_dict()
+    assert week["tasks_per_day"] == pytest.approx(sum(DAY) * (5 + 2 * 0.25) / 7)
+    assert week["peak_gpus"] == day["peak_gpus"] and week["cost_per_day_usd"] < day["cost_per_day_usd"]
+    assert [h["hour"] for h in week["hours"]] == list(range(168))
+
+
+@pytest.mark.parametrize("n", [23, 48, 169])
+def test_a_profile_neither_a_day_nor_a_week_is_refused(n):
+    with pytest.raises(SpecError, match="tasks_per_hour"):
+        spec_from_dict({**small_spec_dict(), "fleet": {"tasks_per_hour": [1.0] * n}})
+
+
+def test_the_week_is_drawn_with_a_tick_a_day():
+    from apmw.report.charts import fleet_day_curves
+
+    week = fleet_day(plan(spec_from_dict({**small_spec_dict(), "fleet": {"tasks_per_hour": DAY * 7}})),
+                     compare_routing=False).to_dict()
+    svg = fleet_day_curves(week["hours"])
+    assert "hour of the week" in svg and all(d in svg for d in ("Mon", "Thu", "Sun"))
+
+
+def test_a_week_is_not_simulated_but_says_why(tmp_path):
+    import yaml
+
+    path = tmp_path / "week.yaml"
+    path.write_text(yaml.safe_dump({**small_spec_dict(), "fleet": {"tasks_per_hour": DAY * 7}}))
+    r = _fleet_cli(path, "--simulate")
+    assert r.returncode == 1 and "simulates one day" in r.stderr and "168 values" in r.stderr

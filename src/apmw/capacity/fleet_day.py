@@ -55,6 +55,13 @@ from apmw.spec import Spec
 from apmw.spec.model import Capex
 
 HOURS = 24
+# The days of a weekly profile (fleet.tasks_per_hour of 168 values), Monday first.
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def hour_label(hour: int, period_hours: int) -> str:
+    """An hour of the period as people read it: ``11`` in a day, ``Tue 11`` in a week."""
+    return f"{hour:02d}" if period_hours == HOURS else f"{WEEKDAYS[hour // HOURS]} {hour % HOURS:02d}"
 DAYS_PER_MONTH = 365.25 / 12
 # Fixed-point iterations of N_h = lambda_h * R(N_h / replicas_h); R falls with the load and settles in a few.
 LITTLE_ITERATIONS = 8
@@ -114,16 +121,21 @@ class FleetDay:
                 "tasks_per_hour": agents / self.task_latency_at_n_star_s * 3600.0}
 
     @property
+    def days(self) -> float:
+        """Days in the period the hours cover (1, or 7 for a weekly profile): "per day" figures average over them."""
+        return len(self.hours) / HOURS
+
+    @property
     def tasks_per_day(self) -> float:
-        return sum(h.tasks for h in self.hours)
+        return sum(h.tasks for h in self.hours) / self.days
 
     @property
     def cost_per_day_usd(self) -> float:
-        return sum(h.gpu_cost_usd + h.electricity_cost_usd for h in self.hours)
+        return sum(h.gpu_cost_usd + h.electricity_cost_usd for h in self.hours) / self.days
 
     @property
     def facility_mwh_per_day(self) -> float:
-        return sum(h.facility_power_w for h in self.hours) / 1e6      # one hour each
+        return sum(h.facility_power_w for h in self.hours) / 1e6 / self.days      # one hour each
 
     def owned(self) -> dict | None:
         """The same day on GPUs bought (``cost.capex``) instead of billed by the hour: the fleet owns the most
@@ -134,7 +146,7 @@ class FleetDay:
             return None
         gpus = max((h.replicas + h.replicas_warming) * self.gpus_per_replica for h in self.hours)
         capex_month = gpus * capex.per_gpu_usd / (capex.years * 12)
-        electricity_month = sum(h.electricity_cost_usd for h in self.hours) * DAYS_PER_MONTH
+        electricity_month = sum(h.electricity_cost_usd for h in self.hours) / self.days * DAYS_PER_MONTH
         month = capex_month + electricity_month
         tasks_month = self.tasks_per_day * DAYS_PER_MONTH
         return {"gpus": gpus, "usd_per_gpu": capex.per_gpu_usd, "years": capex.years,
@@ -151,14 +163,16 @@ class FleetDay:
             "min_replicas": self.min_replicas,
             "scale_up_s": self.scale_up_s,
             "scale_down_delay_s": self.scale_down_delay_s,
+            "period_hours": len(self.hours),
             "tasks_per_day": self.tasks_per_day,
             "peak_hour": peak.hour,
+            "peak_hour_label": hour_label(peak.hour, len(self.hours)),
             "peak_replicas": peak.replicas,
             "peak_gpus": peak.gpus,
             "peak_facility_mw": max(h.facility_power_w for h in self.hours) / 1e6,
             "peak_provisioned_mw": max(h.provisioned_power_w for h in self.hours) / 1e6,
             "average_facility_mw": self.facility_mwh_per_day / HOURS,
-            "gpu_hours_per_day": sum(h.gpu_hours for h in self.hours),
+            "gpu_hours_per_day": sum(h.gpu_hours for h in self.hours) / self.days,
             "facility_mwh_per_day": self.facility_mwh_per_day,
             "facility_mwh_per_month": self.facility_mwh_per_day * DAYS_PER_MONTH,
             "cost_per_day_usd": day_usd,
@@ -253,12 +267,13 @@ def _day(result: Plan) -> FleetDay:
     spec = result.spec
     rates = spec.fleet.tasks_per_hour
     if rates is None:
-        raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: 24 values, the tasks started in each "
-                        "hour of the day from hour 0 (fleet.target_agents alone is sized by apmw plan)")
+        raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: the tasks started in each hour from hour 0, "
+                        "24 values for a day or 168 for a week from Monday 00:00 (fleet.target_agents alone is sized "
+                        "by apmw plan)")
     return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
                     scale_down_delay_s=spec.fleet.scale_down_delay_s,
-                    hours=day_hours([sizing_of(result)] * HOURS, rates),
+                    hours=day_hours([sizing_of(result)] * len(rates), rates),
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
                     task_latency_at_n_star_s=result.at.task_latency_mean_s, capex=spec.cost.capex,
@@ -266,18 +281,20 @@ def _day(result: Plan) -> FleetDay:
 
 
 def day_hours(sizings: Sequence[Sizing], rates: Sequence[float]) -> list[FleetHour]:
-    """The 24 hours, hour ``h`` starting ``rates[h]`` tasks on replicas sized by ``sizings[h]`` (the fleet
-    policy is the first sizing's spec's)."""
-    needed = [_needed(sizings[h], rates[h]) for h in range(HOURS)]
+    """The period's hours (24, or 168 for a week), hour ``h`` starting ``rates[h]`` tasks on replicas sized by
+    ``sizings[h]`` (the fleet policy is the first sizing's spec's); the period repeats."""
+    period = len(rates)
+    needed = [_needed(sizings[h], rates[h]) for h in range(period)]
     up = _kept_up(needed, sizings[0].spec.fleet.scale_down_delay_s)
-    return [_hour(sizings[h], h, rates[h], needed[h], up[h], max(up[(h + 1) % HOURS] - up[h], 0))
-            for h in range(HOURS)]
+    return [_hour(sizings[h], h, rates[h], needed[h], up[h], max(up[(h + 1) % period] - up[h], 0))
+            for h in range(period)]
 
 
 def _kept_up(needed: list[int], scale_down_delay_s: float) -> list[int]:
-    """Replicas up each hour: the most any of the last ``ceil(delay / 1 h)`` hours needed (the day repeats)."""
+    """Replicas up each hour: the most any of the last ``ceil(delay / 1 h)`` hours needed (the period repeats)."""
     back = math.ceil(scale_down_delay_s / 3600.0 - 1e-9)
-    return [max(needed[(h - j) % HOURS] for j in range(back + 1)) for h in range(HOURS)]
+    period = len(needed)
+    return [max(needed[(h - j) % period] for j in range(back + 1)) for h in range(period)]
 
 
 def _load(evaluate: Callable[[int], Evaluation], rate: float, replicas: int, n_star: int, slowest_s: float

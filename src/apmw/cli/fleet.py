@@ -70,13 +70,15 @@ def _parquet(day: dict, path: Path) -> None:
 
 
 def _table(d: dict, title: str) -> Table:
+    from apmw.capacity.fleet_day import hour_label
+
     t = Table(title=title, title_justify="left")
     sim = d.get("simulated")
     cols = ("hour", "tasks", "agents", "task s", "up (needed)", "warming", "GPUs", "facility kW", "USD")
     for col in cols + (("sim up", "sim kW", "sim p95 s", "sim queued") if sim else ()):
         t.add_column(col, justify="right")
     for i, h in enumerate(d["hours"]):
-        row = [f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
+        row = [hour_label(h["hour"], len(d["hours"])), f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
                f"{h['task_latency_mean_s']:,.0f}", f"{h['replicas']:,} ({h['replicas_needed']:,})",
                f"{h['replicas_warming']:,}", f"{h['gpus']:,}",
                f"{h['facility_power_w'] / 1e3:,.1f}", f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}"]
@@ -125,7 +127,7 @@ def _summary(d: dict) -> list[str]:
         f"N* {d['agents_per_replica_max']} agents per replica, headroom {d['headroom']:.0%}, "
         f"at least {d['min_replicas']} replica(s), scale-up {d['scale_up_s']:,.0f} s, "
         f"scale-down delay {d['scale_down_delay_s']:,.0f} s",
-        f"peak at hour {d['peak_hour']:02d}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
+        f"peak at hour {d['peak_hour_label']}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
         f"{d['peak_facility_mw']:,.3f} MW facility ({d['peak_provisioned_mw']:,.3f} MW provisioned)",
         f"day: {d['tasks_per_day']:,.0f} tasks, {d['gpu_hours_per_day']:,.0f} GPU-hours, "
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
@@ -216,9 +218,11 @@ def fleet(
             out.print(line, highlight=False, markup=False)
     over = day["hours_over_power_cap"]
     if over:
+        from apmw.capacity.fleet_day import hour_label
+
         need = day["peak_provisioned_mw"]
         fail(f"the fleet does not fit fleet.power_cap_mw {day['power_cap_mw']:g} MW in hour(s) "
-             f"{', '.join(f'{h:02d}' for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
+             f"{', '.join(hour_label(h, day['period_hours']) for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
              f"{need:,.3f} MW, or at most {day['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour, or a "
              "replica that does more per MW (apmw levers)", code=2)
 

@@ -15,6 +15,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display: render to files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from apmw.capacity.fleet_day import WEEKDAYS  # noqa: E402
+
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
                      "axes.spines.right": False, "figure.dpi": 100})
 BLUE, ORANGE, GREY, RED, GREEN = "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#2ca02c"
@@ -141,8 +143,12 @@ def fleet_day_curves(hours: list[dict], power_cap_mw: float | None = None) -> st
     if power_cap_mw is not None:
         power.axhline(power_cap_mw, color=RED, linestyle="--", label=f"power cap {power_cap_mw:,.2f} MW")
     power.set_ylabel("MW")
-    power.set_xlabel("hour of the day")
-    power.set_xticks(range(0, 24, 3))
+    if len(hours) > 24:         # a week from Monday 00:00: one tick a day
+        power.set_xlabel("hour of the week")
+        power.set_xticks(range(0, len(hours), 24), list(WEEKDAYS[:len(hours) // 24]))
+    else:
+        power.set_xlabel("hour of the day")
+        power.set_xticks(range(0, 24, 3))
     power.legend(frameon=False, loc="upper left")
     return _svg(fig)
 

@@ -15,6 +15,7 @@ from importlib.metadata import version
 import yaml
 
 from apmw.capacity.economics import energy_text
+from apmw.capacity.fleet_day import hour_label
 from apmw.capacity.slo import binding_text, slo_rows
 from apmw.sim.checked import interval_text
 
@@ -107,19 +108,19 @@ def _fleet_day(day: dict | None, chart: str | None) -> str:
     api = "" if day["api_cost_per_task_usd"] is None else (
         f" The same tasks on the API the spec prices cost ${day['api_cost_per_task_usd']:,.4f} each.")
     per_task = "" if day["cost_per_task_usd"] is None else f", ${day['cost_per_task_usd']:,.4f} per task"
-    rows = [[f"{h['hour']:02d}", f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
+    rows = [[hour_label(h["hour"], len(day["hours"])), f"{h['tasks']:,.0f}", f"{h['concurrent_agents']:,.1f}",
              f"{h['replicas']:,} ({h['replicas_needed']:,})", f"{h['gpus']:,}", f"{h['facility_power_w'] / 1e3:,.1f}",
              f"{h['gpu_cost_usd'] + h['electricity_cost_usd']:,.2f}"] for h in day["hours"]]
     cap = "" if day["power_cap_mw"] is None else (
         f" The hall's cap, {day['power_cap_mw']:,.2f} MW provisioned, is exceeded in hour(s) "
-        f"{', '.join(str(h) for h in day['hours_over_power_cap'])}." if day["hours_over_power_cap"] else
+        f"{', '.join(hour_label(h, len(day['hours'])) for h in day['hours_over_power_cap'])}." if day["hours_over_power_cap"] else
         f" The fleet stays inside the hall's cap of {day['power_cap_mw']:,.2f} MW provisioned all day.")
     figure = "" if chart is None else _figure(chart, "The day hour by hour: tasks started and concurrent agents; "
                                               "replicas up (with scale-up and scale-down delays) and needed; facility "
                                               "power as modelled and as provisioned (nameplate), and the hall's cap.")
     return ("<h3>A day of demand (apmw fleet)</h3>" + _tiles(fleet_tiles(day)) + figure +
             f"<p>{day['tasks_per_day']:,.0f} tasks a day, sized with the analytic model (N* "
-            f"{day['agents_per_replica_max']:,}, the curve it uses for each hour's load). Peak at hour {day['peak_hour']:02d}: "
+            f"{day['agents_per_replica_max']:,}, the curve it uses for each hour's load). Peak at hour {day['peak_hour_label']}: "
             f"{day['peak_replicas']:,} replicas, {day['peak_gpus']:,} GPUs, {day['peak_facility_mw']:,.3f} MW facility "
             f"({day['peak_provisioned_mw']:,.3f} MW provisioned). A day: {day['gpu_hours_per_day']:,.0f} GPU-hours, "
             f"{day['facility_mwh_per_day']:,.2f} MWh, ${day['cost_per_day_usd']:,.2f}{per_task}; a month: "

@@ -89,6 +89,10 @@ def replica_table(result: Plan, model: ClosedLoopModel, scale: float = 1.0) -> d
     fleet = spec.fleet
     if fleet.tasks_per_hour is None:
         raise ApmwError("apmw fleet --simulate needs fleet.tasks_per_hour in the spec (24 values)")
+    if len(spec.fleet.tasks_per_hour) != HOURS:
+        raise ApmwError(f"apmw fleet --simulate simulates one day; fleet.tasks_per_hour gives a week "
+                        f"({len(spec.fleet.tasks_per_hour)} values), which apmw fleet sizes analytically only: leave out "
+                        "--simulate, or simulate one day's 24 values")
     if not scale > 0 or not math.isfinite(scale):
         raise ApmwError(f"--replicas-scale must be a positive number, got {scale}")
     if fleet.routing != "affinity":

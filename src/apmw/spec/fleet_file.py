@@ -217,6 +217,10 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
             problems.append(f"workloads.{i} ({spec_path}): fleet.tasks_per_hour: missing; a mixed fleet needs each "
                             "workload's day of demand (24 values), in its spec or in the workload's overrides")
             continue
+        if len(spec.fleet.tasks_per_hour) != 24:
+            problems.append(f"workloads.{i} ({spec_path}): fleet.tasks_per_hour: a week (168 values); a mixed fleet "
+                            "compares days of 24 hours (apmw fleet sizes one spec's week on its own)")
+            continue
         specs.append(spec)
         paths.append(str(spec_path))
         datas.append(full)

@@ -540,8 +540,9 @@ class Fleet(_Section):
         default=None, ge=1, le=10**9, description="concurrent agents the fleet serves (at most a billion: past "
         "that the figure is a typo)")
     tasks_per_hour: list[float] | None = Field(
-        default=None, min_length=24, max_length=24,
-        description="tasks started in each hour of the day, hour 0 first (24 values, each 0 to a billion)")
+        default=None, min_length=24, max_length=168,
+        description="tasks started in each hour, hour 0 first: a day (24 values) or a week from Monday 00:00 "
+        "(168 values), each 0 to a billion; the period repeats")
     headroom: float = Field(default=0.0, ge=0, le=10, description="spare share of capacity kept above the demand "
                             "(0.1: replicas for 10 % more agents than the hour needs)")
     min_replicas: int = Field(default=1, ge=0, le=10**6, description="replicas kept up in the quietest hour")
@@ -563,6 +564,8 @@ class Fleet(_Section):
     @field_validator("tasks_per_hour")
     @classmethod
     def _rates_are_counts(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and len(v) not in (24, 168):
+            raise ValueError(f"{len(v)} values; give 24 (a day, hour 0 first) or 168 (a week from Monday 00:00)")
         if v is not None:
             bad = [i for i, x in enumerate(v) if not 0 <= x <= 1e9]
             if bad:

@@ -66,7 +66,6 @@ exceeds the cap in some hour does not fit. The cheapest placement is the one wit
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -78,7 +77,7 @@ from apmw.capacity.fleet_day import (DAYS_PER_MONTH, HOURS, FleetDay, Sizing, da
 from apmw.capacity.plan import plan
 from apmw.capacity.prefix_cache import frees_contexts
 from apmw.capacity.routing import with_routing
-from apmw.capacity.search import MAX_AGENTS, SearchResult, search
+from apmw.capacity.search import SearchResult, largest_near, search
 from apmw.capacity.sessions import (TAIL_CALLS, TARGET_CALLS, SessionSample, default_session_count,
                                     sample_retained_pair, sample_session_pair, sample_sessions)
 from apmw.capacity.slo import SLO_LABELS, SloVerdict, check_slo
@@ -302,28 +301,6 @@ def _mixed(samples: list[SessionSample | None], own: list[bool]) -> SessionSampl
     """The pooled sample of one priced variant, where the closed loop uses that variant."""
     present = [s for s in samples if s is not None]
     return mix_samples(present, own).sample if len(present) == len(samples) else None
-
-
-def largest_near(ok: Callable[[int], bool], guess: int, limit: int = MAX_AGENTS) -> int:
-    """Largest n in [0, limit] with ok(n), given ok is true then false as n grows (ok(0) is true), searched
-    outwards from ``guess`` (the neighbouring hour's N*: a mix that changes little moves N* by an agent or two)."""
-    if ok(guess):
-        lo, step = guess, 1
-        while lo + step <= limit and ok(lo + step):
-            lo, step = lo + step, step * 2
-        hi = min(lo + step, limit + 1)
-    else:
-        hi, step = guess, 1
-        while hi - step > 0 and not ok(hi - step):
-            hi, step = hi - step, step * 2
-        lo = max(hi - step, 0)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str], counts: tuple[int, ...],

@@ -39,7 +39,25 @@ def largest_passing(ok: Callable[[int], bool], limit: int = MAX_AGENTS) -> int:
     lo, hi = 1, 2
     while hi <= limit and ok(hi):
         lo, hi = hi, hi * 2
-    hi = min(hi, limit + 1)
+    return _bisect(ok, lo, min(hi, limit + 1))
+
+
+def largest_near(ok: Callable[[int], bool], guess: int, limit: int = MAX_AGENTS) -> int:
+    """:func:`largest_passing`, searched outwards from ``guess`` (a neighbouring problem's answer: a mix of
+    sessions that changes little from one hour to the next moves N* by an agent or two)."""
+    if ok(guess):
+        lo, step = guess, 1
+        while lo + step <= limit and ok(lo + step):
+            lo, step = lo + step, step * 2
+        return _bisect(ok, lo, min(lo + step, limit + 1))
+    hi, step = guess, 1
+    while hi - step > 0 and not ok(hi - step):
+        hi, step = hi - step, step * 2
+    return _bisect(ok, max(hi - step, 0), hi)
+
+
+def _bisect(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Largest n in [lo, hi) with ok(n), given ok(lo) (or lo = 0) and not ok(hi) (or hi past the limit)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):

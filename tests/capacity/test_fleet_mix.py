@@ -15,7 +15,8 @@ import yaml
 
 from apmw.capacity import plan
 from apmw.capacity.fleet_day import fleet_day
-from apmw.capacity.fleet_mix import (PER_CALL_MEAN, PER_DECODE_MEAN, PER_TASK, fleet_mix, mix_counts, mix_samples)
+from apmw.capacity.fleet_mix import fleet_mix
+from apmw.capacity.session_mix import PER_CALL_MEAN, PER_DECODE_MEAN, PER_TASK, mix_counts, mix_samples
 from apmw.capacity.sessions import SessionSample, sample_sessions
 from apmw.perf import replica_from_spec
 from apmw.spec import spec_from_dict

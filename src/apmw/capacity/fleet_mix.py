@@ -20,31 +20,10 @@ distinct hardware of its workloads, at the GPU-hour price of the first workload 
 **A pool of one workload** is ``apmw plan`` and ``apmw fleet`` on its spec with the candidate's
 hardware and price.
 
-**A shared pool** serves its workloads' tasks on the same replicas, so a replica's closed loop runs a
-mix of sessions. Hour ``h`` starts ``lambda_i(h)`` tasks of workload ``i``; by Little's law the pool
-holds ``N = sum_i lambda_i R_i`` agents, and the mean task time over the tasks started is
-``R = sum_i (lambda_i / lambda) R_i``: the sessions are sampled **in proportion to the tasks each
-workload starts in the hour** (an agent slot that finishes a task takes the next from the mix), so
-that each workload's share of concurrent agents comes out as ``lambda_i R_i / N`` on its own. Each
-workload's sessions are sampled as its spec says (its own seed plus its place in the pool), and
-the samples are pooled (:func:`mix_samples`): per-task arrays side by side, per-call means weighted
-by calls, the tail calls drawn in proportion to calls, each system prompt cached once (workloads
-with the same ``workload`` section share one). The pooled sample is an ordinary
-:class:`apmw.capacity.sessions.SessionSample`, so the closed loop, the KV and prefix-cache models
-and the N* search are the ones ``apmw plan`` uses: every call shares the engine's batch, queue and
-KV memory, and each task's latency is its own calls' work at the mix's iteration times and queue
-waits. Each hour has its own mix, hence its own N* (searched outwards from the hour before's).
-ASSUMPTIONS: an hour's sessions are at least ``MIN_MIX_SESSIONS`` of the rarest workload unless the
-mix would pass ``MAX_MIX_CALLS`` calls (a workload with a small share then has its p95 read off fewer
-tasks, and N* moves by an agent or so from hour to hour with the sample); the agent timeline that
-the KV-overflow model reads (under ``retain``) interleaves the workloads in ``TIMELINE_CHUNKS`` pieces.
-
-**The SLO rule.** Every workload keeps its own SLO on its own tasks: at a load, each workload's
-task p95 is read off its own sessions' latencies and its TTFT p95 off its own calls; the time per
-output token is one engine's, so every workload's TPOT (or output speed) limit applies to it, the
-strictest binding. N* of the hour is the most agents at which every workload meets every SLO its
-spec sets and the KV fits. An hour whose mix no number of agents serves refuses the pool, naming
-the workload and SLO that fail at one agent.
+**A shared pool** serves its workloads' tasks on the same replicas: each hour's replica is the closed
+loop of a session sample pooled from the workloads in proportion to the tasks each starts, every
+workload held to its own SLO (:mod:`apmw.capacity.session_mix`). Each hour has its own mix, hence
+its own N* (searched outwards from the hour before's).
 
 **What cannot share a replica** (a pool refused with the reason, never approximated): workloads on
 different models; different ``serving`` sections (one engine configuration per replica); different
@@ -66,170 +45,26 @@ exceeds the cap in some hour does not fit. The cheapest placement is the one wit
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from apmw.capacity.closed_loop import ClosedLoopModel, spills_retained
-from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.fleet_day import (DAYS_PER_MONTH, HOURS, FleetDay, Sizing, day_hours, fleet_day,
                                      sizing_of)
 from apmw.capacity.plan import plan
-from apmw.capacity.prefix_cache import frees_contexts
 from apmw.capacity.routing import with_routing
 from apmw.capacity.search import SearchResult, largest_near, search
-from apmw.capacity.sessions import (TAIL_CALLS, TARGET_CALLS, SessionSample, default_session_count,
-                                    sample_retained_pair, sample_session_pair, sample_sessions)
-from apmw.capacity.slo import SLO_LABELS, SloVerdict, check_slo
+from apmw.capacity.session_mix import (JointSlo, mix_counts, mix_samples, mixed_variant, priced_variants,
+                                       workload_figures)
+from apmw.capacity.sessions import (SessionSample)
+from apmw.capacity.slo import SLO_LABELS
 from apmw.arch import load_architecture
 from apmw.errors import ApmwError
 from apmw.perf import Replica, replica_from_spec
 from apmw.perf.replica import resolve_gpu
 from apmw.spec import Slo, Spec, SpecError
 from apmw.spec.fleet_file import FleetFileError, FleetHardware, LoadedFleet
-
-# Sessions of an hour's mix: at least the most any of its workloads samples alone, and enough that the
-# workload with the smallest share has MIN_MIX_SESSIONS of them, as long as the mix stays within
-# MAX_MIX_CALLS calls (past that the smallest share gets fewer, its p95 read off fewer tasks).
-MIN_MIX_SESSIONS = 400
-MAX_MIX_CALLS = 2 * TARGET_CALLS
-# Each workload's calls laid end to end (one agent's timeline, for the KV demand's autocorrelation under
-# retain) are cut into this many pieces and interleaved, so that the timeline read mixes the workloads.
-TIMELINE_CHUNKS = 64
-
-# How each field of a SessionSample pools (tests/capacity/test_fleet_mix.py checks that every field is named).
-PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s", "input_tokens", "output_tokens",
-            "prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
-            "kv2_tool", "queue_gamma", "exposure_uniform")
-PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
-TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_queue_exp")
-TIMELINE = ("timeline_kv_bytes", "timeline_prefill_iters", "timeline_decode_iters", "timeline_wait_s")
-PER_CALL_MEAN = ("call_prefill_iters", "call_decode_iters", "call_prefill_tokens", "call_prefill_kv_bytes",
-                 "call_prefill_attn_flops")
-PER_DECODE_MEAN = ("call_decode_kv_bytes", "call_decode_attn_flops")
-SAME = ("decode_tokens_per_iteration", "draft_cost_fraction", "accepted_tokens_per_iteration")
-SUMMED = ("sessions", "shared_prefix_kv_bytes")
-
-
-@dataclass(frozen=True)
-class MixedSample:
-    sample: SessionSample
-    tasks: tuple[slice, ...]        # each workload's sessions in the pooled sample
-    calls: tuple[slice, ...]        # ... and its tail calls (the TTFT samples)
-
-
-def _interleaved(parts: list[np.ndarray]) -> np.ndarray:
-    """Arrays cut into TIMELINE_CHUNKS pieces each, the pieces taken in turn."""
-    pieces = [np.array_split(p, TIMELINE_CHUNKS) for p in parts]
-    return np.concatenate([piece[k] for k in range(TIMELINE_CHUNKS) for piece in pieces])
-
-
-def mix_samples(samples: list[SessionSample], own_prefix: list[bool]) -> MixedSample:
-    """Pool several workloads' sampled sessions into one sample (module docstring). ``own_prefix[i]``: whether
-    workload ``i``'s system prompt is one of its own (False: the same prompt as an earlier workload's)."""
-    named = set(PER_TASK + PER_CONTEXT + TAIL + TIMELINE + PER_CALL_MEAN + PER_DECODE_MEAN + SAME + SUMMED)
-    missing = {f.name for f in fields(SessionSample)} - named
-    if missing:
-        raise AssertionError(f"apmw.capacity.fleet_mix does not know how to pool SessionSample.{sorted(missing)}")
-    first = samples[0]
-    for name in SAME:
-        if any(getattr(s, name) != getattr(first, name) for s in samples):
-            raise ApmwError(f"workloads sharing a replica decode differently ({name}); they cannot share it")
-    rows = np.array([float(s.calls.sum()) for s in samples])
-    decode = np.array([float(s.decode_iters.sum()) for s in samples])
-    tail_total = min(TAIL_CALLS, int(rows.sum()))
-    take = [min(len(s.call_queue_exp), max(1, round(tail_total * r / rows.sum()))) for s, r in zip(samples, rows)]
-    out: dict = {}
-    for name in PER_TASK + PER_CONTEXT:
-        out[name] = np.concatenate([getattr(s, name) for s in samples])
-    for name in TAIL:
-        out[name] = np.concatenate([getattr(s, name)[:k] for s, k in zip(samples, take)])
-    for name in TIMELINE:
-        out[name] = _interleaved([getattr(s, name) for s in samples])
-    for name in PER_CALL_MEAN:
-        out[name] = float(np.dot(rows, [getattr(s, name) for s in samples]) / rows.sum())
-    for name in PER_DECODE_MEAN:
-        w = decode if decode.sum() > 0 else rows
-        out[name] = float(np.dot(w, [getattr(s, name) for s in samples]) / w.sum())
-    for name in SAME:
-        out[name] = getattr(first, name)
-    out["sessions"] = sum(s.sessions for s in samples)
-    out["shared_prefix_kv_bytes"] = float(sum(s.shared_prefix_kv_bytes for s, own in zip(samples, own_prefix) if own))
-    tasks, calls, t0, c0 = [], [], 0, 0
-    for s, k in zip(samples, take):
-        tasks.append(slice(t0, t0 + s.sessions))
-        calls.append(slice(c0, c0 + k))
-        t0, c0 = t0 + s.sessions, c0 + k
-    return MixedSample(SessionSample(**out), tuple(tasks), tuple(calls))
-
-
-def mix_counts(tasks: list[float], specs: list[Spec]) -> tuple[int, ...]:
-    """Sessions of each workload in an hour's mix: in proportion to the tasks each starts (module docstring)."""
-    total = sum(tasks)
-    shares = [t / total for t in tasks]
-    present = [i for i, p in enumerate(shares) if p > 0]
-    base = max(default_session_count(specs[i]) for i in present)
-    calls = [s.workload.steps_per_task.mean * s.workload.calls_per_step.mean for s in specs]
-    per_task = sum(shares[i] * calls[i] for i in present)
-    wanted = math.ceil(MIN_MIX_SESSIONS / min(shares[i] for i in present))
-    m = max(base, min(wanted, int(MAX_MIX_CALLS / per_task)))
-    return tuple(max(1, round(p * m)) if p > 0 else 0 for p in shares)
-
-
-def _variants(spec: Spec, replica: Replica, sessions: int, seed: int
-              ) -> tuple[SessionSample, SessionSample | None, SessionSample | None]:
-    """(as the policy prices them, every freed context found, every retained context lost): the samples the
-    closed loop blends (:func:`apmw.capacity.closed_loop.closed_loop_model`), the last two where it does."""
-    if frees_contexts(spec):
-        miss, hit = sample_session_pair(spec, replica, sessions, seed)
-        return miss, hit, None
-    if spills_retained(spec, replica):
-        kept, lost = sample_retained_pair(spec, replica, sessions, seed)
-        return kept, None, lost
-    return sample_sessions(spec, replica, sessions, seed), None, None
-
-
-def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: tuple[slice, ...],
-                     calls: tuple[slice, ...]) -> list[dict]:
-    """Each workload's own p95s at ``ev`` (its tasks' latency, its calls' TTFT; the engine's time per output
-    token), its SLO and whether each holds."""
-    rows = []
-    for name, slo, t, c in zip(names, slos, tasks, calls):
-        task = ev.task_latency_samples_s[t]
-        task_p95 = float(np.quantile(task, 0.95)) if len(task) else None
-        ttft = ev.ttft_samples_s[c]
-        ttft_p95 = float(np.quantile(ttft, 0.95)) if len(ttft) else None
-        verdict = check_slo(slo, task_p95, ttft_p95, ev.tpot_p95_s)
-        rows.append({"workload": name, "task_latency_p95_s": task_p95, "ttft_p95_s": ttft_p95,
-                     "tpot_p95_s": ev.tpot_p95_s,
-                     "slo": {"task_latency_p95_s": slo.task_latency_p95_s, "ttft_p95_s": slo.ttft_p95_s,
-                             "tpot_p95_s": slo.tpot_p95_s, "output_speed_tokens_per_s": slo.output_speed_tokens_per_s},
-                     "slo_failed": list(verdict.failed), "meets_slo": verdict.meets})
-    return rows
-
-
-class JointSlo:
-    """A closed-loop model whose SLO verdict is every workload's own (module docstring, 'The SLO rule'):
-    what :func:`apmw.capacity.search.search` asks of a model, for a pooled sample."""
-
-    def __init__(self, model: ClosedLoopModel, names: list[str], slos: list[Slo], mixed: MixedSample):
-        self.model, self.names, self.slos, self.mixed = model, names, slos, mixed
-        self._cache: dict[int, Evaluation] = {}
-
-    def with_max_batch(self, max_batch: int) -> "JointSlo":
-        return JointSlo(self.model.with_max_batch(max_batch), self.names, self.slos, self.mixed)
-
-    def figures(self, ev: Evaluation) -> list[dict]:
-        return workload_figures(ev, self.names, self.slos, self.mixed.tasks, self.mixed.calls)
-
-    def evaluate(self, agents: int) -> Evaluation:
-        if agents not in self._cache:
-            ev = self.model.evaluate(agents)
-            failed = tuple(f"{r['workload']} {SLO_LABELS[f]}" for r in self.figures(ev) for f in r["slo_failed"])
-            meets = not failed and (ev.prefill_utilisation is None or ev.prefill_utilisation < 1.0)
-            self._cache[agents] = replace(ev, meets_latency=meets, slo=SloVerdict(failed=failed, unmeasured=()))
-        return self._cache[agents]
-
 
 def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
     """Dotted names of the leaves where two dumped sections differ."""
@@ -297,21 +132,15 @@ class _Hour:
         return _binding(search(self.sizing.spec, self.sizing.replica, self.sample, self.joint))  # type: ignore[arg-type]
 
 
-def _mixed(samples: list[SessionSample | None], own: list[bool]) -> SessionSample | None:
-    """The pooled sample of one priced variant, where the closed loop uses that variant."""
-    present = [s for s in samples if s is not None]
-    return mix_samples(present, own).sample if len(present) == len(samples) else None
-
-
 def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str], counts: tuple[int, ...],
                 guess: int | None) -> _Hour:
     """The replica at one mix: its pooled sessions, the joint SLO and N* (searched from ``guess`` where given)."""
     present = [i for i, n in enumerate(counts) if n > 0]
-    variants = [_variants(specs[i], replica, counts[i], specs[i].seed + i) for i in present]
+    variants = [priced_variants(specs[i], replica, counts[i], specs[i].seed + i) for i in present]
     own = [all(specs[j].workload != specs[i].workload for j in present[:k]) for k, i in enumerate(present)]
     main = mix_samples([v[0] for v in variants], own)
-    found = _mixed([v[1] for v in variants], own)
-    lost = _mixed([v[2] for v in variants], own)
+    found = mixed_variant([v[1] for v in variants], own)
+    lost = mixed_variant([v[2] for v in variants], own)
     model = ClosedLoopModel(spec, replica, main.sample, found_sample=found, lost_sample=lost)
     joint = JointSlo(model, [names[i] for i in present], [specs[i].slo for i in present], main)
     feasible = lambda n: n == 0 or joint.evaluate(n).feasible  # noqa: E731

@@ -140,3 +140,34 @@ def test_no_day_of_demand_from_a_short_or_relative_trace():
     assert any("needs a trace of at least 24 h" in n for n in short.summary["notes"])
     relative = fit_trace(FIXTURES / "mooncake_conversation_head200.jsonl")
     assert relative.summary["tasks_per_hour"] is None
+
+
+def _eight_days(tmp_path):
+    """Eight days from a Monday 00:00 UTC: 4 tasks an hour on weekdays, 1 on weekends."""
+    t0 = 1_700_438_400         # 2023-11-20 00:00 UTC, a Monday
+    rows = ["sid,inp,out,t0"]
+    k = 0
+    for day in range(8):
+        n = 1 if day % 7 >= 5 else 4
+        for h in range(24):
+            for i in range(n):
+                start = t0 + day * 86400 + h * 3600 + (i + 0.5) * 3600 / n
+                rows += [f"s{k},{1000 + 100 * c},50,{(start + 10 * c) * 1000:.0f}" for c in range(2)]
+                k += 1
+    path = tmp_path / "week.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_week_of_demand_starts_on_monday(tmp_path):
+    rates = fit_trace(_eight_days(tmp_path), "csv", mapping=MAP, weekly=True).summary["tasks_per_hour"]
+    assert len(rates) == 168
+    assert rates[24:120] == [4.0] * 96 and rates[120:167] == [1.0] * 47     # Tuesday to Friday; the weekend
+    assert rates[0] == pytest.approx(4.0, rel=0.2)       # Monday 00:00, covered twice (the first and eighth day)
+    daily = fit_trace(_eight_days(tmp_path), "csv", mapping=MAP).summary["tasks_per_hour"]
+    assert len(daily) == 24 and daily[5] == pytest.approx((6 * 4 + 2 * 1) / 8, rel=0.02)
+
+
+def test_no_week_from_two_days(tmp_path):
+    s = fit_trace(_two_days(tmp_path), "csv", mapping=MAP, weekly=True).summary
+    assert s["tasks_per_hour"] is None and any("needs a trace of at least 168 h" in n for n in s["notes"])

@@ -47,6 +47,8 @@ def fit(
                                                   help="sessions to sample with --export-from fitted "
                                                   "(default: as many as the trace has)"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of --export-from fitted"),
+    weekly: bool = typer.Option(False, "--weekly", help="fit fleet.tasks_per_hour per hour of the week (168 values "
+                                "from Monday 00:00 UTC; the trace must cover a week) instead of the day"),
 ) -> None:
     """Measure sessions, calls and tokens in a trace and fit the spec's workload section."""
     from apmw.traces import export as exporter
@@ -68,7 +70,7 @@ def fit(
     try:
         if mapping is not None and (fmt or "").lower() not in ("csv", "jsonl"):
             fail("--map applies to the generic formats: add --format csv or --format jsonl")
-        result = fit_trace(trace, fmt, mapping=mapping, strict=strict, form=form, name=name)
+        result = fit_trace(trace, fmt, mapping=mapping, strict=strict, form=form, name=name, weekly=weekly)
     except ApmwError as exc:
         fail(str(exc))
     s = result.summary

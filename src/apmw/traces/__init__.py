@@ -58,14 +58,15 @@ class FitResult:
 
 
 def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dict | None = None,
-              strict: bool = False, form: str = "auto", name: str | None = None) -> FitResult:
+              strict: bool = False, form: str = "auto", name: str | None = None, weekly: bool = False) -> FitResult:
     """Read ``path`` (format given or recognised), summarise it and fit a Workload.
 
     ``mapping``: the column mapping of the generic ``csv``/``jsonl`` formats
     (``"input_tokens=col,output_tokens=col,..."``). ``strict``: stop at the first
     malformed line instead of skipping it. ``form``: ``auto`` (lognormal
     {mean, p95} where it also matches the measured p99, else quantiles),
-    ``lognormal`` or ``empirical``.
+    ``lognormal`` or ``empirical``. ``weekly``: ``tasks_per_hour`` per hour of the week (168 values from
+    Monday 00:00 UTC) instead of the day.
     """
     if form not in FORMS:
         raise TraceError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
@@ -95,7 +96,7 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
                getattr(opened.state, "shared_prefix_tokens", None))
     section = workload_dict(cols, sh, form, name or p.stem, f"apmw fit {p.name} ({fmt})")
     workload = validate(section, str(path))
-    summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions)
+    summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions, weekly)
     return FitResult(summary, workload, section, cols, sh)
 
 
@@ -105,13 +106,13 @@ def workload_from_trace(path: str | Path, format: str | None = None, **kwargs) -
 
 
 def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened: formats.Opened,
-             has_sessions: bool) -> dict:
+             has_sessions: bool, weekly: bool = False) -> dict:
     cached, reusable = cache_shares(c, s)
     source = None
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached)
-    rates, why_no_rates = tasks_per_hour(c, s) if has_sessions else (None, None)
+    rates, why_no_rates = tasks_per_hour(c, s, weekly) if has_sessions else (None, None)
     return {
         "path": str(p),
         "format": fmt,

@@ -294,25 +294,30 @@ def validate(d: dict, where: str) -> Workload:
 # times; smaller ones are offsets from the trace's start, which say nothing of the hour of day.
 WALL_CLOCK_FROM_S = 1e9
 SECONDS_PER_DAY = 86400.0
+# The Unix epoch, 1970-01-01, was a Thursday: hours since the epoch plus this many fall on Monday 00:00 UTC.
+EPOCH_HOURS_AFTER_MONDAY = 3 * 24
 
 
-def tasks_per_hour(c: Columns, s: Shape) -> tuple[list[float] | None, str | None]:
-    """Tasks started per hour of the day (UTC, hour 0 first) from the sessions' first calls, or
-    (None, why not). Each hour's rate is its starts over the time the trace covers that hour, so a
-    trace of a day and a half counts its doubled hours once."""
+def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[float] | None, str | None]:
+    """Tasks started per hour of the day (UTC, hour 0 first), or with ``weekly`` per hour of the week
+    (Monday 00:00 UTC first), from the sessions' first calls; or (None, why not). Each hour's rate is
+    its starts over the time the trace covers that hour, so a trace of a day and a half counts its
+    doubled hours once."""
     starts = c.start_s[s.first]
     starts = starts[np.isfinite(starts)]
     if len(starts) < 2 or float(starts.min()) < WALL_CLOCK_FROM_S:
         return None, "no wall-clock task start times: fleet.tasks_per_hour cannot be fitted"
     lo, hi = float(starts.min()), float(starts.max())
-    if hi - lo < SECONDS_PER_DAY:
-        return None, (f"task starts cover {(hi - lo) / 3600:.1f} h: a day of demand (fleet.tasks_per_hour) "
-                      "needs a trace of at least 24 h")
-    counts = np.bincount(((starts % SECONDS_PER_DAY) // 3600).astype(int), minlength=24)[:24]
-    exposure = np.zeros(24)
+    period_h = 24 * (7 if weekly else 1)
+    if hi - lo < period_h * 3600.0:
+        return None, (f"task starts cover {(hi - lo) / 3600:.1f} h: a {'week' if weekly else 'day'} of demand "
+                      f"(fleet.tasks_per_hour) needs a trace of at least {period_h} h")
+    hour_of = lambda h: (h + EPOCH_HOURS_AFTER_MONDAY) % period_h  # noqa: E731  (hours since the epoch)
+    counts = np.bincount(hour_of((starts // 3600).astype(int)), minlength=period_h)[:period_h]
+    exposure = np.zeros(period_h)
     for h0 in range(int(lo // 3600), int(hi // 3600) + 1):
         covered = min(hi, (h0 + 1) * 3600.0) - max(lo, h0 * 3600.0)
-        exposure[h0 % 24] += max(covered, 0.0)
+        exposure[hour_of(h0)] += max(covered, 0.0)
     rates = np.where(exposure > 0, counts / np.maximum(exposure, 1e-9) * 3600.0, 0.0)
     return [round(float(x), 2) for x in rates], None
 

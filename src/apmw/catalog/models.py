@@ -154,6 +154,39 @@ def checkpoint_weight_dtype(name: str) -> str | None:
     return _strip_tags(name.strip().lower())[1]
 
 
+# The KV cache of a checkpoint whose config names no KV format: the model's 16-bit activations.
+AUTO_KV_DTYPE = "bf16"
+
+
+def checkpoint_kv_dtype(name_or_path: str) -> tuple[str, str, bool]:
+    """The KV-cache dtype vLLM, SGLang and TensorRT-LLM pick for this checkpoint when none is given (their
+    ``auto``), and why: the format its ``quantization_config`` names for the KV cache (compressed-tensors'
+    ``kv_cache_scheme``, ModelOpt's ``kv_cache_quant_algo``), else the model's own 16-bit activations (an FP8
+    or FP4 weight checkpoint keeps a bf16 KV cache unless it says otherwise). The flag: whether a published
+    derivative was read off its base model's config (whose own quantization config apmw does not hold)."""
+    cfg, _ = load_config(name_or_path)
+    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    scheme, algo = q.get("kv_cache_scheme"), q.get("kv_cache_quant_algo")
+    found = _resolve(name_or_path) if not on_disk(name_or_path) else None
+    derived = (" (read off its base model's config: the published checkpoint's own quantization config is not "
+               "bundled; give the KV dtype it serves if it names one)") if found and found[1] else ""
+    if isinstance(scheme, dict):
+        bits, kind = scheme.get("num_bits"), str(scheme.get("type", "")).lower()
+        dtype = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}.get((bits, kind))
+        if dtype is None:
+            raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_scheme {scheme} is a KV format apmw does "
+                              "not model; give the KV dtype explicitly")
+        return dtype, f"its quantization_config.kv_cache_scheme ({bits}-bit {kind}){derived}", bool(derived)
+    if isinstance(algo, str) and algo:
+        dtype = {"fp8": "fp8", "nvfp4": "fp4", "int8": "int8"}.get(algo.lower())
+        if dtype is None:
+            raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_quant_algo {algo!r} is a KV format apmw "
+                              "does not model; give the KV dtype explicitly")
+        return dtype, f"its quantization_config.kv_cache_quant_algo ({algo}){derived}", bool(derived)
+    return (AUTO_KV_DTYPE, f"'auto': its config names no KV-cache format, so the cache keeps the 16-bit activations"
+            f"{derived}", bool(derived))
+
+
 def load_config(name_or_path: str) -> tuple[dict, str]:
     """Return (config dict, source description) for a file path or a bundled name.
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import app, emit_json, fail, note, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 
 
@@ -44,7 +44,9 @@ def predict(
     kv_transfer_gb_per_s: float = typer.Option(50.0, "--kv-transfer-gb-per-s", help="with --disagg: per prefill GPU "
                                                "link for the KV hand-off, GB/s (50: one 400 Gb/s NIC per GPU)"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
-    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell)"),
+    kv_dtype: Optional[str] = typer.Option(
+        None, "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell). Default: what the engines pick "
+        "for the checkpoint ('auto'): the KV format its quantization_config names, else bf16"),
     moe_dtype: Optional[str] = typer.Option(None, "--moe-dtype", help="the routed experts' dtype where it differs "
                                             "from --weight-dtype (nvfp4, mxfp4, fp8_block, int4_wo, ...)"),
     isl: int = typer.Option(..., "--isl", help="prompt tokens per request"),
@@ -112,6 +114,8 @@ def predict(
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     layout = _layout(pp, dp_attention, moe_tp, ep)
+    if kv_dtype is None:
+        kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
         if by_rate:
             fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
@@ -185,6 +189,20 @@ def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | N
 def _workers(count: int, tp: int, layout: dict | None):
     from apmw.capacity.disaggregated_benchmark import Workers
     return Workers(count=count, tp=tp, layout=layout)
+
+
+def _checkpoint_kv_dtype(model: str) -> str:
+    """The KV dtype the engines pick for ``model`` when none is given; a note says so where it is not the
+    plain 16-bit cache of a checkpoint read as itself (a format its config names, or a derivative's base)."""
+    from apmw.catalog.models import AUTO_KV_DTYPE, checkpoint_kv_dtype
+
+    try:
+        dtype, why, derived = checkpoint_kv_dtype(model)
+    except ApmwError as exc:
+        fail(str(exc))
+    if dtype != AUTO_KV_DTYPE or derived:
+        note(f"KV cache {dtype}, what vLLM, SGLang and TensorRT-LLM pick for {model}: {why}; --kv-dtype prices another")
+    return dtype
 
 
 def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,

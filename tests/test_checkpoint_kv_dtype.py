@@ -1,0 +1,60 @@
+"""`apmw predict` without --kv-dtype prices the KV cache the engines pick for the checkpoint ('auto')."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import apmw.cli
+from apmw.catalog.models import checkpoint_kv_dtype, load_config
+from apmw.cli import app
+from apmw.errors import ApmwError
+
+apmw.cli._register_verbs()   # every verb, as the `apmw` entry point does
+LLAMA8 = "meta-llama/Meta-Llama-3.1-8B"
+
+
+def _checkpoint(tmp_path, quantization_config: dict):
+    cfg, _ = load_config(LLAMA8)
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "quantization_config": quantization_config}))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("model", [LLAMA8, "deepseek-ai/DeepSeek-R1", "openai/gpt-oss-120b", "moonshotai/Kimi-K2.5"])
+def test_a_checkpoint_that_names_no_kv_format_keeps_16_bit_kv(model):
+    # FP8 (DeepSeek-R1), MXFP4 (gpt-oss) and compressed-tensors (Kimi-K2.5, kv_cache_scheme null) weights alike
+    assert checkpoint_kv_dtype(model)[0] == "bf16"
+
+
+@pytest.mark.parametrize("qc, dtype", [
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float"}}, "fp8"),
+    ({"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}, "fp8"),
+    ({"quant_method": "modelopt", "kv_cache_quant_algo": "NVFP4"}, "fp4"),
+])
+def test_the_kv_format_a_checkpoint_names_is_the_default(tmp_path, qc, dtype):
+    assert checkpoint_kv_dtype(_checkpoint(tmp_path, qc))[0] == dtype
+
+
+def test_a_kv_format_apmw_cannot_model_is_refused(tmp_path):
+    with pytest.raises(ApmwError, match="kv_cache_scheme .* apmw does not model"):
+        checkpoint_kv_dtype(_checkpoint(tmp_path, {"kv_cache_scheme": {"num_bits": 6, "type": "float"}}))
+
+
+def test_a_published_derivative_says_its_own_config_is_not_bundled():
+    dtype, why, derived = checkpoint_kv_dtype("nvidia/DeepSeek-R1-NVFP4")
+    assert dtype == "bf16" and derived and "base model's config" in why
+    assert checkpoint_kv_dtype(LLAMA8)[2] is False
+
+
+def test_predict_prices_the_default_it_names(tmp_path):
+    base = ["predict", "--gpu", "H200", "--isl", "1000", "--osl", "100", "--concurrency", "8", "--json"]
+    default = CliRunner().invoke(app, base + ["--model", LLAMA8])
+    explicit = CliRunner().invoke(app, base + ["--model", LLAMA8, "--kv-dtype", "bf16"])
+    assert default.exit_code == 0 and "KV cache" not in default.stderr      # the plain default goes unsaid
+    assert json.loads(default.stdout) == json.loads(explicit.stdout)
+    fp8_ckpt = _checkpoint(tmp_path, {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"})
+    named = CliRunner().invoke(app, base + ["--model", fp8_ckpt])
+    fp8 = CliRunner().invoke(app, base + ["--model", fp8_ckpt, "--kv-dtype", "fp8"])
+    assert "KV cache fp8" in named.stderr and json.loads(named.stdout) == json.loads(fp8.stdout)

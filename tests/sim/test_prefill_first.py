@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-import apmw.sim.engine as engine_module
 from apmw.perf import replica_with_step
 from apmw.spec import Serving
-from apmw.perf import IterationLoad, replica_from_spec
+from apmw.perf import replica_from_spec
 from apmw.perf.serving_policy import mixes_prefill_with_decode
 from apmw.capacity.benchmark import predict_with
 from apmw.sim import simulate
+from apmw.sim.stats import Meter
 from apmw.spec import spec_from_dict
 from tests.sim.helpers import spec
 
@@ -23,14 +23,21 @@ def test_which_engines_mix_prefill_with_decode():
 
 
 def _iteration_kinds(monkeypatch, s) -> set[tuple[bool, bool]]:
-    """(carries decodes, carries prompt tokens) of every simulated iteration."""
+    """(carries decodes, carries prompt tokens) of every simulated iteration: those the engine steps one
+    at a time, and the all-decode segments it skips through (apmw.sim.stats.Meter sees both)."""
     kinds = set()
+    iteration, segment = Meter.iteration, Meter.segment
 
-    def recording(decode_seqs, prefill_tokens, kv_read_bytes, attention_flops):
-        kinds.add((bool(decode_seqs > 0), bool(prefill_tokens > 0)))
-        return IterationLoad(decode_seqs, prefill_tokens, kv_read_bytes, attention_flops)
+    def one(self, now, t, decode, running, kv_tokens_s, used_blocks, load=None):
+        kinds.add((bool(load.decode_seqs > 0), bool(load.prefill_tokens > 0)))
+        return iteration(self, now, t, decode, running, kv_tokens_s, used_blocks, load)
 
-    monkeypatch.setattr(engine_module, "IterationLoad", recording)
+    def many(self, now, t, *args, **kw):
+        kinds.add((True, False))
+        return segment(self, now, t, *args, **kw)
+
+    monkeypatch.setattr(Meter, "iteration", one)
+    monkeypatch.setattr(Meter, "segment", many)
     simulate(s, 8, duration_s=120, seed=3)
     return kinds
 

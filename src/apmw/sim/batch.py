@@ -53,12 +53,13 @@ class Batch:
 
     def append(self, seq: Seq) -> None:
         self.seqs.append(seq)
-        self.kv = np.append(self.kv, seq.kv_len)
-        self.total = np.append(self.total, seq.total)
-        self.own = np.append(self.own, seq.own)
-        self.gen = np.append(self.gen, seq.generated)
-        self.out = np.append(self.out, seq.out)
-        self.pre = np.append(self.pre, seq.prefill)
+        cat = np.concatenate
+        self.kv = cat((self.kv, (seq.kv_len,)))
+        self.total = cat((self.total, (seq.total,)))
+        self.own = cat((self.own, (seq.own,)))
+        self.gen = cat((self.gen, (seq.generated,)))
+        self.out = cat((self.out, (seq.out,)))
+        self.pre = cat((self.pre, (seq.prefill,)))
 
     def _sync(self, i: int) -> Seq:
         seq = self.seqs[i]
@@ -78,10 +79,13 @@ class Batch:
         return seq
 
     def remove(self, mask: np.ndarray) -> list[Seq]:
-        idx = np.flatnonzero(mask)
-        gone = [self._sync(int(i)) for i in idx]
+        idx = np.flatnonzero(mask).tolist()
+        gone = [self._sync(i) for i in idx]
         keep = ~mask
-        self.seqs = [s for s, k in zip(self.seqs, keep.tolist()) if k]
+        if len(idx) == 1:
+            del self.seqs[idx[0]]
+        else:
+            self.seqs = [s for s, k in zip(self.seqs, keep.tolist()) if k]
         self.kv, self.total, self.own = self.kv[keep], self.total[keep], self.own[keep]
         self.gen, self.out, self.pre = self.gen[keep], self.out[keep], self.pre[keep]
         return gone

@@ -19,7 +19,8 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
    first chunk are available; otherwise the queue waits (head-of-line, as vLLM).
 3. The iteration's time is the shared step-time model
    (:meth:`apmw.perf.StepModel.iteration_time_s`, the same function ``apmw plan``
-   uses) for its decode sequences, prefill tokens, KV bytes read and attention FLOPs.
+   uses) for its decode sequences, prefill tokens, KV bytes read and attention FLOPs
+   (:mod:`apmw.sim.pricing` asks it, or reads the answer it gave before).
 
 **Prefill first** (SGLang's default, ``serving.engine: sglang`` unless
 ``serving.mixed_prefill``): an iteration carries either prompts (rule 1 for sequences still
@@ -44,13 +45,17 @@ and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every runni
 sequence is decoding and nobody can be admitted, :meth:`Engine._fast_forward`
 finds how many iterations ``k`` pass before the next event (a sequence finishes,
 the KV pool would run out, an arrival that could be admitted, a TTL expiry, a
-measurement boundary), computes all ``k`` iteration times in one numpy call and
-applies them at once. The result equals the plain loop (``fast=False``) up to
-floating-point rounding; ``tests/sim/test_fast_path.py`` checks it.
+measurement boundary), prices the iterations up to it and applies them at once. Past
+the model's windows such an iteration's time depends only on the batch size and the sum
+of its contexts, so the times come from the tables of :class:`apmw.sim.pricing.Pricer`
+(priced a piece at a time, 32 iterations and then four times more, until the piece holds
+the next event). The result equals the plain loop (``fast=False``) up to floating-point
+rounding; ``tests/sim/test_fast_path.py`` checks it.
 
 The engine owns the clock and the queues. Where the KV blocks go (shared prefix, held
-contexts, pins and their spills) is :class:`apmw.sim.kv_ledger.KvLedger`'s account, and what
-the run measures is :class:`apmw.sim.stats.Meter`'s.
+contexts, pins and their spills) is :class:`apmw.sim.kv_ledger.KvLedger`'s account, what an
+iteration costs is :class:`apmw.sim.pricing.Pricer`'s (the step model's times, asked as seldom
+as possible), and what the run measures is :class:`apmw.sim.stats.Meter`'s.
 """
 
 
@@ -66,6 +71,7 @@ from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NE
                                   SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
+from apmw.sim.pricing import pricer_for
 from apmw.sim.slots import SlotPromptCache
 from apmw.sim.stats import Meter
 from apmw.spec import Serving
@@ -74,6 +80,9 @@ __all__ = ["BLOCK_TOKENS", "MAX_SEGMENT_ITERATIONS", "Batch", "Engine", "Seq"]
 
 # Longest fast-forward in one numpy call (bounds the arrays' size; a segment simply resumes).
 MAX_SEGMENT_ITERATIONS = 1 << 16
+# Iterations of a decode segment priced first; the next pieces are four times longer each, until the
+# segment's end (an arrival, a finish, a stop) is inside what was priced.
+FIRST_PIECE = 32
 
 
 class Engine:
@@ -110,10 +119,12 @@ class Engine:
         self.driver = driver
         self.fast = fast
         self.check = check
-        self.meter = Meter(step.compute_share, window, sample_dt_s)
+        # iteration times, decode segments from tables (apmw.sim.pricing)
+        self.pricer = pricer_for(step, policy.token_budget + policy.max_batch, policy.max_batch)
+        self.meter = Meter(step.compute_share, window, sample_dt_s, self.pricer.decode_shares)
         self.stats = self.meter.stats
         # contexts below this many tokens make KV bytes / attention FLOPs non-linear (sliding window, top-k)
-        self.linear_from = max(self.arch.sliding_window or 0, self.arch.attention_topk or 0)
+        self.linear_from = self.pricer.linear_from
 
     # ---- what drivers call -------------------------------------------------------------------------------
     def submit(self, seq: Seq, at_s: float) -> None:
@@ -135,7 +146,7 @@ class Engine:
         ahead formed that iteration's batch when the one just ended began; otherwise, now. (The
         idle case is also what keeps the loop live: with nothing running, no iteration would
         ever move the cutoff past an arrival.)"""
-        if self.ahead and len(self.running):
+        if self.ahead and self.running.seqs:
             return self._last_start_s
         return self.now
 
@@ -170,18 +181,21 @@ class Engine:
         self.stats.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def _loads(self, kv: np.ndarray, n: np.ndarray, prefill: np.ndarray):
-        arch = self.arch
-        kv_bytes = float(np.sum(arch.kv_read_bytes_for_context(kv, self.kv_dtype)))   # read, not held
-        attn = float(np.sum(n * arch.attention_flops_per_token(kv + np.where(prefill, n / 2.0, 0.0))))
-        return kv_bytes, attn
-
     def _schedule_running(self, budget: int, prompts: bool = True, decodes: bool = True
                           ) -> tuple[np.ndarray, int, bool]:
         """Tokens each running sequence computes this iteration (in order, within the budget), its blocks
         allocated; spills pins, then preempts from the back, when the pool runs short. ``prompts`` and
         ``decodes`` say which running sequences this iteration may carry (both when mixed)."""
         r, ledger = self.running, self.ledger
+        b = len(r.seqs)
+        if decodes and b <= budget and not np.count_nonzero(r.pre):
+            # the common case: every running sequence decodes a token, and the pool has the blocks
+            need = ledger.blocks_for(r.kv + 1) - r.own
+            total_need = int(need.sum())
+            if ledger.fits(total_need):
+                ledger.take(total_need)
+                r.own += need
+                return np.ones(b, dtype=np.int64), budget - b, False
         want = np.where(r.pre, r.total - r.kv if prompts else 0, 1 if decodes else 0)
         before = np.cumsum(want) - want
         n = np.clip(budget - before, 0, want)
@@ -228,11 +242,11 @@ class Engine:
         """Tokens per running sequence this iteration (rule 1), then admissions (rule 2) appended."""
         r = self.running
         budget = self.max_tokens
-        n, budget, preempted = (self._schedule_running(budget, prompts, decodes) if len(r)
+        n, budget, preempted = (self._schedule_running(budget, prompts, decodes) if r.seqs
                                 else (np.zeros(0, np.int64), budget, False))
         if not preempted and admit:
             added = []
-            while self.waiting and budget > 0 and len(r) < self.max_batch:
+            while self.waiting and budget > 0 and len(r.seqs) < self.max_batch:
                 plan = self._admission(self.waiting[0], budget)
                 while plan is None and self._spill_one():
                     plan = self._admission(self.waiting[0], budget)
@@ -254,24 +268,26 @@ class Engine:
             # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is
             # one, decoding only when there is none (apmw.perf.serving_policy)
             n = self._schedule(decodes=False)
-            if not (n > 0).any():
+            if not np.count_nonzero(n):
                 n = self._schedule(prompts=False, admit=False)
         else:
             n = self._schedule()
-        active = n > 0
-        if not active.any():
+        computed = int(n.sum())
+        if not computed:
             return False
         self.meter.sample(self.now, r, self.ledger.kv_tokens)
-        kv = r.kv[active].astype(float)
-        n_act = n[active].astype(float)
-        pre = r.pre[active]
-        kv_bytes, attn = self._loads(kv, n_act, pre)
-        decode = int(len(kv) - pre.sum())
+        active = n > 0
+        if int(np.count_nonzero(active)) == len(n):      # the common case: every running sequence computes
+            kv, n_act, pre = r.kv, n, r.pre
+        else:
+            kv, n_act, pre = r.kv[active], n[active], r.pre[active]
+        kv_bytes, attn = self.pricer.loads(kv, n_act, pre)
+        decode = int(len(kv) - np.count_nonzero(pre))
         if decode:
             self._decay_share(1)
-        prefill_tokens = int(n_act[pre].sum())
+        prefill_tokens = computed - decode          # a decoding sequence computes one token
         load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
-        t = float(self.step.iteration_time_s(load))
+        t = self.pricer.time_s(load)
         self.meter.iteration(self.now, t, decode, len(kv), t * self.ledger.kv_tokens, self.ledger.pool.used, load)
         self._last_start_s = self.now
         self.now += t
@@ -279,23 +295,25 @@ class Engine:
         st.prefill_tokens += prefill_tokens
         st.decode_tokens += decode
         r.kv += n
-        self.ledger.computed(int(n.sum()))
+        self.ledger.computed(computed)
         gen = active & (r.kv == r.total)
         r.gen += gen
         r.total += gen
-        st.generated_tokens += int(gen.sum())
+        st.generated_tokens += int(np.count_nonzero(gen))
         first = gen & r.pre
-        if first.any():
+        if np.count_nonzero(first):
             for i in np.flatnonzero(first).tolist():
                 seq = r.seqs[i]
                 if seq.first_s < 0:
                     seq.first_s = self.now
             r.pre = r.pre & ~first
-        self._finish(gen & (r.gen == r.out))
+        done = gen & (r.gen == r.out)
+        if np.count_nonzero(done):
+            self._finish(done)
         return True
 
     def _finish(self, done: np.ndarray) -> None:
-        if not done.any():
+        if not np.count_nonzero(done):
             return
         for seq in self.running.remove(done):
             self.driver.on_done(seq, self.now)
@@ -306,21 +324,23 @@ class Engine:
         segment ends with the iteration whose batch takes it)."""
         t = min(self.driver.stop_time_s, self.ledger.next_expiry_s(), self.meter.next_due_s(self.now))
         joins = np.inf
-        if self.arrivals and not self.waiting and len(self.running) < self.max_batch:
+        if self.arrivals and not self.waiting and len(self.running.seqs) < self.max_batch:
             joins = self.arrivals[0][0]
         return t, joins
 
-    def _segment_length(self, ends: np.ndarray) -> int:
-        """How many of the iterations ending at ``ends`` the plain loop runs before its next event."""
-        stop, joins = self._stop_times()
-        k = int(np.searchsorted(ends, stop, side="left")) + 1
+    def _segment_length(self, ends: np.ndarray, stops: tuple[float, float] | None = None) -> int:
+        """How many of the iterations ending at ``ends`` the plain loop runs before its next event
+        (``stops``: :meth:`_stop_times`, if already known). More than ``len(ends)`` when none of them
+        reaches it."""
+        stop, joins = self._stop_times() if stops is None else stops
+        k = int(ends.searchsorted(stop)) + 1
         if np.isfinite(joins):
             # the arrival is queued after the first iteration ending at or after it; scheduling ahead,
             # after the first one *starting* at or after it (_arrival_cutoff_s), one iteration later
             if not self.ahead:
-                k = min(k, int(np.searchsorted(ends, joins, side="left")) + 1)
+                k = min(k, int(ends.searchsorted(joins)) + 1)
             else:
-                k = min(k, 1 if joins <= self.now else int(np.searchsorted(ends, joins, side="left")) + 2)
+                k = min(k, 1 if joins <= self.now else int(ends.searchsorted(joins)) + 2)
         return k
 
     def _decay_share(self, steps: int) -> None:
@@ -331,8 +351,8 @@ class Engine:
     def _fast_forward(self) -> bool:
         """Advance many all-decode iterations in one step; False when the plain step must run."""
         r = self.running
-        b = len(r)
-        if b == 0 or b > self.max_tokens or r.pre.any():
+        b = len(r.seqs)
+        if b == 0 or b > self.max_tokens or np.count_nonzero(r.pre):
             return False
         if self.adaptive_share and self.waiting and self.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
             return False    # the share falls every iteration, so the queue head may fit at any one
@@ -341,45 +361,59 @@ class Engine:
                 self._admission(self.waiting[0], budget) or self.ledger.spillable(self.waiting)):
             return False
         kv = r.kv
-        k = int((r.out - r.gen).min())
-        k = self.ledger.decode_room(kv, min(k, MAX_SEGMENT_ITERATIONS))
-        if k == 0:
-            return False
-        kvf = kv.astype(float)
-        lowest = int(kv.min())
-        j = np.arange(k, dtype=float)
-        arch = self.arch
-        linear_from = max(self.linear_from, arch.kv_reads_linear_from_tokens)   # V4: 4 x top-k
-        if lowest < linear_from:                # sliding window / top-k: evaluate exactly, up to the linear part
-            k = min(k, linear_from - lowest)
-            j = j[:k]
-            ctx = kvf[None, :] + j[:, None]
-            kv_bytes = arch.kv_read_bytes_for_context(ctx, self.kv_dtype).sum(axis=1)
-            attn = arch.attention_flops_per_token(ctx).sum(axis=1)
-        else:
-            # linear in the context from here: the batch's sum is b times the figure at its mean context
-            ctx = float(kvf.mean()) + j
-            kv_bytes = b * arch.kv_read_bytes_for_context(ctx, self.kv_dtype)
-            attn = b * arch.attention_flops_per_token(ctx)
-        load = IterationLoad(float(b), 0.0, kv_bytes, attn)
-        t = np.asarray(self.step.iteration_time_s(load), dtype=float)
-        t = np.broadcast_to(t, j.shape)
-        ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
-        k = min(k, self._segment_length(ends))
-        t = t[:k]
+        k = min(int((r.out - r.gen).min()), MAX_SEGMENT_ITERATIONS)
         ledger = self.ledger
+        pool = ledger.pool
+        if pool.capacity - pool.used < b * (k // BLOCK_TOKENS + 1):    # else every block k tokens need is free
+            k = ledger.decode_room(kv, k)
+            if k == 0:
+                return False
+        pricer = self.pricer
+        if self.linear_from and int(kv.min()) < self.linear_from:
+            # sliding window / top-k: evaluate exactly, up to the linear part
+            k = min(k, self.linear_from - int(kv.min()))
+            j = np.arange(k, dtype=float)
+            ctx = kv.astype(float)[None, :] + j[:, None]
+            arch = self.arch
+            load = IterationLoad(float(b), 0.0, arch.kv_read_bytes_for_context(ctx, self.kv_dtype).sum(axis=1),
+                                 arch.attention_flops_per_token(ctx).sum(axis=1))
+            t = pricer._times(load, j.shape)
+            ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
+            k = min(k, self._segment_length(ends))
+            total = None
+        else:
+            # linear in the context from here: the batch's sum is b times the figure at its mean context,
+            # a function of the contexts' sum (apmw.sim.pricing's tables); priced piece by piece up to the
+            # segment's end
+            total, j, load = int(kv.sum()), None, None
+            stops = self._stop_times()
+            m = min(FIRST_PIECE, k)
+            t = pricer.decode(b, total, m)
+            ends = np.cumsum(np.concatenate(((self.now,), t)))[1:]
+            while m < k and self._segment_length(ends, stops) > m:
+                more = min(4 * m, k - m)
+                tp = pricer.decode(b, total + b * m, more)
+                t = np.concatenate((t, tp))
+                ends = np.concatenate((ends, np.cumsum(np.concatenate(((ends[-1],), tp)))[1:]))
+                m += more
+            k = min(m, self._segment_length(ends, stops))
+        t = t[:k]
         self.meter.sample(self.now, r, ledger.kv_tokens)
-        ledger.take_decode(kv, k)
-        self.meter.segment(self.now, t, j, load, b, ledger.kv_tokens, ledger.pool.used)
+        kv = kv + k
+        own = ledger.blocks_for(kv)
+        pool.take(int(own.sum()) - int(r.own.sum()))
+        self.meter.segment(self.now, t, j, load, b, ledger.kv_tokens, pool.used, total)
         self._decay_share(k)
         self.now = float(ends[k - 1])
         self._last_start_s = self.now - float(t[k - 1])
         ledger.computed(b * k)
-        r.kv = r.kv + k
+        r.kv = kv
         r.total = r.total + k
         r.gen = r.gen + k
-        r.own = ledger.blocks_for(r.kv)
-        self._finish(r.gen == r.out)
+        r.own = own
+        done = r.gen == r.out
+        if np.count_nonzero(done):
+            self._finish(done)
         return True
 
     def _spill_one(self) -> bool:
@@ -429,7 +463,7 @@ class Engine:
             tick += 1
             if progress is not None and tick % 2048 == 0:
                 progress(self.now)
-            if self.running:
+            if self.running.seqs:
                 if not (self.fast and self._fast_forward()):
                     self.step_once()
                 continue
@@ -444,6 +478,7 @@ class Engine:
             if not np.isfinite(nxt):
                 break
             self._idle_until(max(self.now, nxt))
+        self.meter.flush()
 
     def _idle_until(self, t: float) -> None:
         """No iteration runs until ``t``: pinned and shared KV still count as resident."""

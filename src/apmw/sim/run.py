@@ -34,6 +34,7 @@ def _result(spec: Spec, replica: Replica, eng: Engine, mode: str, agents: int, s
             warmup_s: float, window_s: float, latency: list[float], ttft: list[float], tpot: list[float],
             tasks: dict, wall_s: float, tool_s: list[float] | None = None,
             out_tokens: list[int] | None = None) -> SimResult:
+    eng.meter.flush()
     st = eng.stats
     win = max(window_s, 1e-12)
     util = min(st.busy_s / win, 1.0)

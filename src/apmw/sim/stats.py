@@ -41,18 +41,32 @@ class Stats:
     samples: list = field(default_factory=list)   # (t_s, decode_batch, kv_tokens)
 
 
+# Iterations, and decode segments, whose compute-bound shares are priced together (:meth:`Meter.flush`).
+DEFERRED_SHARES = 4096
+
+
 class Meter:
-    """Adds an engine's iterations and idle spans to its :class:`Stats`, and samples its time series."""
+    """Adds an engine's iterations and idle spans to its :class:`Stats`, and samples its time series.
 
-    __slots__ = ("stats", "compute_share", "window", "sample_dt_s", "next_sample_s", "boundaries")
+    The compute-bound share (power) counts only as its time-weighted sum over the window, so the
+    iterations in the window are collected and their shares priced together (:meth:`flush`, which
+    :meth:`Engine.run` calls at the end): one vectorised call instead of one per iteration.
+    """
 
-    def __init__(self, compute_share, window: tuple[float, float], sample_dt_s: float):
+    __slots__ = ("stats", "compute_share", "decode_shares", "window", "sample_dt_s", "next_sample_s",
+                 "boundaries", "_loads", "_segments")
+
+    def __init__(self, compute_share, window: tuple[float, float], sample_dt_s: float, decode_shares=None):
         self.stats = Stats()
         self.compute_share = compute_share    # the step model's compute-bound share of an iteration's time
+        # shares of all-decode iterations from (batch sizes, contexts' sums): apmw.sim.pricing.Pricer.decode_shares
+        self.decode_shares = decode_shares
         self.window = window
         self.sample_dt_s = sample_dt_s
         self.next_sample_s = window[0]
         self.boundaries = sorted(b for b in window if np.isfinite(b))
+        self._loads: list[tuple] = []         # iterations whose compute-bound share is not priced yet
+        self._segments: list[tuple] = []      # decode segments (batch, first contexts' sum, times) ... likewise
 
     def in_window(self, now: float) -> bool:
         return self.window[0] <= now < self.window[1]
@@ -63,32 +77,67 @@ class Meter:
         decoding and ``used_blocks`` blocks in use."""
         st = self.stats
         st.iterations += 1
-        if self.in_window(now):
+        if self.window[0] <= now < self.window[1]:
             st.busy_s += t
             if load is not None:        # the roofline's compute-bound share, priced only when it counts
-                st.compute_bound_s += float(self.compute_share(load)) * t
+                self._loads.append((load.decode_seqs, load.prefill_tokens, load.kv_read_bytes,
+                                    load.attention_flops, t))
+                if len(self._loads) >= DEFERRED_SHARES:
+                    self.flush()
             st.decode_batch_s += decode * t
             st.running_batch_s += running * t
             st.kv_tokens_s += kv_tokens_s
         if used_blocks > st.max_blocks_used:
             st.max_blocks_used = used_blocks
 
-    def segment(self, now: float, t: np.ndarray, j: np.ndarray, load: IterationLoad, batch: int, kv_tokens: int,
-                used_blocks: int) -> None:
-        """All-decode iterations ``j`` of ``t`` seconds each from ``now`` (the fast path): ``batch``
-        sequences each decode a token an iteration on top of ``kv_tokens`` resident ones."""
+    def flush(self) -> None:
+        """Price the compute-bound shares of the iterations collected so far (one vectorised call each for
+        single iterations and for decode segments)."""
+        st = self.stats
+        if self._loads:
+            a = np.array(self._loads, dtype=float)
+            self._loads = []
+            share = np.broadcast_to(np.asarray(self.compute_share(IterationLoad(a[:, 0], a[:, 1], a[:, 2], a[:, 3])),
+                                               dtype=float), (len(a),))
+            st.compute_bound_s += float((share * a[:, 4]).sum())
+        if self._segments:
+            segs = self._segments
+            self._segments = []
+            b = np.array([x[0] for x in segs], dtype=float)
+            first = np.array([x[1] for x in segs], dtype=float)
+            k = np.array([len(x[2]) for x in segs])
+            t = np.concatenate([x[2] for x in segs])
+            starts = np.cumsum(k) - k
+            j = np.arange(len(t)) - np.repeat(starts, k)
+            bb = np.repeat(b, k)
+            st.compute_bound_s += float((self.decode_shares(bb, np.repeat(first, k) + bb * j) * t).sum())
+
+    def segment(self, now: float, t: np.ndarray, j: np.ndarray | None, load: IterationLoad | None, batch: int,
+                kv_tokens: int, used_blocks: int, total: int | None = None) -> None:
+        """All-decode iterations ``j`` (default ``0 .. len(t) - 1``) of ``t`` seconds each from ``now`` (the
+        fast path): ``batch`` sequences each decode a token an iteration on top of ``kv_tokens`` resident
+        ones. Their compute-bound shares are priced from ``load``, or later (:meth:`flush`) from the
+        contexts' sum ``total`` at the first iteration (they are all past the model's windows)."""
         st = self.stats
         k = len(t)
-        if self.in_window(now):
+        if self.window[0] <= now < self.window[1]:
+            if j is None:
+                j = np.arange(k, dtype=float)
             total_t = float(t.sum())
             st.busy_s += total_t
-            share = np.broadcast_to(np.asarray(self.compute_share(load), dtype=float), j.shape)
-            st.compute_bound_s += float((share[:k] * t).sum())
+            if total is not None and self.decode_shares is not None:
+                self._segments.append((batch, total, t))
+                if len(self._segments) >= DEFERRED_SHARES:
+                    self.flush()
+            else:
+                share = np.broadcast_to(np.asarray(self.compute_share(load), dtype=float), j.shape)
+                st.compute_bound_s += float((share[:k] * t).sum())
             st.decode_batch_s += batch * total_t
             st.running_batch_s += batch * total_t
-            st.kv_tokens_s += float((t * (kv_tokens + batch * j[:k])).sum())
+            st.kv_tokens_s += kv_tokens * total_t + batch * float((t * j[:k]).sum())
         st.iterations += k
-        st.max_blocks_used = max(st.max_blocks_used, used_blocks)
+        if used_blocks > st.max_blocks_used:
+            st.max_blocks_used = used_blocks
         st.decode_tokens += batch * k
         st.generated_tokens += batch * k
 

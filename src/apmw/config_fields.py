@@ -12,7 +12,7 @@ with every layer a 128-token window and 0 KV bytes per token. So a config is rea
   not to change the served model's parameters, compute or KV cache (:data:`NO_COST`,
   :data:`FAMILY_NO_COST`), with the values :data:`VALUES` allows.
 
-Anything else is refused with the fields named (:class:`apmw.arch.ConfigError`).
+Anything else is refused with the fields named (:class:`apmw.errors.ConfigError`).
 """
 
 from __future__ import annotations

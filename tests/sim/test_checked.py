@@ -18,7 +18,8 @@ from tests.e2e.test_cli import APMW, EXAMPLES
 @pytest.fixture(scope="module")
 def support():
     analytic = plan(load_spec(EXAMPLES / "support-chat.yaml"))
-    return analytic, check_plan(analytic, tasks_per_point=150, replications=2)
+    # 75 tasks a run: the TTFT-bound p95 is noisy enough that bracketing N* may take more than 5 counts
+    return analytic, check_plan(analytic, tasks_per_point=150, replications=2, max_points=8)
 
 
 def test_n_star_meets_the_simulated_slo_and_one_more_agent_misses(support):
@@ -47,6 +48,18 @@ def test_the_answer_carries_its_uncertainty(support):
     assert len(at["seeds"]) == 2 and len(at["task_latency_p95_by_run_s"]) == 2
 
 
+def test_the_analytic_n_star_is_run_once_to_steer_and_only_settled_counts_answer(support):
+    analytic, checked = support
+    d = checked.to_dict()
+    settled = {p["agents"]: p for p in d["check"]["points"]}
+    steering = {p["agents"]: p for p in d["check"]["steering"]}
+    assert analytic.agents_per_replica in settled.keys() | steering.keys()
+    assert not settled.keys() & steering.keys() and len(steering) <= 1
+    assert all(p["seeds"] == [analytic.spec.seed] for p in steering.values())
+    assert all(len(p["seeds"]) == 2 for p in settled.values())      # replications=2
+    assert d["agents_per_replica"] in settled
+
+
 def test_economics_come_from_the_simulated_operating_point(support):
     analytic, checked = support
     d, sim = checked.to_dict(), checked.at
@@ -59,7 +72,7 @@ def test_economics_come_from_the_simulated_operating_point(support):
 
 def test_same_seed_same_checked_answer(support):
     analytic, checked = support
-    again = check_plan(analytic, tasks_per_point=150, replications=2)
+    again = check_plan(analytic, tasks_per_point=150, replications=2, max_points=8)
     assert again.to_dict()["check"] == checked.to_dict()["check"]
     assert again.agents == checked.agents
 

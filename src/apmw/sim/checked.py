@@ -4,21 +4,30 @@ The analytic plan (:func:`apmw.capacity.plan`) is fast but approximate where an 
 full: admission waits and preemptions near the KV pool's capacity are outside it. So the
 answer ``apmw plan`` prints is re-derived in the simulator:
 
-1. **Start at the analytic N*.** Simulate it: ``replications`` seeded runs (seeds
-   ``spec.seed``, ``spec.seed + 1``, ...; the same seeds at every agent count, so two counts
-   differ by the agents, not the luck), each long enough that the runs together record about
-   ``tasks_per_point`` tasks, and pool their tasks. A count the first runs already put clearly
-   inside or outside the SLO (:data:`DECIDED_MARGIN`) gets no more runs.
+1. **Start at the analytic N*.** Simulate it once, to steer (a steering run). Every other
+   count gets ``replications`` seeded runs at once (seeds ``spec.seed``, ``spec.seed + 1``,
+   ...; the same seeds at every agent count, so two counts differ by the agents, not the
+   luck), each long enough that the runs together record about ``tasks_per_point`` tasks, and
+   pools their tasks. A count the first runs already put clearly inside or outside the SLO
+   (:data:`DECIDED_MARGIN`) gets no more runs. Such a count, or one with all its runs, is
+   *settled*.
 2. **Correct the analytic curve and step.** The simulated SLO slack at a point (largest
    figure / limit over the SLOs set, :func:`apmw.capacity.slo.slo_slack`) over the analytic
    one there is a correction factor; the next count is the largest whose corrected analytic
    slack is at most 1, kept strictly inside the bracket found so far.
 3. **Stop** when a count that meets the SLO and the next one that misses it are one agent
-   apart, or after ``max_points`` counts.
+   apart and both are settled (the analytic N* gets the rest of its runs here if it is one of
+   them, and the search goes on if they move the bracket), or after ``max_points`` settled
+   counts (then, while no settled count meets the SLO, halving towards one that does).
 
-**The answer.** N* is the largest simulated count that meets the SLO below the smallest that
+The analytic N* is often not where N* lies (near a full KV pool the analytic model misses what
+binds), so its steering run saves the two runs it would otherwise get; it never enters the
+answer, the interval or the points below unless it is settled (``check.steering`` in the JSON
+lists it otherwise).
+
+**The answer.** N* is the largest settled count that meets the SLO below the smallest that
 misses it. Its interval runs from where the upper end of the pooled p95's confidence interval
-crosses the SLO to where the lower end does (linear between simulated counts): the agent counts
+crosses the SLO to where the lower end does (linear between settled counts): the agent counts
 the simulation cannot tell apart from N*. The pooled p95's interval is the wider of two: the
 distribution-free one of the pooled tasks (:func:`apmw.sim.result.quantile_interval`, which takes
 tasks as independent) and the replication one, from how far the runs' own p95s spread (tasks of
@@ -53,7 +62,7 @@ from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, MAX_DURATION_S, simul
 # distribution-free 95 % interval of roughly +-10 % on the bundled examples (docs/simulate.md).
 CHECK_TASKS_PER_POINT = 300
 CHECK_REPLICATIONS = 3
-# Agent counts simulated at most (each is ``replications`` runs).
+# Agent counts settled at most (each is up to ``replications`` runs; the analytic N*'s steering run aside).
 CHECK_MAX_POINTS = 5
 # Each run covers at least this many mean task times, so a fifth of it (the warm-up) fills the engine.
 MIN_RUN_TASK_TIMES = 4.0
@@ -180,11 +189,13 @@ class CheckedPlan:
 
     plan: Plan                       # the plan at the checked N*, its economics from the simulation
     analytic: Plan
-    points: tuple[SimulatedPoint, ...]   # every agent count simulated, by count
+    points: tuple[SimulatedPoint, ...]   # every settled agent count simulated, by count
     agents: int                      # the checked N*
     interval: tuple[int | None, int | None]   # (None: below / above the counts simulated)
     tasks_per_point: int
     replications: int
+    # counts simulated once to steer the search and not settled (not part of the answer)
+    steering: tuple[SimulatedPoint, ...] = ()
 
     @property
     def at(self) -> SimulatedPoint:
@@ -234,7 +245,8 @@ class CheckedPlan:
             "analytic": {k: a[k] for k in ("agents_per_replica", "binding_constraint", "binding_slo", "meets_slo",
                                            "task_latency_s", "ttft_p95_s", "tpot_p95_s", "agents_per_mw")},
             "check": {"tasks_per_point": self.tasks_per_point, "replications": self.replications,
-                      "points": [p.to_dict(slo) for p in self.points]},
+                      "points": [p.to_dict(slo) for p in self.points],
+                      "steering": [p.to_dict(slo) for p in self.steering]},
         })
         return d
 
@@ -260,39 +272,75 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
         return analytic_slack[n]
 
     points: dict[int, SimulatedPoint] = {}
+    durations: dict[int, float] = {}
     runs_total = max_points * replications
+    per_run = math.ceil(tasks_per_point / replications)
 
-    def run(n: int) -> SimulatedPoint:
-        x = n / model.evaluate(n).task_latency_mean_s           # tasks started per second, analytic
-        per_run = math.ceil(tasks_per_point / replications)
-        duration = min(max(per_run / ((1 - DEFAULT_WARMUP_SHARE) * x), MIN_RUN_TASK_TIMES * n / x), MAX_DURATION_S)
-        runs = []
-        for i in range(replications):
-            done = (len(points) * replications + i) / runs_total
-            if progress is not None:
-                progress(f"simulating {n} agents, run {i + 1}/{replications}", done)
-            cb = None if progress is None else (
-                lambda now, end, d=done: progress(f"simulating {n} agents, run {i + 1}/{replications}",
-                                                  d + now / end / runs_total))
-            runs.append(simulate(spec, n, duration_s=duration, seed=spec.seed + i, replica=replica, progress=cb))
-            if _decided(SimulatedPoint(n, tuple(runs)), spec.slo):
-                break
-        return SimulatedPoint(n, tuple(runs))
+    def add_run(n: int) -> None:
+        """One more seeded run at ``n`` agents (seed ``spec.seed + runs so far``), pooled into its point."""
+        if n not in durations:      # every run of a count is as long
+            x = n / model.evaluate(n).task_latency_mean_s           # tasks started per second, analytic
+            durations[n] = min(max(per_run / ((1 - DEFAULT_WARMUP_SHARE) * x), MIN_RUN_TASK_TIMES * n / x),
+                               MAX_DURATION_S)
+        duration = durations[n]
+        before = points[n].runs if n in points else ()
+        i = len(before)
+        done = min(sum(len(p.runs) for p in points.values()) / runs_total, 1.0)
+        what = f"simulating {n} agents, run {i + 1}/{replications}"
+        cb = None
+        if progress is not None:
+            told = progress
+            told(what, done)
 
-    n = max(analytic.agents_per_replica, 1)
-    while len(points) < max_points:
-        points[n] = run(n)
+            def cb(now: float, end: float) -> None:
+                told(what, min(done + now / end / runs_total, 1.0))
+        run = simulate(spec, n, duration_s=duration, seed=spec.seed + i, replica=replica, progress=cb)
+        points[n] = SimulatedPoint(n, (*before, run))
+
+    def settled(n: int) -> bool:
+        p = points[n]
+        return len(p.runs) >= replications or _decided(p, spec.slo)
+
+    def settle(counts) -> bool:
+        """Give ``counts`` their remaining replications; whether any ran."""
+        ran = False
+        for k in counts:
+            if k is not None:
+                while not settled(k):
+                    add_run(k)
+                    ran = True
+        return ran
+
+    # the analytic N* is simulated once first: that run steers the search, and the rest of its
+    # replications run only if it ends up bracketing N* (it often does not: the analytic model misses
+    # what binds near a full KV pool). Every other count gets its replications at once.
+    add_run(max(analytic.agents_per_replica, 1))
+    while True:
         lo, hi = _bracket(points, spec.slo)
         if lo is not None and hi is not None and hi - lo <= 1:
+            if settle((lo, hi)):
+                continue                 # the added runs may move the bracket
             break
-        nxt = _next_count(points, lo, hi, spec.slo, slack_a)
+        # at most max_points counts get their replications (the first count's steering run aside), unless
+        # none of them meets the SLO: then the search halves its way down to one that does
+        if sum(settled(k) for k in points) < max_points:
+            nxt = _next_count(points, lo, hi, spec.slo, slack_a)
+        elif lo is None and hi is not None and hi > 1:
+            nxt = min(_next_count(points, lo, hi, spec.slo, slack_a) or hi, hi // 2)
+        else:
+            nxt = None
         if nxt is None or nxt in points:
+            if settle((lo, hi)):        # the search stops here: the answer rests on settled counts
+                continue
             break
-        n = nxt
-    ordered = [points[k] for k in sorted(points)]
-    lo, hi = _bracket(points, spec.slo)
+        add_run(nxt)
+        settle((nxt,))
+    full = {k: p for k, p in points.items() if settled(k)}
+    ordered = [full[k] for k in sorted(full)]
+    steering = tuple(points[k] for k in sorted(points) if k not in full)
+    lo, hi = _bracket(full, spec.slo)
     if lo is None:
-        first = ordered[0]
+        first = ordered[0] if ordered else points[min(points)]
         raise ApmwError(
             f"the simulator misses the SLO at every agent count it checked, down to {first.agents} "
             f"(task p95 {first.p95('task_latency_s') or math.nan:,.0f} s over {first.completed_tasks} tasks; "
@@ -302,7 +350,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     below = [p for p in ordered if hi is None or p.agents <= hi]
     interval = (_crossing(below, lambda p: p.slack(spec.slo, 1)),
                 None if hi is None else _crossing(below, lambda p: p.slack(spec.slo, 0)))
-    at = points[lo]
+    at = full[lo]
     econ = economics(spec, replica, lo, at.task_latency["mean"], at.mean("engine_utilisation"),
                      at.mean("compute_bound_share"))
     fleet = None
@@ -313,7 +361,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
         progress("done", 1.0)
     return CheckedPlan(plan=replace(analytic, at=model.evaluate(lo), economics=econ, fleet=fleet), analytic=analytic,
                        points=tuple(ordered), agents=lo, interval=interval, tasks_per_point=tasks_per_point,
-                       replications=replications)
+                       replications=replications, steering=steering)
 
 
 def _decided(point: SimulatedPoint, slo) -> bool:

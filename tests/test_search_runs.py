@@ -160,20 +160,28 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.slow
-def test_a_pool_worker_killed_mid_search_is_replaced_and_nothing_is_lost_or_counted_twice(reference, space, tmp_path):
+def test_a_pool_worker_killed_mid_search_is_replaced_and_nothing_is_lost_or_counted_twice(tmp_path):
+    # the longer space, so that the pool is still planning a moment after its workers start
+    space = tmp_path / "long.yaml"
+    space.write_text(_space_yaml(LONG_AXES))
+    reference = planned_here(tmp_path / "reference.parquet", LONG_AXES)
     out = tmp_path / "points.parquet"
     proc = subprocess.Popen([APMW, "search", str(SPEC), "--space", str(space), "--workers", "2", "--parquet", str(out),
                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    workers: list[int] = []
-    deadline = time.monotonic() + 60
-    while not workers and time.monotonic() < deadline:
+
+    def pool_workers() -> list[int]:
         servers = [p for p in _children(proc.pid) if "forkserver" in _cmdline(p)]
-        workers = [w for s in servers for w in _children(s)]
+        return [w for s in servers for w in _children(s)]
+
+    deadline = time.monotonic() + 60
+    while not pool_workers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert workers, "no pool worker started"
-    time.sleep(0.5)
-    os.kill(workers[0], signal.SIGKILL)
+    assert pool_workers(), "no pool worker started"
+    time.sleep(0.2)            # the workers have taken their first batches
+    alive = pool_workers()
+    assert alive and proc.poll() is None, "the search ended before a worker could be killed"
+    os.kill(alive[0], signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
-    assert json.loads(stdout)["evaluated"] == 48
+    assert json.loads(stdout)["evaluated"] == 2 * 48
     _same_table(out, reference)

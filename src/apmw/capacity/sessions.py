@@ -35,7 +35,8 @@ there or ends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -173,7 +174,49 @@ def sample_retained_pair(spec: Spec, replica: Replica, sessions: int | None = No
 AS_POLICY, FREED_FOUND, RETAINED_LOST = "as_policy", "freed_found", "retained_lost"
 
 
+# Samples recently priced, by everything pricing reads (:func:`_sample_key`): a design-space search or the
+# levers re-plan one workload on other GPUs, engines and batch limits, and its sample does not change with
+# them. A handful, since a sample of 60,000 calls holds some tens of MB.
+SAMPLE_CACHE_ENTRIES = 4
+_SAMPLES: OrderedDict[tuple, tuple[SessionSample, ...]] = OrderedDict()
+# Serving fields pricing does not read (the engine's batch limits, memory share and layout reach it only
+# through the replica's resolved token budget and prompt slots, which the key holds).
+_UNREAD_SERVING = {"engine", "engine_version", "mixed_prefill", "overlap_scheduling", "max_batch", "max_batched_tokens",
+                   "kv_memory_fraction", "workspace_bytes_per_gpu", "attention_data_parallel", "parallelism"}
+
+
+def _sample_key(spec: Spec, replica: Replica, sessions: int, seed: int, variants: tuple[str, ...]) -> tuple:
+    """What :func:`_priced` reads of its arguments."""
+    return (spec.workload.model_dump_json(), spec.model.model_dump_json(), spec.serving.model_dump_json(
+            exclude=_UNREAD_SERVING), spec.fleet.routing, spec.fleet.routing_replicas, replica.arch,
+            replica.policy.token_budget, replica.policy.slot_prompt_cache, sessions, seed, variants)
+
+
+def _read_only(s: SessionSample) -> SessionSample:
+    """``s`` with its arrays made read-only, so that plans sharing it cannot change it for each other."""
+    for f in fields(s):
+        value = getattr(s, f.name)
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return s
+
+
 def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None,
+            variants: tuple[str, ...]) -> list[SessionSample]:
+    """:func:`_priced`, or the samples it gave the last time it was asked the same (same values, shared)."""
+    sessions = default_session_count(spec) if sessions is None else sessions
+    seed = spec.seed if seed is None else seed
+    key = _sample_key(spec, replica, sessions, seed, variants)
+    if key in _SAMPLES:
+        _SAMPLES.move_to_end(key)
+    else:
+        _SAMPLES[key] = tuple(_read_only(s) for s in _priced(spec, replica, sessions, seed, variants))
+        while len(_SAMPLES) > SAMPLE_CACHE_ENTRIES:
+            _SAMPLES.popitem(last=False)
+    return list(_SAMPLES[key])
+
+
+def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
             variants: tuple[str, ...]) -> list[SessionSample]:
     """Sample sessions once and price them as each of ``variants`` says.
 
@@ -186,8 +229,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     cache's free memory (or the KV overflow) implies.
     """
     w, sv, arch = spec.workload, spec.serving, replica.arch
-    sessions = default_session_count(spec) if sessions is None else sessions
-    rng = np.random.default_rng(spec.seed if seed is None else seed)
+    rng = np.random.default_rng(seed)
     kv_dtype = spec.model.kv_dtype
 
     steps = _rounded(w.steps_per_task.sample(rng, sessions), 1)
@@ -258,7 +300,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     routed = None
     if routing.spreads and sv.prefix_caching:
         check_routable(spec, replica.policy.slot_prompt_cache)
-        routed = _routed(session_of_call, routing, spec.seed if seed is None else seed, prompt, out, wait_before,
+        routed = _routed(session_of_call, routing, seed, prompt, out, wait_before,
                          wait_after, calls_per_session, policy, ttl_s, shared)
         kept_calls, freed, freed_s = routed.kept, routed.freed, routed.freed_s
     # a call after a summary re-prefills the summary text in its new position

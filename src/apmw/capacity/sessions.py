@@ -176,7 +176,7 @@ AS_POLICY, FREED_FOUND, RETAINED_LOST = "as_policy", "freed_found", "retained_lo
 
 # Samples recently priced, by everything pricing reads (:func:`_sample_key`): a design-space search or the
 # levers re-plan one workload on other GPUs, engines and batch limits, and its sample does not change with
-# them. A handful, since a sample of 60,000 calls holds some tens of MB.
+# them. A handful: the bundled examples' pairs of priced samples hold 5-9 MB each.
 SAMPLE_CACHE_ENTRIES = 4
 _SAMPLES: OrderedDict[tuple, tuple[SessionSample, ...]] = OrderedDict()
 # Serving fields pricing does not read (the engine's batch limits, memory share and layout reach it only

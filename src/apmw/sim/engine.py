@@ -48,8 +48,8 @@ the KV pool would run out, an arrival that could be admitted, a TTL expiry, a
 measurement boundary), prices the iterations up to it and applies them at once. Past
 the model's windows such an iteration's time depends only on the batch size and the sum
 of its contexts, so the times come from the tables of :class:`apmw.sim.pricing.Pricer`
-(priced a piece at a time, 32 iterations and then four times more, until the piece holds
-the next event). The result equals the plain loop (``fast=False``) up to floating-point
+(priced a piece at a time, 32 iterations and then four times as many as so far, until the
+pieces reach the next event). The result equals the plain loop (``fast=False``) up to floating-point
 rounding; ``tests/sim/test_fast_path.py`` checks it.
 
 The engine owns the clock and the queues. Where the KV blocks go (shared prefix, held
@@ -80,8 +80,8 @@ __all__ = ["BLOCK_TOKENS", "MAX_SEGMENT_ITERATIONS", "Batch", "Engine", "Seq"]
 
 # Longest fast-forward in one numpy call (bounds the arrays' size; a segment simply resumes).
 MAX_SEGMENT_ITERATIONS = 1 << 16
-# Iterations of a decode segment priced first; the next pieces are four times longer each, until the
-# segment's end (an arrival, a finish, a stop) is inside what was priced.
+# Iterations of a decode segment priced first; each next piece is four times what is priced so far,
+# until the segment's end (an arrival, a finish, a stop) is inside what was priced.
 FIRST_PIECE = 32
 
 

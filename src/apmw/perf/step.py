@@ -156,8 +156,9 @@ class RooflineFigures:
     def expert_dtype(self) -> str:
         return self.moe_dtype or self.weight_dtype
 
-    @property
+    @cached_property
     def parallel(self) -> Layout:
+        """The layout (tensor parallel over every GPU where none is given), built once: every term reads it."""
         return self.layout if self.layout is not None else Layout.tensor(self.gpus)
 
     @property

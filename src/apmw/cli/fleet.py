@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Optional
 
 import typer
@@ -204,18 +205,9 @@ def fleet(
         fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
-    if csv_out is not None:
-        write_text(csv_out, _csv(day), "--csv")
-    if parquet_out is not None:
-        _parquet(day, parquet_out)
-    if as_json:
-        emit_json(day)
-    else:
-        out.print(_table(day, f"apmw fleet: {spec}"))
-        if day["routing_comparison"]:
-            out.print(_routing_table(day))
-        for line in _summary(day) + (_sim_summary(day) if simulate else []):
-            out.print(line, highlight=False, markup=False)
+    _emit(day, csv_out, parquet_out, as_json, _csv, _parquet, lambda: [
+        _table(day, f"apmw fleet: {spec}"), *([_routing_table(day)] if day["routing_comparison"] else []),
+        *_summary(day), *(_sim_summary(day) if simulate else [])])
     over = day["hours_over_power_cap"]
     if over:
         from apmw.capacity.fleet_day import hour_label
@@ -225,6 +217,23 @@ def fleet(
              f"{', '.join(hour_label(h, day['period_hours']) for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
              f"{need:,.3f} MW, or at most {day['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour, or a "
              "replica that does more per MW (apmw levers)", code=2)
+
+
+def _emit(d: dict, csv_out: Path | None, parquet_out: Path | None, as_json: bool, csv_text: Callable[[dict], str],
+          parquet: Callable[[dict, Path], None], printed: Callable[[], list]) -> None:
+    """Both forms' outputs: the rows to --csv and --parquet, then the JSON, or the tables and lines ``printed``."""
+    if csv_out is not None:
+        write_text(csv_out, csv_text(d), "--csv")
+    if parquet_out is not None:
+        parquet(d, parquet_out)
+    if as_json:
+        emit_json(d)
+        return
+    for item in printed():
+        if isinstance(item, str):
+            out.print(item, highlight=False, markup=False)
+        else:
+            out.print(item)
 
 
 def _scaled(s, scale: float):
@@ -408,17 +417,8 @@ def _mixed(path: Path, as_json: bool, csv_out: Optional[Path], parquet_out: Opti
         d = fleet_mix(loaded).to_dict()
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
-    if csv_out is not None:
-        write_text(csv_out, _mix_csv(d), "--csv")
-    if parquet_out is not None:
-        _mix_parquet(d, parquet_out)
-    if as_json:
-        emit_json(d)
-    else:
-        out.print(_placements_table(d))
-        out.print(_pools_table(d))
-        for line in _mix_summary(d):
-            out.print(line, highlight=False, markup=False)
+    _emit(d, csv_out, parquet_out, as_json, _mix_csv, _mix_parquet,
+          lambda: [_placements_table(d), _pools_table(d), *_mix_summary(d)])
     if d["cheapest_placement"] is None:
         served = [r for r in d["placements"] if r["refused"] is None]
         if served:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, workload_dict
+from apmw.loadgen.results import summarise
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import SLOTS, tiny_spec_dict
 
@@ -193,6 +194,9 @@ def test_sweep_finds_a_measured_knee_and_compares_with_plan(llama_server, tmp_pa
     levels = outcome.summary["levels"]
     assert levels[0]["meets_slo"] is True
     assert outcome.summary["agents_per_replica"] >= 1
+    first_miss = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
+    assert outcome.summary["agents_per_replica_range"] == [outcome.summary["agents_per_replica"],
+                                                           None if first_miss is None else first_miss - 1]
     p95 = [lv["task_latency_s"]["p95"] for lv in levels]
     assert p95[-1] > p95[0]
     from apmw.loadgen.compare import compare
@@ -203,6 +207,23 @@ def test_sweep_finds_a_measured_knee_and_compares_with_plan(llama_server, tmp_pa
     rows = {r["field"]: r for r in cmp["levels"][0]["rows"]}
     assert rows["task latency p95 s"]["measured"] == p95[0]
     assert rows["task latency p95 s"]["predicted"] > 0
+
+
+def test_a_sweep_that_never_misses_says_the_knee_lies_beyond_it(llama_server, tmp_path):
+    """Every level meets a generous SLO: N* is at least the top level, never reported as equal to it."""
+    spec_dict = tiny_spec_dict(llama_server.config_path)
+    spec_dict["slo"]["task_latency_p95_s"] = 600.0
+    spec_path = tmp_path / "tiny.yaml"
+    spec_path.write_text(yaml.safe_dump(spec_dict))
+    done = subprocess.run([*APMW, "bench", str(spec_path), "--endpoint", llama_server.url, "--model", "tiny",
+                           "--agents-sweep", "1:2:1", "--duration-s", "2", "--warmup-s", "0.5",
+                           "--out", str(tmp_path / "sweep.jsonl"), "--no-live"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "measured N* (largest N meeting the SLO): >= 2" in done.stdout
+    assert "the knee lies beyond 2 agents; extend --agents-sweep" in " ".join(done.stderr.split())
+    summary = summarise(read_records(tmp_path / "sweep.jsonl"))
+    assert summary["agents_per_replica"] == 2 and summary["agents_per_replica_range"] == [2, None]
 
 
 def _sweep_run(server, spec_dict, levels, out):

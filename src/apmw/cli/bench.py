@@ -14,6 +14,7 @@ from rich.table import Table
 
 from apmw.cli.common import app, emit_json, err, fail, out, output_path
 from apmw.errors import ApmwError
+from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
 
 
@@ -132,14 +133,18 @@ def bench(
         emit_json(doc)
         return
     out.print(_level_table(outcome.summary, f"apmw bench: {outcome.path} ({outcome.reason})"))
-    if outcome.summary["agents_per_replica"] is not None and len(outcome.summary["levels"]) > 1:
-        out.print(f"measured N* (largest N meeting the SLO): {outcome.summary['agents_per_replica']}")
+    summary = outcome.summary
+    if summary["agents_per_replica"] is not None and len(summary["levels"]) > 1:
+        out.print(f"measured N* (largest N meeting the SLO): {knee_text(summary)}")
+        if summary["agents_per_replica_range"][1] is None:
+            err.print(f"[yellow]warning:[/] every level met the SLO, so the knee lies beyond "
+                      f"{summary['agents_per_replica']} agents; extend --agents-sweep to measure it")
     if comparison:
         for t in _compare_tables(comparison):
             out.print(t)
         star = comparison["agents_star"]
         if len(outcome.summary["levels"]) > 1:
-            out.print(f"N*: predicted {star['predicted']}, measured {_fmt(star['measured'])}")
+            out.print(f"N*: predicted {star['predicted']}, measured {knee_text(summary)}")
         else:
             out.print(f"N*: predicted {star['predicted']} (one level measured; --agents-sweep measures N*)")
 

@@ -5,7 +5,7 @@
 * **TTFT vs prompt length** -- one request at a time, fresh random text (no prefix-cache hits),
   ``max_tokens`` 2, ``repeats`` times per length: the time of a whole-prompt prefill;
 * **TPOT vs concurrency** -- ``B`` requests at once with short prompts and ``decode_tokens``
-  output tokens each: per-token decode latency at batch ``B`` (the batching curve);
+  output tokens each, ``repeats`` rounds: per-token decode latency at batch ``B`` (the batching curve);
 * **TPOT vs context** -- one request at a time with a prompt of each length and
   ``decode_tokens`` output tokens: what reading a longer context adds to a decode step.
 
@@ -36,7 +36,9 @@ FORMAT = "apmw-calibration/1"
 PROMPT_TOKENS = (32, 128, 512, 1024, 1536)
 CONCURRENCY = (1, 2, 4, 8)
 CONTEXT_TOKENS = (32, 512, 1024, 1536)
-DECODE_TOKENS = 64
+DECODE_TOKENS = 128
+# output tokens of a row whose file does not record them (calibration files written with 64)
+UNRECORDED_DECODE_TOKENS = 64
 DECODE_PROMPT_TOKENS = 32
 
 
@@ -52,19 +54,24 @@ async def _ttft_row(client: Client, text, rng, n: int, repeats: int) -> dict:
             "ttft_s_p50": float(np.median(t)), "ttft_s_min": float(min(t)), "ttft_s_mean": float(np.mean(t))}
 
 
-async def _tpot_row(client: Client, text, rng, b: int, decode_tokens: int) -> dict:
+async def _tpot_row(client: Client, text, rng, b: int, decode_tokens: int, repeats: int) -> dict:
+    """``repeats`` rounds of ``b`` requests at once: one round's median TPOT moved by 2x between
+    calibrations of one llama.cpp server (two requests, 64 tokens each); docs/bench.md has the figures."""
     loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    results = await asyncio.gather(*(client.call(text.text(DECODE_PROMPT_TOKENS - 1, rng).lstrip(), decode_tokens,
-                                                 f"calibrate-tpot-{b}-{i}") for i in range(b)))
-    wall = loop.time() - t0
-    bad = [r for r in results if not r.ok]
-    if bad:
-        raise BenchError(f"calibration at concurrency {b} failed: {bad[0].fault}: {bad[0].detail}")
-    tpot = [r.tpot_s for r in results if r.tpot_s is not None]
+    tpot, tokens, wall = [], 0, 0.0
+    for r in range(repeats):
+        t0 = loop.time()
+        results = await asyncio.gather(*(client.call(text.text(DECODE_PROMPT_TOKENS - 1, rng).lstrip(), decode_tokens,
+                                                     f"calibrate-tpot-{b}-{r}-{i}") for i in range(b)))
+        wall += loop.time() - t0
+        bad = [x for x in results if not x.ok]
+        if bad:
+            raise BenchError(f"calibration at concurrency {b} failed: {bad[0].fault}: {bad[0].detail}")
+        tpot += [x.tpot_s for x in results if x.tpot_s is not None]
+        tokens += sum(x.output_tokens or 0 for x in results)
     return {"concurrency": b, "samples": len(tpot), "tpot_s_p50": float(np.median(tpot)),
             "tpot_s_mean": float(np.mean(tpot)), "output_tokens": decode_tokens,
-            "output_tokens_per_s": sum(r.output_tokens or 0 for r in results) / wall}
+            "output_tokens_per_s": tokens / wall}
 
 
 async def _context_row(client: Client, text, rng, n: int, decode_tokens: int, repeats: int) -> dict:
@@ -93,7 +100,7 @@ async def measure_calibration(endpoint: str, model: str, path: Path, api_key: st
         text = await make_text(client)
         await client.call(text.text(16, rng), 4, "calibrate-warmup")     # first call pays one-off set-up
         ttft = [await _ttft_row(client, text, rng, n, repeats) for n in prompt_tokens]
-        tpot = [await _tpot_row(client, text, rng, b, decode_tokens) for b in concurrency]
+        tpot = [await _tpot_row(client, text, rng, b, decode_tokens, repeats) for b in concurrency]
         context = [await _context_row(client, text, rng, n, decode_tokens, repeats) for n in context_tokens]
     finally:
         await client.close()
@@ -150,13 +157,13 @@ def _points(cal: dict, spec: Spec):
     ctx = cal.get("decode_prompt_tokens", DECODE_PROMPT_TOKENS)
     for r in cal["tpot_vs_concurrency"]:
         # requests beyond the engine's batch limit wait for a slot: the batch is the limit
-        b, c = float(min(r["concurrency"], policy.max_batch)), ctx + r.get("output_tokens", DECODE_TOKENS) / 2
+        b, c = float(min(r["concurrency"], policy.max_batch)), ctx + r.get("output_tokens", UNRECORDED_DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=b, prefill_tokens=0.0,
                                    kv_read_bytes=b * float(arch.kv_read_bytes_for_context(c, kv_dtype)),
                                    attention_flops=b * float(arch.attention_flops_per_token(c))))
         times.append(r["tpot_s_p50"])
     for r in cal.get("tpot_vs_context", []):       # files written before this table have none
-        c = float(r["prompt_tokens"]) + r.get("output_tokens", DECODE_TOKENS) / 2
+        c = float(r["prompt_tokens"]) + r.get("output_tokens", UNRECORDED_DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=1.0, prefill_tokens=0.0,
                                    kv_read_bytes=float(arch.kv_read_bytes_for_context(c, kv_dtype)),
                                    attention_flops=float(arch.attention_flops_per_token(c))))

@@ -55,5 +55,6 @@ def compare(spec: Spec, summary: dict, step: StepModel | None = None) -> dict:
     # the step model the prediction used: the server's measured one, or the built-in one
     source = (step if step is not None else replica_from_spec(spec).step).source_detail
     return {"levels": levels, "agents_star": {"predicted": predicted_star,
-                                              "measured": summary.get("agents_per_replica")},
+                                              "measured": summary.get("agents_per_replica"),
+                                              "measured_range": summary.get("agents_per_replica_range")},
             "step_time_source": source}

@@ -253,10 +253,26 @@ def _decode_span(c: dict):
 
 
 def summarise(records: list[dict]) -> dict:
-    """Summary of a whole results file: one entry per level, and the measured N* for a sweep."""
+    """Summary of a whole results file: one entry per level, and the measured N* for a sweep.
+
+    ``agents_per_replica`` is the largest level that met the SLO below the first that missed it;
+    ``agents_per_replica_range`` is where the knee lies, ``[that level, the first missed one - 1]``.
+    Its upper end is null when no level missed: the sweep stopped short of the knee, and N* is at
+    least its top level, not equal to it.
+    """
     levels = [summarise_level(lvl) for lvl in sorted(levels_of(records).values(), key=lambda lv: lv.agents)]
-    passing = [lv["agents"] for lv in levels if lv["meets_slo"]]
+    if not any(lv["meets_slo"] is not None for lv in levels):
+        return {"levels": levels, "agents_per_replica": None, "agents_per_replica_range": None}
     first_fail = next((lv["agents"] for lv in levels if lv["meets_slo"] is False), None)
-    n_star = max((n for n in passing if first_fail is None or n < first_fail), default=0) if levels else None
-    return {"levels": levels, "agents_per_replica": n_star if any(lv["meets_slo"] is not None for lv in levels)
-            else None}
+    n_star = max((lv["agents"] for lv in levels if lv["meets_slo"] and (first_fail is None or lv["agents"] < first_fail)),
+                 default=0)
+    return {"levels": levels, "agents_per_replica": n_star,
+            "agents_per_replica_range": [n_star, None if first_fail is None else first_fail - 1]}
+
+
+def knee_text(summary: dict) -> str:
+    """The measured N* as a reader should take it: ``11``, ``9-11`` or ``>= 11`` (no level missed)."""
+    lo, hi = summary["agents_per_replica_range"]
+    if hi is None:
+        return f">= {lo}"
+    return str(lo) if hi == lo else f"{lo}-{hi}"

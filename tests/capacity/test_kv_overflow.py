@@ -65,3 +65,23 @@ def test_spreading_keeps_the_mean_and_fattens_the_tail_where_episodes_are_long()
     assert p95(fast) == pytest.approx(p95(at_mean), rel=0.05)   # short ones: every task pays the mean
     # no overflow to spread: the blended loop's latencies unchanged
     assert spread_over_tasks(0.0, 3.0, none, at_mean, calls, np.full(len(calls), 1.0), u) is at_mean
+
+
+@pytest.mark.parametrize("example", ["coding-agent", "support-chat"])
+def test_an_n_evaluated_alone_gets_what_a_search_got_for_it(example):
+    """The share of lost contexts is a fixed point; where it starts may not depend on the N evaluated
+    before, or ``plan --agents N`` would disagree with the search's figure at N (coding-agent spills
+    retained contexts, support-chat frees them at tool waits)."""
+    from apmw import load_spec
+    from apmw.capacity.closed_loop import closed_loop_model
+    from apmw.examples import bundled_examples
+    from apmw.perf import replica_from_spec
+
+    spec = load_spec(bundled_examples()[example])
+    model = closed_loop_model(spec, replica_from_spec(spec))
+    alone = model.evaluate(27)
+    for n in (40, 3, 31, 12):
+        model.evaluate(n)
+    after = model.evaluate(27)
+    assert after.task_latency_p95_s == alone.task_latency_p95_s
+    assert after.prefill_tokens_per_session == alone.prefill_tokens_per_session

@@ -69,11 +69,16 @@ def test_the_page_renders_in_chromium_with_a_hover_title_on_each_point(page):
         view.mouse.move(x, y)
         under = view.evaluate(f"(() => {{const e = document.elementFromPoint({x}, {y}).closest('use');"
                               " return e && e.closest('.search-points') ? e.querySelector('title').textContent : null})()")
+        # the titles of every point drawn where the chosen one is (within a pixel)
+        here = view.evaluate(f"Array.from(document.querySelectorAll('.search-points use')).filter(e => {{"
+                             "const b = e.getBoundingClientRect(); return Math.abs(b.x + b.width / 2 - "
+                             f"{x}) < 1 && Math.abs(b.y + b.height / 2 - {y}) < 1}}).map(e => e.querySelector('title').textContent)")
         sizes = shoot_sections(view, path.with_suffix(".png"))
     assert not problems, problems
     assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
     assert len(titles) == 2 * answer["feasible"]
-    assert under is not None and f"{best['agents_per_mw']:,.0f} agents/MW" in under
+    assert under is not None and under in here
+    assert any(t.startswith(chosen + "\n") and f"{best['agents_per_mw']:,.0f} agents/MW" in t for t in here)
     front_settings = {", ".join(f"{k.split('.')[-1]}={v}" for k, v in p["settings"].items()) for p in answer["front"]}
     assert front_settings <= {t.split("\n")[0] for t in titles}
     assert all(w > 300 and h > 150 for w, h in charts)

@@ -88,8 +88,9 @@ def closed_loop_model(spec: Spec, replica: Replica) -> "ClosedLoopModel":
 
 
 def _fixed_point(step, m0: float) -> float:
-    """The share ``m`` in [0, 1] with ``m = step(m)``: secant steps from ``m0`` (nearby N have nearby
-    m), damped iteration where the secant stalls."""
+    """The share ``m`` in [0, 1] with ``m = step(m)``: secant steps from ``m0``, damped iteration where
+    the secant stalls. ``m0`` depends on nothing but the point evaluated, so an N evaluated alone
+    (``plan --agents N``) gets the answer the search got for it."""
     g0 = step(m0) - m0
     m1 = min(max(m0 + g0, 0.0), 1.0)
     for _ in range(MAX_ITERATIONS):
@@ -128,7 +129,6 @@ class ClosedLoopModel:
         self.frees = bool(len(self.cache.wait_s))
         self.spills = not self.frees and spills_retained(spec, replica)
         self.found = self.lost = None
-        self._last_m = 0.0
         if self.frees:
             self.found = found_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=FREED_FOUND)
             self.lost = sample
@@ -211,7 +211,7 @@ class ClosedLoopModel:
                     return self.slot_cache.miss_share(m, sessions_per_s, self.max_batch - running)
                 return self.cache.miss_share(self.cache.characteristic_time(cap - kv, sessions_per_s))
 
-            m = self._last_m = _fixed_point(freed_lost, self._last_m)
+            m = _fixed_point(freed_lost, 0.0)
             s, ev = self._at(m, agents)
             return replace(ev, freed_context_hit_rate=1.0 - m,
                            prefill_tokens_per_session=float(s.prefill_tokens.mean()))
@@ -226,7 +226,7 @@ class ClosedLoopModel:
             if m < MIN_SHARE:             # memory is ample: every context is kept
                 return replace(kept, kv_overflow_share=m,
                                prefill_tokens_per_session=float(self.found.prefill_tokens.mean()))
-            m = self._last_m = _fixed_point(spilled, max(self._last_m, m))
+            m = _fixed_point(spilled, m)
             s, ev = self._at(m, agents)
             return replace(self._spread(m, ev, kept), kv_overflow_share=m,
                            prefill_tokens_per_session=float(s.prefill_tokens.mean()))

@@ -114,7 +114,7 @@ def test_disaggregation_with_evict_is_refused_not_guessed():
 def test_mtp_draft_takes_the_model_own_head_with_a_cited_acceptance():
     from apmw.arch import load_architecture
     from apmw.perf.speculative import MTP_ACCEPTANCE_RATE, speculative_decoding
-    from apmw.spec.model import Speculative
+    from apmw.spec.serving import Speculative
 
     v3 = load_architecture("deepseek-ai/DeepSeek-V3")
     mtp = speculative_decoding(Speculative(draft="mtp"), v3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from apmw.errors import UnknownNameError
-from apmw.spec.model import AUTO_DTYPE_HINT, dtype_key
+from apmw.spec.spellings import AUTO_DTYPE_HINT, dtype_key
 
 # Nominal bytes per element.
 DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
@@ -35,7 +35,7 @@ _HF_DTYPE_BYTES = {"float32": 4.0, "fp32": 4.0, "float16": 2.0, "bfloat16": 2.0,
 
 
 def canonical_dtype(dtype: str, what: str) -> str:
-    """apmw's name for ``dtype`` ("bfloat16" -> "bf16", apmw.spec.model.DTYPE_SPELLINGS); a clear
+    """apmw's name for ``dtype`` ("bfloat16" -> "bf16", apmw.spec.spellings.DTYPE_SPELLINGS); a clear
     error for unknown ones."""
     key = str(dtype_key(dtype))
     if key in DTYPE_BYTES:

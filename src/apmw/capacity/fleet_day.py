@@ -52,7 +52,7 @@ from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, Replica
 from apmw.spec import Spec
-from apmw.spec.model import Capex
+from apmw.spec.economics import Capex
 
 HOURS = 24
 # The days of a weekly profile (fleet.tasks_per_hour of 168 values), Monday first.

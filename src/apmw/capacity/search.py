@@ -23,7 +23,7 @@ from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import Replica
 from apmw.spec import Spec
-from apmw.spec.model import MAX_BATCH_LIMIT
+from apmw.spec.serving import MAX_BATCH_LIMIT
 
 # Searching beyond this many agents per replica means the workload barely uses the
 # engine (e.g. hour-long tool waits); we report the bound instead of looping on.

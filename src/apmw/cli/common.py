@@ -79,7 +79,7 @@ def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
     """Say so when a checkpoint's name states other weights than the dtype being priced
     ("...-FP8" priced at bf16): the dtype is the user's to give, but a mismatch is usually a slip."""
     from apmw.catalog.models import checkpoint_weight_dtype
-    from apmw.spec.model import dtype_key
+    from apmw.spec.spellings import dtype_key
 
     named = checkpoint_weight_dtype(model)
     if named and named != dtype_key(weight_dtype):

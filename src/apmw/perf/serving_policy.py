@@ -83,7 +83,7 @@ import numpy as np
 
 from apmw.errors import ApmwError
 from apmw.spec import Serving
-from apmw.spec.model import engine_key
+from apmw.spec.spellings import engine_key
 
 # Engines whose default scheduler runs prefill batches apart from, and before, decode batches.
 PREFILL_FIRST_ENGINES = frozenset({"sglang"})
@@ -175,7 +175,7 @@ DEFAULT_ENGINE = "vllm"
 
 
 def canonical_engine(engine: str) -> str:
-    """apmw's name for an engine ("TensorRT-LLM" -> "trtllm", apmw.spec.model.ENGINE_SPELLINGS);
+    """apmw's name for an engine ("TensorRT-LLM" -> "trtllm", apmw.spec.spellings.ENGINE_SPELLINGS);
     unknown names pass through unchanged (the caller's check reports them)."""
     key = engine_key(engine)
     return key if key in ENGINE_OVERHEAD_S_PER_LAYER else engine

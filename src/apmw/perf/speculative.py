@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from apmw.arch import Architecture
 from apmw.errors import ApmwError
-from apmw.spec.model import Speculative
+from apmw.spec.serving import Speculative
 
 # ASSUMPTION, apmw's long-standing default: a small draft model's pass costs a tenth of the target's iteration.
 DRAFT_MODEL_COST_FRACTION = 0.1

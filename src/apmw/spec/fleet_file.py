@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from apmw.spec.load import SpecError, _clean_loc, _describe, _key_lines, _line_for, _read_yaml
-from apmw.spec.model import GpuOverride, Spec, _Section
+from apmw.spec.model import GpuOverride, Spec
+from apmw.spec.section import Section
 
 # Workloads and hardware candidates a fleet file may list: every pool is planned on every candidate.
 MAX_FLEET_WORKLOADS = 16
@@ -47,7 +48,7 @@ class FleetFileError(SpecError):
         ValueError.__init__(self, f"{path}: invalid fleet file\n" + "\n".join(f"  {p}" for p in problems))
 
 
-class FleetWorkload(_Section):
+class FleetWorkload(Section):
     name: str = Field(min_length=1, max_length=64, description="the workload's name in the tables and JSON")
     spec: str = Field(min_length=1, description="its spec file, relative to the fleet file")
     overrides: dict[str, Any] | None = Field(
@@ -63,7 +64,7 @@ class FleetWorkload(_Section):
         return v
 
 
-class FleetHardware(_Section):
+class FleetHardware(Section):
     """A replica hardware candidate: a catalogue GPU (``apmw model --systems``), the GPUs of one replica, and
     the price of a GPU-hour on it (prices differ by GPU, so each candidate states its own)."""
 
@@ -81,7 +82,7 @@ class FleetHardware(_Section):
         return f"{gpu}x{self.gpus_per_replica}"
 
 
-class FleetFile(_Section):
+class FleetFile(Section):
     workloads: list[FleetWorkload] = Field(min_length=1, max_length=MAX_FLEET_WORKLOADS)
     hardware: list[FleetHardware] | None = Field(default=None, min_length=1, max_length=MAX_FLEET_HARDWARE)
     power_cap_mw: float | None = Field(default=None, gt=0, le=1e4, description="the hall's power: a placement "

@@ -226,6 +226,28 @@ def test_a_sweep_that_never_misses_says_the_knee_lies_beyond_it(llama_server, tm
     assert summary["agents_per_replica"] == 2 and summary["agents_per_replica_range"] == [2, None]
 
 
+def test_rates_count_the_window_whole_when_tasks_outlast_much_of_it(llama_server, tmp_path):
+    """Tasks of about 4 s in an 8 s window: the agents are mid-task when it opens. The rates count every
+    call started and every task completed in the window, the warm-up's tasks' too; counted only for
+    tasks begun after the warm-up, sessions/s came out at 0.65 of agents / task latency (Little's law
+    for a closed loop with no pause between tasks) on a 6 s window."""
+    spec = spec_from_dict(tiny_spec_dict(llama_server.config_path, steps_per_task=3,
+                                         tool_wait_s={"p50": 1.3, "p95": 1.8}))
+    outcome = asyncio.run(run_bench(_config(llama_server, spec, agents=4, duration_s=8.0, warmup_s=3.0),
+                                    [4], tmp_path / "rates.jsonl"))
+    lv = outcome.summary["levels"][0]
+    records = read_records(tmp_path / "rates.jsonl")
+    start_s, end_s = 3.0, 3.0 + lv["window_s"]
+    window_calls = [c for c in _by_type(records, "call") if c["ok"] and start_s <= c["start_s"] <= end_s]
+    window_ends = [t for t in _by_type(records, "task") if t["status"] == "completed" and start_s <= t["end_s"] <= end_s]
+    assert any(c["warmup"] for c in window_calls) and any(t["warmup"] for t in window_ends)
+    assert lv["calls_per_s"] == pytest.approx(len(window_calls) / lv["window_s"])
+    assert lv["sessions_per_s"] == pytest.approx(len(window_ends) / lv["window_s"])
+    # a sanity bound, not a measurement: 4 agents complete 6-10 tasks of ~4 s in 8 s
+    latency_s = lv["task_latency_s"]["mean"]
+    assert 0.6 <= lv["sessions_per_s"] * latency_s / 4 <= 1.5, (lv["sessions_per_s"], latency_s)
+
+
 def _sweep_run(server, spec_dict, levels, out):
     spec = spec_from_dict(spec_dict)
     return asyncio.run(run_bench(_config(server, spec, agents=levels[0], duration_s=2.5, warmup_s=0.5), levels, out))

@@ -153,10 +153,16 @@ def test_slo_table_and_warnings():
     assert table == {"task_latency_p95": {"limit_s": 600, "value_s": 500.0, "met": True},
                      "ttft_p95": {"limit_s": 2.0, "value_s": 3.0, "met": False}}
     # the spec bounds TTFT itself: no warning for it; none sets TPOT, which is within the published level
-    assert warnings_for(slo, 30.0, 0.05, 100.0) == []
+    assert warnings_for(slo, 30.0, 0.05, (100.0, 1.0, 0.05)) == []
     free = Slo(task_latency_p95_s=600)
-    notes = warnings_for(free, INTERACTIVE_TTFT_P95_S + 1, 0.5, 533.0)
+    notes = warnings_for(free, INTERACTIVE_TTFT_P95_S + 1, 0.5, (533.0, 1.0, 0.5))
     assert len(notes) == 3 and "hypersensitive" in notes[2] and "533 s" in notes[2]
+    # a per-call SLO close to what one agent alone gets is as fragile as a task SLO there
+    notes = warnings_for(slo, 1.9, 0.05, (100.0, 1.7, 0.05))
+    assert len(notes) == 1 and "1.7 s at TTFT p95 of the 2.0 s SLO (85%)" in notes[0]
+    speed = Slo(task_latency_p95_s=600, output_speed_tokens_per_s=60)      # 16.7 ms per output token
+    assert "at output speed of the 16.7 ms SLO" in warnings_for(speed, 1.0, 0.016, (100.0, 1.0, 0.015))[0]
+    assert warnings_for(speed, 1.0, 0.016, (100.0, 1.0, 0.012)) == []
 
 
 def test_plan_names_the_binding_slo_and_the_single_agent_floor():
@@ -167,6 +173,11 @@ def test_plan_names_the_binding_slo_and_the_single_agent_floor():
     assert p["slo_verdict"]["ttft_p95"]["met"] and p["slo_verdict"]["ttft_p95"]["value_s"] <= 0.08
     one = plan(spec_from_dict(data), agents=1).to_dict()
     assert p["single_agent_task_latency_p95_s"] == pytest.approx(one["task_latency_s"]["p95"])
+    assert not any("hypersensitive" in w for w in p["warnings"])
+    # a TTFT SLO 10 % above what one agent alone gets: the plan says N* hangs on it
+    data["slo"]["ttft_p95_s"] = 1.1 * one["ttft_p95_s"]
+    warned = [w for w in plan(spec_from_dict(data)).to_dict()["warnings"] if "hypersensitive" in w]
+    assert len(warned) == 1 and "at TTFT p95 of the" in warned[0] and "(91%)" in warned[0]
 
 
 def test_an_output_speed_slo_is_checked_on_the_time_per_output_token():

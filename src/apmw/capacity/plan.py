@@ -85,7 +85,7 @@ class Plan:
         return api_cost_per_task_usd(self.spec, t["input"], t["prefill"], t["output"])
 
     def to_dict(self) -> dict:
-        e, ev, r = self.economics, self.at, self.replica
+        e, ev, r, one = self.economics, self.at, self.replica, self.search.single_agent
         kv_per_token = r.step.kv_bytes_per_token
         return {
             "agents_per_replica": ev.agents,
@@ -96,9 +96,9 @@ class Plan:
             "slo_failed": list(ev.slo.failed),
             "slo_verdict": slo_table(self.spec.slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s),
             "binding_slo": self.binding_slo,
-            "single_agent_task_latency_p95_s": self.search.single_agent.task_latency_p95_s,
+            "single_agent_task_latency_p95_s": one.task_latency_p95_s,
             "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
-                                     self.search.single_agent.task_latency_p95_s),
+                                     (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s)),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,

@@ -21,7 +21,8 @@ from apmw.spec import Slo
 INTERACTIVE_TTFT_P95_S = 6.0
 INTERACTIVE_TPOT_P95_S = 0.2
 
-# The single agent's task p95 above this share of the SLO leaves N* hypersensitive to the SLO.
+# A single agent's figure (task p95, TTFT p95, time per output token p95) above this share of its SLO
+# leaves N* hypersensitive to that SLO.
 FLOOR_WARNING_SHARE = 0.8
 
 # The SLOs a spec can set: (name, field of apmw.spec.Slo). An output speed is checked on the time
@@ -92,10 +93,11 @@ def slo_table(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | No
             for name, limit in _limits_s(slo).items()}
 
 
-def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float, single_agent_p95_s: float | None) -> list[str]:
+def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float,
+                 single_agent: tuple[float | None, float | None, float | None] | None) -> list[str]:
     """What a planner should hear about an operating point beyond pass and fail: per-call latencies
-    past the published interactive levels where the spec sets no per-call SLO, and an SLO so close
-    to the single agent's task time that N* hangs on it."""
+    past the published interactive levels where the spec sets no per-call SLO, and any SLO so close
+    to what one agent alone gets (``single_agent``: its task, TTFT and TPOT p95s) that N* hangs on it."""
     notes = []
     if slo.ttft_p95_s is None and ttft_p95_s > INTERACTIVE_TTFT_P95_S:
         notes.append(f"TTFT p95 is {ttft_p95_s:,.1f} s, past the {INTERACTIVE_TTFT_P95_S:g} s that MLPerf's Server "
@@ -103,10 +105,14 @@ def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float, single_agent_p9
     if slo.tpot_p95_s is None and slo.output_speed_tokens_per_s is None and tpot_p95_s > INTERACTIVE_TPOT_P95_S:
         notes.append(f"time per output token p95 is {tpot_p95_s * 1e3:,.0f} ms ({1 / tpot_p95_s:.1f} tokens/s per agent), "
                      f"past MLPerf Server's {INTERACTIVE_TPOT_P95_S * 1e3:.0f} ms; the spec sets no slo.tpot_p95_s")
-    limit = slo.task_latency_p95_s
-    if single_agent_p95_s is not None and single_agent_p95_s > FLOOR_WARNING_SHARE * limit:
-        notes.append(f"one agent alone already takes {single_agent_p95_s:,.0f} s at p95 of the {limit:,.0f} s SLO "
-                     f"({single_agent_p95_s / limit:.0%}): N* is hypersensitive to the SLO and the workload")
+    if single_agent is not None:
+        floor = _figures(*single_agent)
+        for name, limit in _limits_s(slo).items():
+            value = floor[name]
+            if value is not None and value > FLOOR_WARNING_SHARE * limit:
+                notes.append(f"one agent alone already takes {seconds_text(value)} at {SLO_LABELS[name]} of the "
+                             f"{seconds_text(limit)} SLO ({value / limit:.0%}): N* is hypersensitive to the SLO and "
+                             "the workload")
     return notes
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 from pydantic import BaseModel, ConfigDict
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 
 # Other spellings of apmw's dtypes: HF ``torch_dtype``, vLLM ``--dtype`` and

@@ -19,6 +19,16 @@ answer ``apmw plan`` prints is re-derived in the simulator:
    apart and both are settled (the analytic N* gets the rest of its runs here if it is one of
    them, and the search goes on if they move the bracket), or after ``max_points`` settled
    counts (then, while no settled count meets the SLO, halving towards one that does).
+4. **Not past the KV pool.** The search never goes above the most agents whose KV demand fits
+   the pool in the analytic model (its 95th percentile, the analytic plan's memory check): when
+   that count meets the SLO it is N*, and KV memory binds. Past it the simulator is no guide a
+   plan can afford: the engine falls, every few hours of simulated time, into thrashing (it
+   re-prefills evicted and preempted contexts while decode nearly stops, for thousands of
+   seconds), and runs of a few hundred tasks seldom contain one, so they read the p95 low. On
+   coding-agent, 28 agents gave a task p95 of 1,562 s over 330 simulated tasks and 2,021 s over
+   14,093 (three runs of about 4,700; the SLO is 1,800 s), while at 27, the most whose KV fits,
+   runs of about 10,000 tasks agree with the analytic p95 within 6 % (bench/README.md,
+   agreement_at_nstar).
 
 The analytic N* is often not where N* lies (near a full KV pool the analytic model misses what
 binds), so its steering run saves the two runs it would otherwise get; it never enters the
@@ -52,7 +62,7 @@ from scipy.stats import t as student_t
 from apmw.capacity import Plan
 from apmw.capacity.closed_loop import closed_loop_model
 from apmw.capacity.economics import economics, fleet_size
-from apmw.capacity.search import largest_passing
+from apmw.capacity.search import largest_near, largest_passing
 from apmw.capacity.slo import check_slo, slo_slack, slo_table
 from apmw.errors import ApmwError
 from apmw.sim.result import SimResult, percentiles, quantile_interval
@@ -194,6 +204,7 @@ class CheckedPlan:
     interval: tuple[int | None, int | None]   # (None: below / above the counts simulated)
     tasks_per_point: int
     replications: int
+    kv_limit: int                    # the most agents whose KV demand fits the pool (analytic): the search's ceiling
     # counts simulated once to steer the search and not settled (not part of the answer)
     steering: tuple[SimulatedPoint, ...] = ()
 
@@ -207,7 +218,10 @@ class CheckedPlan:
 
     @property
     def binding(self) -> tuple[str, list[str] | None]:
-        """(binding constraint, the SLOs missed) at the first simulated count past N*."""
+        """(binding constraint, the SLOs missed) at the first simulated count past N*; ``kv_memory``
+        with no SLO where N* is the most agents whose KV fits (the search goes no higher)."""
+        if self.agents >= self.kv_limit:
+            return "kv_memory", None
         miss = self.first_miss
         if miss is None:
             return "not_found", None
@@ -245,6 +259,7 @@ class CheckedPlan:
             "analytic": {k: a[k] for k in ("agents_per_replica", "binding_constraint", "binding_slo", "meets_slo",
                                            "task_latency_s", "ttft_p95_s", "tpot_p95_s", "agents_per_mw")},
             "check": {"tasks_per_point": self.tasks_per_point, "replications": self.replications,
+                      "kv_limit_agents": self.kv_limit,
                       "points": [p.to_dict(slo) for p in self.points],
                       "steering": [p.to_dict(slo) for p in self.steering]},
         })
@@ -263,6 +278,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     if tasks_per_point < 1 or replications < 1 or max_points < 1:
         raise ApmwError("tasks_per_point, replications and max_points must each be at least 1")
     model = closed_loop_model(spec, replica)
+    kv_limit = largest_near(lambda n: model.evaluate(n).fits_memory, max(analytic.agents_per_replica, 1), MAX_AGENTS)
     analytic_slack: dict[int, float] = {}
 
     def slack_a(n: int) -> float:
@@ -317,16 +333,17 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     add_run(max(analytic.agents_per_replica, 1))
     while True:
         lo, hi = _bracket(points, spec.slo)
-        if lo is not None and hi is not None and hi - lo <= 1:
-            if settle((lo, hi)):
+        at_limit = lo is not None and lo >= kv_limit     # the most agents whose KV fits meet the SLO
+        if at_limit or (lo is not None and hi is not None and hi - lo <= 1):
+            if settle((lo,) if at_limit else (lo, hi)):
                 continue                 # the added runs may move the bracket
             break
         # at most max_points counts get their replications (the first count's steering run aside), unless
         # none of them meets the SLO: then the search halves its way down to one that does
         if sum(settled(k) for k in points) < max_points:
-            nxt = _next_count(points, lo, hi, spec.slo, slack_a)
+            nxt = _next_count(points, lo, hi, spec.slo, slack_a, kv_limit)
         elif lo is None and hi is not None and hi > 1:
-            nxt = min(_next_count(points, lo, hi, spec.slo, slack_a) or hi, hi // 2)
+            nxt = min(_next_count(points, lo, hi, spec.slo, slack_a, kv_limit) or hi, hi // 2)
         else:
             nxt = None
         if nxt is None or nxt in points:
@@ -348,8 +365,10 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
             "use --analytic for the analytic answer")
     # the counts the simulation cannot tell from N*: crossings of the interval's ends (see module doc)
     below = [p for p in ordered if hi is None or p.agents <= hi]
-    interval = (_crossing(below, lambda p: p.slack(spec.slo, 1)),
-                None if hi is None else _crossing(below, lambda p: p.slack(spec.slo, 0)))
+    upper = None if hi is None else _crossing(below, lambda p: p.slack(spec.slo, 0))
+    if lo >= kv_limit:          # past the pool the simulation is not asked (module docstring, step 4)
+        upper = kv_limit
+    interval = (_crossing(below, lambda p: p.slack(spec.slo, 1)), upper)
     at = full[lo]
     econ = economics(spec, replica, lo, at.task_latency["mean"], at.mean("engine_utilisation"),
                      at.mean("compute_bound_share"))
@@ -361,7 +380,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
         progress("done", 1.0)
     return CheckedPlan(plan=replace(analytic, at=model.evaluate(lo), economics=econ, fleet=fleet), analytic=analytic,
                        points=tuple(ordered), agents=lo, interval=interval, tasks_per_point=tasks_per_point,
-                       replications=replications, steering=steering)
+                       replications=replications, kv_limit=kv_limit, steering=steering)
 
 
 def _decided(point: SimulatedPoint, slo) -> bool:
@@ -383,14 +402,15 @@ def _bracket(points: dict[int, SimulatedPoint], slo) -> tuple[int | None, int | 
 
 
 def _next_count(points: dict[int, SimulatedPoint], lo: int | None, hi: int | None, slo,
-                slack_a: Callable[[int], float]) -> int | None:
+                slack_a: Callable[[int], float], kv_limit: int) -> int | None:
     """Where to simulate next (None: nowhere left to look). Inside a bracket, where the line through
     its two ends' simulated slacks crosses 1; before there is one, the largest count whose analytic
-    slack, times the simulated over the analytic slack at the count just simulated, is at most 1."""
+    slack, times the simulated over the analytic slack at the count just simulated, is at most 1.
+    Never above ``kv_limit`` (module docstring, step 4)."""
     if lo is not None and hi is not None:
         s0, s1 = points[lo].slack(slo), points[hi].slack(slo)
         share = (1.0 - s0) / (s1 - s0) if math.isfinite(s1) and s1 > s0 else 0.5
-        return min(max(lo + int(round(share * (hi - lo))), lo + 1), hi - 1)
+        return min(max(lo + int(round(share * (hi - lo))), lo + 1), hi - 1, kv_limit)
     ref = lo if lo is not None else hi
     assert ref is not None
     correction = points[ref].slack(slo) / max(slack_a(ref), 1e-12)
@@ -404,4 +424,5 @@ def _next_count(points: dict[int, SimulatedPoint], lo: int | None, hi: int | Non
         n = max(n, lo + 1)
     if hi is not None:
         n = min(n, hi - 1)
-    return n if n >= 1 else None
+    n = min(n, kv_limit)
+    return n if n >= 1 and (lo is None or n > lo) else None

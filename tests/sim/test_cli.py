@@ -81,3 +81,17 @@ def test_start_together_flag_reaches_the_simulator(tmp_path):
     assert together.returncode == 0 and spread.returncode == 0, together.stderr
     a, b = json.loads(together.stdout), json.loads(spread.stdout)
     assert a["completed_tasks"] > 0 and a["task_latency_s"] != b["task_latency_s"]
+
+
+def test_a_short_run_where_the_pool_ran_short_warns_that_its_p95_may_read_low():
+    """Near the KV limit the engine thrashes every few hours of simulated time, so a short run's p95
+    reads low (docs/simulate.md, "The KV-bound regime"); a run that never preempted gets no warning."""
+    from apmw import load_spec
+    from apmw.sim import simulate
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "coding-agent.yaml")
+    short = simulate(spec, 32, duration_s=3000, seed=1)
+    assert short.preemptions > 0 and short.completed_tasks < 10_000
+    (warning,) = short.to_dict()["warnings"]
+    assert "ran short at 32 agents" in warning and f"recorded {short.completed_tasks:,}" in warning
+    assert simulate(spec, 4, duration_s=3000, seed=1).to_dict()["warnings"] == []

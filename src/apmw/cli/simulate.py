@@ -167,6 +167,8 @@ def simulate(
     if agents_sweep is None:
         d = result.to_dict(timeseries=timeseries)
         emit_json(d) if as_json else out.print(_table(d, f"apmw simulate {spec}"))
+        for w in d["warnings"]:
+            err.print(f"[yellow]warning:[/] {w}")
         return
     d = result.to_dict()
     if as_json:
@@ -183,3 +185,5 @@ def simulate(
                   str(p["meets_slo"]))
     out.print(t)
     out.print(f"simulated N* (largest N meeting the SLO): {d['agents_per_replica']}; knee: {d['knee_agents']}")
+    for w in (w for p in d["curve"] for w in p["warnings"]):
+        err.print(f"[yellow]warning:[/] {w}")

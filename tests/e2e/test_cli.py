@@ -157,8 +157,11 @@ def test_plan_verify_exits_3_when_the_simulator_misses_the_slo():
     r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json", "--analytic", "--verify")
     _no_traceback(r)
     assert r.returncode == 3, r.stderr
-    assert json.loads(r.stdout)["verify"]["simulated_meets_slo"] is False
+    v = json.loads(r.stdout)["verify"]
+    assert v["simulated_meets_slo"] is False
     assert "misses the SLO at" in r.stderr
+    # one run of a few hundred tasks where the pool ran short: its p95 may read low (or high), and it says so
+    assert v["preemptions"] > 0 and len(v["warnings"]) == 1 and "ran short at 27 agents" in v["warnings"][0]
 
 
 def test_plan_table_names_the_missed_slo_and_the_invalid_operating_point():

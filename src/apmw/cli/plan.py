@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import app, emit_json as _emit_json, err, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis, out
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -102,6 +102,8 @@ def plan(
         check_table(out, d)
     if checked is not None:
         verify_table(out, checked)
+        for w in checked["warnings"]:
+            err.print(f"[yellow]warning:[/] {w}")
     _exit_if_simulation_missed(checked)
 
 

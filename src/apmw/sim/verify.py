@@ -38,4 +38,5 @@ def verify_plan(result: Plan, duration_s: float | None = None,
         "preemptions": sim["preemptions"],
         "prefix_hit_rate": sim["prefix_hit_rate"],
         "simulated_meets_slo": sim["meets_slo"],
+        "warnings": sim["warnings"],
     }

@@ -48,6 +48,7 @@ def quantile_interval(values: list[float] | np.ndarray, q: float = 0.95,
 # the pooled 10,000-task figure of 1,719 s (docs/simulate.md, "The KV-bound regime", long runs).
 SETTLED_TASKS_AT_KV_LIMIT = 10_000
 
+
 @dataclass(frozen=True)
 class SimResult:
     """One simulated run of one replica."""

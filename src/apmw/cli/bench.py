@@ -12,7 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, out, output_path
+from apmw.cli.common import app, emit_json, err, fail, out, output_path, warn
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
@@ -137,8 +137,8 @@ def bench(
     if summary["agents_per_replica"] is not None and len(summary["levels"]) > 1:
         out.print(f"measured N* (largest N meeting the SLO): {knee_text(summary)}")
         if summary["agents_per_replica_range"][1] is None:
-            err.print(f"[yellow]warning:[/] every level met the SLO, so the knee lies beyond "
-                      f"{summary['agents_per_replica']} agents; extend --agents-sweep to measure it")
+            warn(f"every level met the SLO, so the knee lies beyond {summary['agents_per_replica']} agents; "
+                 "extend --agents-sweep to measure it")
     if comparison:
         for t in _compare_tables(comparison):
             out.print(t)

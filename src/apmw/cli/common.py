@@ -60,6 +60,11 @@ def note(message: str) -> None:
     err.print(Text.assemble(("note:", "yellow"), " ", message), highlight=False, soft_wrap=True)
 
 
+def warn(message: str) -> None:
+    """A figure the reader should not trust as printed, on stderr (stdout stays clean for --json)."""
+    err.print(Text.assemble(("warning:", "yellow"), " ", message), highlight=False, soft_wrap=True)
+
+
 def note_gpu_basis(gpu) -> None:
     """Say so when the GPU's step times are least checked (``gpu``: a catalogue name or a spec's GPU entry)."""
     from apmw.errors import ApmwError

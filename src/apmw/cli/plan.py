@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json as _emit_json, err, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
+                              out, warn)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -103,7 +104,7 @@ def plan(
     if checked is not None:
         verify_table(out, checked)
         for w in checked["warnings"]:
-            err.print(f"[yellow]warning:[/] {w}")
+            warn(w)
     _exit_if_simulation_missed(checked)
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, note_gpu_basis, out, warn
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -168,7 +168,7 @@ def simulate(
         d = result.to_dict(timeseries=timeseries)
         emit_json(d) if as_json else out.print(_table(d, f"apmw simulate {spec}"))
         for w in d["warnings"]:
-            err.print(f"[yellow]warning:[/] {w}")
+            warn(w)
         return
     d = result.to_dict()
     if as_json:
@@ -186,4 +186,4 @@ def simulate(
     out.print(t)
     out.print(f"simulated N* (largest N meeting the SLO): {d['agents_per_replica']}; knee: {d['knee_agents']}")
     for w in (w for p in d["curve"] for w in p["warnings"]):
-        err.print(f"[yellow]warning:[/] {w}")
+        warn(w)

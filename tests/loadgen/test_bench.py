@@ -15,6 +15,7 @@ import yaml
 
 from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, workload_dict
 from apmw.loadgen.results import summarise
+from apmw.perf.measured import TERMS
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import SLOTS, tiny_spec_dict
 
@@ -271,7 +272,7 @@ def test_calibration_file(llama_server, tmp_path):
     assert cal["linear_fit"]["prefill_s_per_token"] > 0
     step = step_model_from_calibration(cal, spec_from_dict(tiny_spec_dict(llama_server.config_path)))
     assert step.source == "measured" and "rms error" in step.source_detail
-    assert step.coefficients[2] > 0                                  # a prompt token costs time
+    assert step.coefficients[TERMS.index("per_prefill_token_s")] > 0   # a prompt token costs time
 
     # apmw plan accepts the file: its step times follow the measurement, not the spec sheet
     import json

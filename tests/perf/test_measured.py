@@ -13,7 +13,7 @@ from apmw.errors import ApmwError
 from apmw.loadgen.calibrate import _points, read_calibration, step_model_from_calibration
 from apmw.loadgen.client import BenchError
 from apmw.perf import IterationLoad, replica_from_spec
-from apmw.perf.measured import MeasuredStepModel
+from apmw.perf.measured import TERMS, MeasuredStepModel
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import tiny_spec_dict
 
@@ -22,6 +22,10 @@ HERE = Path(__file__).parent
 # `apmw bench --calibrate` on the 2-core development machine (bench/README.md "loadgen").
 MEASURED = HERE.parent / "fixtures" / "calibration" / "llamacpp-tiny-4slots.json"
 TINY_CONFIG = HERE.parent / "fixtures" / "calibration" / "tiny-llama-config.json"
+# The same server measured on 2026-12-02 (bench/llamacpp_token_gaps.py, after two loop levels): one
+# sequence decodes in 1.2 ms, two in 3.5 ms, four in 7.4 ms, a line through two and more sequences whose
+# intercept is negative.
+BATCH_STEP = HERE.parent / "fixtures" / "calibration" / "llamacpp-tiny-4slots-batch-step.json"
 
 
 def _spec(**serving):
@@ -48,7 +52,7 @@ def _synthetic(spec, coef) -> dict:
 
 def test_the_line_through_exact_rows_is_recovered():
     spec = _spec()
-    coef = (5e-4, 6e-4, 5e-4, 3e-10, 4e-11)
+    coef = (5e-4, 6e-4, 9e-4, 5e-4, 3e-10, 4e-11)
     model = step_model_from_calibration(_synthetic(spec, coef), spec)
     assert model.coefficients == pytest.approx(coef, rel=1e-6)
     assert "rms error 0.0%" in model.source_detail
@@ -66,6 +70,21 @@ def test_a_real_calibration_is_reproduced_closely_and_prices_mixed_iterations_be
                           attention_flops=4 * 8 * 64 * 2 * 2 * 4 * 400.0)
     # a whole prompt in the iteration stalls the decodes in it for its prefill
     assert float(model.iteration_time_s(mixed)) > 10 * float(model.iteration_time_s(decode))
+
+
+def test_a_batch_that_costs_more_per_sequence_than_a_lone_sequence_is_priced_as_measured():
+    spec = _spec()
+    cal = read_calibration(BATCH_STEP)
+    model = step_model_from_calibration(cal, spec)
+    _, loads, times = _points(cal, spec)
+    batched = [(ld, t) for ld, t in zip(loads, times) if ld.decode_seqs >= 2]
+    assert len(batched) == 3
+    for ld, t in batched:       # a line through zero or more sequences alone priced four at 22 % under
+        assert float(model.iteration_time_s(ld)) == pytest.approx(t, rel=0.10)
+    assert model.coefficients[TERMS.index("per_added_sequence_s")] > 0
+    # where a batch costs what its sequences cost alone (the older fixture), the term stays out
+    linear = step_model_from_calibration(read_calibration(MEASURED), spec)
+    assert linear.coefficients[TERMS.index("per_added_sequence_s")] == 0
 
 
 def test_concurrency_beyond_the_batch_limit_is_read_as_the_limit():
@@ -94,7 +113,7 @@ def test_too_few_rows_are_refused():
     spec = _spec()
     cal = read_calibration(MEASURED)
     step, loads, times = _points(cal, spec)
-    with pytest.raises(ApmwError, match="at least 5 rows"):
+    with pytest.raises(ApmwError, match="at least 6 rows"):
         MeasuredStepModel.fit(step, loads[:3], times[:3], origin="")
 
 

@@ -1,5 +1,21 @@
-"""The real-engine loop: apmw's plan, priced from a llama.cpp server's own calibration, against the knee
-that server shows under closed-loop agents (issue 20; bench/README.md "The llama.cpp loop")."""
+"""The real-engine loop: apmw's plan, priced from a llama.cpp server's own calibration, against what
+that server does under closed-loop agents at the edges of the plan's tolerance (issue 20; bench/README.md
+"The llama.cpp loop").
+
+The claim under test is the issue's: the measured N* lies within 15 % (or one agent) of the predicted
+one. A measured knee is itself uncertain by several agents on this machine (levels of a hundred-odd
+tasks put the p95's 95 % interval 2-3 s wide around an 8 s SLO), so instead of measuring the knee and
+comparing two noisy numbers, the test measures the two levels that bound the claim and asks each for
+the verdict its own interval allows:
+
+- at the fewest agents whose knee the claim admits, the server must not surely miss the SLO (the
+  p95 interval's lower end above it): were the knee lower, that level would lie past it;
+- at one more than the most agents the claim admits, the server must not surely meet it (the
+  interval's upper end at or below it): were the knee higher, that level would still lie before it.
+
+A prediction far off either way fails (the one this test was written for, 19 against a measured 8,
+puts its lower level at 17 agents, where this server's p95 is past 12 s).
+"""
 
 from __future__ import annotations
 
@@ -13,19 +29,24 @@ import yaml
 from tests.loadgen.conftest import CLIENT_CPUS, on_cpus
 from tests.loadgen.test_bench import APMW
 
-pytestmark = pytest.mark.slow   # about six minutes: two calibrations and a sweep against a real server
+pytestmark = pytest.mark.slow   # about four minutes: a warm-up run, a calibration and two 60 s levels
 
 HERE = Path(__file__).parent
-# Measured (bench/README.md "The llama.cpp loop") on the 2-core development machine: N* 7, predicted 8
-# from a calibration taken after the sweep (the server in its serving state). Later runs on the same
-# kind of machine measured knees of 10-11: the sweep must run up to its first miss, or a knee above
-# its top level reads as the top level (it did, when the sweep ended at 11). Levels of ~120 tasks leave
-# the measured knee uncertain by about an agent, and a calibration is a snapshot of a noisy server
-# (docs/bench.md "Calibration": planned N* 11-14 from six calibrations of one server), hence two
-# agents of margin beyond the 15 % (or one agent) the recorded runs meet. The error this test was
-# written for (measured 8, predicted 19) stays far outside it.
-SWEEP = "5:24:1"
-MARGIN_AGENTS = 2
+LEVEL_S = 60        # about 100-130 tasks a level at 8-18 agents: the p95's interval brackets it
+WARMUP_AGENTS, WARMUP_S = 8, 30
+
+
+def knees_within_tolerance(predicted: int) -> tuple[int, int]:
+    """The measured knees K the issue's claim admits for a predicted N*: |predicted - K| <= max(1, 15 % of K)."""
+    admitted = [k for k in range(1, 2 * predicted + 3) if abs(predicted - k) <= max(1, round(0.15 * k))]
+    return min(admitted), max(admitted)
+
+
+def test_the_tolerance_band_is_the_issues_fifteen_percent_or_one_agent():
+    assert knees_within_tolerance(3) == (2, 4)
+    assert knees_within_tolerance(9) == (8, 11)
+    assert knees_within_tolerance(14) == (12, 17)
+    assert knees_within_tolerance(19) == (17, 22)
 
 
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -35,37 +56,44 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     return done
 
 
-def _predicted(spec_path: Path, server, cal: Path) -> dict:
-    _run(["bench", "--calibrate", str(cal), "--endpoint", server.url, "--model", "tiny"], 120)
-    return json.loads(_run(["plan", str(spec_path), "--calibration", str(cal), "--json"], 300).stdout)
+def _level(spec_path: Path, server, agents: int, duration_s: float, out: Path) -> dict:
+    summary = json.loads(_run(["bench", str(spec_path), "--endpoint", server.url, "--model", "tiny",
+                               "--agents", str(agents), "--duration-s", str(duration_s), "--warmup-s", "5",
+                               "--seed", "2", "--out", str(out), "--no-live", "--json"], 600).stdout)
+    return summary["levels"][0]
 
 
-# KNOWN FAILURE on this 2-core machine (issue 20, item 5): five runs on 2026-12-02 measured knees of 10, 11,
-# 14 (unpinned) and 12, 9 (pinned) against predictions of 13, 17, 18 and 14, 15 from the calibration after
-# the sweep: always high, by 2-6 agents, and outside the margin in two of the five. At the measured levels
-# the plan gets TTFT p95 within 10 % and the task p50 within 2 %, but the server's time per output token
-# under the loop (its own timings agree) is 1.4-1.8x what its calibration prices at the same decode batch
-# (bench/README.md "The llama.cpp loop", 2026-12-02). Not strict, so that a run where it holds passes;
-# the figures go to the output either way.
-@pytest.mark.xfail(strict=False, reason="the server decodes 1.4-1.8x slower under the closed loop than its calibration "
-                   "prices; predicted N* 2-6 agents high in five runs on 2026-12-02, outside the margin in two")
-def test_plan_with_the_servers_calibration_predicts_its_measured_knee(pinned_server, tmp_path):
+# KNOWN FAILURE on this 2-core machine (issue 20, item 5). Five runs on 2026-12-02 (bench/README.md, "Where the
+# time per token goes"): the server under the loop was steady from run to run (task p95 at 13 agents 8.9, 9.0
+# and 10.5 s in three of them), but its 20 s calibration on the idle server was not (a decode step of four
+# sequences 4.2-6.9 ms, a 1,536-token prefill 0.59-0.77 s), and the planned N* followed it: 12, 15, 13, 15, 10.
+# Two of the five put the server surely past the SLO at the fewest agents the plan admits. Not strict, so
+# that a run where it holds passes; the figures go to the output either way.
+@pytest.mark.xfail(strict=False, reason="the idle server's calibration varies up to 2x from run to run on this "
+                   "machine and the planned N* with it (10-15 against a steady knee of 11-12); two of five runs failed")
+def test_the_servers_knee_lies_where_the_plan_from_its_calibration_puts_it(pinned_server, tmp_path):
     spec = yaml.safe_load((HERE / "llamacpp-knee-4slots.yaml").read_text())
     spec["model"]["config"] = str(pinned_server.config_path)
     spec_path = tmp_path / "knee.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
-    fresh = _predicted(spec_path, pinned_server, tmp_path / "cal-fresh.json")
-    sweep = json.loads(_run(["bench", str(spec_path), "--endpoint", pinned_server.url, "--model", "tiny",
-                             "--agents-sweep", SWEEP, "--duration-s", "35", "--warmup-s", "5", "--seed", "2",
-                             "--out", str(tmp_path / "sweep.jsonl"), "--no-live", "--json"], 1200).stdout)
-    plan = _predicted(spec_path, pinned_server, tmp_path / "cal.json")    # the server as it serves: after the sweep
-    measured, (lo, hi) = sweep["agents_per_replica"], sweep["agents_per_replica_range"]
-    predicted = plan["agents_per_replica"]
-    print(f"measured N* {measured} (range {lo}-{hi}); predicted {predicted} from the calibration after the sweep, "
-          f"{fresh['agents_per_replica']} from the fresh server's")
+    slo_s = spec["slo"]["task_latency_p95_s"]
+    # the server as it serves: a calibration taken after a loop has run (docs/bench.md, "Calibration")
+    _level(spec_path, pinned_server, WARMUP_AGENTS, WARMUP_S, tmp_path / "warm-up.jsonl")
+    cal = tmp_path / "cal.json"
+    _run(["bench", "--calibrate", str(cal), "--endpoint", pinned_server.url, "--model", "tiny"], 120)
+    plan = json.loads(_run(["plan", str(spec_path), "--calibration", str(cal), "--json"], 300).stdout)
     assert plan["agents_per_replica_source"] == "simulated"
     assert plan["sources"]["step_time"].startswith("measured on")
-    assert 5 <= measured, f"the server missed the SLO at the sweep's first level: {sweep['levels'][0]}"
-    assert hi is not None, f"every level up to {measured} met the SLO: the knee lies beyond the sweep"
-    allowed = max(1, round(0.15 * measured)) + MARGIN_AGENTS
-    assert abs(predicted - measured) <= allowed, (predicted, measured, plan["check"]["points"])
+    predicted = plan["agents_per_replica"]
+    fewest, most = knees_within_tolerance(predicted)
+    low = _level(spec_path, pinned_server, fewest, LEVEL_S, tmp_path / "low.jsonl")
+    high = _level(spec_path, pinned_server, most + 1, LEVEL_S, tmp_path / "high.jsonl")
+    for lv in (low, high):
+        assert lv["task_latency_p95_interval_s"] is not None, f"too few tasks to bracket the p95: {lv}"
+        p95, (lo, hi) = lv["task_latency_s"]["p95"], lv["task_latency_p95_interval_s"]
+        print(f"predicted N* {predicted} (admits knees {fewest}-{most}); at {lv['agents']} agents: "
+              f"{lv['completed_tasks']} tasks, p95 {p95:.2f} s [{lo:.2f}, {hi:.2f}] against the {slo_s:g} s SLO")
+    assert low["task_latency_p95_interval_s"][0] <= slo_s, (
+        f"at {fewest} agents the server surely misses the SLO: its knee lies below what N* {predicted} admits")
+    assert high["task_latency_p95_interval_s"][1] > slo_s, (
+        f"at {most + 1} agents the server surely meets the SLO: its knee lies above what N* {predicted} admits")

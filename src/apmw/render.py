@@ -56,6 +56,8 @@ def plan_table(console: Console, p: dict, title: str) -> None:
     t.add_row("replica", replica_text(rep))
     t.add_row("agents per replica", f"{p['agents_per_replica']:,}  (binding: {binding_text(p)})" + _source_text(p))
     t.add_row("SLO", slo_line(p["slo_verdict"]))
+    if p.get("slo_sensitivity"):
+        t.add_row("N* as the SLO moves", sensitivity_text(p["slo_sensitivity"]))
     ci = p.get("task_latency_p95_interval_s")
     t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s"
               + ("" if not ci else (f" (95% CI {ci[0]:,.0f}-{ci[1]:,.0f}" if ci[1] is not None else
@@ -98,6 +100,13 @@ def plan_table(console: Console, p: dict, title: str) -> None:
                       + f"; N* is {p['agents_per_replica_max']:,}")
     for note in p.get("warnings", []):
         console.print(f"[yellow]warning:[/] {note}")
+
+
+def sensitivity_text(points: list[dict]) -> str:
+    """N* at each SLO scale (analytic), and where the KV memory rather than the SLO stops it."""
+    kv = [f"{q['slo_scale']:.1f}x" for q in points if q["stopped_by"] == "kv_memory"]
+    return ("SLO " + ", ".join(f"{q['slo_scale']:.1f}x: {q['agents_per_replica']:,}" for q in points) + " (analytic)"
+            + (f"; the KV memory stops it at {', '.join(kv)}" if kv else ""))
 
 
 def _source_text(p: dict) -> str:

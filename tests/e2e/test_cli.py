@@ -39,12 +39,16 @@ def test_plan_json_on_every_example(example):
     assert {"agents", "replicas", "gpus", "facility_power_w"} <= d["fleet"].keys()
     assert d["task_latency_s"]["p95"] <= d["slo"]["task_latency_p95_s"]
     assert d["agents_per_replica"] >= 1
+    scales = {q["slo_scale"]: q for q in d["slo_sensitivity"]}
+    assert set(scales) == {0.9, 1.0, 1.1} and scales[1.0]["agents_per_replica"] == d["agents_per_replica"]
+    assert scales[0.9]["agents_per_replica"] <= d["agents_per_replica"] <= scales[1.1]["agents_per_replica"]
 
 
 def test_plan_table_for_people():
     r = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--analytic")
     assert r.returncode == 0, r.stderr
     assert "agents per MW" in r.stdout and "binding" in r.stdout
+    assert "N* as the SLO moves" in r.stdout and "0.9x: 27, 1.0x: 27, 1.1x: 27" in r.stdout
 
 
 def test_plan_at_fixed_agents():

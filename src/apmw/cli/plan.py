@@ -41,6 +41,7 @@ def plan(
     from rich.progress import Progress
 
     from apmw.capacity import InfeasibleError, plan as solve
+    from apmw.capacity.sensitivity import slo_sensitivity
     from apmw.render import check_table, plan_table, verify_table
     from apmw.sim import unsupported, verify_plan
     from apmw.sim.checked import check_plan
@@ -81,11 +82,13 @@ def plan(
             with Progress(console=out, transient=True, disable=as_json) as bar:
                 task = bar.add_task("simulating", total=1.0)
                 checked = verify_plan(result, progress=lambda now, end: bar.update(task, completed=now / end))
+        sensitivity = slo_sensitivity(result if settled is None else settled.analytic)
     except InfeasibleError as exc:
         _fail(str(exc), exc.exit_code)
     except (ApmwError, SpecError) as exc:
         _fail(str(exc))
     d = result.to_dict() if settled is None else settled.to_dict()
+    d["slo_sensitivity"] = [x.to_dict() for x in sensitivity]
     if workload_from is not None:
         d["workload_from"] = str(workload_from)
         d["workload_fit_notes"] = fit_notes

@@ -22,7 +22,8 @@ def _scaled(spec, scale: float):
     return spec.model_copy(update={"slo": slo.model_copy(update=update)})
 
 
-@pytest.mark.parametrize("path", [EXAMPLES / "support-chat.yaml", BINDING / "ttft.yaml", BINDING / "tpot.yaml"])
+@pytest.mark.parametrize("path", [EXAMPLES / "support-chat.yaml", EXAMPLES / "coding-agent.yaml", BINDING / "ttft.yaml",
+                                  BINDING / "tpot.yaml", BINDING / "kv-memory.yaml"])
 def test_each_scale_is_the_plan_of_the_spec_with_its_slo_scaled(path):
     spec = load_spec(path)
     answers = slo_sensitivity(plan(spec, agents=None))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.closed_loop import ClosedLoopModel
+from apmw.capacity.closed_loop import closed_loop_model
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.plan import Plan
 from apmw.capacity.search import largest_near
@@ -39,7 +39,7 @@ class ScaledSlo:
 
 def slo_sensitivity(plan: Plan, scales: tuple[float, ...] = SLO_SCALES) -> list[ScaledSlo]:
     """N* of ``plan``'s replica and sessions at each SLO scale, searched outwards from its analytic N*."""
-    model = ClosedLoopModel(plan.spec, plan.replica, plan.sample)
+    model = closed_loop_model(plan.spec, plan.replica)     # the plan's own sessions (a process keeps them)
     slo = plan.spec.slo
     cache: dict[int, Evaluation] = {}
 

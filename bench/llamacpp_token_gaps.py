@@ -14,8 +14,8 @@ token, and calibrates again. Printed per level:
 - the same figures predicted from the calibration taken after the levels, analytically (``apmw plan
   --agents N``) and simulated (900 s, seed 1): task p95, TTFT p95, TPOT mean and p95.
 
-To record token times the script wraps the load generator's stream reader (``apmw.loadgen.client.
-_read_stream``) for this process only: the results files ``apmw bench`` writes do not keep them.
+The token times are the calls' own ``token_times_s`` in the results files (one per level, kept in
+``--out``); ``apmw bench --calibrate --loop-results`` reads the same gaps (``apmw.loadgen.loop_steps``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,6 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))       # tests.loadgen: the tiny model and its server
 
-import apmw.loadgen.client as client  # noqa: E402
 from apmw import load_spec, plan  # noqa: E402
 from apmw.loadgen.bench import run_bench  # noqa: E402
 from apmw.loadgen.calibrate import measure_calibration, read_calibration, step_model_from_calibration  # noqa: E402
@@ -45,24 +43,12 @@ from tests.loadgen.conftest import CLIENT_CPUS, SERVER_CPUS, start_server  # noq
 from tests.loadgen.tiny_model import write_tiny_llama  # noqa: E402
 
 STALL_THRESHOLDS_S = (0.02, 0.05, 0.1)
-TOKEN_TIMES: list[list[float]] = []      # one list per call: the arrival time of each streamed text chunk
 
 
-def _record_token_times() -> None:
-    read = client._read_stream
-
-    async def read_and_record(r, res, t0):
-        times, lines = [], r.aiter_lines
-
-        async def stamped():
-            async for line in lines():
-                if line.startswith("data:") and ('"content"' in line or '"text"' in line):
-                    times.append(time.monotonic())
-                yield line
-        r.aiter_lines = stamped
-        await read(r, res, t0)
-        TOKEN_TIMES.append(times)
-    client._read_stream = read_and_record
+def token_times(records: list[dict]) -> list[list[float]]:
+    """Each ok call's token arrival times on its segment's clock."""
+    return [[r["start_s"] + t for t in r["token_times_s"]] for r in records
+            if r.get("type") == "call" and r.get("ok") and r.get("token_times_s")]
 
 
 def gap_figures(calls: list[list[float]]) -> str:
@@ -120,18 +106,17 @@ def main() -> None:
     spec_path = args.out / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(doc))
     spec = load_spec(spec_path)
-    _record_token_times()
     server = start_server(model, config, slots=doc["serving"]["max_batch"], cpus=SERVER_CPUS)
     try:
         asyncio.run(measure_calibration(server.url, "tiny", args.out / "cal-before.json"))
         levels = {}
         for n in args.agents:
-            TOKEN_TIMES.clear()
             out = args.out / f"level-{n}.jsonl"
             out.unlink(missing_ok=True)
             asyncio.run(run_bench(RunConfig(endpoint=server.url, model="tiny", agents=n, duration_s=args.duration_s,
                                             warmup_s=5, seed=2, workload=doc["workload"], slo=doc["slo"]), [n], out))
-            levels[n] = (list(TOKEN_TIMES), summarise(read_records(out))["levels"][0])
+            records = read_records(out)
+            levels[n] = (token_times(records), summarise(records)["levels"][0])
         asyncio.run(measure_calibration(server.url, "tiny", args.out / "cal-after.json"))
     finally:
         server.kill()

@@ -87,6 +87,9 @@ def bench(
                                                "--calibrate) whose fitted efficiencies --compare-plan uses"),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="measure TTFT vs prompt length and TPOT vs "
                                              "concurrency instead, and write this calibration file"),
+    loop_results: Optional[Path] = typer.Option(None, "--loop-results", help="with --calibrate: also read the "
+                                                "server's steps under load off this results file's token times "
+                                                "(an apmw bench run against the same server)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/bench.md)"),
     live: bool = typer.Option(True, "--live/--no-live", help="rich live display (only on a terminal)"),
 ) -> None:
@@ -97,7 +100,7 @@ def bench(
     api_key = os.environ.get(api_key_env) or None
     try:
         if calibrate is not None:
-            _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json)
+            _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
             return
         output_path(results, "--out")
         if resume:
@@ -170,12 +173,15 @@ def _compare(spec, summary, calibration):
     return compare(spec, summary, step)
 
 
-def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json):
+def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, loop_results=None):
+    from apmw.loadgen import read_records
     from apmw.loadgen.calibrate import measure_calibration
 
     if model is None:
         fail("--model is required: the name the server serves (GET /v1/models lists it)")
-    cal = asyncio.run(measure_calibration(endpoint, model, path, api_key=api_key, timeout_s=timeout_s, seed=seed))
+    loop_records = None if loop_results is None else read_records(loop_results)
+    cal = asyncio.run(measure_calibration(endpoint, model, path, api_key=api_key, timeout_s=timeout_s, seed=seed,
+                                          loop_records=loop_records))
     if as_json:
         emit_json(cal)
         return
@@ -197,3 +203,11 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json):
     for r in cal.get("tpot_vs_context", []):
         t.add_row(str(r["prompt_tokens"]), _fmt(r["tpot_s_p50"] * 1e3))
     out.print(t)
+    if cal.get("steps_under_load"):
+        t = Table(title=f"steps under load (read off {loop_results})", title_justify="left")
+        for col in ("decoding", "context per sequence", "prompt tokens prefilled", "steps", "step p50 ms"):
+            t.add_column(col, justify="right")
+        for r in cal["steps_under_load"]:
+            t.add_row(str(r["decode_seqs"]), _fmt(r["context_tokens"]), _fmt(r["prefill_tokens"]), str(r["samples"]),
+                      _fmt(r["step_s_p50"] * 1e3))
+        out.print(t)

@@ -9,6 +9,10 @@
 * **TPOT vs context** -- one request at a time with a prompt of each length and
   ``decode_tokens`` output tokens: what reading a longer context adds to a decode step.
 
+With ``--loop-results RESULTS`` the file also gets ``steps_under_load``: the server's iterations
+read off the token arrival times of an ``apmw bench`` run against it (:mod:`apmw.loadgen.loop_steps`),
+decode steps by batch and context and prefill steps beside them, priced in the same fit.
+
 The file (JSON, ``"format": "apmw-calibration/1"``) holds the tables, raw medians, and a
 straight-line fit of the first two (documented in docs/bench.md). :func:`step_model_from_calibration`
 turns the rows into iteration loads of the spec's model and prices its iterations by the line
@@ -28,6 +32,7 @@ import numpy as np
 
 from apmw.loadgen.bench import make_text
 from apmw.loadgen.client import BenchError, Client
+from apmw.loadgen.loop_steps import MIN_DECODE_SAMPLES, steps_under_load
 from apmw.perf import IterationLoad, replica_from_spec
 from apmw.perf.measured import MeasuredStepModel
 from apmw.spec import Spec
@@ -89,8 +94,14 @@ async def _context_row(client: Client, text, rng, n: int, decode_tokens: int, re
 async def measure_calibration(endpoint: str, model: str, path: Path, api_key: str | None = None,
                               timeout_s: float = 60.0, seed: int = 0, prompt_tokens=PROMPT_TOKENS,
                               concurrency=CONCURRENCY, repeats: int = 3, decode_tokens: int = DECODE_TOKENS,
-                              context_tokens=CONTEXT_TOKENS) -> dict:
-    """Measure both tables against ``endpoint`` and write the calibration file to ``path``."""
+                              context_tokens=CONTEXT_TOKENS, loop_records: list[dict] | None = None) -> dict:
+    """Measure the tables against ``endpoint`` and write the calibration file to ``path``; with
+    ``loop_records`` (an ``apmw bench`` results file's records) add the steps its calls saw."""
+    loop_rows = None if loop_records is None else steps_under_load(loop_records)
+    if loop_rows == []:
+        raise BenchError("--loop-results: too few calls in that file carry token times to read the server's steps "
+                         f"from (each row needs {MIN_DECODE_SAMPLES} gaps between tokens; results files of apmw bench "
+                         "before 2026-12-02 have none): run apmw bench for longer, or with more output tokens per call")
     client = Client(endpoint, model, api="completions", api_key=api_key, timeout_s=timeout_s,
                     max_connections=max(concurrency) + 2)
     # the prompts differ from every earlier calibration's, whatever the seed: a server keeps the last
@@ -118,6 +129,8 @@ async def measure_calibration(endpoint: str, model: str, path: Path, api_key: st
         "linear_fit": {"ttft_intercept_s": float(b0), "prefill_s_per_token": float(a),
                        "tpot_intercept_s": float(c0), "tpot_s_per_sequence": float(d)},
     }
+    if loop_rows is not None:
+        cal["steps_under_load"] = loop_rows
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cal, indent=2) + "\n")
     return cal
@@ -162,6 +175,14 @@ def _points(cal: dict, spec: Spec):
                                    kv_read_bytes=b * float(arch.kv_read_bytes_for_context(c, kv_dtype)),
                                    attention_flops=b * float(arch.attention_flops_per_token(c))))
         times.append(r["tpot_s_p50"])
+    for r in cal.get("steps_under_load", []):      # apmw.loadgen.loop_steps
+        b, c = float(min(r["decode_seqs"], policy.max_batch)), r["context_tokens"]
+        n, prefix = r["prefill_tokens"], r["prefill_context_tokens"]
+        loads.append(IterationLoad(decode_seqs=b, prefill_tokens=n,
+                                   kv_read_bytes=b * float(arch.kv_read_bytes_for_context(c, kv_dtype)),
+                                   attention_flops=b * float(arch.attention_flops_per_token(c))
+                                   + n * float(arch.attention_flops_per_token(prefix + n / 2))))
+        times.append(r["step_s_p50"])
     for r in cal.get("tpot_vs_context", []):       # files written before this table have none
         c = float(r["prompt_tokens"]) + r.get("output_tokens", UNRECORDED_DECODE_TOKENS) / 2
         loads.append(IterationLoad(decode_seqs=1.0, prefill_tokens=0.0,

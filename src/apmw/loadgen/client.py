@@ -45,11 +45,15 @@ class CallResult:
     usage_reported: bool = False
     server_prefill_s: float | None = None    # llama.cpp's own "timings" (prompt_ms), where the server sends them
     server_tpot_s: float | None = None       # llama.cpp "timings.predicted_per_token_ms"
+    # when each streamed text chunk arrived, seconds after the request was sent (ms resolution in the
+    # record): the engine's iterations as the call saw them (apmw.loadgen.loop_steps)
+    token_times_s: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)
 
     def record(self) -> dict:
         d = asdict(self)
         d.pop("text")
+        d["token_times_s"] = [round(t, 4) for t in self.token_times_s]
         return d
 
 
@@ -179,6 +183,7 @@ async def _read_stream(r: httpx.Response, res: CallResult, t0: float) -> None:
                 last = now
                 chunks += 1
                 parts.append(piece)
+                res.token_times_s.append(now - t0)
         usage = msg.get("usage")
         if usage:
             res.usage_reported = True

@@ -8,7 +8,8 @@ Record types, in the order a run writes them:
 * ``call`` -- one per finished call, ok or faulted: ``ttft_s``, ``tpot_s``, ``latency_s``,
   ``prompt_tokens``/``output_tokens`` (from the server's usage), the targets
   (``target_prompt_tokens``, ``target_output_tokens``), ``fault`` kind, ``start_s`` (seconds
-  from the segment's start), ``warmup`` (its task began during warm-up).
+  from the segment's start), ``warmup`` (its task began during warm-up), ``token_times_s`` (when
+  each streamed chunk arrived, seconds after the call's start; files written before it have none).
 * ``task`` -- one per finished task: ``status`` (``completed``, ``failed``: a call faulted,
   ``cancelled``: the run stopped first), ``latency_s``, ``start_s``, ``end_s``, ``warmup``.
 * ``end``  -- the segment ended: ``reason`` (``duration`` or ``interrupted``) and ``elapsed_s``.

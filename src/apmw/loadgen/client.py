@@ -45,7 +45,7 @@ class CallResult:
     usage_reported: bool = False
     server_prefill_s: float | None = None    # llama.cpp's own "timings" (prompt_ms), where the server sends them
     server_tpot_s: float | None = None       # llama.cpp "timings.predicted_per_token_ms"
-    # when each streamed text chunk arrived, seconds after the request was sent (ms resolution in the
+    # when each streamed text chunk arrived, seconds after the request was sent (0.1 ms resolution in the
     # record): the engine's iterations as the call saw them (apmw.loadgen.loop_steps)
     token_times_s: list[float] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)

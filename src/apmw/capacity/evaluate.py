@@ -88,6 +88,12 @@ class Evaluation:
         return self.meets_latency and self.fits_memory
 
 
+def prefill_keeps_up(prefill_utilisation: float | None) -> bool:
+    """A disaggregated prefill instance busy all the time has an unbounded queue: no latency SLO holds
+    there, whatever the sampled p95s say (None: prefill runs on the replica)."""
+    return prefill_utilisation is None or prefill_utilisation < 1.0
+
+
 def _prefill_wait(curve: EngineCurve, think: float, agents: int, stage: PrefillStage,
                   transfer_s: float) -> tuple[LoopState, float, float]:
     """Decode loop, prefill-queue wait and prefill utilisation at the fixed point (disaggregation)."""
@@ -212,7 +218,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
         kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
         session_throughput_per_s=agents / mean_r,
-        meets_latency=verdict.meets and (prefill_util is None or prefill_util < 1.0),
+        meets_latency=verdict.meets and prefill_keeps_up(prefill_util),
         fits_memory=bool(kv_p95 <= kv_capacity_bytes), slo=verdict,
         prefill_utilisation=prefill_util, task_latency_samples_s=samples, ttft_samples_s=ttft,
     )

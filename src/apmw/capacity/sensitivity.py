@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apmw.capacity.closed_loop import closed_loop_model
-from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.evaluate import Evaluation, prefill_keeps_up
 from apmw.capacity.plan import Plan
 from apmw.capacity.search import largest_near
 from apmw.capacity.slo import slo_slack
@@ -50,8 +50,8 @@ def slo_sensitivity(plan: Plan, scales: tuple[float, ...] = SLO_SCALES) -> list[
 
     def within(n: int, scale: float) -> bool:
         ev = at(n)
-        prefill_keeps_up = ev.prefill_utilisation is None or ev.prefill_utilisation < 1.0
-        return prefill_keeps_up and slo_slack(slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s) <= scale
+        return (prefill_keeps_up(ev.prefill_utilisation)
+                and slo_slack(slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s) <= scale)
 
     answers = []
     for scale in scales:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from apmw.capacity.closed_loop import ClosedLoopModel, spills_retained
-from apmw.capacity.evaluate import Evaluation
+from apmw.capacity.evaluate import Evaluation, prefill_keeps_up
 from apmw.capacity.prefix_cache import frees_contexts
 from apmw.capacity.quantiles import quantile
 from apmw.capacity.sessions import (TAIL_CALLS, TARGET_CALLS, SessionSample, default_session_count,
@@ -183,7 +183,7 @@ class JointSlo:
         if agents not in self._cache:
             ev = self.model.evaluate(agents)
             failed = tuple(f"{r['workload']} {SLO_LABELS[f]}" for r in self.figures(ev) for f in r["slo_failed"])
-            meets = not failed and (ev.prefill_utilisation is None or ev.prefill_utilisation < 1.0)
+            meets = not failed and prefill_keeps_up(ev.prefill_utilisation)
             self._cache[agents] = replace(ev, meets_latency=meets, slo=SloVerdict(failed=failed, unmeasured=()))
         return self._cache[agents]
 

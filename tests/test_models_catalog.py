@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apmw.catalog import load_config
-from apmw.catalog.models import checkpoint_weight_dtype, resolve_model_name
+from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype, resolve_model_name
 
 
 @pytest.mark.parametrize("served, base", [
@@ -29,6 +29,14 @@ def test_published_ids_resolve_to_their_base_config(served, base):
                                            ("zai-org/GLM-5-FP8", "fp8"), ("deepseek-ai/DeepSeek-R1-0528", None)])
 def test_the_dtype_the_name_states_is_reported_not_taken(served, dtype):
     assert checkpoint_weight_dtype(served) == dtype
+
+
+@pytest.mark.parametrize("name, dtype", [("deepseek-ai/DeepSeek-R1", "fp8"), ("moonshotai/Kimi-K2-Instruct", "fp8"),
+                                         ("openai/gpt-oss-120b", "fp4"), ("meta-llama/Meta-Llama-3.1-8B", None),
+                                         # a derivative is read off its base's config, whose format it may not share
+                                         ("deepseek-ai/DeepSeek-R1-0528", None), ("someone/DeepSeek-R1", None)])
+def test_the_weight_dtype_a_checkpoint_config_stores(name, dtype):
+    assert config_weight_dtype(name) == dtype
 
 
 @pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-R1-0529", "deepseek-ai/DeepSeek-V4-Max", "DeepSeek-V4"])

@@ -322,6 +322,22 @@ def test_a_checkpoint_named_for_other_weights_gets_a_note_and_the_model_source()
     assert "published checkpoint's own quantization config is not bundled" in " ".join(meant.output.split())
 
 
+def test_a_config_file_that_stores_fp8_is_noted_when_bf16_is_priced(tmp_path):
+    from apmw.catalog import load_config
+    from apmw.catalog.models import config_weight_dtype
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**load_config("deepseek-ai/DeepSeek-V3")[0]}))
+    assert config_weight_dtype(str(path)) == "fp8"
+    args = ["predict", "--gpu", "H200", "--tp", "16", "--isl", "1000", "--osl", "100", "--concurrency", "8"]
+    slip = CliRunner().invoke(app, [*args, "--model", "deepseek-ai/DeepSeek-R1"])
+    assert slip.exit_code == 0, slip.output
+    assert ("'deepseek-ai/DeepSeek-R1' stores fp8 weights (its config.json's quantization_config), but bf16 "
+            "weights are priced") in " ".join(slip.output.split())
+    meant = CliRunner().invoke(app, [*args, "--model", str(path), "--weight-dtype", "fp8"])
+    assert meant.exit_code == 0 and "weights are priced" not in meant.output
+
+
 def test_the_cli_default_prompts_per_client_is_the_library_default():
     import inspect
 

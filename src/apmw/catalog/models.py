@@ -11,8 +11,8 @@ A derived checkpoint (an instruct or chat tune, a quantised re-upload such as
 architecture, so the hub id a user serves also resolves: checkpoint tags are stripped
 (:data:`CHECKPOINT_TAGS`), then the organisation. File-system paths never resolve this way
 (a directory is read as a checkpoint: its ``config.json``). The weight dtype is not taken
-from the name (``--weight-dtype`` says it; :func:`checkpoint_weight_dtype` lets the CLI
-note a mismatch). The source line names the bundled config that was read.
+from the name or the config (``--weight-dtype`` says it; :func:`checkpoint_weight_dtype` and
+:func:`config_weight_dtype` let the CLI note a mismatch). The source line names the bundled config that was read.
 """
 
 from __future__ import annotations
@@ -152,6 +152,28 @@ def checkpoint_weight_dtype(name: str) -> str | None:
     if on_disk(name):
         return None
     return _strip_tags(name.strip().lower())[1]
+
+
+# quantization_config.quant_method (or ModelOpt's quant_algo) -> the weight dtype apmw prices it as.
+# MXFP4 is gpt-oss's: only the experts are 4-bit, as apmw's "fp4" for a MoE checkpoint prices them.
+_QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq": "int4", "awq": "int4",
+                        "gptq": "int4"}
+
+
+def config_weight_dtype(name_or_path: str) -> str | None:
+    """The weight dtype a checkpoint's own config.json stores (its ``quantization_config``: DeepSeek-V3/R1's
+    ``fp8``, gpt-oss's ``mxfp4``), or None where it states none apmw reads, or where the config is a base
+    model's read for a derived checkpoint (whose own format apmw does not hold)."""
+    found = None if on_disk(name_or_path) else _resolve(name_or_path)
+    if found is not None and found[1]:
+        return None
+    try:
+        cfg, _ = load_config(name_or_path)
+    except (ConfigError, UnknownNameError):
+        return None
+    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    method = q.get("quant_algo") if q.get("quant_method") == "modelopt" else q.get("quant_method")
+    return _QUANT_WEIGHT_DTYPES.get(str(method).lower()) if method else None
 
 
 # The KV cache of a checkpoint whose config names no KV format: the model's 16-bit activations.

@@ -81,12 +81,15 @@ def note_gpu_basis(gpu) -> None:
 
 
 def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
-    """Say so when a checkpoint's name states other weights than the dtype being priced
-    ("...-FP8" priced at bf16): the dtype is the user's to give, but a mismatch is usually a slip."""
-    from apmw.catalog.models import checkpoint_weight_dtype
+    """Say so when a checkpoint's name, or else its config.json, states other weights than the dtype being
+    priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16): the dtype is the user's
+    to give, but a mismatch is usually a slip."""
+    from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
     from apmw.spec.spellings import dtype_key
 
-    named = checkpoint_weight_dtype(model)
+    named, said = checkpoint_weight_dtype(model), "names {} weights"
+    if named is None:
+        named, said = config_weight_dtype(model), "stores {} weights (its config.json's quantization_config)"
     if named and named != dtype_key(weight_dtype):
-        note(f"'{model}' names {named} weights, but {weight_dtype} weights are priced; give "
+        note(f"'{model}' {said.format(named)}, but {weight_dtype} weights are priced; give "
              f"--weight-dtype {named} (weight_dtype: {named} in a spec) if that is what it serves")

@@ -1,18 +1,22 @@
 """How fast does `apmw search` plan a space, here and on a process pool or a Ray cluster, against `plan`?
 
-Run: .venv/bin/python bench/search_speed.py [--ray]
+Run: .venv/bin/python bench/search_speed.py [--ray] [--profile]
 
 The space is 96 points of the bundled support-chat example (GPUs per replica x batch cap x engine x
 KV dtype). Prints, in one process so that the machine's speed cancels:
 - ``plan``'s time per spec, each point's spec planned directly (the baseline);
 - the search in this process, and its ratio to the baseline (what the search machinery adds);
 - the search on a local process pool of 2 workers (start-up included), and its speed-up over this process;
+- with ``--profile``: where one search's time goes in this process (cProfile, cumulative seconds per
+  point of the planner's main steps), then stops;
 - with ``--ray``: the search on a local Ray cluster (started here, ``ray start --head``) with one
   node of one CPU, then with a second one-CPU node joined, and the speed-up 1 -> 2.
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import socket
 import subprocess
 import sys
@@ -65,10 +69,36 @@ def _ray_runs(spec) -> tuple[float, float]:
     return one, two
 
 
+# The planner's main steps, as cProfile names them: (file suffix, function) -> label.
+STEPS = {("capacity/plan.py", "plan"): "plan (one point, all of it)",
+         ("perf/replica.py", "replica_from_spec"): "  resolve the replica (step model, memory, power)",
+         ("capacity/closed_loop.py", "closed_loop_model"): "  build the closed-loop model (samples, engine curves)",
+         ("capacity/engine_curve.py", "engine_curve"): "    of which engine curves",
+         ("capacity/search.py", "search"): "  the N* search and the binding counterfactual",
+         ("capacity/closed_loop.py", "evaluate"): "    closed-loop evaluations (count: per point)",
+         ("capacity/closed_loop.py", "_fixed_point"): "      of which the context-loss fixed points",
+         ("capacity/evaluate.py", "evaluate"): "      of which tails and memory off the samples"}
+
+
+def _profile(spec, n: int) -> None:
+    profiler = cProfile.Profile()
+    profiler.runcall(search, spec, AXES)
+    stats = pstats.Stats(profiler).stats       # (file, line, function) -> (calls, primitive, tottime, cumtime, callers)
+    print(f"{n} points of support-chat, one search in this process under cProfile (which slows it)")
+    print(f"{'step':<58}{'ms/point':>10}{'calls/point':>13}")
+    for (suffix, function), label in STEPS.items():
+        rows = [v for (file, _, fn), v in stats.items() if fn == function and file.endswith(suffix)]
+        calls, cum = sum(r[0] for r in rows), sum(r[3] for r in rows)
+        print(f"{label:<58}{cum / n * 1e3:>10.2f}{calls / n:>13.1f}")
+
+
 def main() -> None:
     spec = load_spec(EXAMPLES / "support-chat.yaml")
     n = len(list(points(AXES)))
     plan(spec)                                        # warm caches
+    if "--profile" in sys.argv:
+        _profile(spec, n)
+        return
     t_plan = _timed(lambda: _plan_every_point(spec))
     t_here = _timed(lambda: search(spec, AXES))
     t_pool2 = _timed(lambda: search(spec, AXES, workers=2))

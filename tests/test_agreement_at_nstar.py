@@ -5,9 +5,12 @@ and support-chat (TTFT), and the constructed specs of tests/fixtures/specs/bindi
 SLO (support-chat without per-call SLOs), TTFT and TPOT (deep-research with a per-call SLO) bind.
 Each seed draws its own sessions in both models, and the p95 of the seeds' tasks pooled is compared.
 The two specs whose N* sits at the KV limit (coding-agent and tests/fixtures/specs/binding/kv-memory.yaml)
-are left to bench/agreement_at_nstar.py: there the engine thrashes every few hours of simulated time,
-so the simulated p95 settles only over about 10,000 tasks a seed (5-6 minutes a spec on this machine),
-where both agree within 6 % (bench/README.md, section agreement_at_nstar).
+need longer runs: there the engine thrashes every few hours of simulated time, so the simulated p95
+settles only over about 10,000 tasks (about 100 s a run here), and one seed's sample of 1,000-2,000
+sessions moves the analytic p95 by up to 1.4x (the share of time the pool overflows is steep in the
+sessions' context). So there the analytic p95 is read off three seeds' samples pooled and the
+simulator runs one seed for 10,000 tasks (bench/README.md, section agreement_at_nstar, has every
+seed of both models).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ TASKS_PER_SEED = 700
 WARMUP_SHARE = 0.2          # apmw.sim.run's default warm-up: the first fifth of a run is discarded
 TOLERANCE = 0.10
 
+# At the KV limit: the analytic samples of these seeds pooled, one simulated run this long.
+KV_ANALYTIC_SEEDS = (1, 2, 3)
+KV_SIMULATED_SEED = 1
+KV_TASKS = 10_000
+
 CASES = [("examples/deep-research.yaml", "slo", ("task_latency_p95",)),
          ("examples/support-chat.yaml", "slo", ("ttft_p95",)),
          ("tests/fixtures/specs/binding/task-slo.yaml", "slo", ("task_latency_p95",)),
@@ -37,21 +45,44 @@ CASES = [("examples/deep-research.yaml", "slo", ("task_latency_p95",)),
 @pytest.mark.slow
 @pytest.mark.parametrize("path, binding, binding_slo", CASES, ids=[Path(c[0]).stem for c in CASES])
 def test_analytic_task_p95_agrees_with_the_simulator_at_nstar(path, binding, binding_slo):
-    spec = load_spec(ROOT / path)
-    answer = plan(spec)
-    d = answer.to_dict()
-    assert (d["binding_constraint"], tuple(d["binding_slo"] or ())) == (binding, binding_slo)
-    n = answer.search.agents
+    spec, n = _at_nstar(path, binding, binding_slo)
     analytic, simulated = [], []
     for seed in SEEDS:
         at = plan(spec.model_copy(update={"seed": seed}), agents=n).at
         analytic.append(at.task_latency_samples_s)
         duration_s = TASKS_PER_SEED * at.task_latency_mean_s / n / (1 - WARMUP_SHARE)
         simulated.append(simulate(spec, n, duration_s=duration_s, seed=seed).samples["task_latency_s"])
-    pooled = np.concatenate(simulated)
-    sim_p95 = float(np.quantile(pooled, 0.95))
-    lo, hi = quantile_interval(pooled)
+    _assert_agree(n, np.concatenate(analytic), np.concatenate(simulated))
+
+
+KV_CASES = ["examples/coding-agent.yaml", "tests/fixtures/specs/binding/kv-memory.yaml"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", KV_CASES, ids=[Path(c).stem for c in KV_CASES])
+def test_analytic_task_p95_agrees_with_the_simulator_at_the_kv_limit(path):
+    spec, n = _at_nstar(path, "kv_memory", ())
+    ats = [plan(spec.model_copy(update={"seed": seed}), agents=n).at for seed in KV_ANALYTIC_SEEDS]
+    analytic = np.concatenate([at.task_latency_samples_s for at in ats])
+    mean_s = float(np.mean([at.task_latency_mean_s for at in ats]))
+    duration_s = KV_TASKS * mean_s / n / (1 - WARMUP_SHARE)
+    simulated = simulate(spec, n, duration_s=duration_s, seed=KV_SIMULATED_SEED).samples["task_latency_s"]
+    _assert_agree(n, analytic, simulated)
+
+
+def _at_nstar(path: str, binding: str, binding_slo: tuple[str, ...]):
+    """The spec at ``path`` and its analytic N*, whose binding constraint must be the one named."""
+    spec = load_spec(ROOT / path)
+    answer = plan(spec)
+    d = answer.to_dict()
+    assert (d["binding_constraint"], tuple(d["binding_slo"] or ())) == (binding, binding_slo)
+    return spec, answer.search.agents
+
+
+def _assert_agree(n: int, analytic: np.ndarray, simulated: np.ndarray) -> None:
+    sim_p95 = float(np.quantile(simulated, 0.95))
+    lo, hi = quantile_interval(simulated)
     # the simulator's own 95 % interval is tighter than the tolerance, so a miss is the model's
-    assert (hi - lo) / 2 < TOLERANCE * sim_p95, (lo, sim_p95, hi, len(pooled))
-    analytic_p95 = float(np.quantile(np.concatenate(analytic), 0.95))
-    assert abs(analytic_p95 / sim_p95 - 1) <= TOLERANCE, (n, analytic_p95, sim_p95, (lo, hi), len(pooled))
+    assert (hi - lo) / 2 < TOLERANCE * sim_p95, (lo, sim_p95, hi, len(simulated))
+    analytic_p95 = float(np.quantile(analytic, 0.95))
+    assert abs(analytic_p95 / sim_p95 - 1) <= TOLERANCE, (n, analytic_p95, sim_p95, (lo, hi), len(simulated))

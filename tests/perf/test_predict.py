@@ -327,7 +327,7 @@ def test_a_config_file_that_stores_fp8_is_noted_when_bf16_is_priced(tmp_path):
     from apmw.catalog.models import config_weight_dtype
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**load_config("deepseek-ai/DeepSeek-V3")[0]}))
+    path.write_text(json.dumps(load_config("deepseek-ai/DeepSeek-V3")[0]))
     assert config_weight_dtype(str(path)) == "fp8"
     args = ["predict", "--gpu", "H200", "--tp", "16", "--isl", "1000", "--osl", "100", "--concurrency", "8"]
     slip = CliRunner().invoke(app, [*args, "--model", "deepseek-ai/DeepSeek-R1"])

@@ -361,7 +361,7 @@ def _fill_rows(t: np.ndarray) -> np.ndarray:
     return t
 
 
-# aiconfigurator's MoE dtype names -> ours (apmw.perf.calibrated._MOE_DTYPES reads them back).
+# aiconfigurator's MoE dtype names -> ours (apmw.perf.tables.MOE_DTYPES reads them back).
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_mxfp4": "mxfp4",
               "nvfp4": "nvfp4"}
 # Routed-token skew of the MoE measurements we keep: aiconfigurator measures "balanced",

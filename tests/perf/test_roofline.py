@@ -9,7 +9,8 @@ import pytest
 
 from apmw.arch import load_architecture
 from apmw.catalog.gpus import get_gpu
-from apmw.perf import DEFAULT_EFFICIENCY, IterationLoad, RooflineStepModel
+from apmw.perf import DEFAULT_EFFICIENCY, IterationLoad, RooflineStepModel, served_moe
+from apmw.perf.tables import load_tables
 
 
 def _plain(model: str, gpu: str, gpus: int, weights: str, kv: str, **eff) -> RooflineStepModel:
@@ -46,15 +47,20 @@ def test_a_4bit_moe_computes_only_its_experts_at_the_4bit_rate():
     assert float(compute) == pytest.approx(expected, rel=1e-3)
 
 
-def test_served_moe_ceiling_caps_routed_expert_gemms_and_scales_with_the_bf16_peak():
-    for gpu, bf16 in (("H200", 989e12), ("B200", 2250e12)):
+def test_served_moe_ceiling_caps_routed_expert_gemms_at_the_hopper_fit_and_at_blackwells_kernel():
+    # Hopper: the fitted 150 TFLOP/s per GPU; Blackwell: the measured fused-MoE kernel of the replica's own
+    # expert shape, dtype and expert TP (vLLM's table on B200: DeepSeek's 256 x 2048 experts, fp8 block, TP 8)
+    b200 = load_tables(get_gpu("B200").name)
+    kernel = 8192 * 6 * 7168 * 2048 * 8 / 8 / float(
+        np.interp(8192, b200["moe_tokens"], b200["moe_fp8block_7168_2048_8_256_tp8"]))
+    for gpu, bf16, ceiling in (("H200", 989e12, 150e12), ("B200", 2250e12, served_moe.BLACKWELL_SHARE * kernel)):
         capped = _plain("deepseek-ai/DeepSeek-V3", gpu, 8, "fp8", "fp8")
         table = _plain("deepseek-ai/DeepSeek-V3", gpu, 8, "fp8", "fp8", served_moe_flops_per_s=None)
+        assert capped.served_moe.flops_per_s == pytest.approx(ceiling, rel=1e-12)
         a = capped.arch
         expert_params = (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
         expert_flops = 2 * a.experts_per_token * expert_params * 16384 / 8
         rate = bf16 * 2 * DEFAULT_EFFICIENCY.flops_for("fp8")          # the fp8 peak is twice the bf16 one
-        ceiling = 150e12 * bf16 / 989e12
         load = _prefill(16384.0)
         extra = float(capped.served_compute_s(load) - table.served_compute_s(load))
         assert extra == pytest.approx(expert_flops * (1 / ceiling - 1 / rate), rel=1e-9)

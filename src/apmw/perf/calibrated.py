@@ -45,20 +45,17 @@ import numpy as np
 from apmw.arch import Architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
-from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY
 from apmw.perf.parallelism import Layout
+from apmw.perf.served_moe import ceiling_from_kernel
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
 from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
-from apmw.perf.tables import BASE_ENGINE, KernelTables, bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables
+from apmw.perf.tables import (BASE_ENGINE, KernelTables, bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables,
+                              moe_key)
 
 # Weight dtype -> GEMM table. "fp4" is NVFP4 (W4A4, measured on Blackwell only; a GPU without the
 # table reads fp4 weights from its fp8 table through apmw.perf.scaled).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4"}
-# Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
-# checkpoints (DeepSeek, Qwen3 FP8) are block-scaled; MXFP4 is gpt-oss's format.
-# apmw's "fp4" is either; MXFP4 (gpt-oss) first, then NVFP4 (Blackwell tables only).
-_MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8block", "fp8"),
-               "fp4": ("mxfp4", "nvfp4"), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4",)}
 # 4-bit MoE checkpoints quantise only the experts: gpt-oss's MXFP4 config.json lists
 # self_attn, the router, the embeddings and lm_head in modules_to_not_convert, so those
 # GEMMs run in bf16.
@@ -72,8 +69,8 @@ _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # (vLLM 0.16, fp8 block) both came out 1.4-1.8x the table's. FITTED at 150 on the InferenceMAX
 # h100 gpt-oss rows (`python bench/accuracy.py --fit`, jointly with that harness's request
 # overhead); held out: h200 gpt-oss and MiniMax-M2.5 (docs/accuracy.md). Decode-sized batches
-# stay on the table: their FLOPs are far below the ceiling. Off Hopper it scales by the GPU's
-# dense bf16 peak over Hopper's (as Efficiency.served_moe_flops_per_s does in the plain roofline).
+# stay on the table: their FLOPs are far below the ceiling. This figure holds on Hopper; Blackwell's
+# served MoE runs at its own measured kernel (apmw.perf.served_moe, fitted on B200 gpt-oss).
 SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_per_s or 0.0) / 1e12 or None
 
 # Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
@@ -168,19 +165,9 @@ def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtyp
 def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str) -> str | None:
     if arch.moe_layers != arch.num_layers or arch.shared_expert_params:
         return "MoE models with dense layers or shared experts are not composed from tables yet"
-    if _moe_key(arch, tables, gpus, weight_dtype) is None:
+    if moe_key(arch, tables, gpus, weight_dtype) is None:
         return (f"no measured MoE kernel for {arch.num_experts} experts x {arch.expert_intermediate_size} "
                 f"(top-{arch.experts_per_token}, hidden {arch.hidden_size}) in {weight_dtype} at TP {gpus}")
-    return None
-
-
-def _moe_key(arch: Architecture, tables, gpus: int, weight_dtype: str) -> str | None:
-    """The measured MoE table for this model shape, expert dtype and TP, if any."""
-    shape = f"{arch.hidden_size}_{arch.expert_intermediate_size}_{arch.experts_per_token}_{arch.num_experts}"
-    for dt in _MOE_DTYPES.get(weight_dtype.lower(), ()):
-        key = f"moe_{dt}_{shape}_tp{gpus}"
-        if tables.has(key):
-            return key
     return None
 
 
@@ -214,6 +201,7 @@ class _Curves:
     elementwise_s_per_token: float
     source: str
     tables_engine: str            # whose kernels were measured (vLLM's stand in for an engine without tables)
+    served_moe: str = ""          # the served MoE ceiling on the routed experts, and where it comes from
 
 
 def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
@@ -222,16 +210,17 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
     h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
     heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
     shapes = [((heads + 2 * kv_heads) * hd, h), (h, heads * hd)]
+    served_source = ""
     if arch.moe_layers:
         # routed experts from the measured fused-MoE table (tokens -> seconds), and the bf16 router
         inter = arch.experts_per_token * arch.expert_intermediate_size / g
-        moe = t[_moe_key(arch, t, g, weight_dtype)]
-        moe_s = interp_extrapolate(t["gemm_m"], t["moe_tokens"], moe)
+        key = moe_key(arch, t, g, weight_dtype)
+        moe_s = interp_extrapolate(t["gemm_m"], t["moe_tokens"], t[key])
         if SERVED_MOE_TFLOPS_PER_GPU:
-            # the routed experts' FLOPs on this rank can run no faster than the served ceiling, fitted
-            # on Hopper and scaled by the dense bf16 peak elsewhere, as the plain roofline does
-            # (apmw.perf.step; ASSUMPTION: served MoE kernels keep pace with the peak)
-            ceiling = SERVED_MOE_TFLOPS_PER_GPU * 1e12 * gpu.bf16_flops / HOPPER_BF16_FLOPS
+            # the routed experts' FLOPs on this rank run no faster than the served ceiling: the Hopper fit,
+            # or on Blackwell a fitted share of this kernel (apmw.perf.served_moe)
+            served = ceiling_from_kernel(SERVED_MOE_TFLOPS_PER_GPU * 1e12, t, key)
+            ceiling, served_source = served.flops_per_s, served.source
             flops = t["gemm_m"] * arch.experts_per_token * 6 * h * arch.expert_intermediate_size / g
             moe_s = np.maximum(moe_s, flops / ceiling)
         mlp = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
@@ -267,14 +256,14 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
                    dec_window_s=arch.sliding_window_layers * t["dec_" + dec_key],
                    window=float(arch.sliding_window or 0), ctx_isl=isl,
                    ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
-                   elementwise_s_per_token=elem_s, source=t.source, tables_engine=t.engine)
+                   elementwise_s_per_token=elem_s, source=t.source, tables_engine=t.engine,
+                   served_moe=served_source)
 
 
 @dataclass(frozen=True)
 class CalibratedStepModel(RooflineFigures):
     """The calibrated estimator: an iteration's time from measured kernel tables (module docstring)."""
 
-    engine: str = DEFAULT_ENGINE
     curves: _Curves | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -300,7 +289,8 @@ class CalibratedStepModel(RooflineFigures):
                    f"{self.curves.tables_engine}'s kernel tables standing in for {self.engine}'s "
                    f"(none measured for {self.engine} on {self.gpu.name})")
         return (f"calibrated: {kernels}, {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
-                f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})")
+                f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})"
+                + (f"; {self.curves.served_moe}" if self.curves.served_moe else ""))
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         return sum(self.iteration_parts_s(load))

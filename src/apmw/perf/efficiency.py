@@ -60,8 +60,9 @@ class Efficiency:
     # FITTED at 150 TFLOP/s on InferenceMAX's h100 gpt-oss TTFTs (apmw.perf.calibrated,
     # SERVED_MOE_TFLOPS_PER_GPU, which takes this figure). The measured fused-MoE tables reach
     # 310-440 TFLOP/s at prefill sizes, the plain roofline 57 % of the fp8 peak (1.1 PFLOP/s on an
-    # H200); served MoE prefill ran at neither. Other GPUs scale it by their dense bf16 peak over
-    # Hopper's 989 TFLOP/s (HOPPER_BF16_FLOPS; ASSUMPTION: served MoE kernels keep pace with it).
+    # H200); served MoE prefill ran at neither. Blackwell serves MoE at its measured kernel instead, and
+    # GPUs without a measured kernel scale this figure by their dense bf16 peak over Hopper's 989 TFLOP/s
+    # (HOPPER_BF16_FLOPS; ASSUMPTION): apmw.perf.served_moe.
     served_moe_flops_per_s: float | None = 150e12
     source: str = "roofline defaults from aiconfigurator vLLM 0.24.0 GEMM tables (bench/derive_efficiencies.py)"
 

@@ -138,7 +138,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
         if scaled is not None:
             return scaled
     return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                             efficiency=efficiency, layout=layout, moe_dtype=moe_dtype)
+                             efficiency=efficiency, layout=layout, moe_dtype=moe_dtype, engine=engine)
 
 
 def _pinned_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,

@@ -28,7 +28,8 @@ class RooflineStepModel(RooflineFigures):
 
     @property
     def source_detail(self) -> str:
-        return f"roofline: {self.efficiency.source}"
+        served = f"; {self.served_moe.source}" if self.served_moe is not None else ""
+        return f"roofline: {self.efficiency.source}{served}"
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""

@@ -207,5 +207,6 @@ def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype:
                                               kv_dtype=ref_kv, efficiency=efficiency_for_gpu(ref_gpu.name),
                                               layout=layout, engine=engine)
                     return ScaledStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype,
-                                           kv_dtype=kv_dtype, efficiency=efficiency, layout=layout, reference=ref)
+                                           kv_dtype=kv_dtype, efficiency=efficiency, layout=layout, reference=ref,
+                                           engine=engine)
     return None

@@ -38,9 +38,11 @@ from apmw.arch import Architecture, weight_storage_bytes
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.communication import measured_collectives
-from apmw.perf.efficiency import DEFAULT_EFFICIENCY, HOPPER_BF16_FLOPS, Efficiency
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from apmw.perf.interconnect import link_bandwidth_bytes_per_s
 from apmw.perf.parallelism import Layout, expert_imbalance
+from apmw.perf.served_moe import ServedMoeCeiling, served_moe_ceiling
+from apmw.perf.serving_policy import DEFAULT_ENGINE
 
 # Activations cross the TP all-reduce in 16-bit (vLLM keeps activations in the model dtype).
 ACTIVATION_BYTES = 2
@@ -151,6 +153,8 @@ class RooflineFigures:
     layout: Layout | None = None
     # The routed experts' dtype where it differs from weight_dtype (FP4 experts beside FP8 layers).
     moe_dtype: str | None = None
+    # The serving engine: whose measured MoE kernel the served MoE ceiling is read from.
+    engine: str = DEFAULT_ENGINE
 
     @property
     def expert_dtype(self) -> str:
@@ -314,6 +318,15 @@ class RooflineFigures:
         return (a.params - a.active_params) / (a.num_experts - a.experts_per_token)
 
     @cached_property
+    def served_moe(self) -> ServedMoeCeiling | None:
+        """How fast routed-expert GEMMs run as served on this GPU (:mod:`apmw.perf.served_moe`); None for
+        a model without routed experts or an efficiency without the ceiling."""
+        fitted = self.efficiency.served_moe_flops_per_s
+        if not fitted or not self._routed_expert_params:
+            return None
+        return served_moe_ceiling(fitted, self.arch, self.gpu, self.expert_dtype, self.parallel.moe_tp, self.engine)
+
+    @cached_property
     def _rates(self) -> "_Rates":
         """The constants of :meth:`_terms`, worked out once per replica (an iteration is priced
         hundreds of thousands of times in a simulation)."""
@@ -322,10 +335,10 @@ class RooflineFigures:
         weight_rate = gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
         expert_rate = gpu.flops_for(self.expert_dtype) * eff.flops_for(self.expert_dtype)
         bf16_rate = gpu.flops_for("bf16") * eff.flops_for("bf16")
-        ceiling = eff.served_moe_flops_per_s
+        served = self.served_moe
         served_extra_per_flop = 0.0
-        if ceiling and expert_params:
-            served_rate = ceiling * gpu.bf16_flops / HOPPER_BF16_FLOPS
+        if served is not None:
+            served_rate = served.flops_per_s
             served_extra_per_flop = max(1.0 / served_rate - 1.0 / expert_rate, 0.0)
         bw = gpu.hbm_bandwidth_bytes_per_s
         # bytes per parameter: one average over the checkpoint, or with a separate expert dtype the experts
@@ -366,7 +379,7 @@ class RooflineFigures:
 
     def _terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`roofline_terms`, and the seconds the routed experts would add at the served MoE
-        ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
+        ceiling (:attr:`served_moe`)."""
         c = self._rates
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         # attention DP: each rank reads its own sequences' KV and computes their attention, and the busiest
@@ -400,7 +413,7 @@ class RooflineFigures:
 
     def served_compute_s(self, load: IterationLoad) -> np.ndarray:
         """The compute-bound seconds as served: routed-expert GEMMs run no faster than the served
-        MoE ceiling (``Efficiency.served_moe_flops_per_s``, scaled from Hopper by the bf16 peak)."""
+        MoE ceiling (:attr:`served_moe`)."""
         _, compute_s, served_extra = self._terms(load)
         return compute_s + served_extra
 

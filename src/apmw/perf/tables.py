@@ -20,7 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from apmw.errors import ApmwError
+
+if TYPE_CHECKING:
+    from apmw.arch import Architecture
 
 _DIR = Path(__file__).resolve().parent.parent / "catalog" / "data" / "calibration"
 
@@ -61,6 +66,13 @@ class KernelTables:
         if key not in self._cache:
             self._cache[key] = self._npz[key].astype(float)
         return self._cache[key]
+
+
+# Routed-expert kernels measured per weight dtype, in order of preference: fp8 MoE
+# checkpoints (DeepSeek, Qwen3 FP8) are block-scaled; MXFP4 is gpt-oss's format.
+# apmw's "fp4" is either; MXFP4 (gpt-oss) first, then NVFP4 (Blackwell tables only).
+MOE_DTYPES = {"bf16": ("bf16",), "fp16": ("bf16",), "fp8": ("fp8block", "fp8"),
+               "fp4": ("mxfp4", "nvfp4"), "mxfp4": ("mxfp4",), "nvfp4": ("nvfp4",)}
 
 
 @lru_cache(maxsize=None)
@@ -174,3 +186,13 @@ def bilinear_log2(table: np.ndarray, xs: np.ndarray, ys: np.ndarray, x: np.ndarr
     hi = flat[base + 1] + (flat[base + table.shape[1] + 1] - flat[base + 1]) * wx
     v = lo + (hi - lo) * wy
     return v * (np.maximum(x / xs[-1], 1.0) * np.maximum(y / ys[-1], 1.0))
+
+
+def moe_key(arch: "Architecture", tables: KernelTables, gpus: int, weight_dtype: str) -> str | None:
+    """The measured MoE table for this model shape, expert dtype and TP, if any."""
+    shape = f"{arch.hidden_size}_{arch.expert_intermediate_size}_{arch.experts_per_token}_{arch.num_experts}"
+    for dt in MOE_DTYPES.get(weight_dtype.lower(), ()):
+        key = f"moe_{dt}_{shape}_tp{gpus}"
+        if tables.has(key):
+            return key
+    return None

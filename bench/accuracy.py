@@ -139,6 +139,16 @@ IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200",
 IMAX_ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trtllm", "atom": "sglang"}
 # KV dtype a framework's launch scripts set whatever the model (ATOM: --kv_cache_dtype fp8)
 IMAX_KV_BY_FRAMEWORK = {"atom": "fp8"}
+# KV dtype one runner's gpt-oss launch script sets (InferenceMAX/InferenceMAX benchmarks/): on B200,
+# vLLM's gptoss_fp4_b200_docker.sh and _slurm.sh write `kv-cache-dtype: fp8` into the server's config, and
+# TensorRT-LLM's gptoss_fp4_b200_trt_docker.sh and _slurm.sh `kv_cache_config: dtype: fp8`; the H100 and
+# H200 scripts set none (vLLM's auto: the bf16 activations')
+IMAX_KV_BY_RUNNER = {("b200", "vllm"): "fp8", ("b200-trt", "trt"): "fp8"}
+# The activations of gpt-oss's MXFP4 experts where a runner's script sets them (apmw.spec.Serving's
+# mxfp4_moe_activations; unset: the engine's default): vLLM's gptoss_fp4_b200_docker.sh and _slurm.sh export
+# VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1. TensorRT-LLM's scripts set moe_config backend TRTLLM, its default
+# on Blackwell (mxfp8) in apmw.
+IMAX_MXFP4_MOE_ACTIVATIONS = {("b200", "vllm"): "mxfp8"}
 # What the rows predicted before layouts were modelled covered (kept apart so their groups stay comparable)
 IMAX_LEGACY_MODELS = ("openai/gpt-oss-120b", "deepseek-ai/DeepSeek-R1-0528", "amd/DeepSeek-R1-0528-MXFP4-Preview")
 IMAX_LEGACY_FRAMEWORKS = ("vllm", "sglang", "trt")
@@ -174,6 +184,7 @@ class Row:
     gpus: int = 1
     length_spread: float | None = None   # None: apmw.capacity.benchmark's default
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT   # the harness's prompts / concurrency
+    mxfp4_moe_activations: str | None = None   # apmw.spec.Serving's field (None: the engine's default)
     request_overhead_s: float | None = None   # None: HARNESS_OVERHEAD_S or apmw's default
     # whether the engine formed the next batch while the current one ran (None: the engine's
     # default, apmw.perf.serving_policy; False where the run's engine predates that scheduler)
@@ -270,6 +281,10 @@ def imax_rows(data: Path) -> list[Row]:
                   and not r.dp_attention and int(r.ep) == 1)
         model, wdt, kvd, _ = IMAX_MODELS.get(r.model, (r.model, r.precision, "bf16", ""))
         kvd = IMAX_KV_BY_FRAMEWORK.get(r.framework, kvd)
+        acts = None
+        if "gpt-oss" in r.model:
+            kvd = IMAX_KV_BY_RUNNER.get((r.hw, r.framework), kvd)
+            acts = IMAX_MXFP4_MOE_ACTIVATIONS.get((r.hw, r.framework))
         engine = IMAX_ENGINES.get(r.framework, r.framework)
         note = f"{wdt}/{kvd}"
         try:
@@ -289,7 +304,7 @@ def imax_rows(data: Path) -> list[Row]:
         # InferenceMAX draws lengths uniformly from [0.8 L, L] (random_range_ratio 0.8):
         # mean 0.9 L, width 0.2 L.
         rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model,
-                        gpu=IMAX_GPUS.get(r.hw, r.hw), engine=engine,
+                        gpu=IMAX_GPUS.get(r.hw, r.hw), engine=engine, mxfp4_moe_activations=acts,
                         tp=tp, scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
                         length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
@@ -583,12 +598,13 @@ def predict_row(row: Row) -> None:
             replica = replica_for_benchmark(row.model, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
                                             calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
                                             max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
-                                            overlap_scheduling=row.overlap_scheduling, layout=row.layout)
+                                            overlap_scheduling=row.overlap_scheduling, layout=row.layout,
+                                            mxfp4_moe_activations=row.mxfp4_moe_activations)
             step = replica.step
         else:
             step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
                                     engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
-                                    calibrated=not PLAIN_ROOFLINE)
+                                    calibrated=not PLAIN_ROOFLINE, mxfp4_moe_activations=row.mxfp4_moe_activations)
         row.path = path_of(step)
         if row.scenario == "Offline":
             n = min(TRTLLM_MAX_BATCH, kv_fit_requests(replica_with_step(step, Serving(engine=row.engine)), row.isl, row.osl))
@@ -719,7 +735,7 @@ def fit_blackwell_moe_share(rows: list[Row]) -> float:
     train = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "B200" and r.engine == "vllm"
              and "gpt-oss" in r.model and not r.layout]
     best = (math.inf, None)
-    for share in (0.365, 0.5, 0.69, 1.0, 1.5, 2.0):
+    for share in (0.25, 0.3, 0.365, 0.43, 0.5, 0.69, 1.0, 1.5):
         served_moe.BLACKWELL_SHARE = share
         for r in train:
             predict_row(r)

@@ -99,9 +99,16 @@ def test_the_prediction_for_trtllm_reads_trtllms_file():
                   (2 * arch.dense_intermediate_size, h), (h, arch.dense_intermediate_size)]
         layer = sum(gemm_latency_s(t, "fp8", n, k) for n, k in shapes)
         np.testing.assert_allclose(trt.curves.layers_gemm_s, arch.num_layers * layer, rtol=1e-12)
-    # gpt-oss's MXFP4 experts: TensorRT-LLM's measured W4A16 kernel is not kept, so vLLM's tables stand in whole
-    oss = build_step_model(load_architecture("openai/gpt-oss-120b"), get_gpu("B200"), 1, "fp4", "fp8", engine="trtllm")
-    assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "vllm"
+    # gpt-oss's MXFP4 experts: TensorRT-LLM feeds them MXFP8 activations on Blackwell, and its measured W4A8
+    # kernel (TP 1) makes its own tables cover the replica; its W4A16 kernel is not kept, so with bf16
+    # activations, or at a TP its W4A8 kernel was not measured at, vLLM's tables stand in whole
+    oss_arch = load_architecture("openai/gpt-oss-120b")
+    oss = build_step_model(oss_arch, get_gpu("B200"), 1, "fp4", "fp8", engine="trtllm")
+    assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "trtllm"
+    assert oss.mxfp4_moe_activations == "mxfp8" and "moe_mxfp4mxfp8_2880_2880_4_128_tp1" in oss.source_detail
+    for tp, acts in ((1, "bf16"), (2, None)):
+        oss = build_step_model(oss_arch, get_gpu("B200"), tp, "fp4", "fp8", engine="trtllm", mxfp4_moe_activations=acts)
+        assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "vllm"
     # Hopper has no TensorRT-LLM tables shipped: vLLM's stand in and say so
     h200 = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
     assert not has_engine_tables("H200-SXM-141GB", "trtllm")

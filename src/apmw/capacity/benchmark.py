@@ -134,7 +134,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
             overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
             layout: dict | None = None, moe_dtype: str | None = None,
-            engine_version: str | None = None) -> Prediction:
+            engine_version: str | None = None, mxfp4_moe_activations: str | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
@@ -145,6 +145,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     parallelism (``{"pp": 2}``, ``{"dp_attention": 8, "ep": 8}``: :class:`apmw.spec.Parallelism`'s fields
     but ``tp``); ``concurrency`` is then the total over all its DP ranks. ``engine_version`` pins the
     engine's own measured tables of that release (:func:`apmw.perf.tables.check_engine_version`).
+    ``mxfp4_moe_activations`` is :class:`apmw.spec.Serving`'s field of that name.
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
@@ -153,7 +154,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
                                     request_overhead_s=request_overhead_s, layout=layout, moe_dtype=moe_dtype,
-                                    engine_version=engine_version)
+                                    engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations)
     p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
                      request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
     return with_power(replica, p, isl, osl)
@@ -168,7 +169,8 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                           max_batch: int | None = None, mixed_prefill: bool | None = None,
                           overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
                           request_overhead_s: float | None = None, layout: dict | None = None,
-                          moe_dtype: str | None = None, engine_version: str | None = None) -> Replica:
+                          moe_dtype: str | None = None, engine_version: str | None = None,
+                          mxfp4_moe_activations: str | None = None) -> Replica:
     """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults.
     ``layout``: the parallel sizes beyond ``tp`` (:class:`apmw.spec.Parallelism`'s fields)."""
     engine = canonical_engine(engine)
@@ -184,7 +186,7 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
         raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
     settings: dict[str, object] = {"engine": engine, "max_batched_tokens": token_budget, "max_batch": max_batch,
                 "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling,
-                "engine_version": engine_version}
+                "engine_version": engine_version, "mxfp4_moe_activations": mxfp4_moe_activations}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
     try:

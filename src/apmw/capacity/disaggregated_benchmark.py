@@ -57,7 +57,8 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
                           request_overhead_s: float | None = None, token_budget: int | None = None,
                           max_batch: int | None = None, kv_memory_fraction: float | None = None,
                           requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
-                          moe_dtype: str | None = None, engine_version: str | None = None) -> Prediction:
+                          moe_dtype: str | None = None, engine_version: str | None = None,
+                          mxfp4_moe_activations: str | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark on ``prefill.count`` prefill and ``decode.count`` decode workers
     (module docstring); ``concurrency`` is the total over all decode workers."""
     check_request_lengths(isl, osl, concurrency)
@@ -68,7 +69,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         raise PredictError("kv_transfer_bandwidth_bytes_per_s must be positive")
     common = dict(engine=engine, calibrated=calibrated, token_budget=token_budget, max_batch=max_batch,
                   kv_memory_fraction=kv_memory_fraction, request_overhead_s=request_overhead_s, moe_dtype=moe_dtype,
-                  engine_version=engine_version)
+                  engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations)
     pre = _worker_replica("prefill", prefill, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     dec = _worker_replica("decode", decode, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     overhead_s = dec.policy.request_overhead_s

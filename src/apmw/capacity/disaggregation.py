@@ -112,7 +112,8 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
                             calibrated=not isinstance(replica.step, RooflineStepModel), layout=layout,
-                            engine_version=spec.serving.engine_version)
+                            engine_version=spec.serving.engine_version,
+                            mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
     mem = replica_memory(step, replica.policy)
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "

@@ -64,6 +64,11 @@ def predict(
         help="price iterations with the engine's own measured tables of this release (bundled: vllm 0.24.0, "
              "sglang 0.5.14, trtllm 1.3.0rc20 on Blackwell); refused where they are not bundled or cannot price "
              "the replica. Default: the tables apmw holds for the GPU, or an estimate (named in source)"),
+    mxfp4_moe_activations: Optional[str] = typer.Option(
+        None, "--mxfp4-moe-activations",
+        help="what MXFP4 routed experts (gpt-oss's) take as activations: bf16 (W4A16) or mxfp8 (W4A8, Blackwell; "
+             "vLLM with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1). Default: the engine's, mxfp8 for trtllm on "
+             "Blackwell, else bf16"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
@@ -126,9 +131,10 @@ def predict(
                 ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
         _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
                         kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
-                        as_json, moe_dtype, engine_version)
+                        as_json, moe_dtype, engine_version, mxfp4_moe_activations)
         return
-    common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+    common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version,
+                  mxfp4_moe_activations=mxfp4_moe_activations, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -207,7 +213,7 @@ def _checkpoint_kv_dtype(model: str) -> str:
 
 def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,
                     request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype,
-                    engine_version) -> None:
+                    engine_version, mxfp4_moe_activations) -> None:
     """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
     from apmw.capacity.disaggregated_benchmark import predict_disaggregated
 
@@ -218,7 +224,8 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
                                     request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3,
                                     token_budget=token_budget, max_batch=max_batch,
                                     kv_memory_fraction=kv_memory_fraction, moe_dtype=moe_dtype,
-                                    engine_version=engine_version) for c in levels]
+                                    engine_version=engine_version,
+                                    mxfp4_moe_activations=mxfp4_moe_activations) for c in levels]
     except ApmwError as exc:
         message = as_flags(str(exc))
         side = message.split(" workers: ", 1)[0]
@@ -258,7 +265,8 @@ def _cap(p, engine: str) -> str:
 FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp": "--moe-tp", "ep": "--ep", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
-         "request_rate_per_s": "--request-rate", "engine_version": "--engine-version"}
+         "request_rate_per_s": "--request-rate", "engine_version": "--engine-version",
+         "mxfp4_moe_activations": "--mxfp4-moe-activations"}
 
 
 def as_flags(message: str) -> str:

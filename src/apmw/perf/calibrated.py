@@ -69,8 +69,8 @@ _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # (vLLM 0.16, fp8 block) both came out 1.4-1.8x the table's. FITTED at 150 on the InferenceMAX
 # h100 gpt-oss rows (`python bench/accuracy.py --fit`, jointly with that harness's request
 # overhead); held out: h200 gpt-oss and MiniMax-M2.5 (docs/accuracy.md). Decode-sized batches
-# stay on the table: their FLOPs are far below the ceiling. This figure holds on Hopper; Blackwell's
-# served MoE runs at its own measured kernel (apmw.perf.served_moe, fitted on B200 gpt-oss).
+# stay on the table: their FLOPs are far below the ceiling. This figure holds on Hopper; on Blackwell
+# the ceiling is a fitted share of the replica's own measured kernel (apmw.perf.served_moe).
 SERVED_MOE_TFLOPS_PER_GPU: float | None = (DEFAULT_EFFICIENCY.served_moe_flops_per_s or 0.0) / 1e12 or None
 
 # Engines whose fp8-KV decode attention reads KV at the bandwidth of a bf16 kernel.
@@ -106,15 +106,16 @@ _DEQUANTISING_FP8_KV_KERNELS = ("vllm_flash_attn_fa3",)
 
 
 def calibration_gap(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
-                    layout: Layout | None = None, engine: str = DEFAULT_ENGINE) -> str | None:
+                    layout: Layout | None = None, engine: str = DEFAULT_ENGINE,
+                    mxfp4_activations: str = "bf16") -> str | None:
     """Why the measured tables cannot model this replica, or None when they can (``engine``'s own
     tables, or vLLM's standing in for them: :func:`covering_tables`)."""
-    return covering_tables(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine)[1]
+    return covering_tables(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine, mxfp4_activations)[1]
 
 
 def covering_tables(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
-                    layout: Layout | None = None,
-                    engine: str = DEFAULT_ENGINE) -> tuple[KernelTables | None, str | None]:
+                    layout: Layout | None = None, engine: str = DEFAULT_ENGINE,
+                    mxfp4_activations: str = "bf16") -> tuple[KernelTables | None, str | None]:
     """The tables that model this replica and None, or None and why none can.
 
     ``engine``'s own tables where they were measured on this GPU and cover the replica, else vLLM's.
@@ -129,16 +130,16 @@ def covering_tables(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: s
             return None, f"{gpu.name} has overridden fields; the measured tables are for the stock part"
     except UnknownNameError:
         return None, f"no measured kernel tables for {gpu.name}"
-    gap = _tables_gap(own, arch, gpus, weight_dtype, kv_dtype)
+    gap = _tables_gap(own, arch, gpus, weight_dtype, kv_dtype, mxfp4_activations)
     if gap is not None and own.engine != BASE_ENGINE:
         base = load_tables(gpu.name, BASE_ENGINE)
-        if base is not None and _tables_gap(base, arch, gpus, weight_dtype, kv_dtype) is None:
+        if base is not None and _tables_gap(base, arch, gpus, weight_dtype, kv_dtype, mxfp4_activations) is None:
             return base, None
     return (own, None) if gap is None else (None, gap)
 
 
 def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtype: str,
-                kv_dtype: str) -> str | None:
+                kv_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
     if arch.attention != "gqa" or arch.linear_attention_layers:
         return f"attention kind '{arch.attention}' (or linear-attention layers) is not in the tables"
     if gpus > 1 and not tables.has(f"ar_{gpus}"):
@@ -146,7 +147,7 @@ def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtyp
         return (f"tensor parallelism {gpus} has no measured all-reduce on {tables.gpu} "
                 f"(have {', '.join(map(str, [1, *have]))})")
     if arch.moe_layers:
-        gap = _moe_gap(arch, tables, gpus, weight_dtype)
+        gap = _moe_gap(arch, tables, gpus, weight_dtype, mxfp4_activations)
         if gap:
             return gap
     if not arch.moe_layers or weight_dtype.lower() not in ("fp4", "mxfp4", "nvfp4"):
@@ -162,12 +163,13 @@ def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtyp
     return None
 
 
-def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str) -> str | None:
+def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
     if arch.moe_layers != arch.num_layers or arch.shared_expert_params:
         return "MoE models with dense layers or shared experts are not composed from tables yet"
-    if moe_key(arch, tables, gpus, weight_dtype) is None:
+    if moe_key(arch, tables, gpus, weight_dtype, mxfp4_activations) is None:
+        acts = " (MXFP4 experts with MXFP8 activations)" if mxfp4_activations == "mxfp8" else ""
         return (f"no measured MoE kernel for {arch.num_experts} experts x {arch.expert_intermediate_size} "
-                f"(top-{arch.experts_per_token}, hidden {arch.hidden_size}) in {weight_dtype} at TP {gpus}")
+                f"(top-{arch.experts_per_token}, hidden {arch.hidden_size}) in {weight_dtype}{acts} at TP {gpus}")
     return None
 
 
@@ -205,7 +207,7 @@ class _Curves:
 
 
 def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
-            bandwidth_eff: float, engine: str = DEFAULT_ENGINE) -> _Curves:
+            bandwidth_eff: float, engine: str = DEFAULT_ENGINE, mxfp4_activations: str = "bf16") -> _Curves:
     dt = _dense_gemm_dtype(arch, weight_dtype)
     h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
     heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
@@ -214,7 +216,7 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
     if arch.moe_layers:
         # routed experts from the measured fused-MoE table (tokens -> seconds), and the bf16 router
         inter = arch.experts_per_token * arch.expert_intermediate_size / g
-        key = moe_key(arch, t, g, weight_dtype)
+        key = moe_key(arch, t, g, weight_dtype, mxfp4_activations)
         moe_s = interp_extrapolate(t["gemm_m"], t["moe_tokens"], t[key])
         if SERVED_MOE_TFLOPS_PER_GPU:
             # the routed experts' FLOPs on this rank run no faster than the served ceiling: the Hopper fit,
@@ -268,14 +270,15 @@ class CalibratedStepModel(RooflineFigures):
 
     def __post_init__(self) -> None:
         tables, gap = covering_tables(self.arch, self.gpu, self.gpus, self.weight_dtype, self.kv_dtype, self.layout,
-                                      self.engine)
+                                      self.engine, self.mxfp4_moe_activations)
         if tables is None:
             raise UnknownNameError(f"no calibrated step model: {gap}; use apmw.perf.roofline.RooflineStepModel")
         if self.engine not in ENGINE_OVERHEAD_S_PER_LAYER:
             raise UnknownNameError(f"unknown engine '{self.engine}'; "
                                    f"use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")
         object.__setattr__(self, "curves", _curves(tables, self.arch, self.gpu, self.gpus, self.weight_dtype,
-                                                   self.kv_dtype, self.efficiency.bandwidth, self.engine))
+                                                   self.kv_dtype, self.efficiency.bandwidth, self.engine,
+                                                   self.mxfp4_moe_activations))
 
     @property
     def source(self) -> str:

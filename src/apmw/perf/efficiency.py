@@ -60,7 +60,7 @@ class Efficiency:
     # FITTED at 150 TFLOP/s on InferenceMAX's h100 gpt-oss TTFTs (apmw.perf.calibrated,
     # SERVED_MOE_TFLOPS_PER_GPU, which takes this figure). The measured fused-MoE tables reach
     # 310-440 TFLOP/s at prefill sizes, the plain roofline 57 % of the fp8 peak (1.1 PFLOP/s on an
-    # H200); served MoE prefill ran at neither. Blackwell serves MoE at its measured kernel instead, and
+    # H200); served MoE prefill ran at neither. Blackwell takes a fitted share of its measured kernel, and
     # GPUs without a measured kernel scale this figure by their dense bf16 peak over Hopper's 989 TFLOP/s
     # (HOPPER_BF16_FLOPS; ASSUMPTION): apmw.perf.served_moe.
     served_moe_flops_per_s: float | None = 150e12

@@ -22,7 +22,8 @@ from apmw.perf.parallelism import Layout, check_layout, layout_of
 from apmw.perf.power import PowerModel
 from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
-from apmw.perf.serving_policy import DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, resolve_policy
+from apmw.perf.serving_policy import (DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, ServingSettingError,
+                                     resolve_policy, mxfp4_moe_activations as resolve_mxfp4_activations)
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
@@ -109,7 +110,8 @@ class Replica:
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
                      calibrated: bool = True, layout: Layout | None = None,
-                     moe_dtype: str | None = None, engine_version: str | None = None) -> StepModel:
+                     moe_dtype: str | None = None, engine_version: str | None = None,
+                     mxfp4_moe_activations: str | None = None) -> StepModel:
     """The calibrated step model where measured tables cover the replica, else the roofline.
 
     Read ``.source`` on the result (``calibrated``, ``scaled`` or ``roofline``) to know which. The
@@ -118,10 +120,14 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``efficiency`` defaults to the GPU's own measured roofline efficiencies
     (:func:`apmw.perf.efficiency.efficiency_for_gpu`). ``engine_version`` pins the engine's own
     measured tables of that release: a replica they cannot price is refused, not estimated otherwise.
+    ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
+    kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
     if engine_version is not None:
         return _pinned_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout,
-                                  moe_dtype, engine_version)
+                                  moe_dtype, engine_version, mxfp4_moe_activations)
+    acts = resolve_mxfp4_activations(mxfp4_moe_activations, engine, gpu,
+                                      (moe_dtype or weight_dtype) if arch.moe_layers else None)
     if efficiency is None:
         efficiency = efficiency_for_gpu(gpu.name)
     calibrated = calibrated and engine not in ROOFLINE_ONLY_ENGINES     # the tables are other engines' kernels
@@ -130,28 +136,32 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     if moe_dtype == weight_dtype or not arch.moe_layers:
         moe_dtype = None
     calibrated = calibrated and moe_dtype is None
-    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine=engine) is None:
+    if calibrated and calibration_gap(arch, gpu, gpus, weight_dtype, kv_dtype, layout, engine, acts) is None:
         return CalibratedStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                   efficiency=efficiency, layout=layout, engine=engine)
+                                   efficiency=efficiency, layout=layout, engine=engine, mxfp4_moe_activations=acts)
     if calibrated:
-        scaled = scaled_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, layout)
+        scaled = scaled_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, layout, acts)
         if scaled is not None:
             return scaled
     return RooflineStepModel(arch=arch, gpu=gpu, gpus=gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                             efficiency=efficiency, layout=layout, moe_dtype=moe_dtype, engine=engine)
+                             efficiency=efficiency, layout=layout, moe_dtype=moe_dtype, engine=engine,
+                             mxfp4_moe_activations=acts)
 
 
 def _pinned_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                        efficiency: Efficiency | None, engine: str, calibrated: bool, layout: Layout | None,
-                       moe_dtype: str | None, engine_version: str) -> StepModel:
+                       moe_dtype: str | None, engine_version: str,
+                       mxfp4_activations: str | None = None) -> StepModel:
     """The step model priced by ``engine``'s own tables of release ``engine_version``, or the reason it cannot be."""
     check_engine_version(gpu.name, engine, engine_version)
     pinned = f"engine_version '{engine_version}' ({engine})"
     if not calibrated:
         raise EngineVersionError(f"{pinned} pins measured tables, and the plain roofline was asked for; leave one out")
-    step = build_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout, moe_dtype)
+    step = build_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout, moe_dtype,
+                            mxfp4_moe_activations=mxfp4_activations)
+    acts = resolve_mxfp4_activations(mxfp4_activations, engine, gpu, weight_dtype if arch.moe_layers else None)
     tables, gap = covering_tables(arch, gpu, gpus, weight_dtype, kv_dtype,
-                                  None if layout is None or layout.is_tensor_parallel else layout, engine)
+                                  None if layout is None or layout.is_tensor_parallel else layout, engine, acts)
     if step.source != "calibrated" or tables is None or tables.engine != engine:
         why = gap or (f"{engine}'s tables do not cover it, and vLLM's stand in" if tables is not None
                       else f"it is priced on the {step.source} path")
@@ -223,8 +233,9 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
         try:
             step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
                                     engine=spec.serving.engine, calibrated=calibrated, layout=layout,
-                                    moe_dtype=spec.model.moe_dtype, engine_version=spec.serving.engine_version)
-        except EngineVersionError as exc:
+                                    moe_dtype=spec.model.moe_dtype, engine_version=spec.serving.engine_version,
+                                    mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
+        except (EngineVersionError, ServingSettingError) as exc:
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp)
     mem = replica_memory(step, policy)
@@ -268,5 +279,6 @@ def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str
     moe_dtype = canonical_dtype(moe_dtype, "expert") if moe_dtype else None
     step = build_step_model(arch, spec_gpu, gpus, weight_dtype, kv_dtype, engine=serving.engine,
                             calibrated=calibrated, layout=layout, moe_dtype=moe_dtype,
-                            engine_version=serving.engine_version)
+                            engine_version=serving.engine_version,
+                            mxfp4_moe_activations=serving.mxfp4_moe_activations)
     return replica_with_step(step, serving, request_overhead_s=request_overhead_s)

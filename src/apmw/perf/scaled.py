@@ -178,15 +178,16 @@ _EMPTY = IterationLoad(decode_seqs=1.0, prefill_tokens=0.0, kv_read_bytes=0.0, a
 
 def scaled_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                       efficiency: Efficiency, engine: str,
-                      layout: Layout | None = None) -> ScaledStepModel | None:
+                      layout: Layout | None = None, mxfp4_activations: str = "bf16") -> ScaledStepModel | None:
     """The step model of ``gpu`` scaled from a measured GPU, or None where none covers it (the
-    tables hold tensor-parallel replicas only).
+    tables hold tensor-parallel replicas only, and no W4A8 MoE kernel scales from a W4A16 one:
+    ``mxfp4_activations="mxfp8"`` is never scaled).
 
     The measured GPU is its own stock part where it has tables (a format they lack, read from
     the fp8 tables), else its relative in ``SCALED_FROM``; then, for a shape its own tables lack,
     ``SCALED_FROM_WHERE_UNCOVERED``.
     """
-    if layout is not None and not layout.is_tensor_parallel:
+    if (layout is not None and not layout.is_tensor_parallel) or mxfp4_activations == "mxfp8":
         return None
     refs = [reference_gpu(gpu)]
     try:

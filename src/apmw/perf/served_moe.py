@@ -8,14 +8,17 @@ Routed-expert GEMMs as an engine serves them at prefill sizes run no faster than
   prefill chunk (:data:`REFERENCE_KEY` on :data:`REFERENCE_GPU`): served MoE prefill on Hopper is
   2.7x slower than the kernel measured alone, which is why the ceiling exists.
 * **Blackwell** (B200, B300, GB200, GB300): a share of the replica's own measured kernel, its
-  engine's table (else vLLM's) on its GPU for its expert shape, expert dtype and expert
-  tensor-parallel size (:func:`apmw.perf.tables.moe_key`), read at :data:`PREFILL_CHUNK_TOKENS`
-  tokens. The share (:data:`BLACKWELL_SHARE`) is FITTED on InferenceMAX's B200 gpt-oss vLLM TTFTs:
-  Hopper's share of its kernel (0.365) gives a median |TTFT error| of 82 %, 0.5 gives 50 %, 0.69
-  31 %, and 1 or more 18 %; so served MoE on Blackwell runs at its kernel. Held out: TensorRT-LLM's
-  gpt-oss on B200 and the GB200 disaggregated rows (docs/accuracy.md). An NVFP4 DeepSeek-R1 kernel
-  on GB200 (TensorRT-LLM, expert TP 1) runs 2,068 TFLOP/s at 8,192 tokens, where the Hopper figure
-  scaled by the bf16 peak gave 379.
+  engine's table (else vLLM's) on its GPU for its expert shape, expert dtype, expert tensor-parallel
+  size and, for MXFP4 experts, activations (:func:`apmw.perf.tables.moe_key`), read at
+  :data:`PREFILL_CHUNK_TOKENS` tokens. The share (:data:`BLACKWELL_SHARE`) is FITTED on
+  InferenceMAX's B200 gpt-oss vLLM TTFTs, priced with the kernel their script runs (MXFP4 x MXFP8):
+  0.365, the best of a grid from 0.25 to 1.5 (median |TTFT error| 5.3 %; 1 gives 19.9 %). It is
+  the share the Hopper fit gives of its own kernel (150 of the 411 TFLOP/s that gpt-oss's MXFP4
+  kernel, :data:`REFERENCE_KEY` on :data:`REFERENCE_GPU`, runs at a prefill chunk): two
+  independent fits agree. Held out: TensorRT-LLM's gpt-oss on B200, NVIDIA's B200/B300 silicon
+  rows and the GB200 disaggregated rows (docs/accuracy.md, "What changed in session 23"). An NVFP4
+  DeepSeek-R1 kernel on GB200 (TensorRT-LLM, expert TP 1) runs 2,068 TFLOP/s at 8,192 tokens, so
+  its served ceiling is 755, where the Hopper figure scaled by the bf16 peak gave 379.
 
 Where no table holds the replica's kernel (a GPU without tables, a shape aiconfigurator did not
 measure), the fitted Hopper figure is scaled by the GPU's dense bf16 peak over Hopper's
@@ -46,8 +49,8 @@ REFERENCE_KEY = "moe_mxfp4_2880_2880_4_128_tp1"
 # are Blackwell.
 HOPPER_GPUS = ("H100-SXM5-80GB", "H200-SXM-141GB")
 # Served MoE over its measured kernel on Blackwell: FITTED on InferenceMAX's B200 gpt-oss vLLM TTFTs
-# (module docstring; ``python bench/accuracy.py --fit``).
-BLACKWELL_SHARE = 1.0
+# (module docstring; ``python bench/accuracy.py --fit``); Hopper's fit is the same share of its kernel.
+BLACKWELL_SHARE = 0.365
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,10 @@ def kernel_flops_per_s(tables: KernelTables, key: str) -> float:
 
 
 def served_moe_ceiling(fitted_flops_per_s: float, arch: Architecture, gpu: GpuSpec, expert_dtype: str,
-                       moe_tp: int, engine: str = BASE_ENGINE) -> ServedMoeCeiling:
+                       moe_tp: int, engine: str = BASE_ENGINE, mxfp4_activations: str = "bf16") -> ServedMoeCeiling:
     """The ceiling on ``gpu`` for this replica's routed experts (module docstring)."""
     for tables in _tables_of(gpu, engine):
-        key = moe_key(arch, tables, moe_tp, expert_dtype)
+        key = moe_key(arch, tables, moe_tp, expert_dtype, mxfp4_activations)
         if key is not None:
             return ceiling_from_kernel(fitted_flops_per_s, tables, key)
     return ServedMoeCeiling(fitted_flops_per_s * gpu.bf16_flops / HOPPER_BF16_FLOPS,

@@ -81,6 +81,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from apmw.catalog.gpus import GpuSpec
 from apmw.errors import ApmwError
 from apmw.spec import Serving
 from apmw.spec.spellings import engine_key
@@ -172,6 +173,41 @@ def kv_tokens_per_running_request(isl: float, osl: float, engine: str) -> float:
 # iteration could not (tests/perf/test_accuracy_regression.py).
 ENGINE_OVERHEAD_S_PER_LAYER = {"vllm": 17e-6, "sglang": 28e-6, "trtllm": 28e-6}
 DEFAULT_ENGINE = "vllm"
+
+
+# What an engine feeds MXFP4 routed experts (gpt-oss's) by default on a GPU with MX tensor cores (Blackwell):
+# - TensorRT-LLM: MXFP8 activations (W4A8). Its TRTLLM MoE backend, the one its gpt-oss deployment guide sets,
+#   runs QuantAlgo.W4A8_MXFP4_MXFP8 (TensorRT-LLM's own MoE benchmark profile for gpt_oss_120b); its measured
+#   W4A16 kernel takes 32 ms an iteration at 64 tokens on B200 where served runs take 9.5 ms for the whole
+#   iteration (scripts/build_calibration.py, MOE_DTYPES_SKIPPED).
+# - vLLM: bf16 (W4A16, FlashInfer's MXFP4 x BF16 kernel) unless started with
+#   VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 (InferenceMAX's B200 gpt-oss scripts set it).
+# - SGLang: bf16 (its flashinfer_mxfp4 runner with bf16 activations).
+# GPUs without MX tensor cores (Hopper and older) run W4A16 whatever the engine.
+MXFP4_MOE_ACTIVATIONS_ON_MX_GPUS = {"trtllm": "mxfp8"}
+MXFP4_MOE_ACTIVATIONS = ("bf16", "mxfp8")
+
+
+class ServingSettingError(ApmwError):
+    """A serving setting this replica cannot take; the message starts with the setting's name (a spec
+    prefixes ``serving.``, the CLI names its flag)."""
+
+
+def mxfp4_moe_activations(setting: str | None, engine: str, gpu: GpuSpec, expert_dtype: str | None) -> str:
+    """The activations MXFP4 routed experts take (``setting``, else the engine's default on ``gpu``): "bf16"
+    (W4A16) or "mxfp8" (W4A8); refused where the experts are not 4-bit or the GPU has no FP4/MX tensor cores."""
+    mx_gpu = gpu.fp4_flops is not None
+    if setting is None:
+        return MXFP4_MOE_ACTIVATIONS_ON_MX_GPUS.get(engine, "bf16") if mx_gpu else "bf16"
+    if setting not in MXFP4_MOE_ACTIVATIONS:
+        raise ServingSettingError(f"mxfp4_moe_activations '{setting}' is not known; use one of: {', '.join(MXFP4_MOE_ACTIVATIONS)}")
+    if setting == "mxfp8" and (expert_dtype or "").lower() not in ("fp4", "mxfp4"):
+        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts (gpt-oss's); these experts are "
+                        f"{expert_dtype or 'not routed'}: leave it out")
+    if setting == "mxfp8" and not mx_gpu:
+        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' needs FP4/MX tensor cores (Blackwell); {gpu.name} runs MXFP4 "
+                        f"experts with bf16 activations: leave it out")
+    return setting
 
 
 def canonical_engine(engine: str) -> str:

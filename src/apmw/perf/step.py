@@ -155,6 +155,9 @@ class RooflineFigures:
     moe_dtype: str | None = None
     # The serving engine: whose measured MoE kernel the served MoE ceiling is read from.
     engine: str = DEFAULT_ENGINE
+    # What MXFP4 routed experts' GEMMs take as activations: "bf16" (W4A16) or "mxfp8" (W4A8), resolved by
+    # apmw.perf.serving_policy.mxfp4_moe_activations; it picks the measured MoE kernel.
+    mxfp4_moe_activations: str = "bf16"
 
     @property
     def expert_dtype(self) -> str:
@@ -324,7 +327,8 @@ class RooflineFigures:
         fitted = self.efficiency.served_moe_flops_per_s
         if not fitted or not self._routed_expert_params:
             return None
-        return served_moe_ceiling(fitted, self.arch, self.gpu, self.expert_dtype, self.parallel.moe_tp, self.engine)
+        return served_moe_ceiling(fitted, self.arch, self.gpu, self.expert_dtype, self.parallel.moe_tp, self.engine,
+                                  self.mxfp4_moe_activations)
 
     @cached_property
     def _rates(self) -> "_Rates":

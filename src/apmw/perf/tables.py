@@ -188,10 +188,22 @@ def bilinear_log2(table: np.ndarray, xs: np.ndarray, ys: np.ndarray, x: np.ndarr
     return v * (np.maximum(x / xs[-1], 1.0) * np.maximum(y / ys[-1], 1.0))
 
 
-def moe_key(arch: "Architecture", tables: KernelTables, gpus: int, weight_dtype: str) -> str | None:
-    """The measured MoE table for this model shape, expert dtype and TP, if any."""
+def moe_key(arch: "Architecture", tables: KernelTables, gpus: int, weight_dtype: str,
+            mxfp4_activations: str = "bf16") -> str | None:
+    """The measured MoE table for this model shape, expert dtype and TP, if any.
+
+    MXFP4 experts fed MXFP8 activations (``mxfp4_activations="mxfp8"``) run the W4A8 kernel: its table, and
+    none where only the W4A16 kernel was measured for the shape; 4-bit experts not measured as MXFP4 (NVFP4)
+    are not affected."""
     shape = f"{arch.hidden_size}_{arch.expert_intermediate_size}_{arch.experts_per_token}_{arch.num_experts}"
-    for dt in MOE_DTYPES.get(weight_dtype.lower(), ()):
+    dtypes = MOE_DTYPES.get(weight_dtype.lower(), ())
+    if mxfp4_activations == "mxfp8" and "mxfp4" in dtypes:
+        if tables.has(f"moe_mxfp4mxfp8_{shape}_tp{gpus}"):
+            return f"moe_mxfp4mxfp8_{shape}_tp{gpus}"
+        if tables.has(f"moe_mxfp4_{shape}_tp{gpus}"):
+            return None
+        dtypes = tuple(d for d in dtypes if d != "mxfp4")
+    for dt in dtypes:
         key = f"moe_{dt}_{shape}_tp{gpus}"
         if tables.has(key):
             return key

@@ -170,6 +170,12 @@ class Serving(Section):
         "0.5.14, trtllm 1.3.0rc20: the releases apmw bundles, catalog/data/calibration/SOURCES.md); a replica "
         "those tables cannot price is refused. Unset: the tables apmw holds for the GPU (or another estimate, "
         "named in step_time_source)")
+    mxfp4_moe_activations: Literal["bf16", "mxfp8"] | None = Field(
+        default=None,
+        description="what MXFP4 routed experts (gpt-oss's) take as activations, which picks the measured MoE kernel: "
+        "bf16 (W4A16) or mxfp8 (W4A8, FlashInfer's TensorRT-LLM-generated kernel; Blackwell only); unset: the "
+        "engine's default, mxfp8 for trtllm on Blackwell (its TRTLLM MoE backend), bf16 otherwise (vLLM runs mxfp8 "
+        "only when started with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)")
     mixed_prefill: bool | None = Field(
         default=None,
         description="whether prompt chunks ride in the same iteration as decodes; unset: the engine's default "

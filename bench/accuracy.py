@@ -105,7 +105,7 @@ from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
 from apmw.perf import build_step_model, replica_with_step, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
-from apmw.perf import served_moe  # noqa: E402
+from apmw.perf import served_moe, serving_policy  # noqa: E402
 from apmw.perf.scaled import ScaledStepModel  # noqa: E402
 from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT,  # noqa: E402
                                      kv_fit_requests, predict, predict_with, replica_for_benchmark,
@@ -727,6 +727,29 @@ def fit_moe_ceiling(rows: list[Row]) -> float:
     return best[1]
 
 
+def fit_own_kernels_overhead(rows: list[Row], engine: str = "trtllm") -> float:
+    """Grid-search the engine's per-layer overhead where its own measured kernels price the iteration
+    (``apmw.perf.serving_policy.OWN_KERNELS_OVERHEAD_S_PER_LAYER``) on the InferenceMAX B200 gpt-oss rows of
+    that engine with a plain tensor-parallel layout (the training split for this figure), scored as
+    :func:`fit_overhead` scores (median |TPOT error| + median |throughput error|)."""
+    train = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "B200" and r.engine == engine
+             and "gpt-oss" in r.model and not r.layout]
+    best = (math.inf, None)
+    for us in np.arange(0.0, 28.1, 2.0):
+        serving_policy.OWN_KERNELS_OVERHEAD_S_PER_LAYER[engine] = us * 1e-6
+        for r in train:
+            predict_row(r)
+        parts = [errors(train, "tpot_s"), errors(train, "output_tokens_per_s_per_gpu")]
+        score = sum(statistics.median(abs(x) for x in e) for e in parts if e)
+        print(f"  {engine} overhead with its own kernels {us:.0f} us per layer: train score {score:.1f}")
+        if score < best[0]:
+            best = (score, us * 1e-6)
+    serving_policy.OWN_KERNELS_OVERHEAD_S_PER_LAYER[engine] = best[1]
+    print(f"fitted {engine} overhead with its own kernels: {best[1] * 1e6:.0f} us per layer "
+          f"(train score {best[0]:.1f}, {len(train)} rows)")
+    return best[1]
+
+
 def fit_blackwell_moe_share(rows: list[Row]) -> float:
     """Grid-search the served MoE ceiling on Blackwell as a share of the measured kernel
     (``apmw.perf.served_moe.BLACKWELL_SHARE``) on the InferenceMAX B200 gpt-oss vLLM rows' mean TTFT;
@@ -1337,6 +1360,7 @@ def main() -> None:
         fit_overhead(rows, "vllm")                            # identified on the InferenceMAX h100 rows
         fit_moe_ceiling(rows)
         fit_blackwell_moe_share(rows)
+        fit_own_kernels_overhead(rows)
     t = time.perf_counter()
     for r in rows:
         predict_row(r)

@@ -365,11 +365,13 @@ def _fill_rows(t: np.ndarray) -> np.ndarray:
 MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8block", "w4a16_mxfp4": "mxfp4",
               "w4a8_mxfp4_mxfp8": "mxfp4mxfp8", "nvfp4": "nvfp4"}
 # MXFP4 experts with MXFP8 activations (W4A8) run FlashInfer's TensorRT-LLM-generated MoE kernel in vLLM
-# (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) and SGLang alike; aiconfigurator measured it on Blackwell under
-# SGLang only ("sglang_flashinfer_trtllm_moe"), so vLLM's Blackwell tables take those rows. The same kernel's
-# W4A16 variant, measured under both, agrees within 2.4 % (B200, gpt-oss-120b's experts, TP 1, 64 tokens:
-# 0.294 ms in vLLM 0.24.0, 0.301 ms in SGLang 0.5.14).
-MOE_BORROWED = {"vllm": ("sglang", "w4a8_mxfp4_mxfp8", "sglang_flashinfer_trtllm_moe")}
+# (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1), SGLang and TensorRT-LLM's TRTLLM backend alike. aiconfigurator measured
+# it on Blackwell under SGLang for every gpt-oss shape and TP ("sglang_flashinfer_trtllm_moe"), under TensorRT-LLM
+# at TP 1 and under vLLM for one other shape; each engine's file keeps its own rows and takes SGLang's for the
+# configurations it lacks. The W4A16 variant, measured under vLLM and SGLang, agrees within 2.4 % (B200,
+# gpt-oss-120b's experts, TP 1, 64 tokens: 0.294 ms in vLLM 0.24.0, 0.301 ms in SGLang 0.5.14).
+MOE_BORROWED = {"vllm": ("sglang", "w4a8_mxfp4_mxfp8", "sglang_flashinfer_trtllm_moe"),
+                "trtllm": ("sglang", "w4a8_mxfp4_mxfp8", "sglang_flashinfer_trtllm_moe")}
 # Routed-token skew of the MoE measurements we keep: aiconfigurator measures "balanced",
 # "power_law_1.01" and "power_law_1.2" routing; 1.01 is the one its own model configs and
 # tests use for real traffic (ai-dynamo/aiconfigurator, MoE op workload_distribution).
@@ -392,18 +394,18 @@ def moe_tables(path: Path, report: dict, engine: str = "vllm",
     Keys ``moe_<dtype>_<hidden>_<expert inter>_<topk>_<experts>_tp<tp>``. ``borrowed``: another
     engine's MoE file whose rows of one dtype and kernel this engine runs too (``MOE_BORROWED``).
     """
-    d = pd.read_parquet(path)
+    cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    d = _preferred_source(_moe_rows(pd.read_parquet(path), engine), engine, "moe_perf", cols)
     if borrowed is not None:
         _, dtype, kernel = MOE_BORROWED[engine]
-        more = pd.read_parquet(borrowed)
+        more = _moe_rows(pd.read_parquet(borrowed), engine)
         more = more[(more.moe_dtype == dtype) & (more.kernel_source == kernel)]
-        d = pd.concat([d[d.moe_dtype != dtype], more])
+        # only the configurations this engine did not measure itself
+        own = pd.MultiIndex.from_frame(d.loc[d.moe_dtype == dtype, cols].drop_duplicates())
+        more = more[~pd.MultiIndex.from_frame(more[cols]).isin(own)]
+        d = pd.concat([d, more])
         report["moe_borrowed"] = {"file": f"{borrowed.parent.parent.name}/{borrowed.parent.name}", "dtype": dtype,
-                                  "kernel": kernel}
-    d = d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)
-          & ~d.moe_dtype.isin(MOE_DTYPES_SKIPPED.get(engine, ()))]
-    cols = ["moe_dtype", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
-    d = _preferred_source(d, engine, "moe_perf", cols)
+                                  "kernel": kernel, "configs": int(more[cols].drop_duplicates().shape[0])}
     tokens = np.sort(d.num_tokens.unique())
     out = {"moe_tokens": tokens.astype(float)}
     for (dt, h, inter, k, e, tp), grp in d.groupby(cols):
@@ -412,6 +414,12 @@ def moe_tables(path: Path, report: dict, engine: str = "vllm",
         out[f"moe_{MOE_DTYPES[dt]}_{h}_{inter}_{k}_{e}_tp{tp}"] = (t[0] * MS).astype(np.float32)
     report["moe"] = {"configs": len(out) - 1, "distribution": MOE_DISTRIBUTION}
     return out
+
+
+def _moe_rows(d: pd.DataFrame, engine: str) -> pd.DataFrame:
+    """The MoE rows kept: tensor parallel, power-law routing, the dtypes apmw reads and the engine keeps."""
+    return d[(d.moe_ep_size == 1) & (d.distribution == MOE_DISTRIBUTION) & d.moe_dtype.isin(MOE_DTYPES)
+             & ~d.moe_dtype.isin(MOE_DTYPES_SKIPPED.get(engine, ()))]
 
 
 def allreduce_tables(path: Path, engine: str, report: dict) -> dict[str, np.ndarray]:

@@ -99,16 +99,16 @@ def test_the_prediction_for_trtllm_reads_trtllms_file():
                   (2 * arch.dense_intermediate_size, h), (h, arch.dense_intermediate_size)]
         layer = sum(gemm_latency_s(t, "fp8", n, k) for n, k in shapes)
         np.testing.assert_allclose(trt.curves.layers_gemm_s, arch.num_layers * layer, rtol=1e-12)
-    # gpt-oss's MXFP4 experts: TensorRT-LLM feeds them MXFP8 activations on Blackwell, and its measured W4A8
-    # kernel (TP 1) makes its own tables cover the replica; its W4A16 kernel is not kept, so with bf16
-    # activations, or at a TP its W4A8 kernel was not measured at, vLLM's tables stand in whole
+    # gpt-oss's MXFP4 experts: TensorRT-LLM feeds them MXFP8 activations on Blackwell, and the W4A8 kernel in its
+    # tables (its own measurement at TP 1, SGLang's of the same FlashInfer kernel elsewhere) makes them cover the
+    # replica; its W4A16 kernel is not kept, so with bf16 activations vLLM's tables stand in whole
     oss_arch = load_architecture("openai/gpt-oss-120b")
-    oss = build_step_model(oss_arch, get_gpu("B200"), 1, "fp4", "fp8", engine="trtllm")
-    assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "trtllm"
-    assert oss.mxfp4_moe_activations == "mxfp8" and "moe_mxfp4mxfp8_2880_2880_4_128_tp1" in oss.source_detail
-    for tp, acts in ((1, "bf16"), (2, None)):
-        oss = build_step_model(oss_arch, get_gpu("B200"), tp, "fp4", "fp8", engine="trtllm", mxfp4_moe_activations=acts)
-        assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "vllm"
+    for tp in (1, 2):
+        oss = build_step_model(oss_arch, get_gpu("B200"), tp, "fp4", "fp8", engine="trtllm")
+        assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "trtllm"
+        assert oss.mxfp4_moe_activations == "mxfp8" and f"moe_mxfp4mxfp8_2880_2880_4_128_tp{tp}" in oss.source_detail
+    oss = build_step_model(oss_arch, get_gpu("B200"), 1, "fp4", "fp8", engine="trtllm", mxfp4_moe_activations="bf16")
+    assert isinstance(oss, CalibratedStepModel) and oss.curves.tables_engine == "vllm"
     # Hopper has no TensorRT-LLM tables shipped: vLLM's stand in and say so
     h200 = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
     assert not has_engine_tables("H200-SXM-141GB", "trtllm")
@@ -271,3 +271,19 @@ def test_sglang_fp8_kv_decode_is_its_measured_kernel(gpu):
     if gpu in HOPPER:
         v = load_tables(gpu)
         assert r.min() > ((v["dec_fp8_32_8_128"] / v["dec_bf16_32_8_128"])[window]).max()
+
+
+def test_tensorrt_llm_pays_its_fixed_cost_per_layer_only_where_vllms_kernels_stand_in():
+    # Blackwell: TensorRT-LLM's own measured kernels price the iteration, and the fitted fixed cost beside them
+    # is OWN_KERNELS_OVERHEAD_S_PER_LAYER; Hopper: vLLM's kernels stand in and the assumed 28 us a layer stays
+    from apmw.perf.serving_policy import ENGINE_OVERHEAD_S_PER_LAYER, OWN_KERNELS_OVERHEAD_S_PER_LAYER
+
+    arch = load_architecture(LLAMA8)
+    load = IterationLoad(decode_seqs=np.array([8.0]), prefill_tokens=np.array([0.0]),
+                         kv_read_bytes=np.array([8.0 * 1024]), attention_flops=np.zeros(1))
+    own = build_step_model(arch, get_gpu("B200"), 1, "fp8", "fp8", engine="trtllm")
+    stand_in = build_step_model(arch, get_gpu("H200"), 1, "fp8", "fp8", engine="trtllm")
+    assert own.curves.tables_engine == "trtllm" and stand_in.curves.tables_engine == "vllm"
+    assert own.iteration_parts_s(load)[0] == OWN_KERNELS_OVERHEAD_S_PER_LAYER["trtllm"] * arch.num_layers
+    assert stand_in.iteration_parts_s(load)[0] == ENGINE_OVERHEAD_S_PER_LAYER["trtllm"] * arch.num_layers == 28e-6 * 32
+    assert "(trtllm, fitted)" in own.source_detail and "(trtllm, assumed)" in stand_in.source_detail

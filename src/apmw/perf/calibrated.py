@@ -49,7 +49,8 @@ from apmw.perf.efficiency import DEFAULT_EFFICIENCY
 from apmw.perf.parallelism import Layout
 from apmw.perf.served_moe import ceiling_from_kernel
 from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
-from apmw.perf.serving_policy import DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, engine_overhead_s, graph_padded
+from apmw.perf.serving_policy import (DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, OWN_KERNELS_OVERHEAD_S_PER_LAYER,
+                                     engine_overhead_s, engine_overhead_s_per_layer, graph_padded)
 from apmw.perf.tables import (BASE_ENGINE, KernelTables, bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables,
                               moe_key)
 
@@ -286,8 +287,9 @@ class CalibratedStepModel(RooflineFigures):
 
     @property
     def source_detail(self) -> str:
-        how = "fitted" if self.engine == "vllm" else "assumed"
-        per_layer = ENGINE_OVERHEAD_S_PER_LAYER[self.engine]
+        own = self.curves.tables_engine == self.engine
+        how = "fitted" if self.engine == "vllm" or (own and self.engine in OWN_KERNELS_OVERHEAD_S_PER_LAYER) else "assumed"
+        per_layer = engine_overhead_s_per_layer(self.engine, own)
         kernels = (f"{self.engine}'s own kernel tables" if self.curves.tables_engine == self.engine else
                    f"{self.curves.tables_engine}'s kernel tables standing in for {self.engine}'s "
                    f"(none measured for {self.engine} on {self.gpu.name})")
@@ -318,7 +320,8 @@ class CalibratedStepModel(RooflineFigures):
             big = tokens * self.arch.hidden_size > c.ar_size[-1]
             comm = np.where(big, c.ar_s[-1] * tokens * self.arch.hidden_size / c.ar_size[-1], comm)
         kernels = gemm + lm + attn + c.elementwise_s_per_token * tokens
-        return engine_overhead_s(self.engine, self.arch.num_layers), comm + np.zeros_like(kernels), kernels
+        own = c.tables_engine == self.engine
+        return engine_overhead_s(self.engine, self.arch.num_layers, own), comm + np.zeros_like(kernels), kernels
 
     def _attention_s(self, load: IterationLoad, decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
         """Decode attention from the measured (batch x context) table; prefill from the measured rate.

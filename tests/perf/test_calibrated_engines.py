@@ -287,3 +287,9 @@ def test_tensorrt_llm_pays_its_fixed_cost_per_layer_only_where_vllms_kernels_sta
     assert own.iteration_parts_s(load)[0] == OWN_KERNELS_OVERHEAD_S_PER_LAYER["trtllm"] * arch.num_layers
     assert stand_in.iteration_parts_s(load)[0] == ENGINE_OVERHEAD_S_PER_LAYER["trtllm"] * arch.num_layers == 28e-6 * 32
     assert "(trtllm, fitted)" in own.source_detail and "(trtllm, assumed)" in stand_in.source_detail
+    # and the replica's serving policy reports the figure its step model charges
+    from apmw.capacity.benchmark import replica_for_benchmark
+
+    for gpu, per_layer in (("B200", OWN_KERNELS_OVERHEAD_S_PER_LAYER["trtllm"]), ("H200", 28e-6)):
+        replica = replica_for_benchmark(LLAMA8, gpu, 1, "fp8", "fp8", 1024, 128, "trtllm")
+        assert replica.policy.overhead_s_per_layer == per_layer

@@ -364,10 +364,13 @@ def schedulers_per_limit(engine: str, attention_dp_ranks: int) -> int:
 
 
 def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
-                   request_overhead_s: float | None = None, attention_dp_ranks: int = 1) -> ServingPolicy:
+                   request_overhead_s: float | None = None, attention_dp_ranks: int = 1,
+                   own_kernels: bool = False) -> ServingPolicy:
     """The policy of ``serving`` (a spec's section, or one a benchmark built) on a GPU: every
     field the spec leaves unset becomes the engine's default for that GPU, and the batch limit and
-    token budget are the replica's totals over its schedulers (:func:`schedulers_per_limit`)."""
+    token budget are the replica's totals over its schedulers (:func:`schedulers_per_limit`).
+    ``own_kernels``: the engine's own measured kernels price its iterations (the per-layer overhead then
+    is :func:`engine_overhead_s_per_layer`'s for them)."""
     e = serving.engine
     ranks = schedulers_per_limit(e, attention_dp_ranks)
     return ServingPolicy(
@@ -384,5 +387,5 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         slot_prompt_cache=e in SLOT_PROMPT_CACHE_ENGINES,
         request_overhead_s=REQUEST_OVERHEAD_S[e] if request_overhead_s is None else request_overhead_s,
         # llama.cpp has no kernel tables, so no per-layer floor beside them (the roofline's fixed_s)
-        overhead_s_per_layer=ENGINE_OVERHEAD_S_PER_LAYER.get(e, 0.0),
+        overhead_s_per_layer=engine_overhead_s_per_layer(e, own_kernels) if e in ENGINE_OVERHEAD_S_PER_LAYER else 0.0,
     )

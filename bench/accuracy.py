@@ -727,13 +727,19 @@ def fit_moe_ceiling(rows: list[Row]) -> float:
     return best[1]
 
 
+def _b200_gptoss_rows(rows: list[Row], engine: str) -> list[Row]:
+    """InferenceMAX's B200 gpt-oss rows of ``engine`` with a plain tensor-parallel layout: the training
+    split of the Blackwell figures fitted below."""
+    return [r for r in rows if r.source == "InferenceMAX" and r.gpu == "B200" and r.engine == engine
+            and "gpt-oss" in r.model and not r.layout]
+
+
 def fit_own_kernels_overhead(rows: list[Row], engine: str = "trtllm") -> float:
     """Grid-search the engine's per-layer overhead where its own measured kernels price the iteration
     (``apmw.perf.serving_policy.OWN_KERNELS_OVERHEAD_S_PER_LAYER``) on the InferenceMAX B200 gpt-oss rows of
     that engine with a plain tensor-parallel layout (the training split for this figure), scored as
     :func:`fit_overhead` scores (median |TPOT error| + median |throughput error|)."""
-    train = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "B200" and r.engine == engine
-             and "gpt-oss" in r.model and not r.layout]
+    train = _b200_gptoss_rows(rows, engine)
     best = (math.inf, None)
     for us in np.arange(0.0, 28.1, 2.0):
         serving_policy.OWN_KERNELS_OVERHEAD_S_PER_LAYER[engine] = us * 1e-6
@@ -755,8 +761,7 @@ def fit_blackwell_moe_share(rows: list[Row]) -> float:
     (``apmw.perf.served_moe.BLACKWELL_SHARE``) on the InferenceMAX B200 gpt-oss vLLM rows' mean TTFT;
     keeps the smallest share with the best score (a larger share stops binding once the kernel does).
     The B200 rows are this figure's training split; the other Blackwell rows hold it out."""
-    train = [r for r in rows if r.source == "InferenceMAX" and r.gpu == "B200" and r.engine == "vllm"
-             and "gpt-oss" in r.model and not r.layout]
+    train = _b200_gptoss_rows(rows, "vllm")
     best = (math.inf, None)
     for share in (0.25, 0.3, 0.365, 0.43, 0.5, 0.69, 1.0, 1.5):
         served_moe.BLACKWELL_SHARE = share

@@ -286,11 +286,16 @@ class CalibratedStepModel(RooflineFigures):
         return "calibrated"
 
     @property
+    def prices_own_kernels(self) -> bool:
+        """Whether the engine's own measured kernels price the iteration (not vLLM's standing in)."""
+        return self.curves is not None and self.curves.tables_engine == self.engine
+
+    @property
     def source_detail(self) -> str:
-        own = self.curves.tables_engine == self.engine
+        own = self.prices_own_kernels
         how = "fitted" if self.engine == "vllm" or (own and self.engine in OWN_KERNELS_OVERHEAD_S_PER_LAYER) else "assumed"
         per_layer = engine_overhead_s_per_layer(self.engine, own)
-        kernels = (f"{self.engine}'s own kernel tables" if self.curves.tables_engine == self.engine else
+        kernels = (f"{self.engine}'s own kernel tables" if own else
                    f"{self.curves.tables_engine}'s kernel tables standing in for {self.engine}'s "
                    f"(none measured for {self.engine} on {self.gpu.name})")
         return (f"calibrated: {kernels}, {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
@@ -320,8 +325,8 @@ class CalibratedStepModel(RooflineFigures):
             big = tokens * self.arch.hidden_size > c.ar_size[-1]
             comm = np.where(big, c.ar_s[-1] * tokens * self.arch.hidden_size / c.ar_size[-1], comm)
         kernels = gemm + lm + attn + c.elementwise_s_per_token * tokens
-        own = c.tables_engine == self.engine
-        return engine_overhead_s(self.engine, self.arch.num_layers, own), comm + np.zeros_like(kernels), kernels
+        overhead = engine_overhead_s(self.engine, self.arch.num_layers, self.prices_own_kernels)
+        return overhead, comm + np.zeros_like(kernels), kernels
 
     def _attention_s(self, load: IterationLoad, decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
         """Decode attention from the measured (batch x context) table; prefill from the measured rate.

@@ -238,15 +238,14 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
         except (EngineVersionError, ServingSettingError) as exc:
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
-                            own_kernels=_own_kernels(step))
+                            own_kernels=_prices_own_kernels(step))
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))
 
 
-def _own_kernels(step: StepModel) -> bool:
-    """Whether the engine's own measured kernels price the step (not another engine's standing in)."""
-    return isinstance(step, CalibratedStepModel) and step.curves is not None and step.curves.tables_engine == step.engine
+def _prices_own_kernels(step: StepModel) -> bool:
+    return isinstance(step, CalibratedStepModel) and step.prices_own_kernels
 
 
 def replica_with_step(step: StepModel, serving: Serving | None = None, power: Power | None = None,
@@ -254,7 +253,8 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
     """A replica around a step model already built: ``serving``'s engine settings (default: vLLM's)
     resolved for its GPU, its memory budget, and the GPU's power with ``power`` over it."""
     policy = resolve_policy(Serving() if serving is None else serving, step.gpu.name, step.gpu.hbm_bytes,
-                            request_overhead_s, attention_dp_ranks=step.parallel.dp, own_kernels=_own_kernels(step))
+                            request_overhead_s, attention_dp_ranks=step.parallel.dp,
+                            own_kernels=_prices_own_kernels(step))
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power))

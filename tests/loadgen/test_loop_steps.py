@@ -57,6 +57,23 @@ def test_decode_and_prefill_steps_are_the_engines_own():
                                                 rel=0.15), r
 
 
+def test_runs_on_their_own_clocks_are_read_apart_and_grouped_together():
+    rng = np.random.default_rng(1)
+    runs = []
+    for _ in range(2):      # two results files: each segment 0, each clock from 0
+        arrivals = [(float(t), int(rng.integers(50, 120)), int(rng.integers(30, 80)))
+                    for t in np.cumsum(rng.exponential(0.15, 200))]
+        runs.append(_engine_records(arrivals))
+    rows = steps_under_load(*runs)
+    alone = {(r["decode_seqs"], r["context_tokens"] > 0, r["prefill_tokens"] > 0): r["samples"]
+             for r in steps_under_load(runs[0])}
+    decode = [r for r in rows if r["prefill_tokens"] == 0]
+    assert {r["decode_seqs"] for r in decode} >= {1, 2, 3}
+    for r in decode:        # read as one clock, the second run's tokens would fall inside the first's gaps
+        assert r["step_s_p50"] == pytest.approx(FIXED + PER_SEQ * r["decode_seqs"], rel=0.02), r
+    assert sum(r["samples"] for r in rows) > sum(alone.values())
+
+
 def test_calls_without_token_times_give_no_rows():
     records = _engine_records([(0.0, 100, 40), (0.05, 80, 40)])
     for r in records:
@@ -79,5 +96,7 @@ def test_loop_results_that_cannot_give_steps_are_refused_before_the_server_is_as
     run = {"type": "run", "segment": 0, "config": {"agents": 2}, "started_at": "2026-12-01T00:00:00+00:00"}
     old.write_text("".join(json.dumps(r) + "\n" for r in [run, *records]))
     bare = _calibrate("--loop-results", str(old))
-    assert bare.returncode == 1 and "too few calls in that file carry token times" in bare.stderr
-    assert "Traceback" not in missing.stderr + bare.stderr
+    assert bare.returncode == 1 and "too few calls in those results carry token times" in bare.stderr
+    second_missing = _calibrate("--loop-results", str(old), "--loop-results", str(tmp_path / "none.jsonl"))
+    assert second_missing.returncode == 1 and "none.jsonl: results file not found" in second_missing.stderr
+    assert "Traceback" not in missing.stderr + bare.stderr + second_missing.stderr

@@ -87,9 +87,10 @@ def bench(
                                                "--calibrate) whose fitted efficiencies --compare-plan uses"),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="measure TTFT vs prompt length and TPOT vs "
                                              "concurrency instead, and write this calibration file"),
-    loop_results: Optional[Path] = typer.Option(None, "--loop-results", help="with --calibrate: also read the "
-                                                "server's steps under load off this results file's token times "
-                                                "(an apmw bench run against the same server)"),
+    loop_results: Optional[list[Path]] = typer.Option(None, "--loop-results", help="with --calibrate: also read "
+                                                      "the server's steps under load off this results file's token "
+                                                      "times (an apmw bench run against the same server); repeat "
+                                                      "for several runs"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/bench.md)"),
     live: bool = typer.Option(True, "--live/--no-live", help="rich live display (only on a terminal)"),
 ) -> None:
@@ -179,9 +180,9 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, lo
 
     if model is None:
         fail("--model is required: the name the server serves (GET /v1/models lists it)")
-    loop_records = None if loop_results is None else read_records(loop_results)
+    loop_runs = [read_records(p) for p in loop_results or []]
     cal = asyncio.run(measure_calibration(endpoint, model, path, api_key=api_key, timeout_s=timeout_s, seed=seed,
-                                          loop_records=loop_records))
+                                          loop_runs=loop_runs))
     if as_json:
         emit_json(cal)
         return
@@ -204,7 +205,7 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, lo
         t.add_row(str(r["prompt_tokens"]), _fmt(r["tpot_s_p50"] * 1e3))
     out.print(t)
     if cal.get("steps_under_load"):
-        t = Table(title=f"steps under load (read off {loop_results})", title_justify="left")
+        t = Table(title=f"steps under load (read off {', '.join(map(str, loop_results or []))})", title_justify="left")
         for col in ("decoding", "context per sequence", "prompt tokens prefilled", "steps", "step p50 ms"):
             t.add_column(col, justify="right")
         for r in cal["steps_under_load"]:

@@ -9,8 +9,8 @@
 * **TPOT vs context** -- one request at a time with a prompt of each length and
   ``decode_tokens`` output tokens: what reading a longer context adds to a decode step.
 
-With ``--loop-results RESULTS`` the file also gets ``steps_under_load``: the server's iterations
-read off the token arrival times of an ``apmw bench`` run against it (:mod:`apmw.loadgen.loop_steps`),
+With ``--loop-results RESULTS`` (once per results file) the file also gets ``steps_under_load``: the
+server's iterations read off the token arrival times of ``apmw bench`` runs against it (:mod:`apmw.loadgen.loop_steps`),
 decode steps by batch and context and prefill steps beside them, priced in the same fit.
 
 The file (JSON, ``"format": "apmw-calibration/1"``) holds the tables, raw medians, and a
@@ -94,12 +94,12 @@ async def _context_row(client: Client, text, rng, n: int, decode_tokens: int, re
 async def measure_calibration(endpoint: str, model: str, path: Path, api_key: str | None = None,
                               timeout_s: float = 60.0, seed: int = 0, prompt_tokens=PROMPT_TOKENS,
                               concurrency=CONCURRENCY, repeats: int = 3, decode_tokens: int = DECODE_TOKENS,
-                              context_tokens=CONTEXT_TOKENS, loop_records: list[dict] | None = None) -> dict:
+                              context_tokens=CONTEXT_TOKENS, loop_runs: list[list[dict]] | None = None) -> dict:
     """Measure the tables against ``endpoint`` and write the calibration file to ``path``; with
-    ``loop_records`` (an ``apmw bench`` results file's records) add the steps its calls saw."""
-    loop_rows = None if loop_records is None else steps_under_load(loop_records)
+    ``loop_runs`` (``apmw bench`` results files' records, one list a file) add the steps their calls saw."""
+    loop_rows = None if not loop_runs else steps_under_load(*loop_runs)
     if loop_rows == []:
-        raise BenchError("--loop-results: too few calls in that file carry token times to read the server's steps "
+        raise BenchError("--loop-results: too few calls in those results carry token times to read the server's steps "
                          f"from (each row needs {MIN_DECODE_SAMPLES} gaps between tokens; results files of apmw bench "
                          "before 2026-12-02 have none): run apmw bench for longer, or with more output tokens per call")
     client = Client(endpoint, model, api="completions", api_key=api_key, timeout_s=timeout_s,

@@ -30,12 +30,13 @@ MIN_DECODE_SAMPLES = 20
 MIN_PREFILL_SAMPLES = 10
 
 
-def _calls(records: list[dict]) -> dict[int, list[dict]]:
-    """Ok calls with token times and a prompt size, by segment (each segment has its own clock)."""
-    by_segment: dict[int, list[dict]] = defaultdict(list)
-    for r in records:
-        if (r.get("type") == "call" and r.get("ok") and r.get("token_times_s") and r.get("prompt_tokens")):
-            by_segment[r.get("segment", 0)].append(r)
+def _calls(runs: tuple[list[dict], ...]) -> dict[tuple[int, int], list[dict]]:
+    """Ok calls with token times and a prompt size, by run and segment (each segment has its own clock)."""
+    by_segment: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    for run, records in enumerate(runs):
+        for r in records:
+            if (r.get("type") == "call" and r.get("ok") and r.get("token_times_s") and r.get("prompt_tokens")):
+                by_segment[run, r.get("segment", 0)].append(r)
     return by_segment
 
 
@@ -89,10 +90,11 @@ def _at(cumulative: np.ndarray, count: np.ndarray) -> np.ndarray:
     return np.where(count > 0, cumulative[np.maximum(count, 1) - 1], 0.0)
 
 
-def steps_under_load(records: list[dict]) -> list[dict]:
-    """The rows of the ``steps_under_load`` table: median step time per group of gaps (module docstring)."""
+def steps_under_load(*runs: list[dict]) -> list[dict]:
+    """The rows of the ``steps_under_load`` table: median step time per group of gaps (module docstring),
+    the gaps of every run given (each a results file's records) grouped together."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for calls in _calls(records).values():
+    for calls in _calls(runs).values():
         for g in _gaps(calls):
             if g["prefill_tokens"] > 0:
                 key = ("prefill", g["decode_seqs"], int(g["prefill_tokens"] // PREFILL_BIN_TOKENS))

@@ -149,6 +149,16 @@ IMAX_KV_BY_RUNNER = {("b200", "vllm"): "fp8", ("b200-trt", "trt"): "fp8"}
 # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1. TensorRT-LLM's scripts set moe_config backend TRTLLM, its default
 # on Blackwell (mxfp8) in apmw.
 IMAX_MXFP4_MOE_ACTIVATIONS = {("b200", "vllm"): "mxfp8"}
+
+
+def imax_scheduler_recv_interval(hw: str, framework: str, model: str, concurrency: int) -> int | None:
+    """SGLang's --scheduler-recv-interval where a runner's DeepSeek-R1 script sets it (apmw.spec.Serving's
+    scheduler_recv_interval; None: SGLang's default, 1). InferenceMAX's dsr1_fp4_b200_docker.sh and _slurm.sh
+    and dsr1_fp8_b200_docker.sh and _slurm.sh pass 10, and 30 from concurrency 16 ("relax to ~30 requests
+    between scheduler recv polls"); the H200, MI300X, MI325X and MI355X scripts read set none."""
+    if hw == "b200" and framework == "sglang" and "deepseek-r1" in model.lower():
+        return 30 if concurrency >= 16 else 10
+    return None
 # What the rows predicted before layouts were modelled covered (kept apart so their groups stay comparable)
 IMAX_LEGACY_MODELS = ("openai/gpt-oss-120b", "deepseek-ai/DeepSeek-R1-0528", "amd/DeepSeek-R1-0528-MXFP4-Preview")
 IMAX_LEGACY_FRAMEWORKS = ("vllm", "sglang", "trt")
@@ -185,6 +195,7 @@ class Row:
     length_spread: float | None = None   # None: apmw.capacity.benchmark's default
     requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT   # the harness's prompts / concurrency
     mxfp4_moe_activations: str | None = None   # apmw.spec.Serving's field (None: the engine's default)
+    scheduler_recv_interval: int | None = None   # apmw.spec.Serving's field (None: every iteration)
     request_overhead_s: float | None = None   # None: HARNESS_OVERHEAD_S or apmw's default
     # whether the engine formed the next batch while the current one ran (None: the engine's
     # default, apmw.perf.serving_policy; False where the run's engine predates that scheduler)
@@ -305,6 +316,7 @@ def imax_rows(data: Path) -> list[Row]:
         # mean 0.9 L, width 0.2 L.
         rows.append(Row(source="InferenceMAX", split="train" if r.hw == "h100" else "held-out", model=model,
                         gpu=IMAX_GPUS.get(r.hw, r.hw), engine=engine, mxfp4_moe_activations=acts,
+                        scheduler_recv_interval=imax_scheduler_recv_interval(r.hw, r.framework, r.model, int(r.conc)),
                         tp=tp, scenario="fixed-concurrency", isl=round(0.9 * r.isl), osl=round(0.9 * r.osl),
                         length_spread=0.2 / 0.9,
                         rate_per_replica=None, concurrency=int(r.conc),
@@ -599,7 +611,8 @@ def predict_row(row: Row) -> None:
                                             calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
                                             max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
                                             overlap_scheduling=row.overlap_scheduling, layout=row.layout,
-                                            mxfp4_moe_activations=row.mxfp4_moe_activations)
+                                            mxfp4_moe_activations=row.mxfp4_moe_activations,
+                                            scheduler_recv_interval=row.scheduler_recv_interval)
             step = replica.step
         else:
             step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
@@ -616,7 +629,7 @@ def predict_row(row: Row) -> None:
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
-            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
+            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling, scheduler_recv_interval=row.scheduler_recv_interval)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
                                                  HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine]), length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,

@@ -30,6 +30,11 @@ CASES = {
     "SGLang without its overlap scheduler, tight memory": (
         spec(engine="sglang", overlap_scheduling=False, tool_wait_kv_policy="evict",
              kv_memory_fraction=kv_fraction_for(12000)), 10),
+    # arrivals wait for the scheduler's next poll, which the fast path finds by counting iterations
+    "SGLang polling every 10 decode iterations": (spec(engine="sglang", scheduler_recv_interval=10), 10),
+    "SGLang polling every 7, no overlap scheduler, tight memory": (
+        spec(engine="sglang", scheduler_recv_interval=7, overlap_scheduling=False, tool_wait_kv_policy="evict",
+             kv_memory_fraction=kv_fraction_for(12000)), 10),
 }
 
 

@@ -134,7 +134,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT, mixed_prefill: bool | None = None,
             overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
             layout: dict | None = None, moe_dtype: str | None = None,
-            engine_version: str | None = None, mxfp4_moe_activations: str | None = None) -> Prediction:
+            engine_version: str | None = None, mxfp4_moe_activations: str | None = None,
+            scheduler_recv_interval: int | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
@@ -145,7 +146,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     parallelism (``{"pp": 2}``, ``{"dp_attention": 8, "ep": 8}``: :class:`apmw.spec.Parallelism`'s fields
     but ``tp``); ``concurrency`` is then the total over all its DP ranks. ``engine_version`` pins the
     engine's own measured tables of that release (:func:`apmw.perf.tables.check_engine_version`).
-    ``mxfp4_moe_activations`` is :class:`apmw.spec.Serving`'s field of that name.
+    ``mxfp4_moe_activations`` and ``scheduler_recv_interval`` are :class:`apmw.spec.Serving`'s fields of
+    those names.
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
@@ -154,7 +156,8 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
                                     request_overhead_s=request_overhead_s, layout=layout, moe_dtype=moe_dtype,
-                                    engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations)
+                                    engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations,
+                                    scheduler_recv_interval=scheduler_recv_interval)
     p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
                      request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
     return with_power(replica, p, isl, osl)
@@ -170,7 +173,8 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                           overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
                           request_overhead_s: float | None = None, layout: dict | None = None,
                           moe_dtype: str | None = None, engine_version: str | None = None,
-                          mxfp4_moe_activations: str | None = None) -> Replica:
+                          mxfp4_moe_activations: str | None = None,
+                          scheduler_recv_interval: int | None = None) -> Replica:
     """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults.
     ``layout``: the parallel sizes beyond ``tp`` (:class:`apmw.spec.Parallelism`'s fields)."""
     engine = canonical_engine(engine)
@@ -186,7 +190,8 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
         raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
     settings: dict[str, object] = {"engine": engine, "max_batched_tokens": token_budget, "max_batch": max_batch,
                 "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling,
-                "engine_version": engine_version, "mxfp4_moe_activations": mxfp4_moe_activations}
+                "engine_version": engine_version, "mxfp4_moe_activations": mxfp4_moe_activations,
+                "scheduler_recv_interval": scheduler_recv_interval}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
     try:
@@ -275,7 +280,7 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     running = min(concurrency, max_batch, kv_fit)
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
-    mixed, ahead = policy.mixed_prefill, policy.iterations_ahead
+    mixed, ahead, recv = policy.mixed_prefill, policy.iterations_ahead, policy.recv_interval
     # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
     # when prefill iterations run alone
     capacity = max(token_budget - decoders, 1) if mixed else token_budget
@@ -303,13 +308,13 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     room = max(capacity / chunk - 1, 0.0) if poisson_arrivals else None
     if mixed:
         tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
-                                                     room=room, ahead=ahead)
+                                                     room=room, ahead=ahead, recv_interval=recv)
     else:
         tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_two_chunks,
-                                                        room, ahead=ahead)
+                                                        room, ahead=ahead, recv_interval=recv)
     if lockstep > 0:
         lock = (lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
-                                ahead=ahead)
+                                ahead=ahead, recv_interval=recv)
                 if mixed else whole_waves(isl, osl, capacity, running, t_decode, burst_ttft, t_burst))
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
@@ -337,7 +342,8 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
 
 
 def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
-                t_mixed: float, room: float | None = None, ahead: float = 0.0) -> tuple[float, float, float]:
+                t_mixed: float, room: float | None = None, ahead: float = 0.0,
+                recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
@@ -365,9 +371,9 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     # prefill-bound: prompts queue for the budget, and the queue, not the phase, sets the wait; the
     # iteration scheduled ahead is part of that queue once it is an iteration deep (continuous)
     ahead = max(ahead - prompt_queue_iters, 0.0)
-    wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
+    wait, others = arrival_wait_s(t_bar, running, ahead, recv_interval), 0.0
     if room is not None and running > 1:
-        wait, residual = poisson_wait_s(share, t_mixed, t_decode, ahead)
+        wait, residual = poisson_wait_s(share, t_mixed, t_decode, ahead, recv_interval)
         if prompt_queue_iters == 0:
             rate_per_s = running / (cycle_iters * t_bar)
             others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)
@@ -382,7 +388,7 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
 
 def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
                    t_two_chunks: float, room: float | None = None,
-                   ahead: float = 0.0) -> tuple[float, float, float]:
+                   ahead: float = 0.0, recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
 
     Over one request cycle the engine runs ``osl - 1`` decode iterations and, for every
@@ -402,9 +408,9 @@ def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: flo
     prefill_per_cycle = running * isl / chunk
     share = prefill_per_cycle / max(prefill_per_cycle + decode_iters, 1e-12)
     t_bar = share * t_prefill + (1 - share) * t_decode
-    wait, others = arrival_wait_s(t_bar, running, ahead), 0.0
+    wait, others = arrival_wait_s(t_bar, running, ahead, recv_interval), 0.0
     if room is not None and running > 1:
-        wait, residual = poisson_wait_s(share, t_prefill, t_decode, ahead)
+        wait, residual = poisson_wait_s(share, t_prefill, t_decode, ahead, recv_interval)
         rate_per_s = running / ((prefill_per_cycle + decode_iters) * t_bar)
         # 2 x residual is the mean length of the iteration a Poisson arrival lands in (length-biased)
         others = min(rate_per_s * 2 * residual * (1 - 1 / running), running - 1, room)

@@ -61,7 +61,8 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
 
 
 def lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
-                    t_decode: float, t_group: float, t_rest: float, ahead: float = 0.0) -> tuple[float, float, float]:
+                    t_decode: float, t_group: float, t_rest: float, ahead: float = 0.0,
+                    recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
 
     The first wave arrives at once and is prefilled a budget at a time, so it splits into
@@ -73,7 +74,8 @@ def lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: 
     Where the engine schedules ``ahead`` (:func:`arrival_wait_s`), a returning group also waits
     for the iteration already scheduled: a decode iteration for the first group of a cycle, the
     packed iteration of the group before for every later one (nothing when all the requests form
-    one group: they come back to an idle engine).
+    one group: they come back to an idle engine). A scheduler that polls for new requests every
+    ``recv_interval`` iterations keeps a returning group waiting half of them instead of half of one.
     Prompts longer than the budget (``per_group == 0``) each span ``own_mixed`` packed
     iterations, shared with their neighbours' chunks.
     The iteration-level simulator (``apmw.sim``), started with every client at once, shows
@@ -100,7 +102,7 @@ def lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: 
     # engine is idle then); else a decode iteration for the first group of a cycle and the packed
     # iteration of the group before for every later one
     ahead_s = (first * t_decode + (running - first) * t_group) / running if first < running else 0.0
-    ttft = arrival_wait_s(t_decode, running) + ahead * ahead_s + own_s
+    ttft = arrival_wait_s(t_decode, running, recv_interval=recv_interval) + ahead * ahead_s + own_s
     packed_extra = sum(k * (t - t_decode) for _, t, k in groups)     # all groups' packed iterations
     tpot = t_decode + max(packed_extra - own_extra, 0.0) / decode_iters if osl > 1 else 0.0
     share = min(sum(k for *_, k in groups) / (decode_iters + own_mixed), 1.0)

@@ -172,10 +172,12 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
                                                             t_base, policy.token_budget, spec.seed)
         # a call that finds the engine busy waits for the iteration in flight (half of one on
-        # average) and, where the engine schedules ahead, for the one already scheduled
+        # average; half of the span between the scheduler's polls where it polls less often) and,
+        # where the engine schedules ahead, for the one already scheduled
         # (apmw.perf.serving_policy; the simulator does the same). With disaggregated prefill (below)
         # the prefill instance's own queue model stands in for it.
-        arrival_wait = loop.engine_utilisation * busy_arrival_wait_s(loop.iteration_s, policy.iterations_ahead)
+        arrival_wait = loop.engine_utilisation * busy_arrival_wait_s(loop.iteration_s, policy.iterations_ahead,
+                                                                     policy.recv_interval)
         prefill_wait += arrival_wait
         ttft_wait = wq * s.call_queue_exp + prefill_waits + arrival_wait
     else:

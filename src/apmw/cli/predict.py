@@ -69,6 +69,11 @@ def predict(
         help="what MXFP4 routed experts (gpt-oss's) take as activations: bf16 (W4A16) or mxfp8 (W4A8, Blackwell; "
              "vLLM with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1). Default: the engine's, mxfp8 for trtllm on "
              "Blackwell, else bf16"),
+    scheduler_recv_interval: Optional[int] = typer.Option(
+        None, "--scheduler-recv-interval",
+        help="SGLang's --scheduler-recv-interval: decode iterations between the scheduler's polls for new "
+             "requests, so a prompt arriving at a busy engine waits half that many on average (InferenceMAX's B200 "
+             "DeepSeek-R1 scripts: 10, and 30 from concurrency 16). Default 1, every iteration"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
@@ -122,6 +127,9 @@ def predict(
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
+        if scheduler_recv_interval not in (None, 1):
+            fail("--scheduler-recv-interval is not modelled with --disagg (the decode workers take requests from "
+                 "the prefill workers' transfers, not the tokenizer's poll); leave it out")
         if by_rate:
             fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
         sides = {side: _workers(count, tp if t is None else t, _layout(
@@ -134,7 +142,8 @@ def predict(
                         as_json, moe_dtype, engine_version, mxfp4_moe_activations)
         return
     common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version,
-                  mxfp4_moe_activations=mxfp4_moe_activations, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+                  mxfp4_moe_activations=mxfp4_moe_activations, scheduler_recv_interval=scheduler_recv_interval,
+                  token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -266,7 +275,7 @@ FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp":
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
          "request_rate_per_s": "--request-rate", "engine_version": "--engine-version",
-         "mxfp4_moe_activations": "--mxfp4-moe-activations"}
+         "mxfp4_moe_activations": "--mxfp4-moe-activations", "scheduler_recv_interval": "--scheduler-recv-interval"}
 
 
 def as_flags(message: str) -> str:

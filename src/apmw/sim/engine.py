@@ -39,6 +39,10 @@ async scheduling and SGLang's and TensorRT-LLM's overlap schedulers form the nex
 batch while the current one runs, so a busy engine's iteration takes only the sequences that
 had arrived when the iteration before it started; an idle engine takes an arrival at once.
 
+**Polling for new calls** (``serving.scheduler_recv_interval``, SGLang's ``--scheduler-recv-interval``):
+a busy scheduler takes in the calls that arrived only every ``recv_interval`` decode iterations, and
+right after any iteration that carried prompt tokens; the ones in between wait for that poll.
+
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
 and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
@@ -107,6 +111,11 @@ class Engine:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.ahead = policy.iterations_ahead
         self._last_start_s = 0.0          # when the iteration that ended last began
+        # the scheduler's polls for new calls (SGLang --scheduler-recv-interval): every recv_interval decode
+        # iterations and after every iteration that carried prompt tokens
+        self.recv_interval = policy.recv_interval
+        self._received_s = 0.0            # arrivals up to this time have been taken in
+        self._decodes_since_poll = 0
         slots = (SlotPromptCache(policy.max_batch, shared_tokens)
                  if policy.slot_prompt_cache and serving.prefix_caching else None)
         self.ledger = KvLedger(replica.kv_capacity_bytes, step.kv_bytes_per_token, serving.prefix_caching,
@@ -145,10 +154,14 @@ class Engine:
         """Arrivals up to this time can join the next iteration. A busy engine that schedules
         ahead formed that iteration's batch when the one just ended began; otherwise, now. (The
         idle case is also what keeps the loop live: with nothing running, no iteration would
-        ever move the cutoff past an arrival.)"""
-        if self.ahead and self.running.seqs:
-            return self._last_start_s
-        return self.now
+        ever move the cutoff past an arrival.) A busy scheduler that polls for new calls every
+        ``recv_interval`` decode iterations keeps the cutoff of its last poll until the next one."""
+        busy = bool(self.running.seqs)
+        if self.recv_interval > 1 and busy and self._decodes_since_poll < self.recv_interval:
+            return self._received_s
+        self._decodes_since_poll = 0
+        self._received_s = self._last_start_s if self.ahead and busy else self.now
+        return self._received_s
 
     def _admission(self, seq: Seq, budget: int):
         """(kv_len after the hit, cached blocks reused, new blocks, tokens this iteration), or None."""
@@ -286,6 +299,8 @@ class Engine:
         if decode:
             self._decay_share(1)
         prefill_tokens = computed - decode          # a decoding sequence computes one token
+        # SGLang weighs an iteration with prompt tokens past any interval: the next loop polls
+        self._decodes_since_poll = self.recv_interval if prefill_tokens else self._decodes_since_poll + 1
         load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
         t = self.pricer.time_s(load)
         self.meter.iteration(self.now, t, decode, len(kv), t * self.ledger.kv_tokens, self.ledger.pool.used, load)
@@ -341,6 +356,10 @@ class Engine:
                 k = min(k, int(ends.searchsorted(joins)) + 1)
             else:
                 k = min(k, 1 if joins <= self.now else int(ends.searchsorted(joins)) + 2)
+        if self.recv_interval > 1:
+            # a scheduler that polls for new calls less often than every iteration polls at the end of
+            # the segment at the latest: what arrives before a poll is taken in there
+            k = min(k, self.recv_interval - self._decodes_since_poll)
         return k
 
     def _decay_share(self, steps: int) -> None:
@@ -404,6 +423,7 @@ class Engine:
         pool.take(int(own.sum()) - int(r.own.sum()))
         self.meter.segment(self.now, t, j, load, b, ledger.kv_tokens, pool.used, total)
         self._decay_share(k)
+        self._decodes_since_poll += k
         self.now = float(ends[k - 1])
         self._last_start_s = self.now - float(t[k - 1])
         ledger.computed(b * k)

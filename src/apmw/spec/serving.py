@@ -189,6 +189,12 @@ class Serving(Section):
         "false for older vLLM or --no-async-scheduling; SGLang --disable-overlap-schedule; TensorRT-LLM's legacy "
         "engine backend]",
     )
+    scheduler_recv_interval: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="SGLang only: decode iterations between the scheduler's polls for new requests [SGLang "
+        "--scheduler-recv-interval], so a call arriving at a busy engine waits half that many iterations on "
+        "average before it can be scheduled (it polls again right after any prefill); unset: 1, every iteration, "
+        "SGLang's default and what vLLM and TensorRT-LLM do")
     max_batch: int | None = Field(
         default=None, ge=1, le=MAX_BATCH_LIMIT,
         description="running sequences per iteration [max_num_seqs]; unset: the engine's default for the GPU "

@@ -32,7 +32,9 @@ sources and prefill math dtype kept per engine: ``KERNEL_SOURCES``, ``CONTEXT_AT
   TensorRT-LLM: its own kernel, ``implementation == "trtllm"``), message size in elements of bf16;
 * ``moe_<dtype>_<hidden>_<inter>_<topk>_<experts>_tp<tp>[tokens]``: one MoE layer's routed
   experts (vLLM fused-MoE kernels) for the model shapes aiconfigurator measured, tensor
-  parallel only, power-law (1.01) routing skew.
+  parallel only, power-law (1.01) routing skew;
+* ``mladec_*``, ``mlactx_*``, ``mlabmm_*``: MLA attention kernels (DeepSeek, Kimi) where shipped
+  (``MLA_BUILDS``, :func:`mla_tables`).
 
 Usage: ``python scripts/build_calibration.py [--profiles ../shared/data/profiles] [--engine sglang]``
 (needs the ``dev`` extra: pandas, pyarrow and scipy >= 1.12).
@@ -448,6 +450,83 @@ def allreduce_tables(path: Path, engine: str, report: dict) -> dict[str, np.ndar
     return out
 
 
+# MLA (DeepSeek-V2/V3/R1, Kimi-K2) attention kernels, per engine: aiconfigurator's kernel-level tables
+# (generation_mla_perf, context_mla_perf: the attention alone, over query heads per rank; mla_bmm_perf: the
+# absorbed decode's two batched GEMMs per head, q_nope x W_UK before and the output x W_UV after).
+# Shipped for SGLang (its trtllm_mla backend, SGLang's default for DeepSeek on SM100) on the four Blackwell
+# systems. Not shipped:
+# * TensorRT-LLM: built and left out. With them its held-out DeepSeek-V3 silicon rows on B200 (NVIDIA's,
+#   bench/accuracy.py) went from a median |TPOT error| of 23.1 % (1.2.0rc6.post2) and 24.2 % (version not
+#   given) on the roofline to 63.9 % and 45.9 %, all too slow. Its only fp8-block MoE kernel measured on
+#   Blackwell is DeepGEMM (the backend TensorRT-LLM's DeepSeek-R1 guide lists for FP8 on B200), 0.133 ms a
+#   layer at 4 tokens (TP 8) against 0.050 ms for SGLang's FlashInfer TRTLLM-generated kernel; which of
+#   them the served iteration follows is not established here.
+# * vLLM: aiconfigurator measured only whole MLA modules there (mla_*_module_perf: projections and
+#   attention together, for DeepSeek-V3's shapes), not the kernels apmw composes.
+# * SGLang on H100/H200: its rows (kernel source "flash_attention") read the latent KV cache at about
+#   0.3 TB/s, 6 % of H200's HBM peak (16 heads per rank, fp8 KV, 128 sequences x 16k context: 4.0 ms
+#   a layer, where TensorRT-LLM's kernel on the same GPU takes 0.41 ms and SGLang's trtllm_mla on B200
+#   0.20 ms); InferenceMAX's H200 DeepSeek-R1 script runs FlashInfer's MLA instead. Hopper MLA stays on
+#   the roofline until a table of the kernel deployments run is held.
+MLA_BUILDS = {("sglang", gpu) for gpu in ("b200_sxm", "b300_sxm", "gb200", "gb300")}
+MLA_BMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+# latent KV elements per token and layer of the MLA models measured (kv_lora_rank 512 + qk_rope 64)
+MLA_KV_ELEMENTS = 576
+
+
+def mla_tables(base: Path, engine: str, version: str, report: dict, hbm_bytes_per_s: float) -> dict[str, np.ndarray]:
+    """MLA attention per layer (``MLA_BUILDS``), keyed by the query heads each rank holds:
+
+    * ``mladec_<kvdtype>_<heads>[batch, step]`` on ``mla_dec_batch`` x ``mla_dec_step``: decode attention,
+      extended past each batch size's longest measured context as the GQA tables are
+      (``_extrapolate_kv_reads``) and made monotone along both axes;
+    * ``mlactx_<kvdtype>_<heads>[isl]`` on ``mla_ctx_isl``: prefill attention of one sequence;
+    * ``mlabmm_<pre|post>_<dtype>_<heads>[tokens]`` on ``mla_bmm_tokens``: the absorbed decode's batched GEMMs.
+    """
+    files = [base / "mla" / engine / version / "generation_mla_perf.parquet",
+             base / "mla" / engine / version / "context_mla_perf.parquet",
+             base / "mla_bmm" / engine / version / "mla_bmm_perf.parquet"]
+    if (engine, base.name) not in MLA_BUILDS:
+        return {}
+    if not all(f.exists() for f in files):
+        raise FileNotFoundError(f"{base.name}/{engine} {version}: MLA_BUILDS lists it, but not all of {files} exist")
+    gen = pd.read_parquet(files[0])
+    bs, steps = np.sort(gen.batch_size.unique()), np.sort(gen.step.unique())
+    out = {"mla_dec_batch": bs.astype(float), "mla_dec_step": steps.astype(float)}
+    for (heads, kvd), grp in gen.groupby(["num_heads", "kv_cache_dtype"]):
+        if kvd not in KV_DTYPES:
+            continue
+        t = grp.groupby(["batch_size", "step"]).latency.median().unstack().reindex(index=bs, columns=steps).to_numpy()
+        t = _fill_rows(t) if np.isnan(t).all(axis=1).any() else t
+        kv_bytes = MLA_KV_ELEMENTS * KV_BYTES[KV_DTYPES[kvd]]
+        t, _ = _extrapolate_kv_reads(t, steps, bs.astype(float), _marginal_kv_read_ms(t, steps, bs.astype(float)),
+                                     kv_bytes, hbm_bytes_per_s * MS)
+        t, _, _ = _fill_and_monotone(t, axis=1)
+        t, _, _ = _fill_and_monotone(t, axis=0)
+        out[f"mladec_{KV_DTYPES[kvd]}_{heads}"] = (t * MS).astype(np.float32)
+    ctx = pd.read_parquet(files[1])
+    ctx = ctx[ctx.batch_size == 1]
+    isl = np.sort(ctx.isl.unique())
+    out["mla_ctx_isl"] = isl.astype(float)
+    for (heads, kvd), grp in ctx.groupby(["num_heads", "kv_cache_dtype"]):
+        if kvd in KV_DTYPES:
+            t, _, _ = _fill_and_monotone(grp.groupby("isl").latency.median().reindex(isl).to_numpy()[None, :], axis=1)
+            out[f"mlactx_{KV_DTYPES[kvd]}_{heads}"] = (t[0] * MS).astype(np.float32)
+    bmm = pd.read_parquet(files[2])
+    tokens = np.sort(bmm.num_tokens.unique())
+    out["mla_bmm_tokens"] = tokens.astype(float)
+    for (op, dt, heads), grp in bmm.groupby(["op_name", "bmm_dtype", "num_heads"]):
+        if dt in MLA_BMM_DTYPES:
+            t, _, _ = _fill_and_monotone(grp.groupby("num_tokens").latency.median().reindex(tokens).to_numpy()[None, :],
+                                         axis=1)
+            out[f"mlabmm_{op.removeprefix('mla_gen_')}_{MLA_BMM_DTYPES[dt]}_{heads}"] = (t[0] * MS).astype(np.float32)
+    report["mla"] = {"decode_configs": sum(k.startswith("mladec_") for k in out),
+                     "prefill_configs": sum(k.startswith("mlactx_") for k in out),
+                     "bmm_configs": sum(k.startswith("mlabmm_") for k in out),
+                     "kernels": sorted(set(gen.kernel_source) | set(ctx.kernel_source) | set(bmm.kernel_source))}
+    return out
+
+
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
@@ -477,6 +556,7 @@ def build(profiles: Path, builds: list[tuple[str, str]] = BUILDS) -> dict:
                                    get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s, engine)
         tables |= allreduce_tables(path["custom_allreduce_perf"], engine, report)
         tables |= moe_tables(path["moe_perf"], report, engine, _borrowed_moe(base, engine))
+        tables |= mla_tables(base, engine, v, report, get_gpu(catalogue_name).hbm_bandwidth_bytes_per_s)
         # the kernels measured, per table (apmw.perf.calibrated reads "generation_attention_perf" to
         # know whether the fp8-KV decode kernel dequantises on read: FlashAttention 3)
         kernels = {k: sorted(map(str, pd.read_parquet(p, columns=["kernel_source"]).kernel_source.unique()))

@@ -45,7 +45,7 @@ def test_another_engines_tables_standing_in_do_not_satisfy_a_pin():
 
 
 def test_a_replica_the_pinned_tables_cannot_price_is_refused_with_why():
-    with pytest.raises(ApmwError, match="its tables cannot price this replica .*attention kind 'mla'"):
+    with pytest.raises(ApmwError, match="its tables cannot price this replica .*MLA attention with 16 query heads per rank"):
         _point("H200", "vllm", "0.24.0", model="deepseek-ai/DeepSeek-R1", tp=8, weight_dtype="fp8")
     with pytest.raises(ApmwError, match="no vllm tables of its own"):
         _point("A100", "vllm", "0.24.0")

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from apmw.arch.attention import MlaShape
 from apmw.arch.compressed_attention import CompressedAttention
 from apmw.arch.dtypes import UNQUANTISED_BYTES, kv_storage_bytes, weight_storage_bytes
 
@@ -58,6 +59,7 @@ class Architecture:
     attention_params: int = 0                   # attention (and linear-attention) projections, all layers
     indexer_elements_per_token_per_layer: int = 0   # DSA: the indexer's key, part of kv_elements_per_token_per_layer
     compressed: CompressedAttention | None = None   # DeepSeek-V4 compressed attention (attention == "csa")
+    mla: MlaShape | None = None                     # MLA's projection widths (attention == "mla")
     routed_expert_params: int = 0               # all routed experts of all MoE layers
     active_routed_expert_params: int = 0        # the top-k of them a token runs
     expert_dtype_in_checkpoint: str | None = None   # dtype the published checkpoint stores routed experts in

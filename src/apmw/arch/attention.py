@@ -9,6 +9,17 @@ from apmw.arch.config import Cfg
 
 
 @dataclass(frozen=True)
+class MlaShape:
+    """The projection widths of multi-head latent attention (DeepSeek-V2/V3), per head where per head:
+    what the measured MLA kernels and GEMMs are read at (:mod:`apmw.perf.calibrated`)."""
+    q_lora_rank: int            # 0: queries projected from the hidden state directly (DeepSeek-V2-Lite)
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
 class _Attn:
     """Per-layer attention of the full/sliding layers."""
     kind: str                   # "mha" | "gqa" | "mla"
@@ -20,6 +31,7 @@ class _Attn:
     topk: int | None = None
     indexer_flops: int = 0
     index_elements: int = 0     # of kv_elements: the DSA indexer's key
+    mla: MlaShape | None = None
 
 
 def attention(c: Cfg, hidden: int, heads: int) -> _Attn:
@@ -61,7 +73,9 @@ def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
     attn = _Attn(kind="mla", params=q + kv + heads * v_dim * hidden,
                  kv_elements=kv_rank + rope,
                  flops_per_context_token=2 * heads * (qk_dim + v_dim),
-                 num_kv_heads=1, head_dim=qk_dim)
+                 num_kv_heads=1, head_dim=qk_dim,
+                 mla=MlaShape(q_lora_rank=q_rank or 0, kv_lora_rank=kv_rank, qk_nope_head_dim=nope,
+                              qk_rope_head_dim=rope, v_head_dim=v_dim))
     return _with_indexer(c, attn, hidden, q_rank or hidden) if c.get("index_topk") else attn
 
 
@@ -75,4 +89,4 @@ def _with_indexer(c: Cfg, attn: _Attn, hidden: int, q_in: int) -> _Attn:
                  kv_elements=attn.kv_elements + dim,
                  flops_per_context_token=attn.flops_per_context_token,
                  num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim,
-                 topk=c.req("index_topk", why), indexer_flops=2 * n * dim, index_elements=dim)
+                 topk=c.req("index_topk", why), indexer_flops=2 * n * dim, index_elements=dim, mla=attn.mla)

@@ -51,7 +51,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attn_flops_per_context_token=attn.flops_per_context_token,
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
-        attention_params=attn_params, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
+        attention_params=attn_params, mla=attn.mla, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
     )
 
 

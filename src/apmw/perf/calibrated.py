@@ -1,6 +1,6 @@
 """Step time composed from measured kernel times (the ``calibrated`` source).
 
-For a GQA model on a GPU with measured tables (H100-SXM, H200-SXM, B200, B300, GB200, GB300;
+For a GQA or MLA model on a GPU with measured tables (H100-SXM, H200-SXM, B200, B300, GB200, GB300;
 see :mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank is
 
     t = layers * overhead(engine)                         fitted, see ENGINE_OVERHEAD_S_PER_LAYER
@@ -11,10 +11,18 @@ see :mod:`apmw.perf.tables`), one engine iteration on each tensor-parallel rank 
       + layers * elementwise bytes / (HBM bandwidth * eta_bw)   norms, adds, SiLU, RoPE
       + 2 * layers * all_reduce(tokens * hidden)          measured engine custom all-reduce
 
-where MLP is GEMM(gate_up) + GEMM(down) for a dense model, and for a MoE model whose every
-layer routes (gpt-oss, Qwen3-MoE) the measured fused-MoE kernel time for its own shape
-(experts, expert width, top-k, expert dtype, TP) plus the router GEMM. Sliding-window
-layers read the decode-attention table at the window, not the context.
+where MLP is GEMM(gate_up) + GEMM(down) for a dense layer, and for a MoE layer the measured
+fused-MoE kernel time for the model's own shape (experts, expert width, top-k, expert dtype, TP)
+plus the router GEMM and any shared expert's GEMMs. Sliding-window layers read the
+decode-attention table at the window, not the context.
+
+MLA (DeepSeek-V2/V3/R1, Kimi-K2) replaces QKV and the attention terms with what its engines run
+(:func:`_mla_curves`): the latent down-projections, q's up-projection and the output projection for
+every token; for a prompt token also kv_b's up-projection and the measured prefill (MHA-form)
+kernel; for a decoding token the absorbed form's two measured batched GEMMs and the measured
+latent decode kernel. Those kernel tables are shipped for SGLang on Blackwell
+(``scripts/build_calibration.py`` ``MLA_BUILDS`` says why not elsewhere); elsewhere MLA and every
+other attention kind (DSA, DeepSeek-V4's compressed attention, linear attention) take the roofline.
 
 Each GEMM and attention time is interpolated in the measured tables at the model's
 own shapes per rank (heads / TP, intermediate / TP, ...), not scaled from a generic
@@ -28,8 +36,7 @@ calibrated GPUs, with its default kernels: FA3 on Hopper, trtllm_mha on Blackwel
 (``source_detail`` says which; ``catalog/data/calibration/SOURCES.md`` says why the others
 were not shipped). NVFP4 weights (``fp4``) use the
 measured NVFP4 GEMM and fused-MoE tables where the GPU has them (Blackwell); elsewhere
-:mod:`apmw.perf.scaled` reads them from the fp8 tables. MLA (DeepSeek-V3/R1, Kimi) and other
-attention kinds are not composed here (the plain roofline prices them).
+:mod:`apmw.perf.scaled` reads them from the fp8 tables.
 
 The model is built once per replica: per-model curves over the tables' token grid
 are precomputed, so an iteration costs a few ``np.interp`` calls and stays vectorised
@@ -141,7 +148,11 @@ def covering_tables(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: s
 
 def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtype: str,
                 kv_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
-    if arch.attention != "gqa" or arch.linear_attention_layers:
+    if arch.attention == "mla":
+        gap = _mla_gap(tables, arch, gpus, kv_dtype, weight_dtype)
+        if gap:
+            return gap
+    elif arch.attention != "gqa" or arch.linear_attention_layers:
         return f"attention kind '{arch.attention}' (or linear-attention layers) is not in the tables"
     if gpus > 1 and not tables.has(f"ar_{gpus}"):
         have = sorted(int(k[3:]) for k in tables.keys("ar_") if k[3:].isdigit())
@@ -159,14 +170,41 @@ def _tables_gap(tables: KernelTables, arch: Architecture, gpus: int, weight_dtyp
     if kv_dtype.lower() not in _KV_DTYPE:
         return f"KV dtype {kv_dtype} has no measured attention table (have bf16, fp8)"
     key = _attn_key(arch, gpus, kv_dtype)
-    if not (tables.has("dec_" + key) and tables.has("ctx_" + key)):
+    if arch.attention == "gqa" and not (tables.has("dec_" + key) and tables.has("ctx_" + key)):
         return f"attention shape {key} (kv_dtype_heads_kvheads_headdim per rank) was not measured"
     return None
 
 
+def _mla_gap(tables: KernelTables, arch: Architecture, gpus: int, kv_dtype: str, weight_dtype: str) -> str | None:
+    """Why the MLA kernel tables cannot price this replica, or None (scripts/build_calibration.py MLA_BUILDS
+    says where they were shipped and why not elsewhere)."""
+    if arch.mla is None or arch.attention_topk is not None or arch.sliding_window_layers:
+        return "MLA with sparse attention (a DSA indexer) or sliding-window layers is not in the tables"
+    key = _mla_key(arch, gpus, kv_dtype)
+    if not (tables.has("mladec_" + key) and tables.has("mlactx_" + key)):
+        return (f"MLA attention with {arch.num_heads // gpus} query heads per rank and {kv_dtype} KV was not measured "
+                f"on {tables.gpu} for {tables.engine} (MLA kernel tables: SGLang on Blackwell)")
+    if weight_dtype.lower() not in _GEMM_DTYPE:
+        return f"weight dtype {weight_dtype} has no measured GEMM table"
+    if not tables.has(f"mlabmm_pre_{_mla_bmm_dtype(_dense_gemm_dtype(arch, weight_dtype))}_{arch.num_heads // gpus}"):
+        return f"the absorbed MLA decode GEMMs with {arch.num_heads // gpus} heads per rank were not measured"
+    return None
+
+
+def _mla_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:
+    return f"{_KV_DTYPE.get(kv_dtype.lower(), kv_dtype)}_{arch.num_heads // gpus}"
+
+
+def _mla_bmm_dtype(weight_dtype: str) -> str:
+    """The absorbed decode GEMMs run in fp8 once the weights are quantised (aiconfigurator's DeepSeek model:
+    mla_bmm_quant_mode is fp8 unless the GEMMs are bf16), else bf16."""
+    return "bf16" if weight_dtype.lower() in ("bf16", "fp16") else "fp8"
+
+
 def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
-    if arch.moe_layers != arch.num_layers or arch.shared_expert_params:
-        return "MoE models with dense layers or shared experts are not composed from tables yet"
+    dense_dt = _dense_gemm_dtype(arch, weight_dtype) if weight_dtype.lower() in _GEMM_DTYPE else "?"
+    if (arch.moe_layers != arch.num_layers or arch.shared_expert_params) and not tables.has("gemm_" + dense_dt):
+        return f"the dense and shared-expert layers' weight dtype {weight_dtype} has no measured GEMM table on {tables.gpu}"
     if moe_key(arch, tables, gpus, weight_dtype, mxfp4_activations) is None:
         acts = " (MXFP4 experts with MXFP8 activations)" if mxfp4_activations == "mxfp8" else ""
         return (f"no measured MoE kernel for {arch.num_experts} experts x {arch.expert_intermediate_size} "
@@ -205,17 +243,21 @@ class _Curves:
     source: str
     tables_engine: str            # whose kernels were measured (vLLM's stand in for an engine without tables)
     served_moe: str = ""          # the served MoE ceiling on the routed experts, and where it comes from
+    decode_gemm_s: np.ndarray | None = None    # all layers' GEMMs only decoding tokens run (MLA's absorbed form)
+    prefill_gemm_s: np.ndarray | None = None   # all layers' GEMMs only prompt tokens run (MLA's kv_b)
 
 
 def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
             bandwidth_eff: float, engine: str = DEFAULT_ENGINE, mxfp4_activations: str = "bf16") -> _Curves:
     dt = _dense_gemm_dtype(arch, weight_dtype)
-    h, L, hd = arch.hidden_size, arch.num_layers, arch.head_dim
-    heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
-    shapes = [((heads + 2 * kv_heads) * hd, h), (h, heads * hd)]
+    h, L = arch.hidden_size, arch.num_layers
     served_source = ""
+    dense_layers = L - arch.moe_layers
+    mlp = dense_layers * _mlp_s(t, dt, arch.dense_intermediate_size / g, h)
+    inter = arch.dense_intermediate_size / g
     if arch.moe_layers:
-        # routed experts from the measured fused-MoE table (tokens -> seconds), and the bf16 router
+        # routed experts from the measured fused-MoE table (tokens -> seconds), the bf16 router and any
+        # always-active shared expert (a gated MLP, split over the TP ranks like a dense one)
         inter = arch.experts_per_token * arch.expert_intermediate_size / g
         key = moe_key(arch, t, g, weight_dtype, mxfp4_activations)
         moe_s = interp_extrapolate(t["gemm_m"], t["moe_tokens"], t[key])
@@ -226,13 +268,62 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
             ceiling, served_source = served.flops_per_s, served.source
             flops = t["gemm_m"] * arch.experts_per_token * 6 * h * arch.expert_intermediate_size / g
             moe_s = np.maximum(moe_s, flops / ceiling)
-        mlp = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
+        moe_layer = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
+        if arch.shared_expert_params:
+            moe_layer = moe_layer + _mlp_s(t, dt, arch.shared_expert_params // (3 * h) / g, h)
+        mlp = mlp + arch.moe_layers * moe_layer
+    if arch.attention == "mla":
+        attn = _mla_curves(t, arch, g, dt, kv_dtype)
     else:
-        inter = arch.dense_intermediate_size / g
-        mlp = gemm_latency_s(t, dt, 2 * inter, h) + gemm_latency_s(t, dt, h, inter)
-    layer = sum(gemm_latency_s(t, dt, n, k) for n, k in shapes) + mlp
+        attn = _gqa_curves(t, arch, g, dt, kv_dtype, engine)
     lm_head = gemm_latency_s(t, "bf16" if dt == _DENSE_DTYPE_OF_4BIT_MOE and arch.moe_layers else dt,
                              arch.vocab_size / g, h)
+    # Elementwise traffic per token per layer on one rank (16-bit activations): two
+    # residual-add + RMSNorm passes over the hidden state (read x, read residual, write
+    # both), SiLU-and-mul over the gate/up output (read 2*inter, write inter), RoPE on q, k.
+    elem_bytes = ACTIVATION_BYTES * (2 * 4 * h + 3 * inter + attn.rope_elements)
+    elem_s = L * elem_bytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
+    ar_size = t["ar_size"]
+    ar_s = 2 * L * t[f"ar_{g}"] if g > 1 else np.zeros_like(ar_size)
+    return _Curves(m=t["gemm_m"], layers_gemm_s=L * attn.gemm_s + mlp, lm_head_s=lm_head,
+                   dec_batch=attn.dec_batch, dec_step=attn.dec_step,
+                   dec_s=arch.full_attention_layers * attn.dec_s, dec_ctx_scale=attn.dec_ctx_scale,
+                   dec_window_s=arch.sliding_window_layers * attn.dec_s,
+                   window=float(arch.sliding_window or 0), ctx_isl=attn.ctx_isl,
+                   ctx_s_per_flop=attn.ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
+                   elementwise_s_per_token=elem_s, source=t.source, tables_engine=t.engine,
+                   served_moe=served_source,
+                   decode_gemm_s=None if attn.decode_gemm_s is None else L * attn.decode_gemm_s,
+                   prefill_gemm_s=None if attn.prefill_gemm_s is None else L * attn.prefill_gemm_s)
+
+
+def _mlp_s(t: KernelTables, dt: str, inter: float, h: int) -> np.ndarray:
+    """A gated MLP of ``inter`` per rank: the fused gate/up GEMM and the down GEMM, over the token grid."""
+    if not inter:
+        return np.zeros_like(t["gemm_m"])
+    return gemm_latency_s(t, dt, 2 * inter, h) + gemm_latency_s(t, dt, h, inter)
+
+
+@dataclass(frozen=True)
+class _AttentionCurves:
+    """One layer's attention on one rank: its GEMMs over the token grid (all tokens; decode or prefill tokens
+    only), the measured decode table and the prefill rate."""
+    gemm_s: np.ndarray
+    decode_gemm_s: np.ndarray | None      # None: no GEMM runs on decoding or prompt tokens only
+    prefill_gemm_s: np.ndarray | None
+    dec_batch: np.ndarray
+    dec_step: np.ndarray
+    dec_s: np.ndarray
+    dec_ctx_scale: float
+    ctx_isl: np.ndarray
+    ctx_s_per_flop: np.ndarray
+    rope_elements: float          # per token: the q and k elements RoPE rewrites
+
+
+def _gqa_curves(t: KernelTables, arch: Architecture, g: int, dt: str, kv_dtype: str, engine: str) -> _AttentionCurves:
+    h, hd = arch.hidden_size, arch.head_dim
+    heads, kv_heads = arch.num_heads // g, max(arch.num_kv_heads // g, 1)
+    gemm = gemm_latency_s(t, dt, (heads + 2 * kv_heads) * hd, h) + gemm_latency_s(t, dt, h, heads * hd)
     key = _attn_key(arch, g, kv_dtype)
     dec_key, dec_ctx_scale = key, 1.0
     bf16_key = _attn_key(arch, g, "bf16")
@@ -244,23 +335,41 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
     # FLOPs of one causal batch-1 prefill of `isl` tokens on one rank, one layer.
     flops_rank_layer = 4 * heads * hd * isl * (isl + 1) / 2
     # seconds per replica-wide attention FLOP: the replica's FLOPs are spread over g ranks.
-    ctx_s_per_flop = t["ctx_" + key] / (flops_rank_layer * g)
-    # Elementwise traffic per token per layer on one rank (16-bit activations): two
-    # residual-add + RMSNorm passes over the hidden state (read x, read residual, write
-    # both), SiLU-and-mul over the gate/up output (read 2*inter, write inter), RoPE on q, k.
-    elem_bytes = ACTIVATION_BYTES * (2 * 4 * h + 3 * inter + 2 * (heads + kv_heads) * hd)
-    elem_s = L * elem_bytes / (gpu.hbm_bandwidth_bytes_per_s * bandwidth_eff)
-    ar_size = t["ar_size"]
-    ar_s = 2 * L * t[f"ar_{g}"] if g > 1 else np.zeros_like(ar_size)
-    return _Curves(m=t["gemm_m"], layers_gemm_s=L * layer, lm_head_s=lm_head,
-                   dec_batch=t["dec_batch"], dec_step=t["dec_step"],
-                   dec_s=arch.full_attention_layers * t["dec_" + dec_key],
-                   dec_ctx_scale=dec_ctx_scale,
-                   dec_window_s=arch.sliding_window_layers * t["dec_" + dec_key],
-                   window=float(arch.sliding_window or 0), ctx_isl=isl,
-                   ctx_s_per_flop=ctx_s_per_flop, ar_size=ar_size, ar_s=ar_s,
-                   elementwise_s_per_token=elem_s, source=t.source, tables_engine=t.engine,
-                   served_moe=served_source)
+    return _AttentionCurves(gemm_s=gemm, decode_gemm_s=None, prefill_gemm_s=None, dec_batch=t["dec_batch"],
+                            dec_step=t["dec_step"], dec_s=t["dec_" + dec_key], dec_ctx_scale=dec_ctx_scale,
+                            ctx_isl=isl, ctx_s_per_flop=t["ctx_" + key] / (flops_rank_layer * g),
+                            rope_elements=2 * (heads + kv_heads) * hd)
+
+
+def _mla_curves(t: KernelTables, arch: Architecture, g: int, dt: str, kv_dtype: str) -> _AttentionCurves:
+    """Multi-head latent attention as DeepSeek's engines run it (aiconfigurator's DeepSeek model composes the
+    same kernels). Every token: the down-projection of q and the KV latent (q_lora + kv_lora + rope wide,
+    replicated on every rank), q's up-projection and the output projection (split over the heads). A prompt
+    token also up-projects the latent to each head's K and V (kv_b) and attends in that materialised form
+    (the measured prefill kernel); a decoding token attends in the absorbed form instead: its query is
+    projected into the latent (the "pre" batched GEMM), attends over the latent cache (the measured decode
+    kernel) and is projected back (the "post" one)."""
+    mla, h = arch.mla, arch.hidden_size
+    heads = arch.num_heads // g
+    qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    down = mla.kv_lora_rank + mla.qk_rope_head_dim
+    if mla.q_lora_rank:
+        gemm = (gemm_latency_s(t, dt, mla.q_lora_rank + down, h)
+                + gemm_latency_s(t, dt, heads * qk, mla.q_lora_rank))
+    else:
+        gemm = gemm_latency_s(t, dt, down, h) + gemm_latency_s(t, dt, heads * qk, h)
+    gemm = gemm + gemm_latency_s(t, dt, h, heads * mla.v_head_dim)
+    prefill_gemm = gemm_latency_s(t, dt, heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank)
+    bmm = _mla_bmm_dtype(dt)
+    decode_gemm = sum(interp_extrapolate(t["gemm_m"], t["mla_bmm_tokens"], t[f"mlabmm_{op}_{bmm}_{heads}"])
+                      for op in ("pre", "post"))
+    key = _mla_key(arch, g, kv_dtype)
+    isl = t["mla_ctx_isl"]
+    flops_rank_layer = 2 * heads * (qk + mla.v_head_dim) * isl * (isl + 1) / 2
+    return _AttentionCurves(gemm_s=gemm, decode_gemm_s=decode_gemm, prefill_gemm_s=prefill_gemm,
+                            dec_batch=t["mla_dec_batch"], dec_step=t["mla_dec_step"], dec_s=t["mladec_" + key],
+                            dec_ctx_scale=1.0, ctx_isl=isl, ctx_s_per_flop=t["mlactx_" + key] / (flops_rank_layer * g),
+                            rope_elements=(heads + 1) * mla.qk_rope_head_dim)
 
 
 @dataclass(frozen=True)
@@ -300,7 +409,10 @@ class CalibratedStepModel(RooflineFigures):
                    f"(none measured for {self.engine} on {self.gpu.name})")
         return (f"calibrated: {kernels}, {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
                 f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})"
-                + (f"; {self.curves.served_moe}" if self.curves.served_moe else ""))
+                + (f"; {self.curves.served_moe}" if self.curves.served_moe else "")
+                + ("; MLA from its measured decode, prefill and absorbed-GEMM kernels (the GEMMs' fp8 rows are "
+                   "per-tensor scaled: DeepSeek's fp8 checkpoints are block-scaled, ASSUMPTION)"
+                   if self.arch.attention == "mla" else ""))
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         return sum(self.iteration_parts_s(load))
@@ -317,6 +429,9 @@ class CalibratedStepModel(RooflineFigures):
         decode, prefill = np.broadcast_arrays(decode, prefill)
         tokens = decode + prefill
         gemm = interp_extrapolate(graph_padded(decode, prefill), c.m, c.layers_gemm_s)
+        if c.decode_gemm_s is not None:
+            gemm = (gemm + np.where(decode > 0, interp_extrapolate(graph_padded(decode, 0.0), c.m, c.decode_gemm_s), 0.0)
+                    + np.where(prefill > 0, interp_extrapolate(prefill, c.m, c.prefill_gemm_s), 0.0))
         sampled = np.maximum(decode + (prefill > 0), 1.0)
         lm = interp_extrapolate(sampled, c.m, c.lm_head_s)
         attn = self._attention_s(load, decode, prefill)
@@ -350,6 +465,7 @@ class CalibratedStepModel(RooflineFigures):
         pre_flops = np.maximum(flops - decode * np.asarray(self.arch.attention_flops_per_token(ctx)), 0.0)
         # Equivalent from-scratch prefill length with the same FLOPs, where the measured rate applies.
         per_rank_layer = pre_flops / (self.gpus * max(self.arch.full_attention_layers, 1))
-        isl_eq = np.sqrt(2 * per_rank_layer / (4 * (self.arch.num_heads // self.gpus) * self.arch.head_dim))
+        per_pair = self.arch.attn_flops_per_context_token or 4 * self.arch.num_heads * self.arch.head_dim
+        isl_eq = np.sqrt(2 * per_rank_layer / (per_pair / self.gpus))
         rate = np.interp(np.maximum(isl_eq, prefill), c.ctx_isl, c.ctx_s_per_flop)
         return dec + np.where(prefill > 0, pre_flops * rate, 0.0)

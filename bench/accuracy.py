@@ -155,7 +155,7 @@ def imax_scheduler_recv_interval(hw: str, framework: str, model: str, concurrenc
     """SGLang's --scheduler-recv-interval where a runner's DeepSeek-R1 script sets it (apmw.spec.Serving's
     scheduler_recv_interval; None: SGLang's default, 1). InferenceMAX's dsr1_fp4_b200_docker.sh and _slurm.sh
     and dsr1_fp8_b200_docker.sh and _slurm.sh pass 10, and 30 from concurrency 16 ("relax to ~30 requests
-    between scheduler recv polls"); the H200, MI300X, MI325X and MI355X scripts read set none."""
+    between scheduler recv polls"); the H200, MI300X, MI325X and MI355X scripts read here set none."""
     if hw == "b200" and framework == "sglang" and "deepseek-r1" in model.lower():
         return 30 if concurrency >= 16 else 10
     return None

@@ -50,10 +50,10 @@ def main() -> None:
                     run = around_the_plan(ROOT / "tests" / "loadgen" / name, server, work)
                 finally:
                     server.kill()
-                bracketed = all(lv["task_latency_p95_interval_s"] is not None for lv in (run["low"], run["high"]))
+                bracketed = all(lv["task_latency_p95_interval_s"] is not None for lv in run["levels"])
                 failures = claim_failures(run) if bracketed else ["too few tasks to bracket a p95"]
                 print(f"{name} run {r + 1}: {'FAILS: ' + '; '.join(failures) if failures else 'holds'}", flush=True)
-                for level in (run["low"], run["high"]):
+                for level in run["levels"]:
                     print("  " + level_text(run, level), flush=True)
 
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from apmw.capacity.benchmark import predict
 from apmw.errors import ApmwError
-from apmw.perf.serving_policy import busy_arrival_wait_s, scheduler_recv_interval
+from apmw.perf.serving_policy import busy_arrival_wait_s
 from apmw.sim import simulate
 from tests.sim.helpers import spec
 
@@ -21,10 +21,6 @@ B200_R1 = dict(model="deepseek-ai/DeepSeek-R1", gpu="B200", tp=8, weight_dtype="
 def test_a_call_waits_half_the_span_between_polls():
     assert busy_arrival_wait_s(0.01, 0) == pytest.approx(0.005)
     assert busy_arrival_wait_s(0.01, 1, recv_interval=30) == pytest.approx(0.16)
-    assert scheduler_recv_interval(None, "vllm") == 1 and scheduler_recv_interval(30, "sglang") == 30
-    with pytest.raises(ApmwError, match="scheduler_recv_interval 10 is SGLang's --scheduler-recv-interval; "
-                                        "engine trtllm takes new requests before every iteration"):
-        scheduler_recv_interval(10, "trtllm")
 
 
 def test_the_benchmark_ttft_grows_by_the_extra_poll_wait_and_tpot_stays():
@@ -48,11 +44,16 @@ def test_the_simulator_holds_arrivals_until_the_next_poll():
     assert ttft[30] - ttft[1] > 2.5 * (ttft[10] - ttft[1])      # about (30 - 1) / (10 - 1) times the extra wait
 
 
-def test_other_engines_refuse_it_naming_the_field_and_the_flag():
-    from apmw.perf import replica_from_spec
+def test_other_engines_and_disaggregation_refuse_it_naming_the_field_and_the_flag():
+    from apmw.spec.load import SpecError
 
-    with pytest.raises(ApmwError, match=r"^serving\.scheduler_recv_interval 10 is SGLang's"):
-        replica_from_spec(spec(engine="vllm", scheduler_recv_interval=10))
+    for serving, why in (({"engine": "vllm", "scheduler_recv_interval": 10},
+                          "scheduler_recv_interval 10 is SGLang's --scheduler-recv-interval; engine vllm takes new "
+                          "requests before every iteration"),
+                         ({"engine": "sglang", "scheduler_recv_interval": 10, "disaggregation": {"prefill_gpus": 1}},
+                          "scheduler_recv_interval 10 is not modelled with disaggregation")):
+        with pytest.raises((SpecError, ApmwError), match=why):
+            spec(**serving)
     from apmw.cli import _register_verbs, app
 
     _register_verbs()

@@ -23,7 +23,8 @@ speed moved between the warm-up and the levels: a plan of 18 from the warm-up's 
 server that surely missed the SLO at 16 agents, and once a plan of 11 against one that surely met
 it at 14. The verdicts stay those of the levels measured: a level the server surely misses puts
 the knee below it, one it surely meets puts the knee at or above it, and the plan's admitted
-knees must include one that agrees with both.
+knees must include one that agrees with both. Where the later plan's admitted knees reach past the
+two levels, its own bounds are measured as well, so the levels always bracket the claim.
 """
 
 from __future__ import annotations
@@ -56,22 +57,26 @@ def test_the_tolerance_band_is_the_issues_fifteen_percent_or_one_agent():
     assert knees_within_tolerance(19) == (17, 22)
 
 
-def _verdict_run(plan_after: int, low: tuple[int, float, float], high: tuple[int, float, float]) -> dict:
-    def level(agents, lower_s, upper_s):
-        return {"agents": agents, "task_latency_p95_interval_s": [lower_s, upper_s]}
-    return {"plan_after": {"agents_per_replica": plan_after}, "slo_s": 8.0, "low": level(*low), "high": level(*high)}
+def _verdict_run(plan_after: int, *levels: tuple[int, float, float]) -> dict:
+    return {"plan_after": {"agents_per_replica": plan_after}, "slo_s": 8.0,
+            "levels": [{"agents": a, "task_latency_p95_interval_s": [lo, hi]} for a, lo, hi in levels]}
 
 
 def test_a_level_on_the_sure_side_of_the_slo_bounds_the_knee_the_plan_must_admit():
     # CI, 2026-12-03: planned 18 from the warm-up; surely missed at 16 agents (p95 in [9.44, 12.16] s)
     ci_levels = (16, 9.44, 12.16), (22, 11.89, 15.87)
     assert claim_failures(_verdict_run(18, *ci_levels))                    # admits 16-21: knee below 16 is not
-    assert not claim_failures(_verdict_run(14, *ci_levels))                # admits 12-17
+    # a plan of 14 admits 12-17: the levels bracket it only once one is measured at 12 or fewer agents
+    assert claim_failures(_verdict_run(14, *ci_levels)) == ["no level at 12 agents or fewer bounds the claim"]
+    assert not claim_failures(_verdict_run(14, (12, 6.9, 8.3), *ci_levels))
     surely_met_at_14 = (10, 6.2, 7.9), (14, 6.9, 7.99)
     assert claim_failures(_verdict_run(11, *surely_met_at_14))             # admits 10-13
-    assert not claim_failures(_verdict_run(12, *surely_met_at_14))         # admits 10-14
+    assert claim_failures(_verdict_run(12, *surely_met_at_14)) == ["no level past 14 agents bounds the claim"]
+    assert not claim_failures(_verdict_run(12, *surely_met_at_14, (15, 7.6, 9.1)))   # admits 10-14
     straddling = (10, 6.5, 8.5), (14, 7.5, 9.5)
     assert not claim_failures(_verdict_run(11, *straddling))
+    # a plan far off either way is never bracketed by levels placed near the knee
+    assert claim_failures(_verdict_run(1, *straddling)) and claim_failures(_verdict_run(100, *straddling))
 
 
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -99,10 +104,11 @@ def _calibrate_and_plan(spec_path: Path, server, cal: Path, loop_results: list[P
 def around_the_plan(spec_file: Path, server, tmp_path: Path) -> dict:
     """Warm ``server`` up, calibrate it with the warm-up's steps under load, plan ``spec_file`` with that
     calibration, measure the two levels that bound the claim, and plan again from a calibration taken
-    after them with every run's steps: ``{"plan", "plan_after", "calibration", "fewest", "most", "low",
-    "high", "slo_s"}`` (the levels as ``apmw bench --json`` summarises them; ``fewest`` and ``most`` the
-    first plan's admitted knees). bench/llamacpp_loop.py runs it on every server shape and workload
-    recorded in bench/README.md."""
+    after them with every run's steps; where that plan's admitted knees reach past the levels, measure
+    its own bounds too. ``{"plan", "plan_after", "calibration", "fewest", "most", "levels", "slo_s"}``
+    (the levels as ``apmw bench --json`` summarises them, by agents; ``fewest`` and ``most`` the first
+    plan's admitted knees). bench/llamacpp_loop.py runs it on every server shape and workload recorded
+    in bench/README.md."""
     spec = yaml.safe_load(spec_file.read_text())
     spec["model"]["config"] = str(server.config_path)
     spec_path = tmp_path / "spec.yaml"
@@ -113,22 +119,28 @@ def around_the_plan(spec_file: Path, server, tmp_path: Path) -> dict:
     _level(spec_path, server, WARMUP_AGENTS, WARMUP_S, warm_up)
     plan = _calibrate_and_plan(spec_path, server, tmp_path / "cal.json", [warm_up])
     fewest, most = knees_within_tolerance(plan["agents_per_replica"])
-    low = _level(spec_path, server, fewest, LEVEL_S, tmp_path / "low.jsonl")
-    high = _level(spec_path, server, most + 1, LEVEL_S, tmp_path / "high.jsonl")
+    levels = {n: _level(spec_path, server, n, LEVEL_S, tmp_path / f"level-{n}.jsonl") for n in (fewest, most + 1)}
     plan_after = _calibrate_and_plan(spec_path, server, tmp_path / "cal-after.json",
-                                     [warm_up, tmp_path / "low.jsonl", tmp_path / "high.jsonl"])
+                                     [warm_up, *(tmp_path / f"level-{n}.jsonl" for n in levels)])
+    fewest_after, most_after = knees_within_tolerance(plan_after["agents_per_replica"])
+    for n in (fewest_after, most_after + 1):
+        if n not in levels and (n < min(levels) or n > max(levels)):
+            levels[n] = _level(spec_path, server, n, LEVEL_S, tmp_path / f"level-{n}.jsonl")
     return {"plan": plan, "plan_after": plan_after, "calibration": json.loads((tmp_path / "cal.json").read_text()),
-            "fewest": fewest, "most": most, "low": low, "high": high, "slo_s": spec["slo"]["task_latency_p95_s"]}
+            "fewest": fewest, "most": most, "levels": [levels[n] for n in sorted(levels)],
+            "slo_s": spec["slo"]["task_latency_p95_s"]}
 
 
 def claim_failures(run: dict) -> list[str]:
-    """Where the levels of ``run`` contradict the plan calibrated after them: a level the server surely
-    misses the SLO at (the p95 interval's lower end above it) puts the knee below it, one it surely meets
-    (the upper end at or below it) puts the knee at or above it; the plan's admitted knees must reach both."""
+    """Where the levels of ``run`` fail the claim against the plan calibrated after them. A level the
+    server surely misses the SLO at (the p95 interval's lower end above it) puts the knee below it, one it
+    surely meets (the upper end at or below it) puts the knee at or above it: the plan's admitted knees
+    must reach both. And the levels must bracket those knees (one at or below the fewest, one past the
+    most), or a plan far off would go untested."""
     n_star, slo_s = run["plan_after"]["agents_per_replica"], run["slo_s"]
     fewest, most = knees_within_tolerance(n_star)
     failures = []
-    for level in (run["low"], run["high"]):
+    for level in run["levels"]:
         agents, (lower_s, upper_s) = level["agents"], level["task_latency_p95_interval_s"]
         if lower_s > slo_s and fewest >= agents:
             failures.append(f"at {agents} agents the server surely misses the SLO: its knee lies below {agents}, "
@@ -136,6 +148,11 @@ def claim_failures(run: dict) -> list[str]:
         if upper_s <= slo_s and most < agents:
             failures.append(f"at {agents} agents the server surely meets the SLO: its knee lies at {agents} or "
                             f"above, and N* {n_star} admits knees {fewest}-{most}")
+    agents = [level["agents"] for level in run["levels"]]
+    if min(agents) > fewest:
+        failures.append(f"no level at {fewest} agents or fewer bounds the claim")
+    if max(agents) <= most:
+        failures.append(f"no level past {most} agents bounds the claim")
     return failures
 
 
@@ -151,15 +168,15 @@ def level_text(run: dict, level: dict) -> str:
 # Measured 2026-12-02 (bench/README.md, "Where the time per token goes"): calibrated from the idle server
 # alone, five runs planned 12, 15, 13, 15 and 10 against a knee of 11-13, and two failed here; with the
 # warm-up's steps under load in the calibration, five runs planned 10, 10, 11, 13 and 11 and all held.
-@pytest.mark.slow     # about five and a half minutes: a warm-up run, two calibrations, two 60 s levels
+@pytest.mark.slow     # about five and a half minutes: a warm-up run, two calibrations, two (at most four) 60 s levels
 def test_the_servers_knee_lies_where_the_plan_from_its_calibration_puts_it(pinned_server, tmp_path):
     run = around_the_plan(HERE / "llamacpp-knee-4slots.yaml", pinned_server, tmp_path)
-    plan, low, high = run["plan"], run["low"], run["high"]
+    plan = run["plan"]
     assert any(r["decode_seqs"] >= 3 for r in run["calibration"]["steps_under_load"])
     for p in (plan, run["plan_after"]):
         assert p["agents_per_replica_source"] == "simulated"
         assert p["sources"]["step_time"].startswith("measured on")
-    for lv in (low, high):
+    for lv in run["levels"]:
         assert lv["task_latency_p95_interval_s"] is not None, f"too few tasks to bracket the p95: {lv}"
         print(level_text(run, lv))
     assert not claim_failures(run), claim_failures(run)

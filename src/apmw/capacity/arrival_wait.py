@@ -18,7 +18,7 @@ def arrival_wait_s(t_iter_s: float, running: int, ahead: float = 0.0, recv_inter
 
     With other requests running it arrives anywhere in an iteration: it waits half of one on
     average (half of ``recv_interval`` iterations where the scheduler polls for new requests only
-    that often: :func:`apmw.perf.serving_policy.scheduler_recv_interval`), and then the ``ahead``
+    that often: ``apmw.spec.Serving.scheduler_recv_interval``), and then the ``ahead``
     iterations whose batches the engine had already formed (1 under overlap or async scheduling:
     :func:`apmw.perf.serving_policy.iterations_scheduled_ahead`). A lone client's prompt finds the
     engine idle (its previous request has ended), so it starts at once.
@@ -32,9 +32,10 @@ def poisson_wait_s(share: float, t_prompt: float, t_decode: float, ahead: float,
 
     It lands in an iteration picked by length, so it waits out ``E[T^2] / 2E[T]`` of it (the
     inspection paradox; ``share`` of the iterations carry prompts and take ``t_prompt``), then the
-    rest of the scheduler's poll span (``recv_interval - 1`` iterations, half of them on average)
-    and the ``ahead`` iterations already scheduled, each of mean length ``E[T]``.
+    rest of the scheduler's poll span (``recv_interval - 1`` decode iterations, half of them on average:
+    an iteration with a prompt ends the span) and the ``ahead`` iterations already scheduled, of mean
+    length ``E[T]``.
     """
     t_bar = share * t_prompt + (1 - share) * t_decode
     residual = (share * t_prompt ** 2 + (1 - share) * t_decode ** 2) / (2 * t_bar)
-    return residual + ((recv_interval - 1) / 2 + ahead) * t_bar, residual
+    return residual + (recv_interval - 1) / 2 * t_decode + ahead * t_bar, residual

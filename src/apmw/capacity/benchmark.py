@@ -200,8 +200,9 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
             settings["parallelism"] = par.resolved(None)
         serving = Serving.model_validate(settings)
     except ValidationError as exc:   # what the spec's own bounds refuse, named as this function's parameters
-        raise PredictError("; ".join(f"{_PARAMETERS.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']} "
-                                     f"(got {e['input']!r})" for e in exc.errors())) from None
+        raise PredictError("; ".join((f"{_PARAMETERS.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']} "
+                                      f"(got {e['input']!r})") if e["loc"] else e["msg"].removeprefix("Value error, ")
+                                     for e in exc.errors())) from None
     except ValueError as exc:       # a layout that does not multiply out
         raise PredictError(str(exc).removeprefix("serving.parallelism: ")) from None
     replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s,

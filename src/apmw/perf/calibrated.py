@@ -186,7 +186,8 @@ def _mla_gap(tables: KernelTables, arch: Architecture, gpus: int, kv_dtype: str,
                 f"on {tables.gpu} for {tables.engine} (MLA kernel tables: SGLang on Blackwell)")
     if weight_dtype.lower() not in _GEMM_DTYPE:
         return f"weight dtype {weight_dtype} has no measured GEMM table"
-    if not tables.has(f"mlabmm_pre_{_mla_bmm_dtype(_dense_gemm_dtype(arch, weight_dtype))}_{arch.num_heads // gpus}"):
+    bmm = _mla_bmm_dtype(_dense_gemm_dtype(arch, weight_dtype))
+    if not all(tables.has(f"mlabmm_{op}_{bmm}_{arch.num_heads // gpus}") for op in ("pre", "post")):
         return f"the absorbed MLA decode GEMMs with {arch.num_heads // gpus} heads per rank were not measured"
     return None
 
@@ -410,8 +411,10 @@ class CalibratedStepModel(RooflineFigures):
         return (f"calibrated: {kernels}, {self.curves.source}; overhead {per_layer * 1e6:.0f} us x {self.arch.num_layers} "
                 f"layers = {per_layer * self.arch.num_layers * 1e3:.2f} ms per iteration ({self.engine}, {how})"
                 + (f"; {self.curves.served_moe}" if self.curves.served_moe else "")
-                + ("; MLA from its measured decode, prefill and absorbed-GEMM kernels (the GEMMs' fp8 rows are "
-                   "per-tensor scaled: DeepSeek's fp8 checkpoints are block-scaled, ASSUMPTION)"
+                + ("; MLA from its measured decode, prefill and absorbed-GEMM kernels (ASSUMPTIONS: the GEMMs' fp8 "
+                   "rows are per-tensor scaled where DeepSeek's fp8 checkpoints are block-scaled; kv_b's up-projection "
+                   "is charged on a prompt's new tokens only, where SGLang's chunked-prefix path also runs it over "
+                   "the cached prefix)"
                    if self.arch.attention == "mla" else ""))
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:

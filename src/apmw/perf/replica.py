@@ -237,11 +237,8 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
                                     mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
         except (EngineVersionError, ServingSettingError) as exc:
             raise ApmwError(f"serving.{exc}") from None
-    try:
-        policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
-                                own_kernels=_prices_own_kernels(step))
-    except ServingSettingError as exc:
-        raise ApmwError(f"serving.{exc}") from None
+    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
+                            own_kernels=_prices_own_kernels(step))
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))

@@ -304,29 +304,13 @@ def memory_fraction_of_free(engine: str) -> bool:
     return engine in FULL_RESERVATION_ENGINES
 
 
-def scheduler_recv_interval(setting: int | None, engine: str) -> int:
-    """Decode iterations between the scheduler's polls for new requests (``setting``, else 1).
-
-    SGLang's ``--scheduler-recv-interval N`` (``SchedulerRecvSkipper``,
-    python/sglang/srt/managers/scheduler_recv_skipper.py) adds each finished iteration's weight to a
-    counter and takes new requests from the tokenizer only once it reaches N: a decode iteration
-    weighs 1, any other (a prefill) 1000, so the scheduler polls every N decode iterations and right
-    after every prefill. InferenceMAX's B200 DeepSeek-R1 scripts set 10, and 30 from 16 clients up.
-    vLLM's and TensorRT-LLM's schedulers take what arrived before every iteration."""
-    if setting is None or setting == 1:
-        return 1
-    if engine != "sglang":
-        raise ServingSettingError(f"scheduler_recv_interval {setting} is SGLang's --scheduler-recv-interval; "
-                                  f"engine {engine} takes new requests before every iteration: leave it out")
-    return setting
-
-
 def busy_arrival_wait_s(iteration_s, iterations_ahead: float, recv_interval: int = 1):
     """How long a call that arrives at a busy engine waits before its first iteration starts.
 
-    The scheduler takes new calls every ``recv_interval`` iterations (:func:`scheduler_recv_interval`;
-    1 for every engine's default): a call lands anywhere in such a span, so it waits half of it on
-    average (half the iteration in flight when the scheduler polls every iteration), and then the
+    The scheduler takes new calls every ``recv_interval`` iterations (``apmw.spec.Serving``'s
+    ``scheduler_recv_interval``, SGLang's; 1 for every engine's default): a call lands anywhere in
+    such a span, so it waits half of it on average (half the iteration in flight when the scheduler
+    polls every iteration), and then the
     ``iterations_ahead`` whose batches the engine had already formed (:func:`iterations_scheduled_ahead`).
     An idle engine starts it at once: callers weigh this by the chance the engine is busy. Vectorised.
     """
@@ -402,7 +386,7 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
         mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),
         iterations_ahead=iterations_scheduled_ahead(e, serving.overlap_scheduling),
-        recv_interval=scheduler_recv_interval(serving.scheduler_recv_interval, e),
+        recv_interval=serving.scheduler_recv_interval or 1,
         reserved_output_share=reserved_output_share(e),
         slot_prompt_cache=e in SLOT_PROMPT_CACHE_ENGINES,
         request_overhead_s=REQUEST_OVERHEAD_S[e] if request_overhead_s is None else request_overhead_s,

@@ -262,6 +262,25 @@ class Serving(Section):
         return self
 
     @model_validator(mode="after")
+    def _scheduler_recv_interval(self) -> "Serving":
+        """SGLang's --scheduler-recv-interval (SchedulerRecvSkipper, python/sglang/srt/managers/
+        scheduler_recv_skipper.py): the scheduler adds each finished iteration's weight to a counter (1 for a
+        decode iteration, 1000 for any other) and takes new requests from the tokenizer only once it reaches
+        the interval, so a busy one polls every N decode iterations and right after every prefill. vLLM's and
+        TensorRT-LLM's schedulers take what arrived before every iteration. A disaggregated decode worker takes
+        its requests from the prefill workers' KV transfers, which apmw prices apart: not modelled there."""
+        n = self.scheduler_recv_interval
+        if n is None or n == 1:
+            return self
+        if self.engine != "sglang":
+            raise ValueError(f"scheduler_recv_interval {n} is SGLang's --scheduler-recv-interval; engine "
+                             f"{self.engine} takes new requests before every iteration: leave it out")
+        if self.disaggregation is not None:
+            raise ValueError(f"scheduler_recv_interval {n} is not modelled with disaggregation (the decode workers "
+                             "take requests from the prefill workers' transfers): leave it out")
+        return self
+
+    @model_validator(mode="after")
     def _ttl(self) -> "Serving":
         if self.tool_wait_kv_policy == "ttl" and self.ttl_s is None:
             raise ValueError("tool_wait_kv_policy 'ttl' needs ttl_s (seconds to keep a waiting session's KV)")

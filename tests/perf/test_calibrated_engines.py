@@ -15,7 +15,7 @@ from apmw.catalog.gpus import get_gpu
 from apmw.perf import CalibratedStepModel, IterationLoad, build_step_model
 from apmw.perf import tables as tables_module
 from apmw.perf.tables import bilinear_log2, gemm_latency_s, has_engine_tables, interp_extrapolate, load_tables
-from tests.perf.loads import iteration_load
+from tests.perf.loads import assert_never_faster
 
 BLACKWELL = ["B200-SXM-180GB", "B300-SXM-288GB", "GB200 (per GPU)", "GB300 (per GPU)"]
 HOPPER = ["H100-SXM5-80GB", "H200-SXM-141GB"]
@@ -120,14 +120,7 @@ def test_the_prediction_for_trtllm_reads_trtllms_file():
 def test_trtllm_more_tokens_or_more_context_is_never_faster(gpu, tp, w, kv):
     step = build_step_model(load_architecture(LLAMA70), get_gpu(gpu), tp, w, kv, engine="trtllm")
     assert isinstance(step, CalibratedStepModel) and step.curves.tables_engine == "trtllm"
-    for ctx in (1.0, 4000.0, 100_000.0):
-        t = step.iteration_time_s(iteration_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
-        assert np.all(np.diff(t) >= -1e-12 * t[1:]), ctx
-    ctx = np.geomspace(1, 300_000, 400)
-    for d in (1.0, 64.0, 700.0):
-        assert np.all(np.diff(step.iteration_time_s(iteration_load(step, d, 0.0, ctx))) >= 0), d
-    prefill = np.arange(0, 40_000, 97, dtype=float)
-    assert np.all(np.diff(step.iteration_time_s(iteration_load(step, 8.0, prefill, 2000.0))) >= 0)
+    assert_never_faster(step)
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)
@@ -243,14 +236,7 @@ def test_the_prediction_for_sglang_reads_sglangs_file():
 def test_sglang_more_tokens_or_more_context_is_never_faster(gpu, tp, w, kv):
     step = build_step_model(load_architecture(LLAMA70), get_gpu(gpu), tp, w, kv, engine="sglang")
     assert isinstance(step, CalibratedStepModel) and step.curves.tables_engine == "sglang"
-    for ctx in (1.0, 4000.0, 100_000.0):
-        t = step.iteration_time_s(iteration_load(step, np.arange(1, 1025, dtype=float), 0.0, ctx))
-        assert np.all(np.diff(t) >= -1e-12 * t[1:]), ctx
-    ctx = np.geomspace(1, 300_000, 400)
-    for d in (1.0, 64.0, 700.0):
-        assert np.all(np.diff(step.iteration_time_s(iteration_load(step, d, 0.0, ctx))) >= 0), d
-    prefill = np.arange(0, 40_000, 97, dtype=float)
-    assert np.all(np.diff(step.iteration_time_s(iteration_load(step, 8.0, prefill, 2000.0))) >= 0)
+    assert_never_faster(step)
 
 
 @pytest.mark.parametrize("gpu", HOPPER + BLACKWELL)

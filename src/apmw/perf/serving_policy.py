@@ -310,9 +310,9 @@ def busy_arrival_wait_s(iteration_s, iterations_ahead: float, recv_interval: int
     The scheduler takes new calls every ``recv_interval`` iterations (``apmw.spec.Serving``'s
     ``scheduler_recv_interval``, SGLang's; 1 for every engine's default): a call lands anywhere in
     such a span, so it waits half of it on average (half the iteration in flight when the scheduler
-    polls every iteration), and then the
-    ``iterations_ahead`` whose batches the engine had already formed (:func:`iterations_scheduled_ahead`).
-    An idle engine starts it at once: callers weigh this by the chance the engine is busy. Vectorised.
+    polls every iteration), and then the ``iterations_ahead`` whose batches the engine had already
+    formed (:func:`iterations_scheduled_ahead`). An idle engine starts it at once: callers weigh this
+    by the chance the engine is busy. Vectorised.
     """
     return (0.5 * recv_interval + iterations_ahead) * iteration_s
 

@@ -47,7 +47,10 @@ GPU counts: a count that was measured is used as is; one that was not is answere
 nearest measured count *above* it (3 GPUs by the 4-GPU curve: more ranks cost more, so this
 errs high); one above every measured count returns None (8 GPUs across two GB200 trays, or
 16 H100s across InfiniBand, is a different network from what was measured). One GPU
-communicates nothing: 0 s. The same rule picks the EP size for MoE dispatch/combine.
+communicates nothing: 0 s. The same rule picks the EP size for MoE dispatch/combine; asked with
+``fewer_ranks``, it answers with the largest EP measured at or below instead, which a caller takes as a
+floor under its own estimate for an EP past the tables (DeepEP measured on one 4-GPU GB200 tray
+bounds a 32-rank exchange across the NVL72 rack from below).
 
 ``all_reduce_s(..., engine=...)`` uses the engine's custom all-reduce table where it covers the
 GPU count, else NCCL (TensorRT-LLM's table on GB300 reaches 16 GPUs over MNNVL, NCCL's 4).
@@ -208,6 +211,11 @@ def _at_or_above(measured: list[int], n: int) -> int | None:
     return above[0] if above else None
 
 
+def _at_or_below(measured: list[int], n: int) -> int | None:
+    below = [m for m in sorted(measured) if m <= n]
+    return below[-1] if below else None
+
+
 class MeasuredCollectives:
     """One system's measured communication tables (seconds); see the module docstring."""
 
@@ -311,11 +319,14 @@ class MeasuredCollectives:
         return tuple(sorted(self._moe.get(self._moe_key(mode, dtype), {}).get(ep, {})))
 
     def moe_curves(self, mode: MoEMode, ep: int, hidden: int, top_k: int, num_experts: int,
-                   dtype: str | None = None) -> MoECurves | None:
-        """The curves that answer one MoE layer's dispatch/combine, or None where not measured."""
+                   dtype: str | None = None, fewer_ranks: bool = False) -> MoECurves | None:
+        """The curves that answer one MoE layer's dispatch/combine, or None where not measured.
+
+        ``fewer_ranks``: the largest EP measured at or below ``ep`` instead (a floor for an EP past
+        every measured one: an exchange among more ranks costs no less than among fewer)."""
         key = self._moe_key(mode, dtype)
         by_ep = self._moe.get(key, {})
-        e = _at_or_above(list(by_ep), ep)
+        e = (_at_or_below if fewer_ranks else _at_or_above)(list(by_ep), ep)
         if e is None:
             return None
         shapes = by_ep[e]
@@ -330,15 +341,16 @@ class MeasuredCollectives:
 
     def moe_dispatch_combine_s(self, mode: MoEMode, ep: int, tokens_per_rank: np.ndarray | float, hidden: int,
                                top_k: int, num_experts: int, *, phase: Phase = "both",
-                               dtype: str | None = None) -> np.ndarray | None:
+                               dtype: str | None = None, fewer_ranks: bool = False) -> np.ndarray | None:
         """Seconds of one MoE layer's dispatch + combine (or one ``phase``) at ``tokens_per_rank``.
 
-        None where ``mode`` was not measured on this system at EP ``ep`` or above.
+        None where ``mode`` was not measured on this system at EP ``ep`` or above (with ``fewer_ranks``,
+        at ``ep`` or below: :meth:`moe_curves`).
         """
         if ep <= 1:
             self._moe_key(mode, dtype)
             return np.zeros_like(np.asarray(tokens_per_rank, dtype=float))
-        c = self.moe_curves(mode, ep, hidden, top_k, num_experts, dtype)
+        c = self.moe_curves(mode, ep, hidden, top_k, num_experts, dtype, fewer_ranks)
         return None if c is None else c(tokens_per_rank, phase)
 
 

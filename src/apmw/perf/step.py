@@ -46,6 +46,11 @@ from apmw.perf.serving_policy import DEFAULT_ENGINE
 
 # Activations cross the TP all-reduce in 16-bit (vLLM keeps activations in the model dtype).
 ACTIVATION_BYTES = 2
+# What TensorRT-LLM's MoE all-to-all dispatches, by routed-expert dtype: experts that take quantised
+# activations have them quantised before the dispatch (its post-quantisation all-to-all; ASSUMPTION: on,
+# as by default, TRTLLM_MOE_POST_QUANT_ALLTOALLV), so NVFP4 (W4A4) experts send NVFP4 and FP8 experts FP8;
+# MXFP4 experts fed MXFP8 activations send 8 bits. Other experts dispatch bf16.
+TRTLLM_DISPATCH_PAYLOAD = {"fp4": "nvfp4", "nvfp4": "nvfp4", "fp8": "fp8"}
 
 
 @dataclass(frozen=True)
@@ -288,14 +293,25 @@ class RooflineFigures:
             sent = routed / moe_gpus * expert_imbalance(lay, routed) * (lay.ep - 1) / lay.ep * hidden_bytes
         else:
             sent = micro * (moe_gpus - 1) / moe_gpus * hidden_bytes
-        return layers * 2 * (self.efficiency.comm_latency_s + sent / bw)
+        per_layer = 2 * (self.efficiency.comm_latency_s + sent / bw)
+        if lay.ep > 1:
+            # past the measured EP sizes, an exchange among more ranks costs no less than the measured one among fewer
+            fewer = self._measured_dispatch_combine_s(micro / moe_gpus, fewer_ranks=True)
+            if fewer is not None:
+                per_layer = np.maximum(per_layer, fewer)
+        return layers * per_layer
 
-    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray) -> np.ndarray | None:
-        """One MoE layer's dispatch + combine from the system's measured DeepEP tables
-        (:mod:`apmw.perf.communication`): low-latency mode up to its dispatch buffer of 128 tokens per
-        rank (DeepEP's ``num_max_dispatch_tokens_per_rank`` as SGLang sets it), normal mode above, as
-        SGLang's ``--deepep-mode auto`` picks for decode and prefill batches. None where the tables do
-        not cover this GPU (a stock part only), EP size or mode."""
+    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray, fewer_ranks: bool = False) -> np.ndarray | None:
+        """One MoE layer's dispatch + combine from the system's measured tables (:mod:`apmw.perf.communication`):
+
+        - TensorRT-LLM: its own NVLink all-to-all where measured (GB200 NVL72, EP 2-64), its dispatch carrying
+          the experts' activation format (:data:`TRTLLM_DISPATCH_PAYLOAD`), its combine bf16;
+        - otherwise DeepEP: low-latency mode up to its dispatch buffer of 128 tokens per rank (DeepEP's
+          ``num_max_dispatch_tokens_per_rank`` as SGLang sets it), normal mode above, as SGLang's
+          ``--deepep-mode auto`` picks for decode and prefill batches.
+
+        None where the tables do not cover this GPU (a stock part only), EP size or mode. ``fewer_ranks``
+        reads the largest EP measured at or below the layout's instead (a floor past the tables)."""
         lay, a = self.parallel, self.arch
         try:
             stock = get_gpu(self.gpu.name) == self.gpu
@@ -304,10 +320,20 @@ class RooflineFigures:
         comm = measured_collectives(self.gpu.name) if stock else None
         if comm is None:
             return None
-        low = comm.moe_dispatch_combine_s("low_latency", lay.ep, np.minimum(tokens_per_rank, 128.0), a.hidden_size,
-                                          a.experts_per_token, a.num_experts)
-        normal = comm.moe_dispatch_combine_s("normal", lay.ep, tokens_per_rank, a.hidden_size, a.experts_per_token,
-                                             a.num_experts)
+        shape = (a.hidden_size, a.experts_per_token, a.num_experts)
+        if self.engine == "trtllm":
+            payload = TRTLLM_DISPATCH_PAYLOAD.get(self.expert_dtype.lower(), "bfloat16")
+            if payload == "nvfp4" and self.mxfp4_moe_activations == "mxfp8":
+                payload = "fp8"
+            dispatch = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="dispatch",
+                                                   dtype=payload, fewer_ranks=fewer_ranks)
+            combine = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="combine",
+                                                  fewer_ranks=fewer_ranks)
+            if dispatch is not None and combine is not None:
+                return dispatch + combine
+        low = comm.moe_dispatch_combine_s("low_latency", lay.ep, np.minimum(tokens_per_rank, 128.0), *shape,
+                                          fewer_ranks=fewer_ranks)
+        normal = comm.moe_dispatch_combine_s("normal", lay.ep, tokens_per_rank, *shape, fewer_ranks=fewer_ranks)
         if low is None or normal is None:
             return None
         return np.where(tokens_per_rank <= 128.0, low, normal)

@@ -47,9 +47,11 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   admits by need (paged blocks) and has no kernel tables here either way (AMD: plain roofline);
   whether it schedules one iteration ahead, as SGLang does, is not established. KV in fp8
   (InferenceMAX's ATOM scripts pass ``--kv_cache_dtype fp8``, gpt-oss included).
-* ASSUMPTION (NVIDIA's FP4 DeepSeek-R1, ``nvidia/DeepSeek-R1-0528-FP4-V2``): fp4 weights,
-  fp8 KV (its script: ``--quantization modelopt_fp4 --kv-cache-dtype fp8_e4m3``); apmw prices
-  every weight at fp4, where the checkpoint keeps attention in higher precision.
+* NVIDIA's FP4 DeepSeek-R1, ``nvidia/DeepSeek-R1-0528-FP4-V2``: priced as that published checkpoint
+  (``IMAX_CHECKPOINTS``; apmw.catalog.models.PUBLISHED_FORMATS): NVFP4 experts, dense MLPs and attention
+  output projection, the other attention projections BF16 (its model card and ModelOpt's DeepSeek recipe);
+  fp8 KV (its script: ``--quantization modelopt_fp4 --kv-cache-dtype fp8_e4m3``). Dynamo's GB200
+  TensorRT-LLM rows serve the same checkpoint (their model path ``deepseek-r1-0528-fp4-v2``).
 * InferenceMAX disaggregated rows (``imax_disagg_rows``, ``imax_disagg_workers``;
   apmw.capacity.disaggregated_benchmark): each side has ``<side>_num_workers`` workers sharing
   ``num_<side>_gpu`` GPUs (process_result.py reads those from PREFILL_GPUS / DECODE_GPUS); a worker's
@@ -62,7 +64,9 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   with DeepEP MoE and ``--moe-dense-tp-size 1`` over its N GPUs: apmw tp 1 x dp_attention N, ep N.
   ASSUMPTION (KV dtype): fp8 DeepSeek-R1 under Dynamo SGLang bf16 (its script passes no
   ``--kv-cache-dtype``: SGLang's auto); every other DeepSeek-R1 row fp8 (as the aggregated FP4 rows);
-  gpt-oss bf16 (as its aggregated rows). FP4 DeepSeek-R1 prices every weight at fp4 (as before).
+  gpt-oss bf16 (as its aggregated rows). ASSUMPTION (Dynamo SGLang FP4 DeepSeek-R1, whose model path
+  names no checkpoint): apmw's rule for a 4-bit MoE checkpoint, every attention projection in 16 bits (ModelOpt's
+  default DeepSeek recipe, NVIDIA's v1 checkpoints).
   ASSUMPTION (KV hand-off link): NVLink (the system's scale-up bandwidth) where the whole deployment
   fits in one scale-up domain (every GB200 row: at most 72 GPUs; Dynamo's scripts force multi-node
   NVLink, ``MC_FORCE_MNNVL=1``), else the NICs (MI355X: 50 GB/s per GPU, itself an assumed figure).
@@ -128,8 +132,13 @@ IMAX_MODELS = {"openai/gpt-oss-120b": ("openai/gpt-oss-120b", "fp4", "bf16", "vl
                "deepseek-ai/DeepSeek-R1-0528": ("deepseek-ai/DeepSeek-R1", "fp8", "fp8", "sglang"),
                # AMD's MXFP4 quantisation of R1 (routed and shared weights in MXFP4, KV in fp8)
                "amd/DeepSeek-R1-0528-MXFP4-Preview": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang"),
-               # NVIDIA's NVFP4 quantisation of R1 (ASSUMPTION in the docstring: every weight fp4, KV fp8)
+               # NVIDIA's NVFP4 quantisation of R1, v2 (docstring: its attention formats; KV fp8)
                "nvidia/DeepSeek-R1-0528-FP4-V2": ("deepseek-ai/DeepSeek-R1", "fp4", "fp8", "sglang")}
+# InferenceMAX's models whose published checkpoint apmw prices by its own module formats
+# (apmw.catalog.models.PUBLISHED_FORMATS): the v2 NVFP4 DeepSeek-R1, as the B200 rows and Dynamo's GB200
+# TensorRT-LLM rows (its model path deepseek-r1-0528-fp4-v2) serve it.
+IMAX_CHECKPOINTS = {"nvidia/DeepSeek-R1-0528-FP4-V2": "nvidia/DeepSeek-R1-0528-FP4-v2",
+                    "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2": "nvidia/DeepSeek-R1-0528-FP4-v2"}
 # InferenceMAX's hardware labels (b200-trt: its TensorRT-LLM runs on B200) and frameworks
 IMAX_GPUS = {"h100": "H100", "h200": "H200", "b200": "B200", "b200-trt": "B200",
              "mi300x": "MI300X", "mi325x": "MI325X", "mi355x": "MI355X",
@@ -213,6 +222,14 @@ class Row:
     # apmw.capacity.disaggregated_benchmark, and the per-prefill-GPU link the KV crosses
     disagg: tuple | None = None
     kv_link_bytes_per_s: float | None = None
+    # the published checkpoint priced where its module formats differ from the base model's (apmw.catalog.models.
+    # PUBLISHED_FORMATS: NVIDIA's v2 NVFP4 DeepSeek-R1); None: ``model``
+    checkpoint: str | None = None
+
+    @property
+    def priced(self) -> str:
+        """The model id apmw prices: the published checkpoint, else the model."""
+        return self.checkpoint or self.model
 
 
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
@@ -328,7 +345,8 @@ def imax_rows(data: Path) -> list[Row]:
                                f"{r.hw} {short} {r.precision} {r.framework} tp{int(r.tp)} ep{int(r.ep)}{lay} "
                                f"{r.isl}/{r.osl} c{r.conc}"),
                         note=note, gpus=int(r.tp), layout=layout, framework=r.framework, precision=r.precision,
-                        layout_kind=kind, csv_rows=int(r.csv_rows), legacy=legacy))
+                        layout_kind=kind, csv_rows=int(r.csv_rows), legacy=legacy,
+                        checkpoint=IMAX_CHECKPOINTS.get(r.model)))
     return rows
 
 
@@ -451,7 +469,7 @@ def imax_disagg_rows(data: Path) -> list[Row]:
                                f"{r.isl}/{r.osl} c{r.conc}" + ("" if r.spec_decoding == "none" else f" {r.spec_decoding}")),
                         note=note, gpus=gpus, framework=r.framework, precision=r.precision, layout_kind=kind,
                         csv_rows=int(r.csv_rows), legacy=False, disagg=(pre, dec) if pre else None,
-                        kv_link_bytes_per_s=link))
+                        kv_link_bytes_per_s=link, checkpoint=IMAX_CHECKPOINTS.get(r.model)))
     return rows
 
 
@@ -529,7 +547,7 @@ def is_nim(row: Row) -> bool:
 
 
 def _step(row: Row, tp: int, wdt: str, kvd: str):
-    return build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), tp, wdt, kvd,
+    return build_step_model(load_architecture(row.priced), resolve_gpu(row.gpu), tp, wdt, kvd,
                             engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
                             calibrated=not PLAIN_ROOFLINE)
 
@@ -607,7 +625,7 @@ def predict_row(row: Row) -> None:
             # a laid-out replica (InferenceMAX EP / DP-attention rows): apmw.capacity.benchmark builds it
             # with the same engine settings as the plain-TP rows below
             gpu = resolve_gpu(row.gpu)
-            replica = replica_for_benchmark(row.model, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
+            replica = replica_for_benchmark(row.priced, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
                                             calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
                                             max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
                                             overlap_scheduling=row.overlap_scheduling, layout=row.layout,
@@ -615,7 +633,7 @@ def predict_row(row: Row) -> None:
                                             scheduler_recv_interval=row.scheduler_recv_interval)
             step = replica.step
         else:
-            step = build_step_model(load_architecture(row.model), resolve_gpu(row.gpu), row.tp, wdt, kvd,
+            step = build_step_model(load_architecture(row.priced), resolve_gpu(row.gpu), row.tp, wdt, kvd,
                                     engine=row.engine if row.engine in cal.ENGINE_OVERHEAD_S_PER_LAYER else "vllm",
                                     calibrated=not PLAIN_ROOFLINE, mxfp4_moe_activations=row.mxfp4_moe_activations)
         row.path = path_of(step)
@@ -647,7 +665,7 @@ def predict_disagg_row(row: Row) -> None:
     pre, dec = row.disagg
     gpu = resolve_gpu(row.gpu)
     try:
-        p = predict_disaggregated(row.model, row.gpu, wdt, kvd, row.isl, row.osl, row.concurrency, pre, dec,
+        p = predict_disaggregated(row.priced, row.gpu, wdt, kvd, row.isl, row.osl, row.concurrency, pre, dec,
                                   engine=row.engine, calibrated=not PLAIN_ROOFLINE,
                                   kv_transfer_bandwidth_bytes_per_s=row.kv_link_bytes_per_s,
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],

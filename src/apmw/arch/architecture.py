@@ -10,7 +10,8 @@ import numpy as np
 
 from apmw.arch.attention import MlaShape
 from apmw.arch.compressed_attention import CompressedAttention
-from apmw.arch.dtypes import UNQUANTISED_BYTES, kv_storage_bytes, weight_storage_bytes
+from apmw.arch.dtypes import (FOUR_BIT_DTYPES, FOUR_BIT_MOE_ATTENTION_DTYPE, UNQUANTISED_BYTES, kv_storage_bytes,
+                              weight_storage_bytes)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class Architecture:
     active_routed_expert_params: int = 0        # the top-k of them a token runs
     expert_dtype_in_checkpoint: str | None = None   # dtype the published checkpoint stores routed experts in
     lookup_table_bytes: float = 0.0             # non-parameter tables stored with the weights (V4 hash routing)
+    attention_output_params: int = 0            # of attention_params: the output projections (o_proj, wo)
+    # a published checkpoint's (weight dtype, attention projections' dtype, output projection's dtype)
+    attention_in_checkpoint: tuple[str, str, str] | None = None
     notes: tuple[str, ...] = ()
 
     def weight_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
@@ -85,11 +89,37 @@ class Architecture:
         return self._priced(quantised, self.active_routed_expert_params, self.active_unquantized_params,
                             weight_dtype, expert_dtype)
 
+    def attention_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str]:
+        """(the attention projections' dtype, the output projection's) in a checkpoint of ``weight_dtype``:
+        the published checkpoint's own where apmw knows it and it is priced in its own weight dtype; 16 bits in
+        a 4-bit MoE checkpoint without an expert dtype of its own
+        (:data:`apmw.arch.dtypes.FOUR_BIT_MOE_ATTENTION_DTYPE`); else ``weight_dtype``. DeepSeek-V4's compressed
+        attention, whose config names the dtypes of its parts, keeps ``weight_dtype``."""
+        own_experts = expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
+        known = self.attention_in_checkpoint
+        if known is not None and not own_experts and known[0] == weight_dtype.lower():
+            return known[1], known[2]
+        if (not own_experts and self.routed_expert_params and self.compressed is None
+              and weight_dtype.lower() in FOUR_BIT_DTYPES):
+            return FOUR_BIT_MOE_ATTENTION_DTYPE, FOUR_BIT_MOE_ATTENTION_DTYPE
+        return weight_dtype, weight_dtype
+
+    def attention_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes of the attention projections of every layer in a checkpoint of ``weight_dtype``."""
+        kept, output = self.attention_dtypes(weight_dtype, expert_dtype)
+        return ((self.attention_params - self.attention_output_params) * weight_storage_bytes(kept)
+                + self.attention_output_params * weight_storage_bytes(output))
+
     def _priced(self, quantised: int, experts: int, unquantised: int, weight_dtype: str,
                 expert_dtype: str | None) -> float:
         expert_bytes = weight_storage_bytes(expert_dtype or weight_dtype)
-        return ((quantised - experts) * weight_storage_bytes(weight_dtype) + experts * expert_bytes
-                + unquantised * UNQUANTISED_BYTES)
+        priced = ((quantised - experts) * weight_storage_bytes(weight_dtype) + experts * expert_bytes
+                  + unquantised * UNQUANTISED_BYTES)
+        if self.attention_dtypes(weight_dtype, expert_dtype) == (weight_dtype, weight_dtype):
+            return priced
+        # the attention projections (all active, all quantisable) at the dtypes the checkpoint keeps them in
+        return (priced + self.attention_bytes(weight_dtype, expert_dtype)
+                - self.attention_params * weight_storage_bytes(weight_dtype))
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """KV bytes per token of context beyond every window: full layers, or V4's compressed

@@ -32,6 +32,7 @@ class _Attn:
     indexer_flops: int = 0
     index_elements: int = 0     # of kv_elements: the DSA indexer's key
     mla: MlaShape | None = None
+    output_params: int = 0      # of params: the output projection (o_proj)
 
 
 def attention(c: Cfg, hidden: int, heads: int) -> _Attn:
@@ -46,12 +47,14 @@ def _gqa_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
     head_dim = c.first(("head_dim",), hidden // heads)
     q_out = heads * head_dim * (2 if c.get("attn_output_gate") else 1)
     params = hidden * q_out + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+    output = heads * head_dim * hidden
     if c.get("attention_bias"):
         params += q_out + 2 * kv_heads * head_dim + hidden
+        output += hidden
     return _Attn(kind="mha" if kv_heads == heads else "gqa", params=params,
                  kv_elements=2 * kv_heads * head_dim,
                  flops_per_context_token=4 * heads * head_dim,
-                 num_kv_heads=kv_heads, head_dim=head_dim)
+                 num_kv_heads=kv_heads, head_dim=head_dim, output_params=output)
 
 
 def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
@@ -75,7 +78,8 @@ def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
                  flops_per_context_token=2 * heads * (qk_dim + v_dim),
                  num_kv_heads=1, head_dim=qk_dim,
                  mla=MlaShape(q_lora_rank=q_rank or 0, kv_lora_rank=kv_rank, qk_nope_head_dim=nope,
-                              qk_rope_head_dim=rope, v_head_dim=v_dim))
+                              qk_rope_head_dim=rope, v_head_dim=v_dim),
+                 output_params=heads * v_dim * hidden)
     return _with_indexer(c, attn, hidden, q_rank or hidden) if c.get("index_topk") else attn
 
 
@@ -89,4 +93,5 @@ def _with_indexer(c: Cfg, attn: _Attn, hidden: int, q_in: int) -> _Attn:
                  kv_elements=attn.kv_elements + dim,
                  flops_per_context_token=attn.flops_per_context_token,
                  num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim,
-                 topk=c.req("index_topk", why), indexer_flops=2 * n * dim, index_elements=dim, mla=attn.mla)
+                 topk=c.req("index_topk", why), indexer_flops=2 * n * dim, index_elements=dim, mla=attn.mla,
+                 output_params=attn.output_params)

@@ -30,6 +30,16 @@ KV_STORAGE_BYTES = {**DTYPE_BYTES, "fp4": 4.5 / 8, "int4": 4.5 / 8}
 # gpt-oss checkpoints do (their ``modules_to_not_convert`` / unquantised tensors).
 UNQUANTISED_BYTES = 2.0
 
+# The attention projections of a checkpoint that quantises a MoE model's weights to 4 bits: kept in 16 bits.
+# Every published 4-bit MoE recipe apmw knows does so: gpt-oss's MXFP4 checkpoint (its config.json's
+# quantization_config.modules_to_not_convert lists model.layers.*.self_attn), NVIDIA ModelOpt's NVFP4
+# DeepSeek-V3/R1 (its examples/deepseek/ptq.py disables the "*attn*" quantizers; quantize_to_nvfp4.py writes
+# the unquantised layers dequantised to BF16), AMD's MXFP4 DeepSeek-R1 (routed and shared experts only).
+# ASSUMPTION for a 4-bit MoE priced without a checkpoint that says otherwise (Architecture.attention_dtypes);
+# the routed experts, shared experts and dense MLPs take the 4-bit weight dtype.
+FOUR_BIT_MOE_ATTENTION_DTYPE = "bf16"
+FOUR_BIT_DTYPES = ("fp4", "int4")
+
 _HF_DTYPE_BYTES = {"float32": 4.0, "fp32": 4.0, "float16": 2.0, "bfloat16": 2.0,
                    "float8_e4m3fn": 1.0}
 

@@ -3,6 +3,7 @@ family's attention, linear-attention and FFN counts put together."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from apmw.arch.architecture import Architecture
@@ -11,7 +12,7 @@ from apmw.arch.compressed_attention import deepseek_v4, v4_notes
 from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
-from apmw.catalog.models import load_config, local_path, on_disk, resolve_model_name
+from apmw.catalog.models import load_config, local_path, on_disk, published_format, resolve_model_name
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
 
@@ -51,7 +52,8 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attn_flops_per_context_token=attn.flops_per_context_token,
         linear_attn_flops_per_token=linear.flops_per_token,
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
-        attention_params=attn_params, mla=attn.mla, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
+        attention_params=attn_params, attention_output_params=(num_layers - n_linear) * attn.output_params,
+        mla=attn.mla, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
     )
 
 
@@ -78,10 +80,19 @@ def _v4_architecture(c: Cfg, name: str, source: str, notes: list[str], hidden: i
 
 
 def load_architecture(name_or_path: str) -> Architecture:
-    """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json."""
+    """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json;
+    a published checkpoint whose module formats apmw knows (:data:`apmw.catalog.models.PUBLISHED_FORMATS`)
+    carries them."""
     cfg, source = load_config(name_or_path)
     name = resolve_model_name(name_or_path) if not on_disk(name_or_path) else None
-    return architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
+    arch = architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
+    known = published_format(name_or_path)
+    if known is None:
+        return arch
+    return replace(arch, attention_in_checkpoint=(known.weight_dtype, known.attention_dtype, known.attention_output_dtype),
+                   expert_dtype_in_checkpoint=known.weight_dtype,
+                   notes=arch.notes + (f"{name_or_path.strip()}: attention projections {known.attention_dtype}, output "
+                                       f"projection {known.attention_output_dtype} ({known.source})",))
 
 
 def _name_from_path(path: str) -> str:

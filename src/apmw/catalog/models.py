@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,6 +52,34 @@ CHECKPOINT_TAGS = {"-instruct": None, "-chat": None, "-base": None, "-hf": None,
 # card, docs.api.nvidia.com/nim/reference/deepseek-ai-deepseek-r1-0528).
 SAME_ARCHITECTURE = {"llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B",
                      "deepseek-r1-0528": "deepseek-ai/DeepSeek-R1"}
+
+
+@dataclass(frozen=True)
+class PublishedFormat:
+    """A published quantised checkpoint whose modules keep formats its name does not state."""
+    base: str                      # the bundled config whose architecture it keeps
+    weight_dtype: str
+    attention_dtype: str           # the attention projections
+    attention_output_dtype: str    # the output projection (o_proj, DeepSeek's wo)
+    source: str
+
+
+# NVIDIA's "v2" NVFP4 DeepSeek-R1 checkpoints: "compared to nvidia/DeepSeek-R1-0528-FP4, this checkpoint
+# additionally quantizes the wo module in attention layers" (model card); ModelOpt's DeepSeek PTQ
+# (examples/deepseek/ptq.py) otherwise leaves "*attn*" unquantised, written as BF16 (quantize_to_nvfp4.py), and
+# its --enable_wo_quant puts wo in NVFP4. The v1 checkpoints (-FP4, -NVFP4) need no entry: apmw's rule for a
+# 4-bit MoE checkpoint keeps all attention in 16 bits (apmw.arch.dtypes.FOUR_BIT_MOE_ATTENTION_DTYPE).
+_NVFP4_V2 = ("NVIDIA model card (huggingface.co/nvidia/DeepSeek-R1-0528-FP4-v2): NVFP4 experts, dense MLPs and wo; "
+             "the other attention projections BF16 (TensorRT Model Optimizer examples/deepseek)")
+PUBLISHED_FORMATS = {
+    "nvidia/deepseek-r1-0528-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", "fp4", "bf16", "fp4", _NVFP4_V2),
+    "nvidia/deepseek-r1-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", "fp4", "bf16", "fp4", _NVFP4_V2),
+}
+
+
+def published_format(name: str) -> PublishedFormat | None:
+    """The module formats of a published checkpoint apmw knows by name (:data:`PUBLISHED_FORMATS`), or None."""
+    return None if on_disk(name) else PUBLISHED_FORMATS.get(name.strip().lower())
 
 
 @lru_cache(maxsize=1)
@@ -100,6 +129,8 @@ def _resolve(name: str) -> tuple[str, str] | None:
     table = _lookup()
     if key in table:
         return table[key], ""
+    if key in PUBLISHED_FORMATS:
+        return PUBLISHED_FORMATS[key].base, "a derived checkpoint keeps its base model's architecture"
     stripped, _ = _strip_tags(key)
     # derived checkpoints are hub ids ("org/name" or "name"), never file-system paths
     if stripped.startswith((".", "/", "~")) or stripped.count("/") > 1:
@@ -151,7 +182,8 @@ def checkpoint_weight_dtype(name: str) -> str | None:
     (a bundled name, a tune, a file). apmw takes the dtype from ``--weight-dtype``; callers compare."""
     if on_disk(name):
         return None
-    return _strip_tags(name.strip().lower())[1]
+    known = published_format(name)
+    return known.weight_dtype if known else _strip_tags(name.strip().lower())[1]
 
 
 # quantization_config.quant_method (or ModelOpt's quant_algo) -> the weight dtype apmw prices it as.

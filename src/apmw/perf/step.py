@@ -132,6 +132,8 @@ class _Rates(NamedTuple):
     expert_params: float         # one routed expert's parameters (0: dense)
     always_params: float         # active parameters every token reads
     attention_params: float      # of those, the attention projections (sharded over tp, copied per DP rank)
+    attention_bytes_per_param: float   # bytes_per_param, or the attention's own where the checkpoint keeps it apart
+    attention_bw: float          # bytes/s the attention projections stream at (weight_bw unless kept apart)
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
     weight_bw: float             # bytes/s weights stream at
@@ -202,7 +204,7 @@ class RooflineFigures:
         routed = c.num_experts * c.expert_params
         slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
         rest = self.arch.params - routed - c.attention_params
-        per_gpu = ((c.attention_params / lay.tp + rest / lay.dense_tp) * c.bytes_per_param
+        per_gpu = (c.attention_params / lay.tp * c.attention_bytes_per_param + rest / lay.dense_tp * c.bytes_per_param
                    + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp
         return per_gpu * self.gpus
 
@@ -217,11 +219,21 @@ class RooflineFigures:
         c, lay = self._rates, self.parallel
         micro = np.asarray(tokens, dtype=float) / lay.pp
         rest = c.always_params - c.attention_params
-        dense = c.attention_params / lay.tp + rest / lay.dense_tp
+        dense = c.attention_params / lay.tp * c.attention_bytes_per_param + rest / lay.dense_tp * c.bytes_per_param
         if not c.expert_params:
-            return np.full_like(micro, dense * c.bytes_per_param)
+            return np.full_like(micro, dense)
         experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
-        return dense * c.bytes_per_param + experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
+        return dense + experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
+
+    def weight_read_s(self, tokens: np.ndarray | float) -> np.ndarray:
+        """Seconds each GPU streams :meth:`weight_read_bytes_per_gpu` for: the attention projections at their
+        own dtype's bandwidth where the checkpoint keeps them apart (a 4-bit MoE's 16-bit attention)."""
+        c = self._rates
+        read = self.weight_read_bytes_per_gpu(tokens)
+        if c.attention_bw == c.weight_bw:
+            return read / c.weight_bw
+        attention = c.attention_params / self.parallel.tp * c.attention_bytes_per_param
+        return (read - attention) / c.weight_bw + attention / c.attention_bw
 
     def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
         """Seconds of communication in one cycle of ``tokens`` tokens (:mod:`apmw.perf.parallelism`):
@@ -372,12 +384,25 @@ class RooflineFigures:
             served_extra_per_flop = max(1.0 / served_rate - 1.0 / expert_rate, 0.0)
         bw = gpu.hbm_bandwidth_bytes_per_s
         # bytes per parameter: one average over the checkpoint, or with a separate expert dtype the experts
-        # at theirs and the rest at what is left of the checkpoint's bytes
+        # at theirs and the rest at what is left of the checkpoint's bytes; attention the checkpoint keeps in
+        # a dtype of its own (Architecture.attention_dtypes) at its bytes, the average taken over the rest
         routed = a.num_experts * expert_params
-        per_param = expert_per_param = self.weight_bytes / a.params
+        kept, output = a.attention_dtypes(self.weight_dtype, self.moe_dtype)
+        apart = (kept, output) != (self.weight_dtype, self.weight_dtype) and a.attention_params > 0
+        attention_bytes = a.attention_bytes(self.weight_dtype, self.moe_dtype) if apart else 0.0
+        attention = float(a.attention_params) if apart else 0.0
+        per_param = expert_per_param = (self.weight_bytes - attention_bytes) / (a.params - attention)
         if self.moe_dtype is not None and routed:
             expert_per_param = weight_storage_bytes(self.moe_dtype)
-            per_param = (self.weight_bytes - routed * expert_per_param) / (a.params - routed)
+            per_param = (self.weight_bytes - attention_bytes - routed * expert_per_param) / (a.params - attention - routed)
+        weight_bw = bw * eff.bandwidth_for(self.weight_dtype)
+        attention_bytes_per_param, attention_bw = per_param, weight_bw
+        if apart:
+            attention_bytes_per_param = attention_bytes / attention
+            out = a.attention_output_params
+            stream_s = ((attention - out) * weight_storage_bytes(kept) / (bw * eff.bandwidth_for(kept))
+                        + out * weight_storage_bytes(output) / (bw * eff.bandwidth_for(output)))
+            attention_bw = attention_bytes / stream_s
         if self.moe_dtype is not None:
             dense_rate = weight_rate
         else:
@@ -386,9 +411,10 @@ class RooflineFigures:
             bytes_per_param=per_param, expert_bytes_per_param=expert_per_param, expert_params=expert_params,
             always_params=a.active_params - a.experts_per_token * expert_params,
             attention_params=float(a.attention_params),
+            attention_bytes_per_param=attention_bytes_per_param, attention_bw=attention_bw,
             num_experts=float(a.num_experts),
             expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
-            weight_bw=bw * eff.bandwidth_for(self.weight_dtype),
+            weight_bw=weight_bw,
             kv_bw=bw * eff.kv_bandwidth_for(self.kv_dtype) / self.kv_replication,
             flops_per_token=a.flops_per_token() / self.gpus,
             expert_share=a.experts_per_token * expert_params / (a.active_params - a.embedding_params),
@@ -416,7 +442,7 @@ class RooflineFigures:
         # rank holds ceil(seqs / dp) of them (a lone sequence's KV is read by one rank, not spread over all)
         per_rank = self._busiest_rank_share(np.asarray(load.decode_seqs, dtype=float))
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * per_rank
-        memory_s = self.weight_read_bytes_per_gpu(tokens) / c.weight_bw + kv_bytes / c.kv_bw / self.gpus
+        memory_s = self.weight_read_s(tokens) + kv_bytes / c.kv_bw / self.gpus
         flops = c.flops_per_token * tokens
         expert_flops = flops * c.expert_share
         dense_flops = flops - expert_flops

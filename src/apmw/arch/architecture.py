@@ -64,6 +64,7 @@ class Architecture:
     routed_expert_params: int = 0               # all routed experts of all MoE layers
     active_routed_expert_params: int = 0        # the top-k of them a token runs
     expert_dtype_in_checkpoint: str | None = None   # dtype the published checkpoint stores routed experts in
+    mxfp4_experts: bool = False                  # its 4-bit experts are MXFP4 (gpt-oss), not NVFP4 (ModelOpt)
     lookup_table_bytes: float = 0.0             # non-parameter tables stored with the weights (V4 hash routing)
     attention_output_params: int = 0            # of attention_params: the output projections (o_proj, wo)
     # a published checkpoint's (weight dtype, attention projections' dtype, output projection's dtype)

@@ -115,6 +115,7 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
             shared_expert_params=shared_expert, routed_expert_params=len(moe) * n_experts * expert,
             active_routed_expert_params=len(moe) * top_k * expert,
             expert_dtype_in_checkpoint=_checkpoint_expert_dtype(c) if moe else None,
+            mxfp4_experts=bool(moe) and str((c.get("quantization_config") or {}).get("quant_method", "")).lower() == "mxfp4",
             max_context_tokens=c.get("max_position_embeddings"),
             mtp_modules=c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))))
 

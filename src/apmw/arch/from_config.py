@@ -90,7 +90,7 @@ def load_architecture(name_or_path: str) -> Architecture:
     if known is None:
         return arch
     return replace(arch, attention_in_checkpoint=(known.weight_dtype, known.attention_dtype, known.attention_output_dtype),
-                   expert_dtype_in_checkpoint=known.weight_dtype,
+                   expert_dtype_in_checkpoint=known.weight_dtype, mxfp4_experts=known.mxfp4_experts,
                    notes=arch.notes + (f"{name_or_path.strip()}: attention projections {known.attention_dtype}, output "
                                        f"projection {known.attention_output_dtype} ({known.source})",))
 

@@ -62,6 +62,7 @@ class PublishedFormat:
     attention_dtype: str           # the attention projections
     attention_output_dtype: str    # the output projection (o_proj, DeepSeek's wo)
     source: str
+    mxfp4_experts: bool = False    # 4-bit experts in MXFP4 (else NVFP4)
 
 
 # NVIDIA's "v2" NVFP4 DeepSeek-R1 checkpoints: "compared to nvidia/DeepSeek-R1-0528-FP4, this checkpoint

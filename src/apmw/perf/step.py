@@ -49,7 +49,9 @@ ACTIVATION_BYTES = 2
 # What TensorRT-LLM's MoE all-to-all dispatches, by routed-expert dtype: experts that take quantised
 # activations have them quantised before the dispatch (its post-quantisation all-to-all; ASSUMPTION: on,
 # as by default, TRTLLM_MOE_POST_QUANT_ALLTOALLV), so NVFP4 (W4A4) experts send NVFP4 and FP8 experts FP8;
-# MXFP4 experts fed MXFP8 activations send 8 bits. Other experts dispatch bf16.
+# an MXFP4 checkpoint's experts (Architecture.mxfp4_experts) send MXFP8 (8 bits) with MXFP8 activations and
+# bf16 with bf16 ones. A 4-bit MoE whose checkpoint does not say MXFP4 is taken as NVFP4, the format
+# TensorRT-LLM's 4-bit DeepSeek checkpoints (ModelOpt's) are in. Other experts dispatch bf16.
 TRTLLM_DISPATCH_PAYLOAD = {"fp4": "nvfp4", "nvfp4": "nvfp4", "fp8": "fp8"}
 
 
@@ -292,12 +294,7 @@ class RooflineFigures:
         layers = a.moe_layers / lay.pp
         measured = self._measured_dispatch_combine_s(micro / moe_gpus) if lay.ep > 1 else None
         if measured is not None:
-            if lay.expert_imbalance is not None:
-                # the tables' routing taken as uniform's floor: a measured skew scales the busiest rank by its excess
-                routed = micro * a.experts_per_token
-                uniform = expert_imbalance(replace(lay, expert_imbalance=None), routed)
-                measured = measured * lay.expert_imbalance / uniform
-            return layers * measured
+            return layers * self._skewed(*measured, micro)
         bw = link_bandwidth_bytes_per_s(self.gpu, moe_gpus)
         hidden_bytes = a.hidden_size * ACTIVATION_BYTES
         if lay.ep > 1:
@@ -310,11 +307,23 @@ class RooflineFigures:
             # past the measured EP sizes, an exchange among more ranks costs no less than the measured one among fewer
             fewer = self._measured_dispatch_combine_s(micro / moe_gpus, fewer_ranks=True)
             if fewer is not None:
-                per_layer = np.maximum(per_layer, fewer)
+                per_layer = np.maximum(per_layer, self._skewed(*fewer, micro))
         return layers * per_layer
 
-    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray, fewer_ranks: bool = False) -> np.ndarray | None:
-        """One MoE layer's dispatch + combine from the system's measured tables (:mod:`apmw.perf.communication`):
+    def _skewed(self, measured: np.ndarray, ep: int, micro: np.ndarray) -> np.ndarray:
+        """An exchange measured at EP ``ep`` under the layout's expert imbalance: the tables' routing taken as
+        uniform's at that EP, a given skew scales the busiest rank by its excess over uniform's."""
+        lay = self.parallel
+        if lay.expert_imbalance is None:
+            return measured
+        routed = micro * self.arch.experts_per_token
+        uniform = expert_imbalance(replace(lay, ep=ep, expert_imbalance=None), routed)
+        return measured * lay.expert_imbalance / uniform
+
+    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray,
+                                     fewer_ranks: bool = False) -> tuple[np.ndarray, int] | None:
+        """One MoE layer's dispatch + combine from the system's measured tables (:mod:`apmw.perf.communication`),
+        and the EP size that answered:
 
         - TensorRT-LLM: its own NVLink all-to-all where measured (GB200 NVL72, EP 2-64), its dispatch carrying
           the experts' activation format (:data:`TRTLLM_DISPATCH_PAYLOAD`), its combine bf16;
@@ -324,6 +333,7 @@ class RooflineFigures:
 
         None where the tables do not cover this GPU (a stock part only), EP size or mode. ``fewer_ranks``
         reads the largest EP measured at or below the layout's instead (a floor past the tables)."""
+        pick = max if fewer_ranks else min
         lay, a = self.parallel, self.arch
         try:
             stock = get_gpu(self.gpu.name) == self.gpu
@@ -335,20 +345,23 @@ class RooflineFigures:
         shape = (a.hidden_size, a.experts_per_token, a.num_experts)
         if self.engine == "trtllm":
             payload = TRTLLM_DISPATCH_PAYLOAD.get(self.expert_dtype.lower(), "bfloat16")
-            if payload == "nvfp4" and self.mxfp4_moe_activations == "mxfp8":
-                payload = "fp8"
+            if payload == "nvfp4" and a.mxfp4_experts:       # gpt-oss: W4A8 sends MXFP8, W4A16 bf16
+                payload = "fp8" if self.mxfp4_moe_activations == "mxfp8" else "bfloat16"
             dispatch = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="dispatch",
                                                    dtype=payload, fewer_ranks=fewer_ranks)
             combine = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="combine",
                                                   fewer_ranks=fewer_ranks)
             if dispatch is not None and combine is not None:
-                return dispatch + combine
+                sizes = comm.moe_ep_sizes("trtllm_alltoall", payload)
+                return dispatch + combine, pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep))
         low = comm.moe_dispatch_combine_s("low_latency", lay.ep, np.minimum(tokens_per_rank, 128.0), *shape,
                                           fewer_ranks=fewer_ranks)
         normal = comm.moe_dispatch_combine_s("normal", lay.ep, tokens_per_rank, *shape, fewer_ranks=fewer_ranks)
         if low is None or normal is None:
             return None
-        return np.where(tokens_per_rank <= 128.0, low, normal)
+        sizes = comm.moe_ep_sizes("low_latency")
+        return (np.where(tokens_per_rank <= 128.0, low, normal),
+                pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep)))
 
     @property
     def _routed_expert_params(self) -> float:

@@ -354,14 +354,17 @@ class RooflineFigures:
             if dispatch is not None and combine is not None:
                 sizes = comm.moe_ep_sizes("trtllm_alltoall", payload)
                 return dispatch + combine, pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep))
-        low = comm.moe_dispatch_combine_s("low_latency", lay.ep, np.minimum(tokens_per_rank, 128.0), *shape,
-                                          fewer_ranks=fewer_ranks)
-        normal = comm.moe_dispatch_combine_s("normal", lay.ep, tokens_per_rank, *shape, fewer_ranks=fewer_ranks)
+        low = comm.moe_curves("low_latency", lay.ep, *shape, fewer_ranks=fewer_ranks)
+        normal = comm.moe_curves("normal", lay.ep, *shape, fewer_ranks=fewer_ranks)
         if low is None or normal is None:
             return None
+        tokens = np.asarray(tokens_per_rank, dtype=float)
+        small = tokens <= 128.0            # each mode read only where it runs: these arrays span every batch
+        seconds = np.empty_like(tokens)
+        seconds[small] = low(tokens[small])
+        seconds[~small] = normal(tokens[~small])
         sizes = comm.moe_ep_sizes("low_latency")
-        return (np.where(tokens_per_rank <= 128.0, low, normal),
-                pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep)))
+        return seconds, pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep))
 
     @property
     def _routed_expert_params(self) -> float:

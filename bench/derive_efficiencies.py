@@ -18,6 +18,8 @@ weight-streaming bandwidth at <= 8 tokens and compute rate at >= 4096 tokens. A1
 no aiconfigurator table, so these are its roofline efficiencies (``apmw.perf.efficiency``);
 on H100 they cross-check aiconfigurator's.
 Spec numbers come from the GPU catalogue (apmw.catalog.gpus).
+``--by-size`` prints the weight-streaming efficiency by GEMM size on H200 and Blackwell instead (a lead:
+the roofline takes one figure per dtype, and small per-rank matrices stream slower).
 """
 
 from __future__ import annotations
@@ -93,10 +95,38 @@ def vidur_linear_efficiencies(gpu_dir: Path, gpu) -> dict[str, float]:
             "rows": len(bw) + len(fl)}
 
 
+# Stored bytes per weight of each GEMM table dtype (NVFP4: 4 bits and one FP8 scale per 16 values).
+STREAM_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
+BY_SIZE_GPUS = {"h200_sxm": "H200", "b200_sxm": "B200", "gb200": "GB200", "b300_sxm": "B300", "gb300": "GB300"}
+
+
+def streaming_by_size(path: Path, gpu) -> dict[str, float]:
+    """Weight-streaming efficiency (m <= 8) of GEMMs whose weight matrix is at least 4096^2, 8192^2 and
+    16384^2 elements, median, per dtype: how much a replica's small per-rank matrices lose."""
+    g = pd.read_parquet(path)
+    out = {}
+    for src, size in STREAM_BYTES.items():
+        d = g[g.gemm_dtype == src]
+        for side in (4096, 8192, 16384):
+            st = d[(d.m <= 8) & (d.n * d.k >= side ** 2)]
+            if len(st):
+                bytes_ = st.n * st.k * size + 2 * st.m * (st.n + st.k)
+                out[f"{src}>={side}^2"] = float((bytes_ / (st.latency * 1e-3)).median() / gpu.hbm_bandwidth_bytes_per_s)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
+    ap.add_argument("--by-size", action="store_true",
+                    help="weight-streaming efficiency by GEMM size on Hopper and Blackwell (vLLM 0.24.0 tables)")
     args = ap.parse_args()
+    if args.by_size:
+        for stem, name in BY_SIZE_GPUS.items():
+            eff = streaming_by_size(args.profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet",
+                                    get_gpu(name))
+            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+        return
     for stem, name in GPUS.items():
         gpu = get_gpu(name)
         base = args.profiles / "aiconfigurator" / stem

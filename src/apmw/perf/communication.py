@@ -157,6 +157,7 @@ class MoECurves:
     shape: tuple[int, int, int]  # the measured (hidden, top_k, num_experts) that answers
     token_scale: float           # tokens are multiplied by this before the lookup (1 for a measured shape)
     source: str
+    ep: int                      # the measured EP size that answers
 
     def __call__(self, tokens_per_rank: np.ndarray | float, phase: Phase = "both") -> np.ndarray:
         x = np.asarray(tokens_per_rank, dtype=float) * self.token_scale
@@ -337,7 +338,7 @@ class MeasuredCollectives:
         where = f"{self._moe_source[(*key, e)]}; shape hidden {shape[0]}, top-k {shape[1]}, {shape[2]} experts"
         if shape != (hidden, top_k, num_experts):
             where += f" (asked {hidden}/{top_k}/{num_experts}: tokens x {scale:.4g})"
-        return MoECurves(Curve(tokens, disp, where), Curve(tokens, comb, where), shape, scale, where)
+        return MoECurves(Curve(tokens, disp, where), Curve(tokens, comb, where), shape, scale, where, e)
 
     def moe_dispatch_combine_s(self, mode: MoEMode, ep: int, tokens_per_rank: np.ndarray | float, hidden: int,
                                top_k: int, num_experts: int, *, phase: Phase = "both",

@@ -333,7 +333,6 @@ class RooflineFigures:
 
         None where the tables do not cover this GPU (a stock part only), EP size or mode. ``fewer_ranks``
         reads the largest EP measured at or below the layout's instead (a floor past the tables)."""
-        pick = max if fewer_ranks else min
         lay, a = self.parallel, self.arch
         try:
             stock = get_gpu(self.gpu.name) == self.gpu
@@ -347,13 +346,10 @@ class RooflineFigures:
             payload = TRTLLM_DISPATCH_PAYLOAD.get(self.expert_dtype.lower(), "bfloat16")
             if payload == "nvfp4" and a.mxfp4_experts:       # gpt-oss: W4A8 sends MXFP8, W4A16 bf16
                 payload = "fp8" if self.mxfp4_moe_activations == "mxfp8" else "bfloat16"
-            dispatch = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="dispatch",
-                                                   dtype=payload, fewer_ranks=fewer_ranks)
-            combine = comm.moe_dispatch_combine_s("trtllm_alltoall", lay.ep, tokens_per_rank, *shape, phase="combine",
-                                                  fewer_ranks=fewer_ranks)
+            dispatch = comm.moe_curves("trtllm_alltoall", lay.ep, *shape, dtype=payload, fewer_ranks=fewer_ranks)
+            combine = comm.moe_curves("trtllm_alltoall", lay.ep, *shape, fewer_ranks=fewer_ranks)
             if dispatch is not None and combine is not None:
-                sizes = comm.moe_ep_sizes("trtllm_alltoall", payload)
-                return dispatch + combine, pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep))
+                return dispatch(tokens_per_rank, "dispatch") + combine(tokens_per_rank, "combine"), dispatch.ep
         low = comm.moe_curves("low_latency", lay.ep, *shape, fewer_ranks=fewer_ranks)
         normal = comm.moe_curves("normal", lay.ep, *shape, fewer_ranks=fewer_ranks)
         if low is None or normal is None:
@@ -363,8 +359,7 @@ class RooflineFigures:
         seconds = np.empty_like(tokens)
         seconds[small] = low(tokens[small])
         seconds[~small] = normal(tokens[~small])
-        sizes = comm.moe_ep_sizes("low_latency")
-        return seconds, pick(e for e in sizes if (e <= lay.ep if fewer_ranks else e >= lay.ep))
+        return seconds, low.ep
 
     @property
     def _routed_expert_params(self) -> float:

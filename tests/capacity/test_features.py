@@ -62,10 +62,10 @@ def test_mla_kv_is_replicated_under_tp_unless_attention_is_data_parallel():
     dp = plan(spec_from_dict(_deepseek(True)), agents=4).to_dict()
     assert tp["kv_replication"] == 8 and dp["kv_replication"] == 1
     a = load_architecture("deepseek-ai/DeepSeek-V3")
-    per_param = a.weight_bytes("fp8") / a.params
     routed = a.params - a.active_params + a.experts_per_token * (a.params - a.active_params) / (
         a.num_experts - a.experts_per_token)
-    held_dp = per_param * (8 * (a.params - routed) + routed)        # everything but the experts on every rank
+    experts = routed * 1.0                                           # fp8: one byte a weight
+    held_dp = 8 * (a.weight_bytes("fp8") - experts) + experts       # everything but the experts on every rank
     pool_tp = tp["kv_tokens_capacity"] * 8 * a.kv_bytes_per_token("bf16")
     pool_dp = pool_tp + a.weight_bytes("fp8") - held_dp
     assert dp["kv_tokens_capacity"] == pytest.approx(pool_dp / a.kv_bytes_per_token("bf16"), rel=1e-9)

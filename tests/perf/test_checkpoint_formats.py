@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from apmw.arch import load_architecture, weight_storage_bytes
+from apmw.arch import load_architecture, summary, weight_storage_bytes
 from apmw.catalog.gpus import get_gpu
-from apmw.catalog.models import checkpoint_weight_dtype
+from apmw.catalog.checkpoint_formats import compressed_tensors_format
+from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
+from apmw.errors import ConfigError
 from apmw.perf.parallelism import Layout
 from apmw.perf.roofline import RooflineStepModel
 
@@ -77,3 +79,78 @@ def test_a_checkpoint_without_attention_apart_streams_exactly_as_one_average():
     step = RooflineStepModel(arch=load_architecture("deepseek-ai/DeepSeek-R1"), gpu=get_gpu("H200"), gpus=8,
                              weight_dtype="fp8", kv_dtype="fp8")
     assert step.weight_read_s(64.0) == step.weight_read_bytes_per_gpu(64.0) / step._rates.weight_bw
+
+
+def test_kimi_k25s_config_keeps_attention_shared_experts_and_dense_mlps_in_16_bits():
+    """Kimi-K2.5's compressed-tensors config: int4 in groups of 32 with a bf16 scale (4.5 bits) on every Linear
+    layer its ignore list does not name (self_attn, shared_experts, the dense layer's mlp, lm_head)."""
+    k = load_architecture("moonshotai/Kimi-K2.5")
+    form = k.checkpoint_format
+    assert (form.weight_dtype, form.attention_dtype, form.attention_output_dtype, form.dense_ffn_dtype) == (
+        "int4", "bf16", "bf16", "bf16")
+    assert form.expert_bits_per_weight == 4 + 16 / 32
+    assert config_weight_dtype("moonshotai/Kimi-K2.5") == "int4" and k.expert_dtype_in_checkpoint == "int4"
+    # by hand: one shared expert (3 x 7,168 x 2,048) in each of 60 MoE layers, one dense MLP (3 x 7,168 x 18,432)
+    assert k.dense_ffn_params == 60 * 3 * 7168 * 2048 + 3 * 7168 * 18432
+    by_hand = (k.routed_expert_params * 4.5 / 8
+               + (k.attention_params + k.dense_ffn_params + k.unquantized_params) * BF16)
+    assert k.weight_bytes("int4") == pytest.approx(by_hand, rel=1e-12)
+    assert k.weight_bytes("int4") / 1e9 == pytest.approx(594.2, abs=0.1)
+    assert any("groups of 32" in n and "shared experts" in n for n in k.notes)
+    assert summary(k)["weight_bytes"]["int4"] == k.weight_bytes("int4")          # apmw model shows its own dtype
+    # priced at another dtype it is not this checkpoint: apmw's 4-bit MoE rule (only attention 16-bit)
+    assert k.part_dtypes("fp4") == ("bf16", "bf16", "fp4")
+    assert k.expert_bytes_per_param("fp4") == FP4
+
+
+def test_the_step_model_streams_each_part_at_its_bytes_and_its_dtypes_bandwidth():
+    """A decode step at batch 1 reads the attention, the dense FFN, lm_head, norms and routers, and the top-k
+    experts: the active weights, never the input embedding; Kimi-K2.5's 16-bit dense FFN at the bf16 bandwidth."""
+    k = load_architecture("moonshotai/Kimi-K2.5")
+    step = RooflineStepModel(arch=k, gpu=get_gpu("B200"), gpus=8, weight_dtype="int4", kv_dtype="fp8")
+    c, eff, bw = step._rates, step.efficiency, step.gpu.hbm_bandwidth_bytes_per_s
+    experts = c.num_experts * (1 - c.expert_miss) * c.expert_params * c.expert_bytes_per_param
+    assert 8 * step.weight_read_bytes_per_gpu(1.0) == pytest.approx(
+        k.active_weight_bytes("int4") - k.active_routed_expert_params * 4.5 / 8 + experts, rel=1e-12)
+    sixteen_bit = (k.attention_params + k.dense_ffn_params) * BF16
+    lm_head_norms_routers = k.active_read_unquantised_params * BF16
+    assert 8 * step.weight_read_s(1.0) == pytest.approx(
+        sixteen_bit / (bw * eff.bandwidth_for("bf16"))
+        + (lm_head_norms_routers + experts) / (bw * eff.bandwidth_for("int4")), rel=1e-9)
+    dense = RooflineStepModel(arch=load_architecture("meta-llama/Meta-Llama-3.1-8B"), gpu=get_gpu("A100"), gpus=1,
+                              weight_dtype="bf16", kv_dtype="bf16")
+    assert dense.weight_read_bytes_per_gpu(1.0) == pytest.approx(dense.arch.active_weight_bytes("bf16"), rel=1e-12)
+    assert dense.arch.active_weight_bytes("bf16") == pytest.approx(
+        dense.arch.weight_bytes("bf16") - dense.arch.embedding_params * BF16, rel=1e-12)
+
+
+KIMI_SCHEME = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+    "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32, "symmetric": True}}},
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"config_groups": {}}, "0 weight schemes"),
+    ({"config_groups": {"a": KIMI_SCHEME["config_groups"]["group_0"], "b": KIMI_SCHEME["config_groups"]["group_0"]}},
+     "2 weight schemes"),
+    ({"config_groups": {"g": {"weights": {"num_bits": 3, "type": "int"}}}}, "3-bit int is not one apmw prices"),
+    ({"ignore": ["re:.*experts.*"]}, "leaves the routed experts unquantised"),
+    ({"ignore": ["re:.*shared_experts.*"]}, "only one of the shared experts and the dense MLPs"),
+    ({"ignore": ["re:(unclosed"]}, "is not a valid pattern"),
+])
+def test_a_compressed_tensors_layout_apmw_cannot_price_is_refused_with_the_reason(change, message):
+    with pytest.raises(ConfigError, match=message):
+        compressed_tensors_format({**KIMI_SCHEME, **change}, "my/ckpt")
+
+
+def test_compressed_tensors_bits_count_the_scales_and_zero_points_a_scheme_stores():
+    group = KIMI_SCHEME["config_groups"]["group_0"]["weights"]
+    nvfp4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True}
+    cases = [(group, 4.5), ({**group, "group_size": 128, "symmetric": False}, 4.25), (nvfp4, 4.5),
+             ({"num_bits": 8, "type": "float", "strategy": "channel"}, 8.0)]
+    for weights, bits in cases:
+        scheme = {**KIMI_SCHEME, "config_groups": {"g": {"weights": weights}}, "ignore": ["lm_head"]}
+        form = compressed_tensors_format(scheme, "my/ckpt")
+        assert form.expert_bits_per_weight == bits
+        assert (form.attention_dtype, form.dense_ffn_dtype) == (form.weight_dtype, form.weight_dtype)
+    assert compressed_tensors_format({"quant_method": "fp8"}, "x") is None

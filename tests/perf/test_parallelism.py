@@ -72,19 +72,20 @@ def test_expert_parallel_weights_are_placed_per_rank_by_hand():
     """DP8 x EP8 under vLLM: attention and dense weights on every rank, routed experts split 8 ways,
     redundant experts adding their share."""
     a = load_architecture(V3)
-    per_param = a.weight_bytes("fp8") / a.params
     routed = _routed_params(a)
+    everything_else = a.weight_bytes("fp8") - routed * 1.0       # fp8 experts: one byte a weight
     for redundant in (0, 32):
         r = _replica({"dp_attention": 8, "ep": 8, "redundant_experts": redundant})
-        held = per_param * (8 * (a.params - routed) + routed * (256 + redundant) / 256)
+        held = 8 * everything_else + routed * 1.0 * (256 + redundant) / 256
         assert r.step.held_weight_bytes == pytest.approx(held, rel=1e-9)
         assert r.memory.weight_bytes == pytest.approx(held, rel=1e-9)
     # plain tensor parallelism holds the checkpoint once
     assert _replica(None, gpus=8).step.held_weight_bytes == pytest.approx(a.weight_bytes("fp8"), rel=1e-12)
     # SGLang runs the dense weights tensor parallel over all ranks: only attention is copied per rank
     s = _replica({"dp_attention": 8, "ep": 8}, engine="sglang")
-    attn = a.attention_params
-    assert s.step.held_weight_bytes == pytest.approx(per_param * (8 * attn + a.params - attn), rel=1e-9)
+    attn = a.attention_bytes("fp8")                              # one byte a weight: fp8 attention
+    assert attn == a.attention_params
+    assert s.step.held_weight_bytes == pytest.approx(8 * attn + a.weight_bytes("fp8") - attn, rel=1e-9)
 
 
 def test_mla_kv_per_rank_under_dp_attention_and_tp():
@@ -120,10 +121,12 @@ def test_a_tensor_layout_reproduces_the_plain_replica():
     laid = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8", layout=Layout.tensor(8))
     b = np.array([1.0, 16, 256])
     np.testing.assert_array_equal(plain.iteration_time_s(_decode(plain, b)), laid.iteration_time_s(_decode(laid, b)))
-    # every GPU of plain TP reads an eighth of the checkpoint's dense weights and of the experts touched
+    # every GPU of plain TP reads an eighth of the weights every token reads (attention, shared experts and
+    # dense MLPs at one byte, lm_head, norms and routers at two; not the input embedding) and of the experts touched
     c = plain._rates
-    touched = c.num_experts * (1 - c.expert_miss ** b) * c.expert_params * c.expert_bytes_per_param
-    assert plain.weight_read_bytes_per_gpu(b) == pytest.approx((c.always_params * c.bytes_per_param + touched) / 8)
+    touched = c.num_experts * (1 - c.expert_miss ** b) * c.expert_params * 1.0
+    always = a.attention_params + a.dense_ffn_params + 2.0 * (a.active_unquantized_params)
+    assert plain.weight_read_bytes_per_gpu(b) == pytest.approx((always + touched) / 8, rel=1e-12)
 
 
 def _ep_step(gpu, gpus=16, **kw):

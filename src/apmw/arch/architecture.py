@@ -12,6 +12,7 @@ from apmw.arch.attention import MlaShape
 from apmw.arch.compressed_attention import CompressedAttention
 from apmw.arch.dtypes import (FOUR_BIT_DTYPES, FOUR_BIT_MOE_ATTENTION_DTYPE, UNQUANTISED_BYTES, kv_storage_bytes,
                               weight_storage_bytes)
+from apmw.catalog.checkpoint_formats import CheckpointFormat
 
 
 @dataclass(frozen=True)
@@ -67,60 +68,89 @@ class Architecture:
     mxfp4_experts: bool = False                  # its 4-bit experts are MXFP4 (gpt-oss), not NVFP4 (ModelOpt)
     lookup_table_bytes: float = 0.0             # non-parameter tables stored with the weights (V4 hash routing)
     attention_output_params: int = 0            # of attention_params: the output projections (o_proj, wo)
-    # a published checkpoint's (weight dtype, attention projections' dtype, output projection's dtype)
-    attention_in_checkpoint: tuple[str, str, str] | None = None
+    dense_ffn_params: int = 0                   # shared experts and dense MLPs, all layers
+    checkpoint_format: CheckpointFormat | None = None   # what the checkpoint stores each part in, where it says
     notes: tuple[str, ...] = ()
 
     def weight_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
-        """Bytes of all weights with linear layers stored as ``weight_dtype``.
+        """Bytes of all weights with linear layers stored as ``weight_dtype``, each part in the dtype
+        :meth:`part_dtypes` gives it.
 
         Embeddings, lm_head, norms and routers stay bf16 (see ``UNQUANTISED_BYTES``),
         so bf16 gives exactly 2 bytes per parameter. ``expert_dtype`` prices the routed
         experts apart (DeepSeek-V4 ships them in FP4, the rest in FP8).
         """
-        return self._priced(self.params - self.unquantized_params, self.routed_expert_params,
-                            self.unquantized_params, weight_dtype, expert_dtype) + self.lookup_table_bytes
+        return (self.attention_bytes(weight_dtype, expert_dtype) + self.dense_ffn_bytes(weight_dtype, expert_dtype)
+                + self.routed_expert_params * self.expert_bytes_per_param(weight_dtype, expert_dtype)
+                + (self.unquantized_params - self.attention_unquantised_params) * UNQUANTISED_BYTES
+                + self.lookup_table_bytes)
 
     def active_weight_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
         """Bytes one decode step of batch 1 reads: active layers plus lm_head.
 
         The input embedding table is excluded: a token reads one row of it.
         """
-        quantised = self.active_params - self.embedding_params - self.active_unquantized_params
-        return self._priced(quantised, self.active_routed_expert_params, self.active_unquantized_params,
-                            weight_dtype, expert_dtype)
+        return (self.attention_bytes(weight_dtype, expert_dtype) + self.dense_ffn_bytes(weight_dtype, expert_dtype)
+                + self.active_routed_expert_params * self.expert_bytes_per_param(weight_dtype, expert_dtype)
+                + self.active_read_unquantised_params * UNQUANTISED_BYTES)
 
-    def attention_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str]:
-        """(the attention projections' dtype, the output projection's) in a checkpoint of ``weight_dtype``:
-        the published checkpoint's own where apmw knows it and it is priced in its own weight dtype; 16 bits in
-        a 4-bit MoE checkpoint without an expert dtype of its own
-        (:data:`apmw.arch.dtypes.FOUR_BIT_MOE_ATTENTION_DTYPE`); else ``weight_dtype``. DeepSeek-V4's compressed
-        attention, whose config names the dtypes of its parts, keeps ``weight_dtype``."""
+    @property
+    def active_read_unquantised_params(self) -> int:
+        """The 16-bit parameters a decode step reads besides attention's own: lm_head, norms, routers."""
+        return self.active_unquantized_params - self.attention_unquantised_params
+
+    @property
+    def attention_unquantised_params(self) -> int:
+        """Of ``attention_params``, those every checkpoint keeps 16-bit or wider (DeepSeek-V4's compressor
+        gates and norms; 0 elsewhere): the parameters neither quantised nor counted in another part."""
+        return self.attention_params - (self.params - self.unquantized_params - self.routed_expert_params
+                                        - self.dense_ffn_params)
+
+    def _format_at(self, weight_dtype: str, expert_dtype: str | None) -> CheckpointFormat | None:
+        """The checkpoint's own format where it is priced as stored: in its weight dtype, no expert dtype of
+        another's."""
+        known = self.checkpoint_format
         own_experts = expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
-        known = self.attention_in_checkpoint
-        if known is not None and not own_experts and known[0] == weight_dtype.lower():
-            return known[1], known[2]
+        return known if known is not None and not own_experts and known.weight_dtype == weight_dtype.lower() else None
+
+    def part_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str, str]:
+        """(the attention projections' dtype, the output projection's, the dense FFN's) in a checkpoint of
+        ``weight_dtype``: the checkpoint's own where apmw knows it (:attr:`checkpoint_format`) and it is priced
+        in its own weight dtype; in a 4-bit MoE checkpoint without an expert dtype of its own, attention in 16
+        bits (:data:`apmw.arch.dtypes.FOUR_BIT_MOE_ATTENTION_DTYPE`); else ``weight_dtype``. DeepSeek-V4's
+        compressed attention, whose config names the dtypes of its parts, keeps ``weight_dtype``."""
+        known = self._format_at(weight_dtype, expert_dtype)
+        if known is not None:
+            return known.attention_dtype, known.attention_output_dtype, known.dense_ffn_dtype
+        own_experts = expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
         if (not own_experts and self.routed_expert_params and self.compressed is None
               and weight_dtype.lower() in FOUR_BIT_DTYPES):
-            return FOUR_BIT_MOE_ATTENTION_DTYPE, FOUR_BIT_MOE_ATTENTION_DTYPE
-        return weight_dtype, weight_dtype
+            return FOUR_BIT_MOE_ATTENTION_DTYPE, FOUR_BIT_MOE_ATTENTION_DTYPE, weight_dtype
+        return weight_dtype, weight_dtype, weight_dtype
+
+    def attention_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str]:
+        """(the attention projections' dtype, the output projection's): :meth:`part_dtypes`' first two."""
+        return self.part_dtypes(weight_dtype, expert_dtype)[:2]
+
+    def expert_bytes_per_param(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes one routed-expert weight takes: the checkpoint's own count with its scales where its config
+        gives one, else ``expert_dtype`` (or ``weight_dtype``) at apmw's table (:func:`weight_storage_bytes`)."""
+        known = self._format_at(weight_dtype, expert_dtype)
+        if known is not None and known.expert_bits_per_weight is not None:
+            return known.expert_bits_per_weight / 8.0
+        return weight_storage_bytes(expert_dtype or weight_dtype)
 
     def attention_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
         """Bytes of the attention projections of every layer in a checkpoint of ``weight_dtype``."""
-        kept, output = self.attention_dtypes(weight_dtype, expert_dtype)
-        return ((self.attention_params - self.attention_output_params) * weight_storage_bytes(kept)
-                + self.attention_output_params * weight_storage_bytes(output))
+        kept, output, _ = self.part_dtypes(weight_dtype, expert_dtype)
+        quantised = self.attention_params - self.attention_unquantised_params
+        return ((quantised - self.attention_output_params) * weight_storage_bytes(kept)
+                + self.attention_output_params * weight_storage_bytes(output)
+                + self.attention_unquantised_params * UNQUANTISED_BYTES)
 
-    def _priced(self, quantised: int, experts: int, unquantised: int, weight_dtype: str,
-                expert_dtype: str | None) -> float:
-        expert_bytes = weight_storage_bytes(expert_dtype or weight_dtype)
-        priced = ((quantised - experts) * weight_storage_bytes(weight_dtype) + experts * expert_bytes
-                  + unquantised * UNQUANTISED_BYTES)
-        if self.attention_dtypes(weight_dtype, expert_dtype) == (weight_dtype, weight_dtype):
-            return priced
-        # the attention projections (all active, all quantisable) at the dtypes the checkpoint keeps them in
-        return (priced + self.attention_bytes(weight_dtype, expert_dtype)
-                - self.attention_params * weight_storage_bytes(weight_dtype))
+    def dense_ffn_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes of the shared experts and dense MLPs of every layer in a checkpoint of ``weight_dtype``."""
+        return self.dense_ffn_params * weight_storage_bytes(self.part_dtypes(weight_dtype, expert_dtype)[2])
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """KV bytes per token of context beyond every window: full layers, or V4's compressed
@@ -232,8 +262,10 @@ def _like_input(value):
 
 
 def summary(arch: Architecture) -> dict[str, Any]:
-    """JSON-ready description: shape, counts, and bytes at common dtypes."""
+    """JSON-ready description: shape, counts, and bytes at common dtypes and the checkpoint's own."""
     dtypes = ("bf16", "fp8", "fp4")
+    form = arch.checkpoint_format
+    weight_dtypes = dtypes + ((form.weight_dtype,) if form is not None and form.weight_dtype not in dtypes else ())
     return {
         "name": arch.name, "source": arch.source, "model_type": arch.model_type,
         "attention": arch.attention,
@@ -249,8 +281,8 @@ def summary(arch: Architecture) -> dict[str, Any]:
         "kv_elements_per_token_per_layer": arch.kv_elements_per_token_per_layer,
         "linear_state_bytes_per_sequence": arch.linear_state_bytes_per_sequence,
         "flops_per_token": arch.flops_per_token(),
-        "weight_bytes": {d: arch.weight_bytes(d) for d in dtypes},
-        "active_weight_bytes": {d: arch.active_weight_bytes(d) for d in dtypes},
+        "weight_bytes": {d: arch.weight_bytes(d) for d in weight_dtypes},
+        "active_weight_bytes": {d: arch.active_weight_bytes(d) for d in weight_dtypes},
         "kv_bytes_per_token": {d: arch.kv_bytes_per_token(d) for d in dtypes},
         "sequence_state_bytes": {d: arch.sequence_state_bytes(d) for d in dtypes},
         "kv_read_bytes_per_decode_step_at_128k": {d: arch.kv_read_bytes_for_context(131_072, d) for d in dtypes},

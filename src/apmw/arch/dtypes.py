@@ -35,12 +35,12 @@ UNQUANTISED_BYTES = 2.0
 # quantization_config.modules_to_not_convert lists model.layers.*.self_attn), NVIDIA ModelOpt's NVFP4
 # DeepSeek-V3/R1 (its examples/deepseek/ptq.py disables the "*attn*" quantizers; quantize_to_nvfp4.py writes
 # the unquantised layers dequantised to BF16), AMD's MXFP4 DeepSeek-R1 (routed and shared experts only).
-# ASSUMPTION for a 4-bit MoE priced without a checkpoint that says otherwise (Architecture.attention_dtypes).
-# The rule covers the attention projections only ("attention_params": for a hybrid such as Qwen3.5 its
-# linear-attention projections too): shared experts and dense MLPs are priced in the 4-bit weight dtype, as
-# ModelOpt's DeepSeek checkpoints store them, though Kimi-K2.5's config keeps them 16-bit as well (its
-# quantization_config.ignore; not read: about 3 B parameters priced 4-bit). For time, the calibrated path
-# and the roofline's compute rate still take every non-expert GEMM of a 4-bit MoE at bf16
+# ASSUMPTION for a 4-bit MoE priced without a checkpoint that says otherwise (Architecture.part_dtypes; a
+# checkpoint whose config says, such as Kimi-K2.5's compressed-tensors ignore list, is priced as it says:
+# apmw.catalog.checkpoint_formats). The rule covers the attention projections only ("attention_params": for a
+# hybrid such as Qwen3.5 its linear-attention projections too): shared experts and dense MLPs are priced in the
+# 4-bit weight dtype, as ModelOpt's DeepSeek checkpoints store them. For time, the calibrated path and the
+# roofline's compute rate still take every non-expert GEMM of a 4-bit MoE at bf16
 # (apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE); only bytes follow this rule.
 FOUR_BIT_MOE_ATTENTION_DTYPE = "bf16"
 FOUR_BIT_DTYPES = ("fp4", "int4")

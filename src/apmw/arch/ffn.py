@@ -113,6 +113,7 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
             unquantized_params=lookup + head + norms + routers, active_unquantized_params=head + norms + routers,
             moe_layers=len(moe), expert_intermediate_size=expert_inter, dense_intermediate_size=dense_inter,
             shared_expert_params=shared_expert, routed_expert_params=len(moe) * n_experts * expert,
+            dense_ffn_params=sum(f.total - f.router for f in ffn) - len(moe) * n_experts * expert,
             active_routed_expert_params=len(moe) * top_k * expert,
             expert_dtype_in_checkpoint=_checkpoint_expert_dtype(c) if moe else None,
             mxfp4_experts=bool(moe) and str((c.get("quantization_config") or {}).get("quant_method", "")).lower() == "mxfp4",

@@ -12,6 +12,7 @@ from apmw.arch.compressed_attention import deepseek_v4, v4_notes
 from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
+from apmw.catalog.checkpoint_formats import compressed_tensors_format
 from apmw.catalog.models import load_config, local_path, on_disk, published_format, resolve_model_name
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
@@ -29,14 +30,14 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
     num_layers = c.req("num_hidden_layers", "every per-layer count")
     vocab = c.req("vocab_size", "the embedding and lm_head")
     if c.model_type == "deepseek_v4":
-        return _v4_architecture(c, name, source, notes, hidden, heads, num_layers, vocab)
+        return _stored_as(_v4_architecture(c, name, source, notes, hidden, heads, num_layers, vocab), cfg, text)
     kinds, window = layer_kinds(c, num_layers)
     attn = attention(c, hidden, heads)
     linear = gated_deltanet(c, hidden) if "linear" in kinds else NO_LINEAR
     n_linear = kinds.count("linear")
     attn_params = (num_layers - n_linear) * attn.params + n_linear * linear.params
     ffn = ffn_counts(c, hidden, num_layers, vocab)
-    return Architecture(
+    return _stored_as(Architecture(
         name=name, model_type=c.model_type, source=source,
         num_layers=num_layers, hidden_size=hidden, num_heads=heads,
         num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, vocab_size=vocab,
@@ -54,7 +55,18 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
         attention_params=attn_params, attention_output_params=(num_layers - n_linear) * attn.output_params,
         mla=attn.mla, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
-    )
+    ), cfg, text)
+
+
+def _stored_as(arch: Architecture, cfg: dict[str, Any], text: dict[str, Any]) -> Architecture:
+    """``arch`` with the checkpoint format its config's quantization_config states, where it states one
+    (:func:`apmw.catalog.checkpoint_formats.compressed_tensors_format`)."""
+    form = compressed_tensors_format(cfg.get("quantization_config") or text.get("quantization_config") or {}, arch.name)
+    if form is None:
+        return arch
+    experts = form.weight_dtype if arch.routed_expert_params else arch.expert_dtype_in_checkpoint
+    return replace(arch, checkpoint_format=form, expert_dtype_in_checkpoint=experts,
+                   notes=arch.notes + (f"stored as {form.source}",))
 
 
 def _v4_architecture(c: Cfg, name: str, source: str, notes: list[str], hidden: int, heads: int,
@@ -89,10 +101,11 @@ def load_architecture(name_or_path: str) -> Architecture:
     known = published_format(name_or_path)
     if known is None:
         return arch
-    return replace(arch, attention_in_checkpoint=(known.weight_dtype, known.attention_dtype, known.attention_output_dtype),
-                   expert_dtype_in_checkpoint=known.weight_dtype, mxfp4_experts=known.mxfp4_experts,
-                   notes=arch.notes + (f"{name_or_path.strip()}: attention projections {known.attention_dtype}, output "
-                                       f"projection {known.attention_output_dtype} ({known.source})",))
+    form = known.format
+    return replace(arch, checkpoint_format=form, expert_dtype_in_checkpoint=form.weight_dtype,
+                   mxfp4_experts=known.mxfp4_experts,
+                   notes=arch.notes + (f"{name_or_path.strip()}: attention projections {form.attention_dtype}, output "
+                                       f"projection {form.attention_output_dtype} ({form.source})",))
 
 
 def _name_from_path(path: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from apmw.catalog.checkpoint_formats import CheckpointFormat, compressed_tensors_format
 from apmw.errors import ConfigError, UnknownNameError
 
 _MODELS_DIR = Path(__file__).parent / "data" / "models"
@@ -58,10 +59,7 @@ SAME_ARCHITECTURE = {"llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B",
 class PublishedFormat:
     """A published quantised checkpoint whose modules keep formats its name does not state."""
     base: str                      # the bundled config whose architecture it keeps
-    weight_dtype: str
-    attention_dtype: str           # the attention projections
-    attention_output_dtype: str    # the output projection (o_proj, DeepSeek's wo)
-    source: str
+    format: CheckpointFormat
     mxfp4_experts: bool = False    # 4-bit experts in MXFP4 (else NVFP4)
 
 
@@ -70,11 +68,13 @@ class PublishedFormat:
 # (examples/deepseek/ptq.py) otherwise leaves "*attn*" unquantised, written as BF16 (quantize_to_nvfp4.py), and
 # its --enable_wo_quant puts wo in NVFP4. The v1 checkpoints (-FP4, -NVFP4) need no entry: apmw's rule for a
 # 4-bit MoE checkpoint keeps all attention in 16 bits (apmw.arch.dtypes.FOUR_BIT_MOE_ATTENTION_DTYPE).
-_NVFP4_V2 = ("NVIDIA model card (huggingface.co/nvidia/DeepSeek-R1-0528-FP4-v2): NVFP4 experts, dense MLPs and wo; "
-             "the other attention projections BF16 (TensorRT Model Optimizer examples/deepseek)")
+_NVFP4_V2 = CheckpointFormat(
+    weight_dtype="fp4", attention_dtype="bf16", attention_output_dtype="fp4", dense_ffn_dtype="fp4",
+    source=("NVIDIA model card (huggingface.co/nvidia/DeepSeek-R1-0528-FP4-v2): NVFP4 experts, dense MLPs and wo; "
+            "the other attention projections BF16 (TensorRT Model Optimizer examples/deepseek)"))
 PUBLISHED_FORMATS = {
-    "nvidia/deepseek-r1-0528-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", "fp4", "bf16", "fp4", _NVFP4_V2),
-    "nvidia/deepseek-r1-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", "fp4", "bf16", "fp4", _NVFP4_V2),
+    "nvidia/deepseek-r1-0528-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", _NVFP4_V2),
+    "nvidia/deepseek-r1-fp4-v2": PublishedFormat("deepseek-ai/DeepSeek-R1", _NVFP4_V2),
 }
 
 
@@ -184,7 +184,7 @@ def checkpoint_weight_dtype(name: str) -> str | None:
     if on_disk(name):
         return None
     known = published_format(name)
-    return known.weight_dtype if known else _strip_tags(name.strip().lower())[1]
+    return known.format.weight_dtype if known else _strip_tags(name.strip().lower())[1]
 
 
 # quantization_config.quant_method (or ModelOpt's quant_algo) -> the weight dtype apmw prices it as.
@@ -195,7 +195,7 @@ _QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq"
 
 def config_weight_dtype(name_or_path: str) -> str | None:
     """The weight dtype a checkpoint's own config.json stores (its ``quantization_config``: DeepSeek-V3/R1's
-    ``fp8``, gpt-oss's ``mxfp4``), or None where it states none apmw reads, or where the config is a base
+    ``fp8``, gpt-oss's ``mxfp4``, Kimi-K2.5's compressed-tensors int4), or None where it states none apmw reads, or where the config is a base
     model's read for a derived checkpoint (whose own format apmw does not hold)."""
     found = None if on_disk(name_or_path) else _resolve(name_or_path)
     if found is not None and found[1]:
@@ -205,6 +205,12 @@ def config_weight_dtype(name_or_path: str) -> str | None:
     except (ConfigError, UnknownNameError):
         return None
     q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    try:
+        stated = compressed_tensors_format(q, name_or_path)
+    except ConfigError:
+        return None         # a scheme apmw cannot price: the architecture's reading says why
+    if stated is not None:
+        return stated.weight_dtype
     method = q.get("quant_algo") if q.get("quant_method") == "modelopt" else q.get("quant_method")
     return _QUANT_WEIGHT_DTYPES.get(str(method).lower()) if method else None
 

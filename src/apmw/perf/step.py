@@ -35,6 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from apmw.arch import Architecture, weight_storage_bytes
+from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
 from apmw.perf.communication import measured_collectives
@@ -129,13 +130,14 @@ class StepModel(Protocol):
 class _Rates(NamedTuple):
     """The per-replica constants of the roofline terms (:attr:`RooflineFigures._rates`)."""
 
-    bytes_per_param: float       # of everything but the routed experts
+    held_rest_bytes: float       # bytes held of everything but attention and the routed experts
+    read_rest_bytes: float       # of them, those a step reads: the dense FFN, lm_head, norms, routers
     expert_bytes_per_param: float
     expert_params: float         # one routed expert's parameters (0: dense)
-    always_params: float         # active parameters every token reads
-    attention_params: float      # of those, the attention projections (sharded over tp, copied per DP rank)
-    attention_bytes_per_param: float   # bytes_per_param, or the attention's own where the checkpoint keeps it apart
-    attention_bw: float          # bytes/s the attention projections stream at (weight_bw unless kept apart)
+    attention_params: float      # the attention projections (sharded over tp, copied per DP rank)
+    attention_bytes: float       # their bytes, each part in the dtype the checkpoint keeps it in
+    attention_bw: float          # bytes/s the attention projections stream at
+    rest_bw: float               # bytes/s the rest a step reads streams at
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
     weight_bw: float             # bytes/s weights stream at
@@ -205,37 +207,39 @@ class RooflineFigures:
         c, lay = self._rates, self.parallel
         routed = c.num_experts * c.expert_params
         slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
-        rest = self.arch.params - routed - c.attention_params
-        per_gpu = (c.attention_params / lay.tp * c.attention_bytes_per_param + rest / lay.dense_tp * c.bytes_per_param
+        per_gpu = (c.attention_bytes / lay.tp + c.held_rest_bytes / lay.dense_tp
                    + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp
         return per_gpu * self.gpus
 
+    def _weight_reads_per_gpu(self, tokens: np.ndarray | float) -> tuple[float, float, np.ndarray]:
+        """(attention, the rest every token reads, routed experts): bytes each GPU reads in one cycle of
+        ``tokens`` tokens (:meth:`weight_read_bytes_per_gpu`)."""
+        c, lay = self._rates, self.parallel
+        micro = np.asarray(tokens, dtype=float) / lay.pp
+        attention, rest = c.attention_bytes / lay.tp, c.read_rest_bytes / lay.dense_tp
+        if not c.expert_params:
+            return attention, rest, np.zeros_like(micro)
+        experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
+        return attention, rest, experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
+
     def weight_read_bytes_per_gpu(self, tokens: np.ndarray | float) -> np.ndarray:
         """Weight bytes each GPU reads in one cycle of ``tokens`` tokens (every running sequence one
-        step): its attention shard, its dense shard, and of its routed experts those the tokens touch,
+        step): its attention shard, its dense shard (dense FFN, lm_head, norms, routers; the input
+        embedding is looked up, not read), and of its routed experts those the tokens touch,
         once per pipeline micro-batch (``tokens / pp`` each).
 
         Dense weights are read once per iteration, however many tokens share them (why batching is a
         lever). In an MoE layer each token routes to ``k`` of ``E`` experts; with uniform routing the
         expected number of distinct experts ``T`` tokens touch is ``E * (1 - (1 - k/E)^T)``."""
-        c, lay = self._rates, self.parallel
-        micro = np.asarray(tokens, dtype=float) / lay.pp
-        rest = c.always_params - c.attention_params
-        dense = c.attention_params / lay.tp * c.attention_bytes_per_param + rest / lay.dense_tp * c.bytes_per_param
-        if not c.expert_params:
-            return np.full_like(micro, dense)
-        experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
-        return dense + experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
+        attention, rest, experts = self._weight_reads_per_gpu(tokens)
+        return attention + rest + experts
 
     def weight_read_s(self, tokens: np.ndarray | float) -> np.ndarray:
-        """Seconds each GPU streams :meth:`weight_read_bytes_per_gpu` for: the attention projections at their
-        own dtype's bandwidth where the checkpoint keeps them apart (a 4-bit MoE's 16-bit attention)."""
+        """Seconds each GPU streams :meth:`weight_read_bytes_per_gpu` for, each part at its dtype's
+        bandwidth: a 4-bit MoE's 16-bit attention, a 16-bit dense FFN beside 4-bit experts."""
         c = self._rates
-        read = self.weight_read_bytes_per_gpu(tokens)
-        if c.attention_bw == c.weight_bw:
-            return read / c.weight_bw
-        attention = c.attention_params / self.parallel.tp * c.attention_bytes_per_param
-        return (read - attention) / c.weight_bw + attention / c.attention_bw
+        attention, rest, experts = self._weight_reads_per_gpu(tokens)
+        return attention / c.attention_bw + rest / c.rest_bw + experts / c.weight_bw
 
     def comm_time_s(self, tokens: np.ndarray | float) -> np.ndarray:
         """Seconds of communication in one cycle of ``tokens`` tokens (:mod:`apmw.perf.parallelism`):
@@ -394,35 +398,38 @@ class RooflineFigures:
             served_rate = served.flops_per_s
             served_extra_per_flop = max(1.0 / served_rate - 1.0 / expert_rate, 0.0)
         bw = gpu.hbm_bandwidth_bytes_per_s
-        # bytes per parameter: one average over the checkpoint, or with a separate expert dtype the experts
-        # at theirs and the rest at what is left of the checkpoint's bytes; attention the checkpoint keeps in
-        # a dtype of its own (Architecture.attention_dtypes) at its bytes, the average taken over the rest
-        routed = a.num_experts * expert_params
-        kept, output = a.attention_dtypes(self.weight_dtype, self.moe_dtype)
-        apart = (kept, output) != (self.weight_dtype, self.weight_dtype) and a.attention_params > 0
-        attention_bytes = a.attention_bytes(self.weight_dtype, self.moe_dtype) if apart else 0.0
-        attention = float(a.attention_params) if apart else 0.0
-        per_param = expert_per_param = (self.weight_bytes - attention_bytes) / (a.params - attention)
-        if self.moe_dtype is not None and routed:
-            expert_per_param = weight_storage_bytes(self.moe_dtype)
-            per_param = (self.weight_bytes - attention_bytes - routed * expert_per_param) / (a.params - attention - routed)
         weight_bw = bw * eff.bandwidth_for(self.weight_dtype)
-        attention_bytes_per_param, attention_bw = per_param, weight_bw
-        if apart:
-            attention_bytes_per_param = attention_bytes / attention
-            out = a.attention_output_params
-            stream_s = ((attention - out) * weight_storage_bytes(kept) / (bw * eff.bandwidth_for(kept))
-                        + out * weight_storage_bytes(output) / (bw * eff.bandwidth_for(output)))
-            attention_bw = attention_bytes / stream_s
+
+        def stream_bw(parts: list[tuple[float, float]]) -> float:
+            """Bytes/s a set of (bytes, bytes/s) parts streams at together; weight_bw where it is empty."""
+            total = sum(b for b, _ in parts)
+            return total / sum(b / rate for b, rate in parts) if total else weight_bw
+
+        def dtype_bw(dtype: str) -> float:
+            return bw * eff.bandwidth_for(dtype) if dtype != self.weight_dtype else weight_bw
+
+        # each part at the dtype the checkpoint stores it in (Architecture.part_dtypes); the 16-bit lm_head,
+        # norms and routers stream at the weight dtype's efficiency, as the efficiencies were fitted
+        kept, output, ffn = a.part_dtypes(self.weight_dtype, self.moe_dtype)
+        unquantised = a.attention_unquantised_params * UNQUANTISED_BYTES
+        out = a.attention_output_params * weight_storage_bytes(output)
+        attention_bytes = a.attention_bytes(self.weight_dtype, self.moe_dtype)
+        dense_ffn = a.dense_ffn_bytes(self.weight_dtype, self.moe_dtype)
+        read_unquantised = a.active_read_unquantised_params * UNQUANTISED_BYTES
+        expert_per_param = a.expert_bytes_per_param(self.weight_dtype, self.moe_dtype)
+        routed = a.num_experts * expert_params
+        held_rest = self.weight_bytes - attention_bytes - routed * expert_per_param
         if self.moe_dtype is not None:
             dense_rate = weight_rate
         else:
             dense_rate = bf16_rate if a.num_experts > 1 and self._four_bit else weight_rate
         return _Rates(
-            bytes_per_param=per_param, expert_bytes_per_param=expert_per_param, expert_params=expert_params,
-            always_params=a.active_params - a.experts_per_token * expert_params,
-            attention_params=float(a.attention_params),
-            attention_bytes_per_param=attention_bytes_per_param, attention_bw=attention_bw,
+            held_rest_bytes=held_rest, read_rest_bytes=dense_ffn + read_unquantised,
+            expert_bytes_per_param=expert_per_param, expert_params=expert_params,
+            attention_params=float(a.attention_params), attention_bytes=attention_bytes,
+            attention_bw=stream_bw([(attention_bytes - out - unquantised, dtype_bw(kept)), (out, dtype_bw(output)),
+                                    (unquantised, weight_bw)]),
+            rest_bw=stream_bw([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw)]),
             num_experts=float(a.num_experts),
             expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
             weight_bw=weight_bw,

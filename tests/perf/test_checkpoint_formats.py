@@ -154,3 +154,21 @@ def test_compressed_tensors_bits_count_the_scales_and_zero_points_a_scheme_store
         assert form.expert_bits_per_weight == bits
         assert (form.attention_dtype, form.dense_ffn_dtype) == (form.weight_dtype, form.weight_dtype)
     assert compressed_tensors_format({"quant_method": "fp8"}, "x") is None
+
+
+def test_the_non_expert_gemms_of_a_4_bit_moe_run_each_at_its_parts_rate():
+    """NVFP4 DeepSeek-R1 on B200: attention at the bf16 peak (the rule keeps it 16-bit), shared experts and dense
+    MLPs at the FP4 peak (stored 4-bit), lm_head and routers at bf16; an FP8 checkpoint runs them all at FP8."""
+    a = load_architecture("deepseek-ai/DeepSeek-R1")
+    gpu = get_gpu("B200")
+    step = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp4", kv_dtype="fp8")
+    eff = step.efficiency
+    bf16, fp4 = gpu.flops_for("bf16") * eff.flops_for("bf16"), gpu.flops_for("fp4") * eff.flops_for("fp4")
+    experts = a.experts_per_token * a.routed_expert_params // (a.moe_layers * a.num_experts) * a.moe_layers
+    lm_head_and_routers = a.active_params - a.embedding_params - experts - a.dense_ffn_params - a.attention_params
+    seconds_per_flop = (a.attention_params / bf16 + a.dense_ffn_params / fp4 + lm_head_and_routers / bf16)
+    assert step._rates.dense_rate == pytest.approx(
+        (a.attention_params + a.dense_ffn_params + lm_head_and_routers) / seconds_per_flop, rel=1e-9)
+    assert fp4 > step._rates.dense_rate > bf16
+    fp8 = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8")
+    assert fp8._rates.dense_rate == pytest.approx(gpu.flops_for("fp8") * eff.flops_for("fp8"), rel=1e-12)

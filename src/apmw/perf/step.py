@@ -419,10 +419,15 @@ class RooflineFigures:
         expert_per_param = a.expert_bytes_per_param(self.weight_dtype, self.moe_dtype)
         routed = a.num_experts * expert_params
         held_rest = self.weight_bytes - attention_bytes - routed * expert_per_param
-        if self.moe_dtype is not None:
-            dense_rate = weight_rate
-        else:
-            dense_rate = bf16_rate if a.num_experts > 1 and self._four_bit else weight_rate
+        # the non-expert GEMMs, each part at its dtype's rate: attention and dense FFN as the checkpoint stores
+        # them; lm_head and routers (16-bit) at the weight dtype's rate, or bf16 beside 4-bit experts, which
+        # quantise nothing else of theirs (gpt-oss's modules_to_not_convert)
+        unquantised_rate = bf16_rate if a.num_experts > 1 and self._four_bit and self.moe_dtype is None else weight_rate
+        dense_rate = _combined_rate([
+            (a.attention_params - a.attention_unquantised_params - a.attention_output_params, self._rate(kept)),
+            (a.attention_output_params, self._rate(output)), (a.dense_ffn_params, self._rate(ffn)),
+            (a.active_params - a.embedding_params - a.experts_per_token * expert_params - a.dense_ffn_params
+             - a.attention_params + a.attention_unquantised_params, unquantised_rate)])
         return _Rates(
             held_rest_bytes=held_rest, read_rest_bytes=dense_ffn + read_unquantised,
             expert_bytes_per_param=expert_per_param, expert_params=expert_params,
@@ -442,11 +447,11 @@ class RooflineFigures:
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
         """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads.
 
-        Each FLOP runs at the rate of the kernel that computes it: the weight format's peak for
-        the GEMMs, the bf16 peak for attention (FlashAttention computes in 16 bits whatever the
-        KV format) and for the non-expert GEMMs of a 4-bit MoE checkpoint, which quantises only
-        its experts (gpt-oss keeps attention, router and LM head in bf16:
-        apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE).
+        Each FLOP runs at the rate of the kernel that computes it: each part's GEMMs at the peak of the
+        format the checkpoint stores that part in (:meth:`apmw.arch.Architecture.part_dtypes`: a 4-bit MoE's
+        16-bit attention at bf16, its 4-bit shared experts and dense MLPs at FP4 where the GPU has it), lm_head
+        and routers beside 4-bit experts at bf16, and the bf16 peak for attention itself (FlashAttention
+        computes in 16 bits whatever the KV format).
         """
         memory_s, compute_s, _ = self._terms(load)
         return memory_s, compute_s
@@ -481,6 +486,10 @@ class RooflineFigures:
             return np.ones_like(seqs)
         return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
 
+    def _rate(self, dtype: str) -> float:
+        """FLOP/s of a GEMM whose weights are stored as ``dtype`` (4-bit without FP4 tensor cores: bf16)."""
+        return self.gpu.flops_for(dtype) * self.efficiency.flops_for(dtype)
+
     @property
     def _four_bit(self) -> bool:
         return self.weight_dtype.lower() in ("fp4", "int4")
@@ -498,3 +507,9 @@ class RooflineFigures:
         the GPU busy computing for as long as it lasts."""
         memory_s, compute_s, served_extra = self._terms(load)
         return np.minimum((compute_s + served_extra) / np.maximum(memory_s, 1e-30), 1.0)
+
+
+def _combined_rate(parts: list[tuple[float, float]]) -> float:
+    """The FLOP/s of (parameters, FLOP/s) parts run one after another: their FLOPs over their summed seconds."""
+    work = sum(p for p, _ in parts if p > 0)
+    return work / sum(p / rate for p, rate in parts if p > 0) if work else parts[-1][1]

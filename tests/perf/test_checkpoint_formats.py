@@ -172,3 +172,17 @@ def test_the_non_expert_gemms_of_a_4_bit_moe_run_each_at_its_parts_rate():
     assert fp4 > step._rates.dense_rate > bf16
     fp8 = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8")
     assert fp8._rates.dense_rate == pytest.approx(gpu.flops_for("fp8") * eff.flops_for("fp8"), rel=1e-12)
+
+
+def test_the_calibrated_path_times_each_part_with_its_dtypes_measured_gemm():
+    """NVFP4 DeepSeek-R1: attention projections and lm_head from the bf16 GEMM table, shared experts and dense
+    MLPs from the NVFP4 one on Blackwell, from bf16 where no FP4 table was measured (Hopper runs them W4A16)."""
+    from apmw.perf.calibrated import _dense_gemm_dtype, _ffn_gemm_dtype, _lm_head_gemm_dtype
+    from apmw.perf.tables import load_tables
+    r1 = load_architecture("deepseek-ai/DeepSeek-R1")
+    b200, h200 = load_tables(get_gpu("B200").name, "sglang"), load_tables(get_gpu("H200").name, "sglang")
+    assert b200.has("gemm_nvfp4") and not h200.has("gemm_nvfp4")
+    assert (_dense_gemm_dtype(r1, "fp4"), _lm_head_gemm_dtype(r1, "fp4")) == ("bf16", "bf16")
+    assert (_ffn_gemm_dtype(r1, b200, "fp4"), _ffn_gemm_dtype(r1, h200, "fp4")) == ("nvfp4", "bf16")
+    assert (_dense_gemm_dtype(r1, "fp8"), _ffn_gemm_dtype(r1, b200, "fp8"), _lm_head_gemm_dtype(r1, "fp8")) == (
+        "fp8", "fp8", "fp8")

@@ -39,9 +39,9 @@ UNQUANTISED_BYTES = 2.0
 # checkpoint whose config says, such as Kimi-K2.5's compressed-tensors ignore list, is priced as it says:
 # apmw.catalog.checkpoint_formats). The rule covers the attention projections only ("attention_params": for a
 # hybrid such as Qwen3.5 its linear-attention projections too): shared experts and dense MLPs are priced in the
-# 4-bit weight dtype, as ModelOpt's DeepSeek checkpoints store them. The roofline's bytes and compute rates
-# follow these parts; the calibrated path still times every non-expert GEMM of a 4-bit MoE at bf16
-# (apmw.perf.calibrated._DENSE_DTYPE_OF_4BIT_MOE).
+# 4-bit weight dtype, as ModelOpt's DeepSeek checkpoints store them. Bytes and GEMM rates follow these parts
+# on the roofline and in the calibrated path (apmw.perf.calibrated._dense_gemm_dtype, _ffn_gemm_dtype), which
+# times every attention projection, the output projection included, in the attention projections' dtype.
 FOUR_BIT_MOE_ATTENTION_DTYPE = "bf16"
 FOUR_BIT_DTYPES = ("fp4", "int4")
 

@@ -64,10 +64,10 @@ from apmw.perf.tables import (BASE_ENGINE, KernelTables, bilinear_log2, gemm_lat
 # Weight dtype -> GEMM table. "fp4" is NVFP4 (W4A4, measured on Blackwell only; a GPU without the
 # table reads fp4 weights from its fp8 table through apmw.perf.scaled).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4"}
-# 4-bit MoE checkpoints quantise only the experts: gpt-oss's MXFP4 config.json lists
-# self_attn, the router, the embeddings and lm_head in modules_to_not_convert, so those
-# GEMMs run in bf16.
-_DENSE_DTYPE_OF_4BIT_MOE = "bf16"
+# Beside 4-bit experts, lm_head and the router stay 16-bit (gpt-oss's MXFP4 config.json lists them, with
+# self_attn, in modules_to_not_convert): their GEMMs run in bf16. Attention and the dense FFN run in the
+# dtype the checkpoint stores them in (Architecture.part_dtypes).
+_UNQUANTISED_GEMM_DTYPE = "bf16"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
@@ -203,7 +203,7 @@ def _mla_bmm_dtype(weight_dtype: str) -> str:
 
 
 def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
-    dense_dt = _dense_gemm_dtype(arch, weight_dtype) if weight_dtype.lower() in _GEMM_DTYPE else "?"
+    dense_dt = _ffn_gemm_dtype(arch, tables, weight_dtype) if weight_dtype.lower() in _GEMM_DTYPE else "?"
     if (arch.moe_layers != arch.num_layers or arch.shared_expert_params) and not tables.has("gemm_" + dense_dt):
         return f"the dense and shared-expert layers' weight dtype {weight_dtype} has no measured GEMM table on {tables.gpu}"
     if moe_key(arch, tables, gpus, weight_dtype, mxfp4_activations) is None:
@@ -214,9 +214,21 @@ def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_act
 
 
 def _dense_gemm_dtype(arch: Architecture, weight_dtype: str) -> str:
-    if arch.moe_layers and weight_dtype.lower() in ("fp4", "mxfp4"):
-        return _DENSE_DTYPE_OF_4BIT_MOE
-    return _GEMM_DTYPE[weight_dtype.lower()]
+    """The GEMM table of the attention projections: the dtype the checkpoint stores them in."""
+    return _GEMM_DTYPE[arch.part_dtypes(weight_dtype.lower())[0].lower()]
+
+
+def _ffn_gemm_dtype(arch: Architecture, tables: KernelTables, weight_dtype: str) -> str:
+    """The GEMM table of the shared experts and dense MLPs: the dtype the checkpoint stores them in, or bf16
+    for 4-bit weights on a GPU without an FP4 table (W4A16: they are dequantised and multiplied in bf16, as
+    apmw.catalog.gpus's rate chain has it)."""
+    dt = _GEMM_DTYPE.get(arch.part_dtypes(weight_dtype.lower())[2].lower(), "?")
+    return "bf16" if dt == "nvfp4" and not tables.has("gemm_nvfp4") else dt
+
+
+def _lm_head_gemm_dtype(arch: Architecture, weight_dtype: str) -> str:
+    four_bit_experts = arch.moe_layers and weight_dtype.lower() in ("fp4", "int4")
+    return _UNQUANTISED_GEMM_DTYPE if four_bit_experts else _GEMM_DTYPE[weight_dtype.lower()]
 
 
 def _attn_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:
@@ -250,11 +262,11 @@ class _Curves:
 
 def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
             bandwidth_eff: float, engine: str = DEFAULT_ENGINE, mxfp4_activations: str = "bf16") -> _Curves:
-    dt = _dense_gemm_dtype(arch, weight_dtype)
+    dt, ffn_dt = _dense_gemm_dtype(arch, weight_dtype), _ffn_gemm_dtype(arch, t, weight_dtype)
     h, L = arch.hidden_size, arch.num_layers
     served_source = ""
     dense_layers = L - arch.moe_layers
-    mlp = dense_layers * _mlp_s(t, dt, arch.dense_intermediate_size / g, h)
+    mlp = dense_layers * _mlp_s(t, ffn_dt, arch.dense_intermediate_size / g, h)
     inter = arch.dense_intermediate_size / g
     if arch.moe_layers:
         # routed experts from the measured fused-MoE table (tokens -> seconds), the bf16 router and any
@@ -271,14 +283,13 @@ def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dt
             moe_s = np.maximum(moe_s, flops / ceiling)
         moe_layer = moe_s + gemm_latency_s(t, "bf16", arch.num_experts, h)
         if arch.shared_expert_params:
-            moe_layer = moe_layer + _mlp_s(t, dt, arch.shared_expert_params // (3 * h) / g, h)
+            moe_layer = moe_layer + _mlp_s(t, ffn_dt, arch.shared_expert_params // (3 * h) / g, h)
         mlp = mlp + arch.moe_layers * moe_layer
     if arch.attention == "mla":
         attn = _mla_curves(t, arch, g, dt, kv_dtype)
     else:
         attn = _gqa_curves(t, arch, g, dt, kv_dtype, engine)
-    lm_head = gemm_latency_s(t, "bf16" if dt == _DENSE_DTYPE_OF_4BIT_MOE and arch.moe_layers else dt,
-                             arch.vocab_size / g, h)
+    lm_head = gemm_latency_s(t, _lm_head_gemm_dtype(arch, weight_dtype), arch.vocab_size / g, h)
     # Elementwise traffic per token per layer on one rank (16-bit activations): two
     # residual-add + RMSNorm passes over the hidden state (read x, read residual, write
     # both), SiLU-and-mul over the gate/up output (read 2*inter, write inter), RoPE on q, k.

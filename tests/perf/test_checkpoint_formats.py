@@ -137,6 +137,13 @@ KIMI_SCHEME = {"quant_method": "compressed-tensors", "config_groups": {"group_0"
     ({"ignore": ["re:.*experts.*"]}, "leaves the routed experts unquantised"),
     ({"ignore": ["re:.*shared_experts.*"]}, "only one of the shared experts and the dense MLPs"),
     ({"ignore": ["re:(unclosed"]}, "is not a valid pattern"),
+    ({"ignore": "lm_head"}, "is not a list"),
+    ({"config_groups": ["group_0"]}, "is not a mapping of schemes"),
+    ({"config_groups": {"g": {"weights": "w4a16"}}}, "is not a mapping"),
+    ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "group_size": -32}}}},
+     "group_size -32 is not a positive whole number"),
+    ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "group_size": "32"}}}},
+     "group_size '32' is not a positive whole number"),
 ])
 def test_a_compressed_tensors_layout_apmw_cannot_price_is_refused_with_the_reason(change, message):
     with pytest.raises(ConfigError, match=message):

@@ -57,20 +57,29 @@ def compressed_tensors_format(q: dict, where: str) -> CheckpointFormat | None:
     routed experts' bits per weight count their scales: one per ``group_size`` weights, 8 bits for a 4-bit
     float scheme (NVFP4's FP8 and MXFP4's E8M0 scales), else 16 bits (the checkpoint's bf16), plus a zero
     point of the same width when the scheme is asymmetric. A scheme or layout apmw cannot price is refused."""
-    if str(q.get("quant_method", "")).lower() != "compressed-tensors":
+    if not isinstance(q, dict) or str(q.get("quant_method", "")).lower() != "compressed-tensors":
         return None
-    groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict) and g.get("weights")]
+    config_groups = q.get("config_groups") or {}
+    if not isinstance(config_groups, dict):
+        raise ConfigError(f"{where}: quantization_config.config_groups {config_groups!r} is not a mapping of schemes")
+    groups = [g for g in config_groups.values() if isinstance(g, dict) and g.get("weights")]
     if len(groups) != 1:
         raise ConfigError(f"{where}: quantization_config has {len(groups)} weight schemes (config_groups); apmw prices "
                           "a compressed-tensors checkpoint with exactly one. Give --weight-dtype and use a config "
                           "without quantization_config to price it as one dtype")
     weights = groups[0]["weights"]
+    if not isinstance(weights, dict):
+        raise ConfigError(f"{where}: quantization_config.config_groups weights {weights!r} is not a mapping")
     key = (weights.get("num_bits"), str(weights.get("type", "")).lower())
     dtype = _SCHEME_DTYPES.get(key)
     if dtype is None:
         raise ConfigError(f"{where}: quantization_config weight scheme {key[0]}-bit {key[1] or '?'} is not one apmw "
-                          f"prices ({', '.join(f'{b}-bit {t}' for b, t in _SCHEME_DTYPES)})")
-    kept = _kept_parts(q.get("ignore") or [], where)
+                          f"prices ({', '.join(f'{b}-bit {t}' for b, t in _SCHEME_DTYPES)}); to price the checkpoint "
+                          "as one dtype, remove quantization_config from a copy of its config and give --weight-dtype")
+    ignore = q.get("ignore") or []
+    if not isinstance(ignore, list):
+        raise ConfigError(f"{where}: quantization_config.ignore {ignore!r} is not a list of module names or patterns")
+    kept = _kept_parts(ignore, where)
     if "routed_experts" in kept:
         raise ConfigError(f"{where}: quantization_config.ignore leaves the routed experts unquantised; apmw prices "
                           "such a checkpoint as bf16 (give --weight-dtype bf16)")
@@ -82,7 +91,7 @@ def compressed_tensors_format(q: dict, where: str) -> CheckpointFormat | None:
         attention_dtype=UNQUANTISED_DTYPE if "attention" in kept else dtype,
         attention_output_dtype=UNQUANTISED_DTYPE if "attention_output" in kept else dtype,
         dense_ffn_dtype=UNQUANTISED_DTYPE if "dense_mlp" in kept else dtype,
-        expert_bits_per_weight=_bits_per_weight(weights, key),
+        expert_bits_per_weight=_bits_per_weight(weights, key, where),
         source=(f"its quantization_config (compressed-tensors): {key[0]}-bit {key[1]} weights"
                 f"{_grouping(weights)}; in 16 bits: "
                 + (", ".join(_PART_WORDS[p] for p in _PART_MODULES if p in kept) or "no linear layer")))
@@ -101,11 +110,14 @@ def _kept_parts(ignore: list, where: str) -> set[str]:
             if all(any(p.match(m) for p in patterns) for m in modules)}
 
 
-def _bits_per_weight(weights: dict, key: tuple) -> float:
+def _bits_per_weight(weights: dict, key: tuple, where: str) -> float:
     bits = float(key[0])
     group = weights.get("group_size")
-    if str(weights.get("strategy", "group")).lower() not in ("group", "tensor_group") or not group:
+    if str(weights.get("strategy", "group")).lower() not in ("group", "tensor_group") or group is None:
         return bits            # per channel, per tensor or per 128x128 block: the scales add under 0.1 %
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ConfigError(f"{where}: quantization_config weight scheme group_size {group!r} is not a positive "
+                          "whole number of weights")
     scale_bits = 8.0 if key == (4, "float") else 16.0
     zero_bits = 0.0 if weights.get("symmetric", True) else scale_bits
     return bits + (scale_bits + zero_bits) / float(group)

@@ -271,7 +271,9 @@ def test_load_from_path(tmp_path):
 def test_summary_is_json_ready(arch, name):
     s = summary(arch(name))
     text = json.dumps(s)
-    assert s["name"] == name and set(s["weight_bytes"]) == {"bf16", "fp8", "fp4"}
+    form = arch(name).checkpoint_format       # and the checkpoint's own dtype where its config states it
+    own = {form.weight_dtype} if form is not None else set()
+    assert s["name"] == name and set(s["weight_bytes"]) == {"bf16", "fp8", "fp4"} | own
     assert set(s["kv_bytes_per_token"]) == {"bf16", "fp8", "fp4"}
     assert "source" in text
 

@@ -88,7 +88,7 @@ def test_kimi_k25s_config_keeps_attention_shared_experts_and_dense_mlps_in_16_bi
     form = k.checkpoint_format
     assert (form.weight_dtype, form.attention_dtype, form.attention_output_dtype, form.dense_ffn_dtype) == (
         "int4", "bf16", "bf16", "bf16")
-    assert form.expert_bits_per_weight == 4 + 16 / 32
+    assert form.bits_per_weight == 4 + 16 / 32
     assert config_weight_dtype("moonshotai/Kimi-K2.5") == "int4" and k.expert_dtype_in_checkpoint == "int4"
     # by hand: one shared expert (3 x 7,168 x 2,048) in each of 60 MoE layers, one dense MLP (3 x 7,168 x 18,432)
     assert k.dense_ffn_params == 60 * 3 * 7168 * 2048 + 3 * 7168 * 18432
@@ -138,6 +138,12 @@ KIMI_SCHEME = {"quant_method": "compressed-tensors", "config_groups": {"group_0"
     ({"ignore": ["re:.*shared_experts.*"]}, "only one of the shared experts and the dense MLPs"),
     ({"ignore": ["re:(unclosed"]}, "is not a valid pattern"),
     ({"ignore": "lm_head"}, "is not a list"),
+    ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "num_bits": [4]}}}},
+     "num_bits \\[4\\] is not a whole number"),
+    ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "symmetric": "no"}}}},
+     "symmetric 'no' is not true or false"),
+    ({"config_groups": {"g": {"targets": ["re:.*experts.*"], "weights": {"num_bits": 4, "type": "int"}}}},
+     "targets every Linear layer"),
     ({"config_groups": ["group_0"]}, "is not a mapping of schemes"),
     ({"config_groups": {"g": {"weights": "w4a16"}}}, "is not a mapping"),
     ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "group_size": -32}}}},
@@ -154,11 +160,13 @@ def test_compressed_tensors_bits_count_the_scales_and_zero_points_a_scheme_store
     group = KIMI_SCHEME["config_groups"]["group_0"]["weights"]
     nvfp4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True}
     cases = [(group, 4.5), ({**group, "group_size": 128, "symmetric": False}, 4.25), (nvfp4, 4.5),
-             ({"num_bits": 8, "type": "float", "strategy": "channel"}, 8.0)]
+             ({"num_bits": 8, "type": "float", "strategy": "channel"}, 8.0),
+             # compressed-tensors' defaults: symmetric, and a group strategy where a group size is given
+             ({**group, "symmetric": None}, 4.5), ({**group, "strategy": None}, 4.5)]
     for weights, bits in cases:
         scheme = {**KIMI_SCHEME, "config_groups": {"g": {"weights": weights}}, "ignore": ["lm_head"]}
         form = compressed_tensors_format(scheme, "my/ckpt")
-        assert form.expert_bits_per_weight == bits
+        assert form.bits_per_weight == bits
         assert (form.attention_dtype, form.dense_ffn_dtype) == (form.weight_dtype, form.weight_dtype)
     assert compressed_tensors_format({"quant_method": "fp8"}, "x") is None
 
@@ -189,7 +197,77 @@ def test_the_calibrated_path_times_each_part_with_its_dtypes_measured_gemm():
     r1 = load_architecture("deepseek-ai/DeepSeek-R1")
     b200, h200 = load_tables(get_gpu("B200").name, "sglang"), load_tables(get_gpu("H200").name, "sglang")
     assert b200.has("gemm_nvfp4") and not h200.has("gemm_nvfp4")
-    assert (_dense_gemm_dtype(r1, "fp4"), _lm_head_gemm_dtype(r1, "fp4")) == ("bf16", "bf16")
+    assert (_dense_gemm_dtype(r1, b200, "fp4"), _lm_head_gemm_dtype(r1, "fp4")) == ("bf16", "bf16")
     assert (_ffn_gemm_dtype(r1, b200, "fp4"), _ffn_gemm_dtype(r1, h200, "fp4")) == ("nvfp4", "bf16")
-    assert (_dense_gemm_dtype(r1, "fp8"), _ffn_gemm_dtype(r1, b200, "fp8"), _lm_head_gemm_dtype(r1, "fp8")) == (
+    assert (_dense_gemm_dtype(r1, b200, "fp8"), _ffn_gemm_dtype(r1, b200, "fp8"), _lm_head_gemm_dtype(r1, "fp8")) == (
         "fp8", "fp8", "fp8")
+
+
+def _with_scheme(model: str, ignore: list, weights: dict | None = None) -> dict:
+    """The bundled config of ``model`` with a compressed-tensors scheme (Kimi-K2.5's unless ``weights``)."""
+    from apmw.catalog.models import load_config
+    cfg, _ = load_config(model)
+    scheme = {**KIMI_SCHEME, "ignore": ignore}
+    if weights is not None:
+        scheme["config_groups"] = {"g": {"targets": ["Linear"], "weights": weights}}
+    return {**cfg, "quantization_config": scheme}
+
+
+def test_an_ignore_list_is_read_by_the_names_each_family_gives_its_modules():
+    """A GQA checkpoint's ignore list names q/k/v/o, a multimodal one prefixes its language model's layers,
+    Llama 4 calls the MLP feed_forward; a dense model has no experts to refuse."""
+    from apmw.arch import architecture_from_config
+    gqa = architecture_from_config(_with_scheme("Qwen/Qwen3-30B-A3B", [
+        "lm_head", "re:.*self_attn\\.(q|k|v|o)_proj$"]), "q")
+    assert gqa.part_dtypes("int4") == ("bf16", "bf16", "int4")
+    prefixed = architecture_from_config(_with_scheme("deepseek-ai/DeepSeek-R1", [
+        "lm_head", "re:language_model\\.model\\.layers\\.\\d+\\.self_attn\\..*"]), "r")
+    assert prefixed.part_dtypes("int4") == ("bf16", "bf16", "int4")
+    llama4 = architecture_from_config(_with_scheme("meta-llama/Llama-4-Scout-17B-16E-Instruct", [
+        "re:.*feed_forward\\.shared_expert.*", "re:.*feed_forward\\.(gate|up|down)_proj"]), "l")
+    assert llama4.part_dtypes("int4")[2] == "bf16"
+    dense = architecture_from_config(_with_scheme("meta-llama/Meta-Llama-3.1-8B", ["lm_head", "re:.*mlp.*"]), "d")
+    assert dense.part_dtypes("int4") == ("int4", "int4", "bf16")
+    with pytest.raises(ConfigError, match="linear-attention layers"):
+        architecture_from_config(_with_scheme("Qwen/Qwen3.5-397B-A17B", ["lm_head"]), "hybrid")
+
+
+def test_the_schemes_bits_price_every_part_stored_in_it():
+    """An NVFP4 compressed-tensors checkpoint (groups of 16, FP8 scales: 4.5 bits) that quantises attention too
+    stores attention, dense FFN and experts at 4.5 bits, not apmw's 4.25-bit table."""
+    from apmw.arch import architecture_from_config
+    nvfp4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True}
+    a = architecture_from_config(_with_scheme("deepseek-ai/DeepSeek-R1", ["lm_head"], nvfp4), "r1-nvfp4")
+    assert a.part_dtypes("fp4") == ("fp4", "fp4", "fp4")
+    quantised = a.params - a.unquantized_params
+    assert a.weight_bytes("fp4") == pytest.approx(quantised * 4.5 / 8 + a.unquantized_params * BF16, rel=1e-12)
+
+
+def test_a_model_that_routes_to_every_expert_reads_them_all_every_step():
+    """Mixtral with top-8 of 8 experts: every step reads every expert, as it does the dense weights."""
+    from apmw.arch import architecture_from_config
+    from apmw.catalog.models import load_config
+    cfg, _ = load_config("mistralai/Mixtral-8x7B-v0.1")
+    a = architecture_from_config({**cfg, "num_experts_per_tok": 8}, "mixtral-top8")
+    step = RooflineStepModel(arch=a, gpu=get_gpu("H200"), gpus=2, weight_dtype="bf16", kv_dtype="bf16")
+    assert 2 * step.weight_read_bytes_per_gpu(1.0) == pytest.approx(a.active_weight_bytes("bf16"), rel=1e-12)
+    assert step.held_weight_bytes == pytest.approx(a.weight_bytes("bf16"), rel=1e-12)
+
+
+def test_a_4_bit_attention_on_a_gpu_without_fp4_tables_reads_the_bf16_table():
+    """gpt-oss with a compressed-tensors FP4 scheme on every Linear layer (attention included) on H200, which has
+    no NVFP4 GEMM table: its GEMMs run W4A16, from the bf16 table, not a missing one."""
+    from apmw.arch import architecture_from_config
+    from apmw.perf.replica import build_step_model
+    nvfp4 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True}
+    a = architecture_from_config(_with_scheme("openai/gpt-oss-120b", ["lm_head"], nvfp4), "oss-all-fp4")
+    assert a.part_dtypes("fp4")[0] == "fp4"
+    step = build_step_model(a, get_gpu("H200"), 1, "fp4", "bf16")
+    assert float(step.iteration_time_s(_decode_load(step, 8))) > 0
+
+
+def _decode_load(step, b: int):
+    from apmw.perf.step import IterationLoad
+    a = step.arch
+    return IterationLoad(decode_seqs=float(b), prefill_tokens=0.0, kv_read_bytes=b * a.kv_read_bytes_for_context(2000.0,
+                         "bf16"), attention_flops=b * a.attention_flops_per_token(2000.0))

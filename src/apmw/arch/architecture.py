@@ -69,6 +69,7 @@ class Architecture:
     lookup_table_bytes: float = 0.0             # non-parameter tables stored with the weights (V4 hash routing)
     attention_output_params: int = 0            # of attention_params: the output projections (o_proj, wo)
     dense_ffn_params: int = 0                   # shared experts and dense MLPs, all layers
+    attention_unquantised_params: int = 0       # of attention_params, kept 16-bit or wider (V4's gates and norms)
     checkpoint_format: CheckpointFormat | None = None   # what the checkpoint stores each part in, where it says
     notes: tuple[str, ...] = ()
 
@@ -99,13 +100,6 @@ class Architecture:
         """The 16-bit parameters a decode step reads besides attention's own: lm_head, norms, routers."""
         return self.active_unquantized_params - self.attention_unquantised_params
 
-    @property
-    def attention_unquantised_params(self) -> int:
-        """Of ``attention_params``, those every checkpoint keeps 16-bit or wider (DeepSeek-V4's compressor
-        gates and norms; 0 elsewhere): the parameters neither quantised nor counted in another part."""
-        return self.attention_params - (self.params - self.unquantized_params - self.routed_expert_params
-                                        - self.dense_ffn_params)
-
     def _format_at(self, weight_dtype: str, expert_dtype: str | None) -> CheckpointFormat | None:
         """The checkpoint's own format where it is priced as stored: in its weight dtype, no expert dtype of
         another's."""
@@ -132,25 +126,31 @@ class Architecture:
         """(the attention projections' dtype, the output projection's): :meth:`part_dtypes`' first two."""
         return self.part_dtypes(weight_dtype, expert_dtype)[:2]
 
-    def expert_bytes_per_param(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
-        """Bytes one routed-expert weight takes: the checkpoint's own count with its scales where its config
-        gives one, else ``expert_dtype`` (or ``weight_dtype``) at apmw's table (:func:`weight_storage_bytes`)."""
+    def stored_bytes_per_param(self, dtype: str, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes one weight stored as ``dtype`` takes in a checkpoint of ``weight_dtype``: the checkpoint's own
+        count with its scales where its config gives one for that dtype, else apmw's table
+        (:func:`weight_storage_bytes`)."""
         known = self._format_at(weight_dtype, expert_dtype)
-        if known is not None and known.expert_bits_per_weight is not None:
-            return known.expert_bits_per_weight / 8.0
-        return weight_storage_bytes(expert_dtype or weight_dtype)
+        if known is not None and known.bits_per_weight is not None and dtype.lower() == known.weight_dtype:
+            return known.bits_per_weight / 8.0
+        return weight_storage_bytes(dtype)
+
+    def expert_bytes_per_param(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
+        """Bytes one routed-expert weight takes (:meth:`stored_bytes_per_param` of its dtype)."""
+        return self.stored_bytes_per_param(expert_dtype or weight_dtype, weight_dtype, expert_dtype)
 
     def attention_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
         """Bytes of the attention projections of every layer in a checkpoint of ``weight_dtype``."""
         kept, output, _ = self.part_dtypes(weight_dtype, expert_dtype)
         quantised = self.attention_params - self.attention_unquantised_params
-        return ((quantised - self.attention_output_params) * weight_storage_bytes(kept)
-                + self.attention_output_params * weight_storage_bytes(output)
+        return ((quantised - self.attention_output_params) * self.stored_bytes_per_param(kept, weight_dtype, expert_dtype)
+                + self.attention_output_params * self.stored_bytes_per_param(output, weight_dtype, expert_dtype)
                 + self.attention_unquantised_params * UNQUANTISED_BYTES)
 
     def dense_ffn_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> float:
         """Bytes of the shared experts and dense MLPs of every layer in a checkpoint of ``weight_dtype``."""
-        return self.dense_ffn_params * weight_storage_bytes(self.part_dtypes(weight_dtype, expert_dtype)[2])
+        ffn = self.part_dtypes(weight_dtype, expert_dtype)[2]
+        return self.dense_ffn_params * self.stored_bytes_per_param(ffn, weight_dtype, expert_dtype)
 
     def kv_bytes_per_token(self, kv_dtype: str) -> float:
         """KV bytes per token of context beyond every window: full layers, or V4's compressed

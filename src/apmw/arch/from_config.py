@@ -61,9 +61,17 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
 def _stored_as(arch: Architecture, cfg: dict[str, Any], text: dict[str, Any]) -> Architecture:
     """``arch`` with the checkpoint format its config's quantization_config states, where it states one
     (:func:`apmw.catalog.checkpoint_formats.compressed_tensors_format`)."""
-    form = compressed_tensors_format(cfg.get("quantization_config") or text.get("quantization_config") or {}, arch.name)
+    present = {"attention": True, "attention_output": True, "routed_experts": bool(arch.routed_expert_params),
+               "shared_experts": bool(arch.shared_expert_params), "dense_mlp": arch.moe_layers < arch.num_layers}
+    parts = {part for part, there in present.items() if there}
+    form = compressed_tensors_format(cfg.get("quantization_config") or text.get("quantization_config") or {},
+                                     arch.name, frozenset(parts))
     if form is None:
         return arch
+    if arch.linear_attention_layers:
+        raise ConfigError(f"{arch.name}: apmw does not read a compressed-tensors quantization_config of a model with "
+                          "linear-attention layers (which of their projections it keeps in 16 bits is not read); "
+                          "remove quantization_config from a copy of the config and give --weight-dtype")
     experts = form.weight_dtype if arch.routed_expert_params else arch.expert_dtype_in_checkpoint
     return replace(arch, checkpoint_format=form, expert_dtype_in_checkpoint=experts,
                    notes=arch.notes + (f"stored as {form.source}",))
@@ -84,7 +92,7 @@ def _v4_architecture(c: Cfg, name: str, source: str, notes: list[str], hidden: i
         full_attention_layers=0, sliding_window_layers=0, sliding_window=comp.window_tokens,
         linear_attention_layers=0, kv_elements_per_token_per_layer=0, linear_state_bytes_per_sequence=0.0,
         attn_flops_per_context_token=comp.attend_flops_per_entry, attention_topk=comp.index_topk or None,
-        attention_params=v4.attn_params, compressed=comp,
+        attention_params=v4.attn_params, attention_unquantised_params=v4.attn_unquantised, compressed=comp,
         lookup_table_bytes=c.get("num_hash_layers", 0) * vocab * ffn.fields["experts_per_token"] * 4.0,
         notes=tuple(notes + ignored_notes(c) + v4_notes(c, v4, vocab, ffn.fields["experts_per_token"])),
         **ffn.fields,

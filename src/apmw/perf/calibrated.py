@@ -186,7 +186,7 @@ def _mla_gap(tables: KernelTables, arch: Architecture, gpus: int, kv_dtype: str,
                 f"on {tables.gpu} for {tables.engine} (MLA kernel tables: SGLang on Blackwell)")
     if weight_dtype.lower() not in _GEMM_DTYPE:
         return f"weight dtype {weight_dtype} has no measured GEMM table"
-    bmm = _mla_bmm_dtype(_dense_gemm_dtype(arch, weight_dtype))
+    bmm = _mla_bmm_dtype(_dense_gemm_dtype(arch, tables, weight_dtype))
     if not all(tables.has(f"mlabmm_{op}_{bmm}_{arch.num_heads // gpus}") for op in ("pre", "post")):
         return f"the absorbed MLA decode GEMMs with {arch.num_heads // gpus} heads per rank were not measured"
     return None
@@ -205,7 +205,8 @@ def _mla_bmm_dtype(weight_dtype: str) -> str:
 def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_activations: str = "bf16") -> str | None:
     dense_dt = _ffn_gemm_dtype(arch, tables, weight_dtype) if weight_dtype.lower() in _GEMM_DTYPE else "?"
     if (arch.moe_layers != arch.num_layers or arch.shared_expert_params) and not tables.has("gemm_" + dense_dt):
-        return f"the dense and shared-expert layers' weight dtype {weight_dtype} has no measured GEMM table on {tables.gpu}"
+        return (f"the dense and shared-expert layers' GEMMs ({dense_dt}, as the {weight_dtype} checkpoint stores them) "
+                f"have no measured table on {tables.gpu}")
     if moe_key(arch, tables, gpus, weight_dtype, mxfp4_activations) is None:
         acts = " (MXFP4 experts with MXFP8 activations)" if mxfp4_activations == "mxfp8" else ""
         return (f"no measured MoE kernel for {arch.num_experts} experts x {arch.expert_intermediate_size} "
@@ -213,16 +214,21 @@ def _moe_gap(arch: Architecture, tables, gpus: int, weight_dtype: str, mxfp4_act
     return None
 
 
-def _dense_gemm_dtype(arch: Architecture, weight_dtype: str) -> str:
+def _dense_gemm_dtype(arch: Architecture, tables: KernelTables, weight_dtype: str) -> str:
     """The GEMM table of the attention projections: the dtype the checkpoint stores them in."""
-    return _GEMM_DTYPE[arch.part_dtypes(weight_dtype.lower())[0].lower()]
+    return _part_gemm_dtype(arch.part_dtypes(weight_dtype.lower())[0], tables)
 
 
 def _ffn_gemm_dtype(arch: Architecture, tables: KernelTables, weight_dtype: str) -> str:
-    """The GEMM table of the shared experts and dense MLPs: the dtype the checkpoint stores them in, or bf16
-    for 4-bit weights on a GPU without an FP4 table (W4A16: they are dequantised and multiplied in bf16, as
-    apmw.catalog.gpus's rate chain has it)."""
-    dt = _GEMM_DTYPE.get(arch.part_dtypes(weight_dtype.lower())[2].lower(), "?")
+    """The GEMM table of the shared experts and dense MLPs: the dtype the checkpoint stores them in."""
+    return _part_gemm_dtype(arch.part_dtypes(weight_dtype.lower())[2], tables)
+
+
+def _part_gemm_dtype(dtype: str, tables: KernelTables) -> str:
+    """The GEMM table of weights stored as ``dtype``, or bf16 for 4-bit weights on a GPU without an FP4 table
+    (W4A16: dequantised and multiplied in bf16, as apmw.catalog.gpus's rate chain has it); "?" for a dtype
+    without tables."""
+    dt = _GEMM_DTYPE.get(dtype.lower(), "?")
     return "bf16" if dt == "nvfp4" and not tables.has("gemm_nvfp4") else dt
 
 
@@ -262,7 +268,7 @@ class _Curves:
 
 def _curves(t: KernelTables, arch: Architecture, gpu: GpuSpec, g: int, weight_dtype: str, kv_dtype: str,
             bandwidth_eff: float, engine: str = DEFAULT_ENGINE, mxfp4_activations: str = "bf16") -> _Curves:
-    dt, ffn_dt = _dense_gemm_dtype(arch, weight_dtype), _ffn_gemm_dtype(arch, t, weight_dtype)
+    dt, ffn_dt = _dense_gemm_dtype(arch, t, weight_dtype), _ffn_gemm_dtype(arch, t, weight_dtype)
     h, L = arch.hidden_size, arch.num_layers
     served_source = ""
     dense_layers = L - arch.moe_layers

@@ -34,7 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
-from apmw.arch import Architecture, weight_storage_bytes
+from apmw.arch import Architecture
 from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
@@ -131,7 +131,8 @@ class _Rates(NamedTuple):
     """The per-replica constants of the roofline terms (:attr:`RooflineFigures._rates`)."""
 
     held_rest_bytes: float       # bytes held of everything but attention and the routed experts
-    read_rest_bytes: float       # of them, those a step reads: the dense FFN, lm_head, norms, routers
+    read_rest_bytes: float       # of them, those a step reads: the dense FFN, lm_head, norms, routers (and
+                                 # the experts of a model that routes to every one of them)
     expert_bytes_per_param: float
     expert_params: float         # one routed expert's parameters (0: dense)
     attention_params: float      # the attention projections (sharded over tp, copied per DP rank)
@@ -140,7 +141,7 @@ class _Rates(NamedTuple):
     rest_bw: float               # bytes/s the rest a step reads streams at
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
-    weight_bw: float             # bytes/s weights stream at
+    weight_bw: float             # bytes/s the routed experts stream at (the weight dtype's efficiency)
     kv_bw: float                 # bytes/s KV streams at, per byte of KV read (replication included)
     flops_per_token: float       # matmul FLOPs per token per GPU
     expert_share: float          # share of them in routed experts
@@ -412,13 +413,15 @@ class RooflineFigures:
         # norms and routers stream at the weight dtype's efficiency, as the efficiencies were fitted
         kept, output, ffn = a.part_dtypes(self.weight_dtype, self.moe_dtype)
         unquantised = a.attention_unquantised_params * UNQUANTISED_BYTES
-        out = a.attention_output_params * weight_storage_bytes(output)
+        out = a.attention_output_params * a.stored_bytes_per_param(output, self.weight_dtype, self.moe_dtype)
         attention_bytes = a.attention_bytes(self.weight_dtype, self.moe_dtype)
         dense_ffn = a.dense_ffn_bytes(self.weight_dtype, self.moe_dtype)
         read_unquantised = a.active_read_unquantised_params * UNQUANTISED_BYTES
         expert_per_param = a.expert_bytes_per_param(self.weight_dtype, self.moe_dtype)
         routed = a.num_experts * expert_params
         held_rest = self.weight_bytes - attention_bytes - routed * expert_per_param
+        # a model that routes every token to every expert reads all of them every step, as it does its dense FFN
+        every_expert = 0.0 if expert_params else float(a.active_routed_expert_params)
         # the non-expert GEMMs, each part at its dtype's rate: attention and dense FFN as the checkpoint stores
         # them; lm_head and routers (16-bit) at the weight dtype's rate, or bf16 beside 4-bit experts, which
         # quantise nothing else of theirs (gpt-oss's modules_to_not_convert)
@@ -426,15 +429,17 @@ class RooflineFigures:
         dense_rate = _combined_rate([
             (a.attention_params - a.attention_unquantised_params - a.attention_output_params, self._rate(kept)),
             (a.attention_output_params, self._rate(output)), (a.dense_ffn_params, self._rate(ffn)),
+            (every_expert, expert_rate),
             (a.active_params - a.embedding_params - a.experts_per_token * expert_params - a.dense_ffn_params
-             - a.attention_params + a.attention_unquantised_params, unquantised_rate)])
+             - every_expert - a.attention_params + a.attention_unquantised_params, unquantised_rate)])
         return _Rates(
-            held_rest_bytes=held_rest, read_rest_bytes=dense_ffn + read_unquantised,
+            held_rest_bytes=held_rest, read_rest_bytes=dense_ffn + read_unquantised + every_expert * expert_per_param,
             expert_bytes_per_param=expert_per_param, expert_params=expert_params,
             attention_params=float(a.attention_params), attention_bytes=attention_bytes,
             attention_bw=stream_bw([(attention_bytes - out - unquantised, dtype_bw(kept)), (out, dtype_bw(output)),
                                     (unquantised, weight_bw)]),
-            rest_bw=stream_bw([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw)]),
+            rest_bw=stream_bw([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw),
+                               (every_expert * expert_per_param, weight_bw)]),
             num_experts=float(a.num_experts),
             expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
             weight_bw=weight_bw,

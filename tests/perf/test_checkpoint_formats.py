@@ -271,3 +271,19 @@ def _decode_load(step, b: int):
     a = step.arch
     return IterationLoad(decode_seqs=float(b), prefill_tokens=0.0, kv_read_bytes=b * a.kv_read_bytes_for_context(2000.0,
                          "bf16"), attention_flops=b * a.attention_flops_per_token(2000.0))
+
+
+def test_a_quantization_config_that_is_not_a_mapping_is_refused_by_every_reader(tmp_path):
+    """`apmw model` and `apmw predict` read it through the architecture and the KV-dtype default: a string there
+    was a traceback (AttributeError) in predict; now the same clear refusal from both."""
+    import json
+    from apmw.arch import architecture_from_config
+    from apmw.catalog.models import checkpoint_kv_dtype, load_config
+    cfg, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "quantization_config": "fp8"}))
+    with pytest.raises(ConfigError, match="quantization_config 'fp8' is not a mapping"):
+        architecture_from_config({**cfg, "quantization_config": "fp8"}, "odd")
+    with pytest.raises(ConfigError, match="is not a mapping"):
+        checkpoint_kv_dtype(str(path))
+    assert config_weight_dtype(str(path)) is None

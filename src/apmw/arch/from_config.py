@@ -12,7 +12,7 @@ from apmw.arch.compressed_attention import deepseek_v4, v4_notes
 from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
-from apmw.catalog.checkpoint_formats import compressed_tensors_format
+from apmw.catalog.checkpoint_formats import compressed_tensors_format, quantization_config
 from apmw.catalog.models import load_config, local_path, on_disk, published_format, resolve_model_name
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
@@ -21,6 +21,7 @@ from apmw.errors import ConfigError
 def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
     """Build an Architecture from a HuggingFace config dict (see the :mod:`apmw.arch` docstring)."""
     text, notes = text_config(cfg)
+    quantization_config(cfg, name)          # a malformed one is refused before any family reads it
     why = refusal(cfg, text)
     if why:
         raise ConfigError(f"{name}: {why}")
@@ -64,8 +65,7 @@ def _stored_as(arch: Architecture, cfg: dict[str, Any], text: dict[str, Any]) ->
     present = {"attention": True, "attention_output": True, "routed_experts": bool(arch.routed_expert_params),
                "shared_experts": bool(arch.shared_expert_params), "dense_mlp": arch.moe_layers < arch.num_layers}
     parts = {part for part, there in present.items() if there}
-    form = compressed_tensors_format(cfg.get("quantization_config") or text.get("quantization_config") or {},
-                                     arch.name, frozenset(parts))
+    form = compressed_tensors_format(quantization_config(cfg, arch.name), arch.name, frozenset(parts))
     if form is None:
         return arch
     if arch.linear_attention_layers:

@@ -60,6 +60,17 @@ UNQUANTISED_DTYPE = "bf16"
 _REMEDY = "to price the checkpoint as one dtype, remove quantization_config from a copy of its config and give --weight-dtype"
 
 
+def quantization_config(cfg: dict, where: str) -> dict:
+    """A config's ``quantization_config`` (its own, else its text_config's; a multimodal checkpoint keeps it
+    there); {} without one. One that is not a mapping is refused."""
+    text = cfg.get("text_config")
+    q = cfg.get("quantization_config") or (text.get("quantization_config") if isinstance(text, dict) else None) or {}
+    if not isinstance(q, dict):
+        raise ConfigError(f"{where}: quantization_config {str(q)[:60]!r} is not a mapping (HF writes one with a "
+                          "quant_method); fix the config, or remove quantization_config and give --weight-dtype")
+    return q
+
+
 def compressed_tensors_format(q: dict, where: str, parts: frozenset[str] = ALL_PARTS) -> CheckpointFormat | None:
     """The format a compressed-tensors ``quantization_config`` (``q``) describes, or None when ``q`` is not one.
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from apmw.catalog.checkpoint_formats import CheckpointFormat, compressed_tensors_format
+from apmw.catalog.checkpoint_formats import CheckpointFormat, compressed_tensors_format, quantization_config
 from apmw.errors import ConfigError, UnknownNameError
 
 _MODELS_DIR = Path(__file__).parent / "data" / "models"
@@ -204,11 +204,11 @@ def config_weight_dtype(name_or_path: str) -> str | None:
         cfg, _ = load_config(name_or_path)
     except (ConfigError, UnknownNameError):
         return None
-    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
     try:
+        q = quantization_config(cfg, name_or_path)
         stated = compressed_tensors_format(q, name_or_path)
     except ConfigError:
-        return None         # a scheme apmw cannot price: the architecture's reading says why
+        return None         # a config apmw cannot price: the architecture's reading says why
     if stated is not None:
         return stated.weight_dtype
     method = q.get("quant_algo") if q.get("quant_method") == "modelopt" else q.get("quant_method")
@@ -226,7 +226,7 @@ def checkpoint_kv_dtype(name_or_path: str) -> tuple[str, str, bool]:
     or FP4 weight checkpoint keeps a bf16 KV cache unless it says otherwise). The flag: whether a published
     derivative was read off its base model's config (whose own quantization config apmw does not hold)."""
     cfg, _ = load_config(name_or_path)
-    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    q = quantization_config(cfg, name_or_path)
     scheme, algo = q.get("kv_cache_scheme"), q.get("kv_cache_quant_algo")
     found = _resolve(name_or_path) if not on_disk(name_or_path) else None
     derived = (" (read off its base model's config: the published checkpoint's own quantization config is not "

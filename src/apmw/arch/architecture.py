@@ -10,8 +10,8 @@ import numpy as np
 
 from apmw.arch.attention import MlaShape
 from apmw.arch.compressed_attention import CompressedAttention
-from apmw.arch.dtypes import (FOUR_BIT_DTYPES, FOUR_BIT_MOE_ATTENTION_DTYPE, UNQUANTISED_BYTES, kv_storage_bytes,
-                              weight_storage_bytes)
+from apmw.arch.dtypes import (FOUR_BIT_DTYPES, FOUR_BIT_MOE_ATTENTION_DTYPE, UNQUANTISED_BYTES,
+                              UNQUANTISED_GEMM_DTYPE, kv_storage_bytes, weight_storage_bytes)
 from apmw.catalog.checkpoint_formats import CheckpointFormat
 
 
@@ -104,8 +104,9 @@ class Architecture:
         """The checkpoint's own format where it is priced as stored: in its weight dtype, no expert dtype of
         another's."""
         known = self.checkpoint_format
-        own_experts = expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
-        return known if known is not None and not own_experts and known.weight_dtype == weight_dtype.lower() else None
+        if known is None or _own_experts(weight_dtype, expert_dtype) or known.weight_dtype != weight_dtype.lower():
+            return None
+        return known
 
     def part_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str, str]:
         """(the attention projections' dtype, the output projection's, the dense FFN's) in a checkpoint of
@@ -116,11 +117,17 @@ class Architecture:
         known = self._format_at(weight_dtype, expert_dtype)
         if known is not None:
             return known.attention_dtype, known.attention_output_dtype, known.dense_ffn_dtype
-        own_experts = expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
-        if (not own_experts and self.routed_expert_params and self.compressed is None
+        if (not _own_experts(weight_dtype, expert_dtype) and self.routed_expert_params and self.compressed is None
               and weight_dtype.lower() in FOUR_BIT_DTYPES):
             return FOUR_BIT_MOE_ATTENTION_DTYPE, FOUR_BIT_MOE_ATTENTION_DTYPE, weight_dtype
         return weight_dtype, weight_dtype, weight_dtype
+
+    def unquantised_gemm_dtype(self, weight_dtype: str, expert_dtype: str | None = None) -> str:
+        """The dtype whose kernels time the GEMMs of the 16-bit lm_head and routers: bf16 beside 4-bit experts
+        (gpt-oss's modules_to_not_convert lists them), else the weight dtype's, as the efficiencies were fitted."""
+        four_bit_experts = (self.moe_layers and not _own_experts(weight_dtype, expert_dtype)
+                            and weight_dtype.lower() in FOUR_BIT_DTYPES)
+        return UNQUANTISED_GEMM_DTYPE if four_bit_experts else weight_dtype
 
     def attention_dtypes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[str, str]:
         """(the attention projections' dtype, the output projection's): :meth:`part_dtypes`' first two."""
@@ -254,6 +261,11 @@ class Architecture:
 
     def _kv_bytes_per_layer_token(self, kv_dtype: str) -> float:
         return self.kv_elements_per_token_per_layer * kv_storage_bytes(kv_dtype)
+
+
+def _own_experts(weight_dtype: str, expert_dtype: str | None) -> bool:
+    """Whether the routed experts are priced in a dtype other than the rest's (DeepSeek-V4's FP4 experts)."""
+    return expert_dtype is not None and expert_dtype.lower() != weight_dtype.lower()
 
 
 def _like_input(value):

@@ -29,6 +29,8 @@ KV_STORAGE_BYTES = {**DTYPE_BYTES, "fp4": 4.5 / 8, "int4": 4.5 / 8}
 # norms and MoE routers. This is what the FP8 DeepSeek/MiniMax checkpoints and the MXFP4
 # gpt-oss checkpoints do (their ``modules_to_not_convert`` / unquantised tensors).
 UNQUANTISED_BYTES = 2.0
+# ... and the kernels those 16-bit GEMMs run beside 4-bit experts (Architecture.unquantised_gemm_dtype).
+UNQUANTISED_GEMM_DTYPE = "bf16"
 
 # The attention projections of a checkpoint that quantises a MoE model's weights to 4 bits: kept in 16 bits.
 # Every published 4-bit MoE recipe apmw knows does so: gpt-oss's MXFP4 checkpoint (its config.json's

@@ -21,7 +21,7 @@ from apmw.errors import ConfigError
 def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
     """Build an Architecture from a HuggingFace config dict (see the :mod:`apmw.arch` docstring)."""
     text, notes = text_config(cfg)
-    quantization_config(cfg, name)          # a malformed one is refused before any family reads it
+    quantisation = quantization_config(cfg, name)    # a malformed one is refused before any family reads it
     why = refusal(cfg, text)
     if why:
         raise ConfigError(f"{name}: {why}")
@@ -31,7 +31,7 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
     num_layers = c.req("num_hidden_layers", "every per-layer count")
     vocab = c.req("vocab_size", "the embedding and lm_head")
     if c.model_type == "deepseek_v4":
-        return _stored_as(_v4_architecture(c, name, source, notes, hidden, heads, num_layers, vocab), cfg, text)
+        return _stored_as(_v4_architecture(c, name, source, notes, hidden, heads, num_layers, vocab), quantisation)
     kinds, window = layer_kinds(c, num_layers)
     attn = attention(c, hidden, heads)
     linear = gated_deltanet(c, hidden) if "linear" in kinds else NO_LINEAR
@@ -56,16 +56,16 @@ def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -
         attention_topk=attn.topk, indexer_flops_per_context_token=attn.indexer_flops,
         attention_params=attn_params, attention_output_params=(num_layers - n_linear) * attn.output_params,
         mla=attn.mla, notes=tuple(notes + ignored_notes(c)), **ffn.fields,
-    ), cfg, text)
+    ), quantisation)
 
 
-def _stored_as(arch: Architecture, cfg: dict[str, Any], text: dict[str, Any]) -> Architecture:
-    """``arch`` with the checkpoint format its config's quantization_config states, where it states one
+def _stored_as(arch: Architecture, quantisation: dict[str, Any]) -> Architecture:
+    """``arch`` with the checkpoint format its config's ``quantization_config`` states, where it states one
     (:func:`apmw.catalog.checkpoint_formats.compressed_tensors_format`)."""
     present = {"attention": True, "attention_output": True, "routed_experts": bool(arch.routed_expert_params),
                "shared_experts": bool(arch.shared_expert_params), "dense_mlp": arch.moe_layers < arch.num_layers}
     parts = {part for part, there in present.items() if there}
-    form = compressed_tensors_format(quantization_config(cfg, arch.name), arch.name, frozenset(parts))
+    form = compressed_tensors_format(quantisation, arch.name, frozenset(parts))
     if form is None:
         return arch
     if arch.linear_attention_layers:

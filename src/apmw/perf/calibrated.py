@@ -64,10 +64,6 @@ from apmw.perf.tables import (BASE_ENGINE, KernelTables, bilinear_log2, gemm_lat
 # Weight dtype -> GEMM table. "fp4" is NVFP4 (W4A4, measured on Blackwell only; a GPU without the
 # table reads fp4 weights from its fp8 table through apmw.perf.scaled).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4"}
-# Beside 4-bit experts, lm_head and the router stay 16-bit (gpt-oss's MXFP4 config.json lists them, with
-# self_attn, in modules_to_not_convert): their GEMMs run in bf16. Attention and the dense FFN run in the
-# dtype the checkpoint stores them in (Architecture.part_dtypes).
-_UNQUANTISED_GEMM_DTYPE = "bf16"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 
 # Compute ceiling of routed-expert GEMMs as served, TFLOP/s per GPU (None: the table alone).
@@ -233,8 +229,8 @@ def _part_gemm_dtype(dtype: str, tables: KernelTables) -> str:
 
 
 def _lm_head_gemm_dtype(arch: Architecture, weight_dtype: str) -> str:
-    four_bit_experts = arch.moe_layers and weight_dtype.lower() in ("fp4", "int4")
-    return _UNQUANTISED_GEMM_DTYPE if four_bit_experts else _GEMM_DTYPE[weight_dtype.lower()]
+    """The GEMM table of lm_head (:meth:`Architecture.unquantised_gemm_dtype`)."""
+    return _GEMM_DTYPE[arch.unquantised_gemm_dtype(weight_dtype.lower())]
 
 
 def _attn_key(arch: Architecture, gpus: int, kv_dtype: str) -> str:

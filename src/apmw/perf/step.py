@@ -390,9 +390,7 @@ class RooflineFigures:
         hundreds of thousands of times in a simulation)."""
         a, eff, gpu = self.arch, self.efficiency, self.gpu
         expert_params = self._routed_expert_params
-        weight_rate = gpu.flops_for(self.weight_dtype) * eff.flops_for(self.weight_dtype)
-        expert_rate = gpu.flops_for(self.expert_dtype) * eff.flops_for(self.expert_dtype)
-        bf16_rate = gpu.flops_for("bf16") * eff.flops_for("bf16")
+        expert_rate, bf16_rate = self._rate(self.expert_dtype), self._rate("bf16")
         served = self.served_moe
         served_extra_per_flop = 0.0
         if served is not None:
@@ -400,11 +398,6 @@ class RooflineFigures:
             served_extra_per_flop = max(1.0 / served_rate - 1.0 / expert_rate, 0.0)
         bw = gpu.hbm_bandwidth_bytes_per_s
         weight_bw = bw * eff.bandwidth_for(self.weight_dtype)
-
-        def stream_bw(parts: list[tuple[float, float]]) -> float:
-            """Bytes/s a set of (bytes, bytes/s) parts streams at together; weight_bw where it is empty."""
-            total = sum(b for b, _ in parts)
-            return total / sum(b / rate for b, rate in parts) if total else weight_bw
 
         def dtype_bw(dtype: str) -> float:
             return bw * eff.bandwidth_for(dtype) if dtype != self.weight_dtype else weight_bw
@@ -423,23 +416,20 @@ class RooflineFigures:
         # a model that routes every token to every expert reads all of them every step, as it does its dense FFN
         every_expert = 0.0 if expert_params else float(a.active_routed_expert_params)
         # the non-expert GEMMs, each part at its dtype's rate: attention and dense FFN as the checkpoint stores
-        # them; lm_head and routers (16-bit) at the weight dtype's rate, or bf16 beside 4-bit experts, which
-        # quantise nothing else of theirs (gpt-oss's modules_to_not_convert)
-        unquantised_rate = bf16_rate if a.num_experts > 1 and self._four_bit and self.moe_dtype is None else weight_rate
+        # them; lm_head, routers (and V4's 16-bit attention parts) as Architecture.unquantised_gemm_dtype says
+        unquantised_rate = self._rate(a.unquantised_gemm_dtype(self.weight_dtype, self.moe_dtype))
         dense_rate = _combined_rate([
             (a.attention_params - a.attention_unquantised_params - a.attention_output_params, self._rate(kept)),
             (a.attention_output_params, self._rate(output)), (a.dense_ffn_params, self._rate(ffn)),
-            (every_expert, expert_rate),
-            (a.active_params - a.embedding_params - a.experts_per_token * expert_params - a.dense_ffn_params
-             - every_expert - a.attention_params + a.attention_unquantised_params, unquantised_rate)])
+            (every_expert, expert_rate), (a.active_unquantized_params, unquantised_rate)])
         return _Rates(
             held_rest_bytes=held_rest, read_rest_bytes=dense_ffn + read_unquantised + every_expert * expert_per_param,
             expert_bytes_per_param=expert_per_param, expert_params=expert_params,
             attention_params=float(a.attention_params), attention_bytes=attention_bytes,
-            attention_bw=stream_bw([(attention_bytes - out - unquantised, dtype_bw(kept)), (out, dtype_bw(output)),
-                                    (unquantised, weight_bw)]),
-            rest_bw=stream_bw([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw),
-                               (every_expert * expert_per_param, weight_bw)]),
+            attention_bw=_combined_rate([(attention_bytes - out - unquantised, dtype_bw(kept)), (out, dtype_bw(output)),
+                                         (unquantised, weight_bw)]),
+            rest_bw=_combined_rate([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw),
+                                    (every_expert * expert_per_param, weight_bw)]),
             num_experts=float(a.num_experts),
             expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
             weight_bw=weight_bw,
@@ -495,10 +485,6 @@ class RooflineFigures:
         """FLOP/s of a GEMM whose weights are stored as ``dtype`` (4-bit without FP4 tensor cores: bf16)."""
         return self.gpu.flops_for(dtype) * self.efficiency.flops_for(dtype)
 
-    @property
-    def _four_bit(self) -> bool:
-        return self.weight_dtype.lower() in ("fp4", "int4")
-
     def served_compute_s(self, load: IterationLoad) -> np.ndarray:
         """The compute-bound seconds as served: routed-expert GEMMs run no faster than the served
         MoE ceiling (:attr:`served_moe`)."""
@@ -515,6 +501,7 @@ class RooflineFigures:
 
 
 def _combined_rate(parts: list[tuple[float, float]]) -> float:
-    """The FLOP/s of (parameters, FLOP/s) parts run one after another: their FLOPs over their summed seconds."""
+    """The rate of (amount, amount per second) parts run one after another, FLOPs or bytes: their amount over
+    their summed seconds; the last part's rate where there is nothing to run."""
     work = sum(p for p, _ in parts if p > 0)
     return work / sum(p / rate for p, rate in parts if p > 0) if work else parts[-1][1]

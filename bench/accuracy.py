@@ -73,7 +73,9 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   ASSUMPTION (engine settings): apmw's defaults on both sides, as for the aggregated rows (8192-token
   budget, apmw's batch limit), not the recipes' (e.g. TensorRT-LLM prefill ``max_num_tokens`` 4608 /
   8448, decode ``max_batch_size`` 16-512), which are not in the CSV; 10 prompts per client.
-  Skipped, each with its reason: MTP speculative decoding; a worker larger than its system's
+  MTP speculative decoding: AMD's MI355X rows with one draft token and the acceptance their ITL shows
+  (``imax_mtp``, its ASSUMPTION); Dynamo's GB200 rows are skipped (neither is recorded).
+  Skipped, each with its reason: MTP speculative decoding on Dynamo; a worker larger than its system's
   scale-up domain (a 16-GPU MI355X worker: its all-to-all crosses NICs apmw only assumes); layouts
   apmw refuses (TensorRT-LLM attention DP; EP 48, which does not divide DeepSeek-R1's 256 experts,
   SGLang adds 32 redundant ones; FP8 DeepSeek-R1 on a 4-GPU DEP worker, which leaves apmw no KV).
@@ -225,6 +227,8 @@ class Row:
     # the published checkpoint priced where its module formats differ from the base model's (apmw.catalog.models.
     # PUBLISHED_FORMATS: NVIDIA's v2 NVFP4 DeepSeek-R1); None: ``model``
     checkpoint: str | None = None
+    # speculative decoding as apmw.spec.Speculative's fields (imax_mtp); None without it
+    speculative: dict | None = None
 
     @property
     def priced(self) -> str:
@@ -433,10 +437,10 @@ def imax_disagg_rows(data: Path) -> list[Row]:
         mean_ttft=("mean_ttft", "median"), median_ttft=("median_ttft", "median"),
         mean_tpot=("mean_tpot", "median"), output_tput_per_gpu=("output_tput_per_gpu", "median"),
         tput_per_gpu=("tput_per_gpu", "median"), mean_e2el=("mean_e2el", "median"),
-        csv_rows=("mean_ttft", "size"))
+        mean_itl=("mean_itl", "median"), csv_rows=("mean_ttft", "size"))
     rows = []
     for r in g.itertuples():
-        note, pre, dec, kind, link = "", None, None, "disagg", None
+        note, pre, dec, kind, link, drafting = "", None, None, "disagg", None, None
         gpus = int(r.num_prefill_gpu + r.num_decode_gpu)
         try:
             model, wdt, kvd = imax_disagg_model(r.model, r.precision, r.framework)
@@ -451,8 +455,10 @@ def imax_disagg_rows(data: Path) -> list[Row]:
             note = f"not modelled: {exc}"
         if r.framework not in IMAX_DISAGG_ENGINES:
             note = f"not modelled: framework {r.framework}"
-        elif r.spec_decoding != "none":
-            note = f"not modelled: speculative decoding ({r.spec_decoding})"
+        elif r.spec_decoding != "none" and not note.startswith("not modelled"):
+            drafting, why = imax_mtp(r)
+            if drafting is None:
+                note = f"not modelled: speculative decoding ({r.spec_decoding}): {why}"
         short = model.split("/")[-1]
         measured_out = r.output_tput_per_gpu * r.num_decode_gpu / gpus    # over all GPUs (docstring)
         rows.append(Row(source="InferenceMAX", split="held-out", model=model, gpu=IMAX_GPUS.get(r.hw, r.hw),
@@ -467,10 +473,37 @@ def imax_disagg_rows(data: Path) -> list[Row]:
                         label=(f"{r.hw} {short} {r.precision} {r.framework} {int(r.num_prefill_gpu)}P"
                                f"{int(r.prefill_num_workers)}w+{int(r.num_decode_gpu)}D{int(r.decode_num_workers)}w "
                                f"{r.isl}/{r.osl} c{r.conc}" + ("" if r.spec_decoding == "none" else f" {r.spec_decoding}")),
-                        note=note, gpus=gpus, framework=r.framework, precision=r.precision, layout_kind=kind,
+                        note=note, gpus=gpus, precision=r.precision, layout_kind=kind,
+                        framework=r.framework + (" + MTP" if r.spec_decoding == "mtp" else ""),
                         csv_rows=int(r.csv_rows), legacy=False, disagg=(pre, dec) if pre else None,
-                        kv_link_bytes_per_s=link, checkpoint=IMAX_CHECKPOINTS.get(r.model)))
+                        kv_link_bytes_per_s=link, checkpoint=IMAX_CHECKPOINTS.get(r.model), speculative=drafting))
     return rows
+
+
+# How the MTP rows' acceptance rate is set (--mtp-acceptance): "measured" reads it off the row (imax_mtp),
+# "default" takes apmw's cited default (apmw.perf.speculative.MTP_ACCEPTANCE_RATE).
+MTP_ACCEPTANCE = "measured"
+
+
+def imax_mtp(r) -> tuple[dict | None, str]:
+    """The speculative decoding of an InferenceMAX MTP point as apmw.spec.Speculative's fields, or None and why.
+
+    AMD's MI355X SGLang disaggregated rows: one draft token (ASSUMPTION: the CSV does not record it; every
+    point's mean ITL over its mean TPOT lies between 1.69 and 1.98, never above the 2 tokens one MTP step
+    can yield, and AMD's own MI355X DeepSeek-R1 disaggregated script sets ``DECODE_MTP_SIZE=1``). SGLang
+    streams the tokens one iteration yields together, so that ratio is the point's accepted tokens per
+    iteration (it is 1.00 on every non-MTP row of the same runner), and its acceptance rate is the ratio
+    less one: an input the workload (random prompts, ``--ignore-eos``) sets, not the hardware. With it,
+    this group's TPOT error is that of the verifying iteration's time. ``--mtp-acceptance default`` takes
+    apmw's cited 0.85 instead. Dynamo's GB200 rows stream tokens in chunks (ITL/TPOT about 20 without
+    MTP, 35-49 with it), and neither their draft length nor their acceptance is recorded: not modelled."""
+    if r.hw != "mi355x-amd_0":
+        return None, ("the draft length and acceptance rate of the recipe are not recorded (Dynamo streams tokens "
+                      "in chunks, so the ITL does not reveal them)")
+    tokens_per_iteration = r.mean_itl / r.mean_tpot
+    if MTP_ACCEPTANCE == "default":
+        return {"draft": "mtp", "draft_tokens": 1}, ""
+    return {"draft": "mtp", "draft_tokens": 1, "acceptance_rate": min(max(tokens_per_iteration - 1, 0.0), 0.99)}, ""
 
 
 def imax_disaggregated(data: Path) -> pd.DataFrame:
@@ -671,7 +704,7 @@ def predict_disagg_row(row: Row) -> None:
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
                                   token_budget=DEFAULT_TOKEN_BUDGET,
                                   max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
-                                  requests_per_client=row.requests_per_client)
+                                  requests_per_client=row.requests_per_client, speculative=row.speculative)
     except ApmwError as exc:
         row.predicted, row.note = None, f"not modelled: {exc}"
         return
@@ -679,7 +712,8 @@ def predict_disagg_row(row: Row) -> None:
     row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s, "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
                      "total_tokens_per_s_per_gpu": p.total_tokens_per_s_per_gpu, "e2e_s": p.e2e_latency_s,
                      "running_requests": p.running_requests, "prefill_service_s": p.ttft_parts_s["steady_state"],
-                     "prefill_wait_s": p.ttft_parts_s["slot_queue"], "running_limited_by": p.running_limited_by}
+                     "prefill_wait_s": p.ttft_parts_s["slot_queue"], "running_limited_by": p.running_limited_by,
+                     "decode_iteration_s": p.decode_iteration_s}
 
 
 def errors(rows: list[Row], metric: str) -> list[float]:
@@ -1368,9 +1402,13 @@ def main() -> None:
     ap.add_argument("--nim-overhead-ms", type=float, default=None,
                     help="request overhead for the NIM runs (their concurrency-1 rows imply about 1.4 ms; "
                          "default: apmw's 25 ms)")
+    ap.add_argument("--mtp-acceptance", choices=("measured", "default"), default="measured",
+                    help="the MTP rows' acceptance rate: read off each row's ITL/TPOT (imax_mtp), or apmw's cited "
+                         "default 0.85")
     args = ap.parse_args()
-    global PLAIN_ROOFLINE, IMAX_DISAGG
+    global PLAIN_ROOFLINE, IMAX_DISAGG, MTP_ACCEPTANCE
     IMAX_DISAGG = imax_disaggregated(args.data)
+    MTP_ACCEPTANCE = args.mtp_acceptance
     PLAIN_ROOFLINE = args.plain_roofline
     if args.nim_overhead_ms is not None and args.nim_overhead_ms < 0:
         ap.error(f"--nim-overhead-ms must not be negative (got {args.nim_overhead_ms:g})")

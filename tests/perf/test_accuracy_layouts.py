@@ -158,19 +158,22 @@ def test_imax_disagg_workers_refuse_what_apmw_cannot_express(row, reason):
 
 
 DISAGG_COLUMNS = ["hw", "model", "framework", "precision", "spec_decoding", "disagg", "isl", "osl", "conc",
-                  "mean_ttft", "median_ttft", "mean_tpot", "mean_e2el", "output_tput_per_gpu", "tput_per_gpu",
-                  *DISAGG_FIELDS[2:]]
+                  "mean_ttft", "median_ttft", "mean_tpot", "mean_itl", "mean_e2el", "output_tput_per_gpu",
+                  "tput_per_gpu", *DISAGG_FIELDS[2:]]
 DISAGG_ROWS = [
     # two runs of one setting merged by their median; output_tput_per_gpu is over the 32 decode GPUs
     ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "none", True, 1024, 1024, 64,
-     0.3, 0.2, 0.010, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+     0.3, 0.2, 0.010, 0.2, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
     ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "none", True, 1024, 1024, 64,
-     0.5, 0.2, 0.012, 12.0, 200.0, 110.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
-    # MTP speculative decoding: counted, skipped
+     0.5, 0.2, 0.012, 0.24, 12.0, 200.0, 110.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+    # MTP on Dynamo: its draft length and acceptance are not recorded: counted, skipped
     ["gb200", "/mnt/lustre01/models/deepseek-r1-0528-fp4-v2", "dynamo-trt", "fp4", "mtp", True, 1024, 1024, 64,
-     0.3, 0.2, 0.010, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
+     0.3, 0.2, 0.010, 0.45, 10.0, 180.0, 100.0, 1, 4, 4, False, 4, 4, 8, 8, False, 32],
     ["gb200", "deepseek-ai/DeepSeek-R1", "dynamo-sglang", "fp8", "none", True, 8192, 1024, 512,
-     3.0, 2.0, 0.020, 25.0, 300.0, 500.0, 5, 1, 1, True, 40, 1, 1, 1, True, 32],
+     3.0, 2.0, 0.020, 0.020, 25.0, 300.0, 500.0, 5, 1, 1, True, 40, 1, 1, 1, True, 32],
+    # MTP on AMD's SGLang: one draft token, its acceptance read off ITL / TPOT (SGLang streams an iteration's tokens)
+    ["mi355x-amd_0", "/models/DeepSeek-R1", "sglang-disagg", "fp8", "mtp", True, 1024, 1024, 32,
+     1.7, 0.17, 0.0125, 0.0225, 13.4, 132.4, 176.3, 1, 8, 8, False, 8, 2, 8, 8, False, 16],
 ]
 
 
@@ -184,7 +187,7 @@ def disagg_csv(tmp_path: Path) -> Path:
 
 def test_imax_disagg_rows_carry_workers_and_measured_figures_over_all_gpus(disagg_csv):
     rows = {r.label: r for r in accuracy.imax_disagg_rows(disagg_csv)}
-    assert len(rows) == 3
+    assert len(rows) == 4
     trt = rows["gb200 DeepSeek-R1 fp4 dynamo-trt 4P1w+32D4w 1024/1024 c64"]
     assert trt.csv_rows == 2 and trt.concurrency == 64 and trt.gpus == 36
     assert (trt.engine, trt.note, trt.gpu, trt.legacy) == ("trtllm", "fp4/fp8", "GB200", False)
@@ -195,10 +198,21 @@ def test_imax_disagg_rows_carry_workers_and_measured_figures_over_all_gpus(disag
     assert trt.measured["tpot_s"] == pytest.approx(0.011) and trt.measured["e2e_s"] == pytest.approx(11.0)
     assert trt.kv_link_bytes_per_s == pytest.approx(900e9)      # 36 GPUs inside one NVL72 rack: NVLink
     mtp = next(r for r in rows.values() if r.note.startswith("not modelled: speculative"))
-    assert mtp.disagg is not None and mtp.csv_rows == 1
+    assert mtp.disagg is not None and mtp.csv_rows == 1 and "not recorded" in mtp.note
+    amd = rows["mi355x-amd_0 DeepSeek-R1 fp8 sglang-disagg 8P1w+16D2w 1024/1024 c32 mtp"]
+    assert amd.framework == "sglang-disagg + MTP" and not amd.note.startswith("not modelled")
+    assert amd.speculative == {"draft": "mtp", "draft_tokens": 1, "acceptance_rate": pytest.approx(0.8)}
     sgl = rows["gb200 DeepSeek-R1 fp8 dynamo-sglang 40P5w+32D1w 8192/1024 c512"]
     assert (sgl.engine, sgl.note) == ("sglang", "fp8/bf16")     # the script passes no --kv-cache-dtype
     assert sgl.disagg[0].layout == {"dp_attention": 8, "ep": 8, "moe_tp": 1}
+
+
+def test_an_mtp_row_is_priced_with_its_acceptance(disagg_csv):
+    row = next(r for r in accuracy.imax_disagg_rows(disagg_csv) if r.speculative)
+    accuracy.predict_row(row)
+    assert row.predicted, row.note
+    # the decode iteration verifies 2 tokens per sequence and yields 1.8: TPOT is the iteration over 1.8
+    assert row.predicted["decode_iteration_s"] == pytest.approx(1.8 * row.predicted["tpot_s"])
 
 
 def test_a_disaggregated_row_is_predicted_through_apmw(disagg_csv):

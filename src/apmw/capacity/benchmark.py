@@ -39,6 +39,11 @@ over one request cycle:
   model fits TTFT better than lock step, so the default spread is 0.2, not 0
   (``DEFAULT_LENGTH_SPREAD``).
 
+Under speculative decoding (``speculative``, :mod:`apmw.perf.speculative`) a request's decode runs
+``(osl - 1) / y`` iterations, ``y`` the tokens one iteration yields per sequence; each of them verifies
+``k + 1`` tokens per decoder and carries the draft's share (:func:`decode_load`, :func:`draft_factor`), and
+the dynamics above count a request's length in those iterations.
+
 Every iteration time comes from :class:`apmw.perf.StepModel` (``calibrated`` from
 measured kernel tables where they cover the replica, ``roofline`` otherwise), with KV
 read at the mean context of a decoding request (``isl + osl/2``).
@@ -51,11 +56,12 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from apmw.capacity.arrival_wait import arrival_wait_s, poisson_wait_s
 from apmw.capacity.benchmark_waves import lockstep_groups, lockstep_share, wave_mean_ttft_s, whole_waves
 from apmw.errors import ApmwError
-from apmw.perf import GpuGroup, IterationLoad, Replica, StepModel, benchmark_replica
+from apmw.perf import GpuGroup, IterationLoad, Replica, benchmark_replica
 from apmw.perf.serving_policy import ENGINES, canonical_engine
 from apmw.spec import Parallelism, Serving
 
@@ -115,6 +121,9 @@ class Prediction:
     source_detail: str
     # the engine settings the prediction assumed, every default resolved (apmw.perf.ServingPolicy)
     serving_policy: dict
+    # speculative decoding as priced (draft_tokens, acceptance_rate, draft_cost_fraction and the
+    # tokens_per_iteration they give; apmw.perf.speculative), None without it
+    speculative: dict | None
     # Phase-aware wall power of the replica's GPUs plus their host share (apmw.perf.power),
     # and output tokens per joule of it; filled by predict(), None from predict_with().
     replica_power_w: float | None = None
@@ -135,7 +144,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
             overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
             layout: dict | None = None, moe_dtype: str | None = None,
             engine_version: str | None = None, mxfp4_moe_activations: str | None = None,
-            scheduler_recv_interval: int | None = None) -> Prediction:
+            scheduler_recv_interval: int | None = None, speculative: dict | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark point (see the module docstring).
 
     The engine settings (``engine``, ``token_budget``, ``max_batch``, ``mixed_prefill``,
@@ -146,8 +155,9 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     parallelism (``{"pp": 2}``, ``{"dp_attention": 8, "ep": 8}``: :class:`apmw.spec.Parallelism`'s fields
     but ``tp``); ``concurrency`` is then the total over all its DP ranks. ``engine_version`` pins the
     engine's own measured tables of that release (:func:`apmw.perf.tables.check_engine_version`).
-    ``mxfp4_moe_activations`` and ``scheduler_recv_interval`` are :class:`apmw.spec.Serving`'s fields of
-    those names.
+    ``mxfp4_moe_activations``, ``scheduler_recv_interval`` and ``speculative`` (``{"draft": "mtp"}``,
+    ``{"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7}``: :class:`apmw.spec.Speculative`'s
+    fields) are :class:`apmw.spec.Serving`'s fields of those names.
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
@@ -157,7 +167,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
                                     request_overhead_s=request_overhead_s, layout=layout, moe_dtype=moe_dtype,
                                     engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations,
-                                    scheduler_recv_interval=scheduler_recv_interval)
+                                    scheduler_recv_interval=scheduler_recv_interval, speculative=speculative)
     p = predict_with(replica, isl, osl, concurrency, requests_per_client=requests_per_client,
                      request_overhead_s=replica.policy.request_overhead_s, length_spread=length_spread)
     return with_power(replica, p, isl, osl)
@@ -174,7 +184,7 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                           request_overhead_s: float | None = None, layout: dict | None = None,
                           moe_dtype: str | None = None, engine_version: str | None = None,
                           mxfp4_moe_activations: str | None = None,
-                          scheduler_recv_interval: int | None = None) -> Replica:
+                          scheduler_recv_interval: int | None = None, speculative: dict | None = None) -> Replica:
     """The replica a serving benchmark runs on; engine settings left ``None`` are the engine's defaults.
     ``layout``: the parallel sizes beyond ``tp`` (:class:`apmw.spec.Parallelism`'s fields)."""
     engine = canonical_engine(engine)
@@ -191,7 +201,7 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
     settings: dict[str, object] = {"engine": engine, "max_batched_tokens": token_budget, "max_batch": max_batch,
                 "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling,
                 "engine_version": engine_version, "mxfp4_moe_activations": mxfp4_moe_activations,
-                "scheduler_recv_interval": scheduler_recv_interval}
+                "scheduler_recv_interval": scheduler_recv_interval, "speculative": speculative}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
     try:
@@ -200,15 +210,24 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
             settings["parallelism"] = par.resolved(None)
         serving = Serving.model_validate(settings)
     except ValidationError as exc:   # what the spec's own bounds refuse, named as this function's parameters
-        raise PredictError("; ".join((f"{_PARAMETERS.get(str(e['loc'][-1]), e['loc'][-1])}: {e['msg']} "
-                                      f"(got {e['input']!r})") if e["loc"] else e["msg"].removeprefix("Value error, ")
-                                     for e in exc.errors())) from None
+        raise PredictError("; ".join(_setting_error(e) for e in exc.errors())) from None
     except ValueError as exc:       # a layout that does not multiply out
         raise PredictError(str(exc).removeprefix("serving.parallelism: ")) from None
     replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s,
                                 moe_dtype=moe_dtype)
     _check_window(replica, isl, osl)
     return replica
+
+
+def _setting_error(e: ErrorDetails) -> str:
+    """One of pydantic's errors on the benchmark's settings, named as this module's parameters: a bound
+    with the value given, a rule across fields (a model validator's) in its own words."""
+    rule = e["msg"].startswith("Value error, ")
+    message = e["msg"].removeprefix("Value error, ")
+    if not e["loc"]:
+        return message
+    name = _PARAMETERS.get(str(e["loc"][-1]), e["loc"][-1])
+    return f"{name}: {message}" if rule else f"{name}: {message} (got {e['input']!r})"
 
 
 def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> Prediction:
@@ -278,6 +297,10 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
                            f"{step.gpus} x {step.gpu.name}; use a larger tp or an fp8 kv_dtype")
     kv_fit = kv_fit_requests(replica, isl, osl)
     token_budget, max_batch = policy.token_budget, policy.max_batch
+    # the dynamics below count a request's length in iterations: its first token, then one iteration per
+    # ``accepted`` output tokens (one without speculative decoding); their ``osl`` is this length
+    accepted = replica.speculative.tokens_per_iteration if replica.speculative else 1.0
+    osl_iters = 1 + (osl - 1) / accepted
     running = min(concurrency, max_batch, kv_fit)
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
@@ -286,9 +309,9 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     # when prefill iterations run alone
     capacity = max(token_budget - decoders, 1) if mixed else token_budget
     own_mixed = math.ceil(isl / capacity)
-    decode_iters = max(osl - 1, 0)
+    decode_iters = osl_iters - 1
     wave_iters = running * isl / token_budget            # full-budget iterations a whole wave needs
-    lockstep = lockstep_share(running, length_spread * osl, wave_iters, decode_iters, mixed)
+    lockstep = lockstep_share(running, length_spread * osl_iters, wave_iters, decode_iters, mixed)
     # Spread out and not prefill-bound: each prompt rides (in chunks) with the decoders.
     # Prefill-bound (more prompt tokens per cycle than the cycle's iterations can carry one
     # prompt at a time): every iteration is packed to the budget and prompts queue for it.
@@ -304,21 +327,22 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     wave_rest = running * isl % token_budget             # the first wave's last, partial iteration
     # the iterations that carry prompts: beside every other running request, or alone
     t_decode, t_mixed, t_burst, t_group, t_rest, t_two_chunks, t_wave_rest = _iteration_times(
-        step, running, decoders if mixed else 0, chunk, burst_chunk, group, rest, isl, osl, wave_rest)
+        replica, running, decoders if mixed else 0, chunk, burst_chunk, group, rest, isl, osl, wave_rest)
     burst_ttft = wave_mean_ttft_s(running, isl, token_budget, t_burst, t_wave_rest)
     room = max(capacity / chunk - 1, 0.0) if poisson_arrivals else None
     if mixed:
-        tpot, steady_ttft, share_mixed = _spread_out(isl, osl, running, chunk, own_mixed, t_decode, t_mixed,
+        tpot, steady_ttft, share_mixed = _spread_out(isl, osl_iters, running, chunk, own_mixed, t_decode, t_mixed,
                                                      room=room, ahead=ahead, recv_interval=recv)
     else:
-        tpot, steady_ttft, share_mixed = _prefill_first(isl, osl, running, chunk, t_decode, t_mixed, t_two_chunks,
-                                                        room, ahead=ahead, recv_interval=recv)
+        tpot, steady_ttft, share_mixed = _prefill_first(isl, osl_iters, running, chunk, t_decode, t_mixed,
+                                                        t_two_chunks, room, ahead=ahead, recv_interval=recv)
     if lockstep > 0:
-        lock = (lockstep_groups(isl, osl, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
+        lock = (lockstep_groups(isl, osl_iters, capacity, running, per_group, own_mixed, t_decode, t_group, t_rest,
                                 ahead=ahead, recv_interval=recv)
-                if mixed else whole_waves(isl, osl, capacity, running, t_decode, burst_ttft, t_burst))
+                if mixed else whole_waves(isl, osl_iters, capacity, running, t_decode, burst_ttft, t_burst))
         tpot, steady_ttft, share_mixed = (x + (y - x) * lockstep for x, y in
                                           zip((tpot, steady_ttft, share_mixed), lock))
+    tpot /= accepted                                      # per iteration -> per output token
     # the first wave arrives all at once and queues for the token budget; it weighs
     # 1 / requests_per_client of the mean
     first_wave_s = max(burst_ttft - steady_ttft, 0.0) / max(requests_per_client, 1)
@@ -339,10 +363,11 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
         ttft_parts_s={"steady_state": steady_ttft, "first_wave": first_wave_s, "request_overhead": request_overhead_s,
                       "slot_queue": queue_s},
         source=step.source, source_detail=step.source_detail, serving_policy=policy.to_dict(),
+        speculative=speculative_figures(replica),
     )
 
 
-def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, t_decode: float,
+def _spread_out(isl: int, osl: float, running: int, chunk: float, own_mixed: int, t_decode: float,
                 t_mixed: float, room: float | None = None, ahead: float = 0.0,
                 recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
@@ -387,7 +412,7 @@ def _spread_out(isl: int, osl: int, running: int, chunk: float, own_mixed: int, 
     return (t_bar if osl > 1 else 0.0), ttft, share
 
 
-def _prefill_first(isl: int, osl: int, running: int, chunk: float, t_decode: float, t_prefill: float,
+def _prefill_first(isl: int, osl: float, running: int, chunk: float, t_decode: float, t_prefill: float,
                    t_two_chunks: float, room: float | None = None,
                    ahead: float = 0.0, recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share when prefill runs alone and first (SGLang).
@@ -432,7 +457,7 @@ def _own_prefill_s(isl: int, chunk: float, iterations: int, t_decode: float, t_c
     return iterations * t_decode + isl / chunk * (t_chunk - t_decode)
 
 
-def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float, burst_chunk: float,
+def _iteration_times(replica: Replica, running: int, decoders: int, chunk: float, burst_chunk: float,
                      group: float, rest: float, isl: int, osl: int, wave_rest: float) -> tuple[float, ...]:
     """Decode-only, steady mixed (one prompt chunk), first-wave (full budget), lock-step
     group (whole prompts filling the budget), two-chunk and first-wave last (``wave_rest``
@@ -440,19 +465,41 @@ def _iteration_times(step: StepModel, running: int, decoders: int, chunk: float,
 
     ``decoders`` ride in the iterations that carry prompts (0 when prefill runs alone).
     Decoding requests read KV at their mean context ``isl + osl/2``; a prompt chunk
-    attends its own prefix (mean ``isl/2``).
+    attends its own prefix (mean ``isl/2``). Under speculative decoding each decoder runs its
+    ``k + 1`` verified tokens through the target and the draft adds its share to every
+    iteration (:func:`decode_load`).
     """
-    a = step.arch
-    ctx = isl + osl / 2
+    step = replica.step
     # a first wave: while it is prefilled, the prompts before one decode: (running - 1)/2 on average
     dec = np.array([running, decoders, decoders / 2, decoders, decoders, decoders, decoders / 2], dtype=float)
     pre = np.array([0.0, chunk, burst_chunk, group, rest, 2 * chunk, wave_rest])
-    attn_dec = float(a.attention_flops_per_token(ctx))
-    attn_pre = float(a.attention_flops_per_token(isl / 2))
-    kv_read = float(a.kv_read_bytes_for_context(ctx, step.kv_dtype))     # one decoder's read: top-k caps it
-    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre, kv_read_bytes=dec * kv_read,
-                         attention_flops=dec * attn_dec + pre * attn_pre)
-    return tuple(float(x) for x in step.iteration_time_s(load))
+    load = decode_load(replica, dec, isl + osl / 2, prefill_tokens=pre, prefill_context=isl / 2)
+    return tuple(float(x) for x in step.iteration_time_s(load) * draft_factor(replica))
+
+
+def decode_load(replica: Replica, decoders: np.ndarray | float, context: float, prefill_tokens: np.ndarray | float = 0.0,
+                prefill_context: float = 0.0) -> IterationLoad:
+    """One iteration of ``decoders`` decoding sequences at ``context`` tokens and ``prefill_tokens`` prompt
+    tokens attending a mean prefix of ``prefill_context``. Each decoder reads its KV once (top-k attention
+    caps the read) and, under speculative decoding, runs its ``k + 1`` verified tokens through the target
+    (:class:`apmw.perf.speculative.SpeculativeDecoding`), as the closed loop's engine curve does."""
+    a, kv_dtype = replica.arch, replica.step.kv_dtype
+    verify = replica.speculative.draft_tokens + 1 if replica.speculative else 1
+    return IterationLoad(decode_seqs=decoders * verify, prefill_tokens=prefill_tokens,
+                         kv_read_bytes=decoders * float(a.kv_read_bytes_for_context(context, kv_dtype)),
+                         attention_flops=decoders * verify * float(a.attention_flops_per_token(context))
+                         + prefill_tokens * float(a.attention_flops_per_token(prefill_context)))
+
+
+def speculative_figures(replica: Replica) -> dict | None:
+    """The replica's speculative decoding as a prediction reports it (None without it)."""
+    sd = replica.speculative
+    return None if sd is None else {**asdict(sd), "tokens_per_iteration": sd.tokens_per_iteration}
+
+
+def draft_factor(replica: Replica) -> float:
+    """What the draft multiplies every iteration's time by (1 without speculative decoding)."""
+    return 1.0 + replica.speculative.draft_cost_fraction if replica.speculative else 1.0
 
 
 def replica_power_w(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> float:
@@ -467,19 +514,13 @@ def compute_bound_share(replica: Replica, p: Prediction, isl: int, osl: int) -> 
     mixed iterations, weighted by their time. A mixed iteration carries one prompt chunk of at
     most what the token budget leaves beside the decoders (a small budget keeps prefill
     memory-bound)."""
-    step = replica.step
-    a = step.arch
     r = p.running_requests
-    ctx = isl + osl / 2
     beside = r - 1 if p.prefill_mixed_with_decode else 0      # decoders in an iteration that carries a prompt
     chunk = min(isl, max(replica.policy.token_budget - beside, 1))
     dec = np.array([r, beside], dtype=float)
     pre = np.array([0.0, chunk])
-    load = IterationLoad(decode_seqs=dec, prefill_tokens=pre,
-                         kv_read_bytes=dec * float(a.kv_read_bytes_for_context(ctx, step.kv_dtype)),
-                         attention_flops=dec * float(a.attention_flops_per_token(ctx))
-                         + pre * float(a.attention_flops_per_token(isl / 2)))
-    share = step.compute_share(load)
+    share = replica.step.compute_share(decode_load(replica, dec, isl + osl / 2, prefill_tokens=pre,
+                                                   prefill_context=isl / 2))
     w = np.array([(1 - p.mixed_iteration_share) * p.decode_iteration_s, p.mixed_iteration_share * p.mixed_iteration_s])
     return float((share * w).sum() / w.sum())
 

@@ -60,7 +60,7 @@ def lockstep_share(running: int, window_iters: float, wave_iters: float, decode_
     return math.exp(-LOCKSTEP_DECAY * window_iters / wave_iters)
 
 
-def lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: int, own_mixed: int,
+def lockstep_groups(isl: int, osl: float, capacity: int, running: int, per_group: int, own_mixed: int,
                     t_decode: float, t_group: float, t_rest: float, ahead: float = 0.0,
                     recv_interval: int = 1) -> tuple[float, float, float]:
     """TPOT, TTFT and packed-iteration share of equal-length requests in lock step.
@@ -109,7 +109,7 @@ def lockstep_groups(isl: int, osl: int, capacity: int, running: int, per_group: 
     return tpot, ttft, share
 
 
-def whole_waves(isl: int, osl: int, capacity: int, running: int, t_decode: float, wave_ttft_s: float,
+def whole_waves(isl: int, osl: float, capacity: int, running: int, t_decode: float, wave_ttft_s: float,
                 t_full_s: float) -> tuple[float, float, float]:
     """TPOT, TTFT and prefill-iteration share of equal-length requests when prefill runs alone
     and first (SGLang).

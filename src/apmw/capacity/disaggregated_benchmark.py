@@ -13,6 +13,7 @@ which decodes the rest in decode-only iterations (no prompt ever stalls them):
     TTFT             = Wq + S + request overhead
     hand-off         = isl x KV bytes per token / (link x prefill GPUs)
     TPOT             = a decode worker's decode-only iteration at its running batch b, contexts isl + osl/2
+                       (under speculative decoding: over the tokens one iteration yields per sequence)
     E2E              = TTFT + hand-off + (osl - 1) x TPOT
     closed loop      concurrency = lambda x E2E;  b = lambda / W_d x (hand-off + (osl - 1) x TPOT), capped at
                      the decode worker's batch limit and KV memory
@@ -33,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, Prediction, check_request_lengths,
-                                     kv_fit_requests, replica_for_benchmark)
+                                     decode_load, draft_factor, kv_fit_requests, replica_for_benchmark,
+                                     speculative_figures)
 from apmw.capacity.disaggregation import batched_prefill_wait_s
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica
@@ -58,9 +60,12 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
                           max_batch: int | None = None, kv_memory_fraction: float | None = None,
                           requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                           moe_dtype: str | None = None, engine_version: str | None = None,
-                          mxfp4_moe_activations: str | None = None) -> Prediction:
+                          mxfp4_moe_activations: str | None = None, speculative: dict | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark on ``prefill.count`` prefill and ``decode.count`` decode workers
-    (module docstring); ``concurrency`` is the total over all decode workers."""
+    (module docstring); ``concurrency`` is the total over all decode workers. ``speculative``
+    (:class:`apmw.spec.Speculative`'s fields) drafts on both sides: the decode workers verify ``k + 1``
+    tokens per sequence, and the draft's share of an iteration is added on the prefill workers too, as
+    the aggregated benchmark adds it to every iteration."""
     check_request_lengths(isl, osl, concurrency)
     for side, w in (("prefill_workers", prefill), ("decode_workers", decode)):
         if w.count < 1:
@@ -69,7 +74,8 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         raise PredictError("kv_transfer_bandwidth_bytes_per_s must be positive")
     common = dict(engine=engine, calibrated=calibrated, token_budget=token_budget, max_batch=max_batch,
                   kv_memory_fraction=kv_memory_fraction, request_overhead_s=request_overhead_s, moe_dtype=moe_dtype,
-                  engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations)
+                  engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations,
+                  speculative=speculative)
     pre = _worker_replica("prefill", prefill, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     dec = _worker_replica("decode", decode, model, gpu, weight_dtype, kv_dtype, isl, osl, common)
     overhead_s = dec.policy.request_overhead_s
@@ -95,7 +101,8 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         running_limited_by="concurrency" if point.batch < cap else
         ("max_batch" if cap == dec.policy.max_batch else "kv_memory"),
         kv_tokens_per_running_request=dec.policy.kv_tokens_per_running_request(isl, osl),
-        decode_iteration_s=point.tpot_s, mixed_iteration_s=service_s, mixed_iteration_share=0.0, lockstep_share=0.0,
+        decode_iteration_s=point.tpot_s * (dec.speculative.tokens_per_iteration if dec.speculative else 1.0),
+        mixed_iteration_s=service_s, mixed_iteration_share=0.0, lockstep_share=0.0,
         prompts_arrive="spread out", prefill_mixed_with_decode=False, iterations_scheduled_ahead=0,
         ttft_parts_s={"steady_state": service_s, "first_wave": 0.0, "request_overhead": overhead_s,
                       "slot_queue": point.wait_s},
@@ -103,7 +110,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         source_detail=(f"disaggregated: {prefill.count} prefill worker(s) of {pre.step.parallel.describe()} "
                        f"({pre.step.source}), {decode.count} decode worker(s) of {dec.step.parallel.describe()} "
                        f"({dec.step.source_detail})"),
-        serving_policy=dec.policy.to_dict(), replica_power_w=power_w,
+        serving_policy=dec.policy.to_dict(), speculative=speculative_figures(dec), replica_power_w=power_w,
         output_tokens_per_j=throughput / power_w, engine_busy_share=1.0,
         compute_bound_share=point.decode_compute_share(dec, isl, osl))
 
@@ -126,8 +133,8 @@ def _prefill_service_s(pre: Replica, isl: int) -> tuple[float, float]:
     def load(tokens: float) -> IterationLoad:
         return IterationLoad(decode_seqs=0.0, prefill_tokens=tokens, kv_read_bytes=0.0,
                              attention_flops=tokens * float(a.attention_flops_per_token(isl / 2)))
-    t_chunk = float(pre.step.iteration_time_s(load(chunk)))
-    t_one = float(pre.step.iteration_time_s(load(1.0)))
+    t_chunk = float(pre.step.iteration_time_s(load(chunk))) * draft_factor(pre)
+    t_one = float(pre.step.iteration_time_s(load(1.0))) * draft_factor(pre)
     per_token = max(t_chunk - t_one, 0.0) / max(chunk - 1.0, 1.0)
     return math.ceil(isl / budget) * t_one + isl * per_token, float(pre.step.compute_share(load(chunk)))
 
@@ -137,20 +144,18 @@ def _prefill_batch_s(pre: Replica, isl: int, prompts: int) -> float:
     a = pre.arch
     return float(pre.step.iteration_time_s(IterationLoad(
         decode_seqs=0.0, prefill_tokens=prompts * isl, kv_read_bytes=0.0,
-        attention_flops=prompts * isl * float(a.attention_flops_per_token(isl / 2)))))
+        attention_flops=prompts * isl * float(a.attention_flops_per_token(isl / 2))))) * draft_factor(pre)
 
 
 def _decode_curve(dec: Replica, isl: int, osl: int, cap: int):
-    """A decode worker's decode-only iteration time at any batch up to ``cap``: priced once at every whole
-    batch (one vectorised call), linear between them, for the closed loop's fixed points."""
-    ctx = isl + osl / 2
-    a = dec.arch
+    """A decode worker's time per output token at any batch up to ``cap``: its decode-only iteration
+    priced once at every whole batch (one vectorised call) over the tokens one iteration yields per
+    sequence (one without speculative decoding), linear between them, for the closed loop's fixed points."""
     batch = np.arange(1.0, cap + 1.0)
-    load = IterationLoad(decode_seqs=batch, prefill_tokens=0.0,
-                         kv_read_bytes=batch * float(a.kv_read_bytes_for_context(ctx, dec.step.kv_dtype)),
-                         attention_flops=batch * float(a.attention_flops_per_token(ctx)))
-    times = np.asarray(dec.step.iteration_time_s(load), dtype=float)
-    return lambda b: float(np.interp(b, batch, times))
+    accepted = dec.speculative.tokens_per_iteration if dec.speculative else 1.0
+    times = np.asarray(dec.step.iteration_time_s(decode_load(dec, batch, isl + osl / 2)), dtype=float)
+    per_token = times * draft_factor(dec) / accepted
+    return lambda b: float(np.interp(b, batch, per_token))
 
 
 @dataclass(frozen=True)
@@ -164,11 +169,7 @@ class _Point:
     prefill_utilisation: float
 
     def decode_compute_share(self, dec: Replica, isl: int, osl: int) -> float:
-        ctx = isl + osl / 2
-        b = max(self.batch, 1.0)
-        return float(dec.step.compute_share(IterationLoad(
-            decode_seqs=b, prefill_tokens=0.0, kv_read_bytes=b * float(dec.arch.kv_read_bytes_for_context(
-                ctx, dec.step.kv_dtype)), attention_flops=b * float(dec.arch.attention_flops_per_token(ctx)))))
+        return float(dec.step.compute_share(decode_load(dec, max(self.batch, 1.0), isl + osl / 2)))
 
 
 def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_s: float, handoff_s: float,

@@ -24,7 +24,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
                  overlap_scheduling: bool | None = None, kv_memory_fraction: float | None = None,
                  layout: dict | None = None, moe_dtype: str | None = None,
                  engine_version: str | None = None, mxfp4_moe_activations: str | None = None,
-                 scheduler_recv_interval: int | None = None) -> Prediction:
+                 scheduler_recv_interval: int | None = None, speculative: dict | None = None) -> Prediction:
     """Predict an open-loop benchmark point: Poisson arrivals at ``request_rate_per_s`` per replica
     (vLLM ``bench serve --request-rate``, MLPerf Server); see :func:`predict_open_loop`. Engine
     settings left ``None`` are the engine's defaults (:mod:`apmw.perf.serving_policy`).
@@ -40,7 +40,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
                                     request_overhead_s=request_overhead_s, layout=layout,
                                     moe_dtype=moe_dtype, engine_version=engine_version,
                                     mxfp4_moe_activations=mxfp4_moe_activations,
-                                    scheduler_recv_interval=scheduler_recv_interval)
+                                    scheduler_recv_interval=scheduler_recv_interval, speculative=speculative)
     overhead_s = replica.policy.request_overhead_s
     p = predict_open_loop(replica, isl, osl, request_rate_per_s)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are

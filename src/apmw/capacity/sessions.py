@@ -42,7 +42,6 @@ import numpy as np
 
 from apmw.capacity.routing import check_routable, routing_of, routing_sources
 from apmw.perf import Replica
-from apmw.perf.speculative import speculative_decoding
 from apmw.errors import ApmwError
 from apmw.spec import Spec
 
@@ -349,7 +348,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     kv_decode = kv(prompt + out / 2)
     kv_after = kv(prompt + out)
 
-    spec_decode = speculative_decoding(sv.speculative, arch)
+    spec_decode = replica.speculative
     tokens_per_iter = spec_decode.tokens_per_iteration if spec_decode else 1.0
     dec_iters = (out - 1) / tokens_per_iter
     n_rows = len(out)

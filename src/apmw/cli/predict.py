@@ -74,6 +74,19 @@ def predict(
         help="SGLang's --scheduler-recv-interval: decode iterations between the scheduler's polls for new "
              "requests, so a prompt arriving at a busy engine waits half that many on average (InferenceMAX's B200 "
              "DeepSeek-R1 scripts: 10, and 30 from concurrency 16). Default 1, every iteration"),
+    speculative: Optional[str] = typer.Option(
+        None, "--speculative",
+        help="speculative decoding: mtp (the model's own multi-token-prediction head: --draft-tokens defaults to "
+             "its modules, --acceptance-rate to 0.85, DeepSeek-V3 report section 5.4.3) or model (a separate draft: "
+             "give --draft-tokens and --acceptance-rate). Default: none"),
+    draft_tokens: Optional[int] = typer.Option(None, "--draft-tokens", help="with --speculative: tokens the draft "
+                                               "proposes per iteration [SGLang --speculative-num-steps, TensorRT-LLM "
+                                               "num_nextn_predict_layers]"),
+    acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="with --speculative: the chance "
+                                                    "each proposed token is accepted (a property of the workload's text)"),
+    draft_cost_fraction: Optional[float] = typer.Option(
+        None, "--draft-cost-fraction", help="with --speculative: the draft's time per iteration over the target's "
+        "(default: mtp from the architecture, a separate model 0.1)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
@@ -124,6 +137,7 @@ def predict(
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     layout = _layout(pp, dp_attention, moe_tp, ep)
+    drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction)
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
@@ -139,11 +153,11 @@ def predict(
                 ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
         _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
                         kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
-                        as_json, moe_dtype, engine_version, mxfp4_moe_activations)
+                        as_json, moe_dtype, engine_version, mxfp4_moe_activations, drafting)
         return
     common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version,
                   mxfp4_moe_activations=mxfp4_moe_activations, scheduler_recv_interval=scheduler_recv_interval,
-                  token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
+                  speculative=drafting, token_budget=token_budget, max_batch=max_batch, calibrated=not roofline,
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
@@ -186,6 +200,11 @@ def predict(
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("next batch formed", "while the current iteration runs" if p.iterations_scheduled_ahead
                   else "after the current iteration")
+    if p.speculative:
+        sd = p.speculative
+        table.add_row("speculative decoding", f"{sd['draft_tokens']} draft tokens at {sd['acceptance_rate']:.0%} "
+                      f"acceptance: {sd['tokens_per_iteration']:.2f} tokens per iteration, draft "
+                      f"{sd['draft_cost_fraction']:.1%} of an iteration")
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
     table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)
@@ -199,6 +218,22 @@ def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | N
     layout = {"pp": pp, "dp_attention": dp_attention, "moe_tp": moe_tp, "ep": ep}
     # left out: what was not given; an explicit --moe-tp (even 1) is checked against the others
     return {k: v for k, v in layout.items() if v is not None and (k == "moe_tp" or v != 1)} or None
+
+
+def _speculative(draft: str | None, draft_tokens: int | None, acceptance_rate: float | None,
+                 draft_cost_fraction: float | None) -> dict | None:
+    """--speculative and its figures as :class:`apmw.spec.Speculative`'s fields (None without it)."""
+    figures = {"draft_tokens": draft_tokens, "acceptance_rate": acceptance_rate,
+               "draft_cost_fraction": draft_cost_fraction}
+    if draft is None:
+        given = [FLAGS[k] for k, v in figures.items() if v is not None]
+        if given:
+            fail(f"{', '.join(given)} describe speculative decoding; add --speculative mtp or --speculative model")
+        return None
+    if draft not in ("mtp", "model"):
+        fail(f"--speculative: '{draft}' is not a draft apmw knows; use mtp (the model's own multi-token-prediction "
+             "head) or model (a separate draft model, with --draft-tokens and --acceptance-rate)")
+    return {"draft": draft, **{k: v for k, v in figures.items() if v is not None}}
 
 
 def _workers(count: int, tp: int, layout: dict | None):
@@ -222,7 +257,7 @@ def _checkpoint_kv_dtype(model: str) -> str:
 
 def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, calibrated, link_bw,
                     request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype,
-                    engine_version, mxfp4_moe_activations) -> None:
+                    engine_version, mxfp4_moe_activations, speculative) -> None:
     """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
     from apmw.capacity.disaggregated_benchmark import predict_disaggregated
 
@@ -234,7 +269,8 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
                                     token_budget=token_budget, max_batch=max_batch,
                                     kv_memory_fraction=kv_memory_fraction, moe_dtype=moe_dtype,
                                     engine_version=engine_version,
-                                    mxfp4_moe_activations=mxfp4_moe_activations) for c in levels]
+                                    mxfp4_moe_activations=mxfp4_moe_activations,
+                                    speculative=speculative) for c in levels]
     except ApmwError as exc:
         message = as_flags(str(exc))
         side = message.split(" workers: ", 1)[0]
@@ -275,11 +311,20 @@ FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp":
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
          "request_rate_per_s": "--request-rate", "engine_version": "--engine-version",
-         "mxfp4_moe_activations": "--mxfp4-moe-activations", "scheduler_recv_interval": "--scheduler-recv-interval"}
+         "mxfp4_moe_activations": "--mxfp4-moe-activations", "scheduler_recv_interval": "--scheduler-recv-interval",
+         "draft_tokens": "--draft-tokens", "acceptance_rate": "--acceptance-rate",
+         "draft_cost_fraction": "--draft-cost-fraction"}
+
+
+# The spec's words for a setting where this verb has a flag for it.
+SPEC_PHRASES = {"serving.speculative: draft: mtp": "--speculative mtp", "give draft: model": "give --speculative model",
+                "or draft: mtp": "or --speculative mtp"}
 
 
 def as_flags(message: str) -> str:
     """A library error in this verb's terms: each parameter named by the flag that sets it."""
+    for phrase, flag in SPEC_PHRASES.items():
+        message = message.replace(phrase, flag)
     return re.sub(r"(?<![\w-])(" + "|".join(FLAGS) + r")(?![\w-])", lambda m: FLAGS[m.group(1)], message)
 
 

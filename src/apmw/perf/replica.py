@@ -22,6 +22,7 @@ from apmw.perf.parallelism import Layout, check_layout, layout_of
 from apmw.perf.power import PowerModel
 from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
+from apmw.perf.speculative import SpeculativeDecoding, speculative_decoding
 from apmw.perf.serving_policy import (DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, ServingSettingError,
                                      resolve_policy, mxfp4_moe_activations as resolve_mxfp4_activations)
 from apmw.perf.roofline import RooflineStepModel
@@ -82,12 +83,14 @@ def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
 
 @dataclass(frozen=True)
 class Replica:
-    """A model copy on ``g`` GPUs: its step model, memory, serving policy and power model."""
+    """A model copy on ``g`` GPUs: its step model, memory, serving policy and power model, and the
+    figures of its speculative decoding (None without it: one token per sequence per iteration)."""
 
     step: StepModel
     memory: MemoryBudget
     policy: ServingPolicy
     power: PowerModel
+    speculative: SpeculativeDecoding | None = None
 
     @property
     def kv_capacity_bytes(self) -> float:
@@ -241,7 +244,8 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
                             own_kernels=_prices_own_kernels(step))
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
-    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power))
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power),
+                   speculative=speculative_decoding(spec.serving.speculative, arch))
 
 
 def _prices_own_kernels(step: StepModel) -> bool:
@@ -257,7 +261,8 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
                             own_kernels=_prices_own_kernels(step))
     mem = replica_memory(step, policy)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
-    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power))
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power),
+                   speculative=speculative_decoding(serving.speculative if serving else None, step.arch))
 
 
 def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str, kv_dtype: str,

@@ -152,11 +152,10 @@ def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():
     from apmw.design_search import check_front
 
     spec = load_spec(EXAMPLES / "support-chat.yaml")
-    found = search(spec, {"serving.speculative": [{"draft": "model", "acceptance_rate": 0.7, "draft_tokens": 3,
-                                                   "draft_cost_fraction": 0.1}]})
+    found = search(spec, {"workload.summarize_at_tokens": [6000]})
     assert found.points, found.pruned
     checked = check_front(spec, found, 1)
-    assert "speculative decoding" in checked.front()[0].checked["not_checked"]
+    assert "summarisation" in checked.front()[0].checked["not_checked"]
 
 
 @pytest.mark.parametrize("engine,worker", [("vllm", "dynamo.vllm --model"), ("sglang", "dynamo.sglang --model-path"),

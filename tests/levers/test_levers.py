@@ -92,7 +92,7 @@ def test_verify_rechecks_the_top_levers_in_the_simulator():
     assert len(checked) == 2
     for r in checked:
         v = r.verified
-        if "skipped" in v:        # summarisation / speculative decoding: not in the simulator
+        if "skipped" in v:        # summarisation / disaggregated prefill: not in the simulator
             assert "does not model" in v["skipped"]
         else:
             assert v["agents"] == r.agents_per_replica_after and v["completed_tasks"] > 0

@@ -32,6 +32,12 @@ CASES = {
              kv_memory_fraction=kv_fraction_for(12000)), 10),
     # arrivals wait for the scheduler's next poll, which the fast path finds by counting iterations
     "SGLang polling every 10 decode iterations": (spec(engine="sglang", scheduler_recv_interval=10), 10),
+    # speculative decoding: each sequence keeps its own number of tokens an iteration (positions worked out
+    # in advance), drafts' blocks taken for the iteration and the rejected ones' freed
+    "speculative decoding, ample memory": (spec(speculative={"draft_tokens": 3, "acceptance_rate": 0.7}), 8),
+    "speculative decoding, evict, tight memory": (
+        spec(speculative={"draft_tokens": 2, "acceptance_rate": 0.8, "draft_cost_fraction": 0.05},
+             tool_wait_kv_policy="evict", kv_memory_fraction=kv_fraction_for(12000)), 10),
     "SGLang polling every 7, no overlap scheduler, tight memory": (
         spec(engine="sglang", scheduler_recv_interval=7, overlap_scheduling=False, tool_wait_kv_policy="evict",
              kv_memory_fraction=kv_fraction_for(12000)), 10),

@@ -56,3 +56,21 @@ def test_runs_that_disagree_widen_the_checked_p95_interval():
     assert lo <= pooled[0] and hi >= pooled[1]
     assert SimulatedPoint(agents=10, runs=same[:1]).p95_interval("task_latency_s") == quantile_interval(
         same[0].samples["task_latency_s"])
+
+
+def test_runs_far_apart_never_give_a_negative_latency():
+    """Three runs whose p95s are 1, 5 and 30 s: the pooled p95 less Student's t (4.3 at two degrees of
+    freedom) times their standard error lies below zero, and a latency cannot; the interval starts at 0."""
+    from types import SimpleNamespace
+
+    from apmw.sim.checked import SimulatedPoint
+
+    rng = np.random.default_rng(3)
+    runs = tuple(SimpleNamespace(samples={"task_latency_s": rng.exponential(1.0, 100) * scale})
+                 for scale in (0.33, 1.7, 10.0))
+    point = SimulatedPoint(agents=10, runs=runs)
+    per_run = [np.quantile(r.samples["task_latency_s"], 0.95) for r in runs]
+    half = 4.30 * np.std(per_run, ddof=1) / math.sqrt(3)
+    assert point.p95("task_latency_s") - half < 0
+    lo, hi = point.p95_interval("task_latency_s")
+    assert lo == 0.0 and hi > point.p95("task_latency_s")

@@ -12,7 +12,7 @@ from tests.conftest import small_spec_dict
 
 @pytest.mark.parametrize("section,field,value,words", [
     ("workload", "summarize_at_tokens", 8000, "summarisation"),
-    ("serving", "speculative", {"draft_tokens": 4, "acceptance_rate": 0.7}, "speculative decoding"),
+    ("serving", "disaggregation", {"prefill_gpus": 1}, "disaggregated prefill"),
 ])
 def test_unmodelled_features_are_refused(section, field, value, words):
     d = small_spec_dict()
@@ -25,3 +25,9 @@ def test_unmodelled_features_are_refused(section, field, value, words):
 
 def test_plain_spec_is_supported():
     assert unsupported(spec_from_dict(small_spec_dict())) is None
+
+
+def test_speculative_decoding_is_simulated():
+    d = small_spec_dict()
+    d["serving"]["speculative"] = {"draft_tokens": 4, "acceptance_rate": 0.7}
+    assert unsupported(spec_from_dict(d)) is None

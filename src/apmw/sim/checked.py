@@ -127,7 +127,8 @@ class SimulatedPoint:
         k = len(per_run)
         half = float(student_t.ppf(0.975, k - 1)) * float(np.std(per_run, ddof=1)) / math.sqrt(k)
         centre = float(np.quantile(pooled, 0.95))
-        return min(ci[0], centre - half), max(ci[1], centre + half)
+        # a latency is not negative: a few runs far apart can put the replication interval's low end below 0
+        return max(min(ci[0], centre - half), 0.0), max(ci[1], centre + half)
 
     def slack(self, spec_slo, end: int | None = None) -> float:
         """SLO slack at the pooled p95s; ``end`` 0 or 1 takes the low or high end of their intervals."""

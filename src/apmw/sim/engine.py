@@ -43,6 +43,16 @@ had arrived when the iteration before it started; an idle engine takes an arriva
 a busy scheduler takes in the calls that arrived only every ``recv_interval`` decode iterations, and
 right after any iteration that carried prompt tokens; the ones in between wait for that poll.
 
+**Speculative decoding** (``serving.speculative``, :mod:`apmw.perf.speculative`): a decoding sequence
+computes its pending token and ``k`` draft tokens (``k + 1`` of the budget and of KV), each iteration's
+time is the step model's times ``1 + draft_cost_fraction``, and the sequence keeps as many tokens as the
+drafts accepted plus one. Which iterations keep more is deterministic (:func:`kept_tokens`): a
+sequence's output is cut into iterations at ``floor(j y)``, ``y = (1 - a^(k+1)) / (1 - a)`` the expected
+tokens per iteration, so every call keeps ``y`` tokens an iteration on average, as the analytic model
+prices it, without the step-to-step variance of real acceptance (over a call of a few hundred tokens that
+variance moves its decode time by about a percent). The KV of rejected drafts is freed at once. The fast
+path below has its own form for it (:meth:`Engine._speculative_segment`).
+
 **Fast path.** Between scheduling events the batch is fixed: every running
 sequence decodes one token per iteration, so its context, and hence the KV bytes
 and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
@@ -84,9 +94,22 @@ __all__ = ["BLOCK_TOKENS", "MAX_SEGMENT_ITERATIONS", "Batch", "Engine", "Seq"]
 
 # Longest fast-forward in one numpy call (bounds the arrays' size; a segment simply resumes).
 MAX_SEGMENT_ITERATIONS = 1 << 16
+# Sequence-iterations a speculative-decoding segment works out at once (bounds its positions' matrix).
+MAX_SPECULATIVE_CELLS = 1 << 20
 # Iterations of a decode segment priced first; each next piece is four times what is priced so far,
 # until the segment's end (an arrival, a finish, a stop) is inside what was priced.
 FIRST_PIECE = 32
+
+
+def kept_tokens(generated: np.ndarray, computed: np.ndarray, acceptance: float) -> np.ndarray:
+    """Tokens a decoding sequence keeps from an iteration that computed ``computed`` of its tokens (its
+    pending one and ``computed - 1`` drafts, each accepted with probability ``acceptance``), having generated
+    ``generated`` so far. Deterministic (module docstring): the output is cut into iterations at
+    ``floor(j y)``, ``y = (1 - a^c) / (1 - a)`` the tokens such an iteration yields on average, so the
+    mean over a call is ``y``. Between 1 and ``computed``."""
+    y = (1.0 - acceptance ** computed) / (1.0 - acceptance)
+    j = np.ceil((generated + 1) / y)
+    return np.clip(np.floor(j * y).astype(np.int64) - generated, 1, computed)
 
 
 class Engine:
@@ -110,6 +133,12 @@ class Engine:
         if self.adaptive_share:
             self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.ahead = policy.iterations_ahead
+        # speculative decoding: tokens a decoding sequence computes per iteration (its pending token and the
+        # drafts), each draft's acceptance, and what the draft multiplies an iteration's time by
+        sd = replica.speculative
+        self.verify = sd.draft_tokens + 1 if sd else 1
+        self.acceptance = sd.acceptance_rate if sd else 0.0
+        self.draft_factor = 1.0 + sd.draft_cost_fraction if sd else 1.0
         self._last_start_s = 0.0          # when the iteration that ended last began
         # the scheduler's polls for new calls (SGLang --scheduler-recv-interval): every recv_interval decode
         # iterations and after every iteration that carried prompt tokens
@@ -201,15 +230,17 @@ class Engine:
         ``decodes`` say which running sequences this iteration may carry (both when mixed)."""
         r, ledger = self.running, self.ledger
         b = len(r.seqs)
-        if decodes and b <= budget and not np.count_nonzero(r.pre):
-            # the common case: every running sequence decodes a token, and the pool has the blocks
-            need = ledger.blocks_for(r.kv + 1) - r.own
+        v = self.verify
+        if decodes and b * v <= budget and not np.count_nonzero(r.pre):
+            # the common case: every running sequence decodes (a token, or its pending token and the drafts),
+            # and the pool has the blocks
+            need = ledger.blocks_for(r.kv + v) - r.own
             total_need = int(need.sum())
             if ledger.fits(total_need):
                 ledger.take(total_need)
                 r.own += need
-                return np.ones(b, dtype=np.int64), budget - b, False
-        want = np.where(r.pre, r.total - r.kv if prompts else 0, 1 if decodes else 0)
+                return np.full(b, v, dtype=np.int64), budget - b * v, False
+        want = np.where(r.pre, r.total - r.kv if prompts else 0, v if decodes else 0)
         before = np.cumsum(want) - want
         n = np.clip(budget - before, 0, want)
         need = np.where(n > 0, ledger.blocks_for(r.kv + n) - r.own, 0)
@@ -225,7 +256,7 @@ class Engine:
             if (r.pre[i] and not prompts) or (not r.pre[i] and not decodes):
                 i += 1
                 continue
-            ni = min(int(r.total[i] - r.kv[i]), budget)
+            ni = min(int(r.total[i] - r.kv[i]) if r.pre[i] else v, budget)
             if ni <= 0:
                 break
             need_i = ledger.blocks_for(int(r.kv[i]) + ni) - int(r.own[i])
@@ -298,20 +329,26 @@ class Engine:
         decode = int(len(kv) - np.count_nonzero(pre))
         if decode:
             self._decay_share(1)
-        prefill_tokens = computed - decode          # a decoding sequence computes one token
+        decoding = active & ~r.pre
+        # a decoding sequence computes one token, or its pending token and the drafts
+        decode_tokens = int(n[decoding].sum()) if self.verify > 1 else decode
+        prefill_tokens = computed - decode_tokens
         # SGLang weighs an iteration with prompt tokens past any interval: the next loop polls
         self._decodes_since_poll = self.recv_interval if prefill_tokens else self._decodes_since_poll + 1
-        load = IterationLoad(decode, prefill_tokens, kv_bytes, attn)
-        t = self.pricer.time_s(load)
+        load = IterationLoad(decode_tokens, prefill_tokens, kv_bytes, attn)
+        t = self.pricer.time_s(load) * self.draft_factor
         self.meter.iteration(self.now, t, decode, len(kv), t * self.ledger.kv_tokens, self.ledger.pool.used, load)
         self._last_start_s = self.now
         self.now += t
         st = self.stats
         st.prefill_tokens += prefill_tokens
-        st.decode_tokens += decode
+        if self.verify > 1 and decode:
+            n = self._keep_accepted(n, decoding)
+        else:
+            st.decode_tokens += decode
         r.kv += n
-        self.ledger.computed(computed)
-        gen = active & (r.kv == r.total)
+        self.ledger.computed(int(n.sum()))
+        gen = active & (r.kv == r.total)          # a prompt's last chunk, or a decode step without drafts
         r.gen += gen
         r.total += gen
         st.generated_tokens += int(np.count_nonzero(gen))
@@ -322,10 +359,28 @@ class Engine:
                 if seq.first_s < 0:
                     seq.first_s = self.now
             r.pre = r.pre & ~first
-        done = gen & (r.gen == r.out)
+        done = (gen | decoding) & (r.gen == r.out)
         if np.count_nonzero(done):
             self._finish(done)
         return True
+
+    def _keep_accepted(self, n: np.ndarray, decoding: np.ndarray) -> np.ndarray:
+        """Speculative decoding: ``n`` with each decoding sequence's computed tokens cut to the ones it keeps.
+        Those sequences' generated tokens are counted here (their pending token's KV and the accepted drafts'
+        are kept, so each stays one token short of its total) and the blocks of rejected drafts freed."""
+        r, st = self.running, self.stats
+        kept = np.minimum(kept_tokens(r.gen[decoding], n[decoding], self.acceptance),
+                          r.out[decoding] - r.gen[decoding])
+        n = n.copy()
+        n[decoding] = kept
+        r.gen[decoding] += kept
+        r.total[decoding] += kept
+        st.decode_tokens += int(kept.sum())
+        st.generated_tokens += int(kept.sum())
+        own = self.ledger.blocks_for(r.kv[decoding] + kept)
+        self.ledger.give_back(int((r.own[decoding] - own).sum()))
+        r.own[decoding] = own
+        return n
 
     def _finish(self, done: np.ndarray) -> None:
         if not np.count_nonzero(done):
@@ -371,14 +426,17 @@ class Engine:
         """Advance many all-decode iterations in one step; False when the plain step must run."""
         r = self.running
         b = len(r.seqs)
-        if b == 0 or b > self.max_tokens or np.count_nonzero(r.pre):
+        v = self.verify
+        if b == 0 or b * v > self.max_tokens or np.count_nonzero(r.pre):
             return False
         if self.adaptive_share and self.waiting and self.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
             return False    # the share falls every iteration, so the queue head may fit at any one
-        budget = self.max_tokens if self.prefill_first else self.max_tokens - b
+        budget = self.max_tokens if self.prefill_first else self.max_tokens - b * v
         if self.waiting and b < self.max_batch and budget > 0 and (
                 self._admission(self.waiting[0], budget) or self.ledger.spillable(self.waiting)):
             return False
+        if v > 1:
+            return self._speculative_segment()
         kv = r.kv
         k = min(int((r.out - r.gen).min()), MAX_SEGMENT_ITERATIONS)
         ledger = self.ledger
@@ -430,6 +488,74 @@ class Engine:
         r.kv = kv
         r.total = r.total + k
         r.gen = r.gen + k
+        r.own = own
+        done = r.gen == r.out
+        if np.count_nonzero(done):
+            self._finish(done)
+        return True
+
+    def _speculative_segment(self) -> bool:
+        """The fast path under speculative decoding: many all-decode iterations, each sequence keeping
+        :func:`kept_tokens` an iteration, priced in one call; False when the plain step must run. Where a
+        sequence stands after ``j`` iterations is known in advance: from ``m = ceil((g + 1) / y)`` at
+        ``g`` generated, ``floor((m + j - 1) y)`` (what :func:`kept_tokens` gives step by step). The segment
+        ends at the first finish, before the first iteration whose drafts' blocks the pool cannot supply,
+        or at the plain loop's next event (:meth:`_segment_length`). Contexts must be past the model's
+        non-linear part (a sliding window, a top-k), where an iteration's load is affine in their sum."""
+        r, ledger, pricer = self.running, self.ledger, self.pricer
+        pool = ledger.pool
+        b, v = len(r.seqs), self.verify
+        if pricer.lines is None or (self.linear_from and int(r.kv.min()) < self.linear_from):
+            return False
+        y = (1.0 - self.acceptance ** v) / (1.0 - self.acceptance)
+        first = np.ceil((r.gen + 1) / y)                   # each sequence's next cut
+        # iterations until the first sequence finishes (its cut reaches its output), capped so that the
+        # positions' matrix stays small
+        k = int(min((np.ceil(r.out / y) - first).min() + 2, MAX_SPECULATIVE_CELLS // b, MAX_SEGMENT_ITERATIONS))
+        if k < 1:
+            return False
+        pos = np.floor((first[None, :] + np.arange(k, dtype=float)[:, None]) * y).astype(np.int64)
+        np.minimum(pos, r.out[None, :], out=pos)           # generated after iteration j (row j)
+        finished = (pos >= r.out[None, :]).any(axis=1)
+        if finished.any():
+            k = int(np.argmax(finished)) + 1
+        gen = np.vstack((r.gen[None, :], pos[:k - 1]))      # generated at the start of iteration j
+        kv = r.kv[None, :] + (gen - r.gen[None, :])
+        # blocks held with the drafts' lookahead during iteration j, against what the pool can supply
+        peak = ledger.blocks_for(kv + v).sum(axis=1)
+        room = pool.capacity - pool.used + int(r.own.sum())
+        short = peak > room
+        if short.any():
+            k = int(np.argmax(short))
+            if k == 0:
+                return False
+        total = kv[:k].sum(axis=1).astype(float)
+        (a1, a0), (b1, b0) = pricer.lines
+        load = IterationLoad(float(b * v), 0.0, a1 * total + a0 * b, v * (b1 * total + b0 * b))
+        t = pricer._times(load, total.shape) * self.draft_factor
+        ends = np.cumsum(np.concatenate(((self.now,), t)))[1:]
+        k = min(k, self._segment_length(ends))
+        t, load = t[:k], IterationLoad(load.decode_seqs, 0.0, load.kv_read_bytes[:k], load.attention_flops[:k])
+        self.meter.sample(self.now, r, ledger.kv_tokens)
+        grown = (total[:k] - total[0])
+        kept = pos[k - 1] - r.gen
+        used_peak = pool.used - int(r.own.sum()) + int(peak[:k].max())
+        self.meter.segment(self.now, t, None, load, b, ledger.kv_tokens, used_peak, grown=grown,
+                           kept=int(kept.sum()))
+        self._decay_share(k)
+        self._decodes_since_poll += k
+        self.now = float(ends[k - 1])
+        self._last_start_s = self.now - float(t[k - 1])
+        ledger.computed(int(kept.sum()))
+        r.kv = r.kv + kept
+        r.gen = r.gen + kept
+        r.total = r.total + kept
+        # the drafts' blocks at the segment's peak are taken (evicting cached prefixes as the plain loop's
+        # iterations do, in the same LRU order) and all but what the kept tokens hold given back
+        peak_blocks = int(peak[:k].max())
+        own = ledger.blocks_for(r.kv)
+        pool.take(peak_blocks - int(r.own.sum()))
+        ledger.give_back(peak_blocks - int(own.sum()))
         r.own = own
         done = r.gen == r.out
         if np.count_nonzero(done):

@@ -76,6 +76,11 @@ class KvLedger:
     def take(self, blocks: int) -> None:
         self.pool.take(blocks)
 
+    def give_back(self, blocks: int) -> None:
+        """Return ``blocks`` taken for tokens whose KV is not kept (rejected draft tokens)."""
+        if blocks:
+            self.pool.release(blocks)
+
     def computed(self, tokens: int) -> None:
         """``tokens`` more tokens' KV was computed and is now held."""
         self.kv_tokens += tokens

@@ -92,8 +92,6 @@ def unsupported(spec: Spec) -> str | None:
     missing = []
     if spec.workload.summarize_at_tokens is not None:
         missing.append("history summarisation (workload.summarize_at_tokens)")
-    if spec.serving.speculative is not None:
-        missing.append("speculative decoding (serving.speculative)")
     if spec.serving.disaggregation is not None:
         missing.append("disaggregated prefill (serving.disaggregation)")
     if layout_of(spec.serving, spec.hardware.gpus_per_replica).dp > 1:

@@ -113,11 +113,14 @@ class Meter:
             st.compute_bound_s += float((self.decode_shares(bb, np.repeat(first, k) + bb * j) * t).sum())
 
     def segment(self, now: float, t: np.ndarray, j: np.ndarray | None, load: IterationLoad | None, batch: int,
-                kv_tokens: int, used_blocks: int, total: int | None = None) -> None:
+                kv_tokens: int, used_blocks: int, total: int | None = None, grown: np.ndarray | None = None,
+                kept: int | None = None) -> None:
         """All-decode iterations ``j`` (default ``0 .. len(t) - 1``) of ``t`` seconds each from ``now`` (the
         fast path): ``batch`` sequences each decode a token an iteration on top of ``kv_tokens`` resident
         ones. Their compute-bound shares are priced from ``load``, or later (:meth:`flush`) from the
-        contexts' sum ``total`` at the first iteration (they are all past the model's windows)."""
+        contexts' sum ``total`` at the first iteration (they are all past the model's windows). Under
+        speculative decoding ``grown`` is the tokens resident beyond ``kv_tokens`` at each iteration's start
+        and ``kept`` the tokens the segment generated (default: one per sequence an iteration)."""
         st = self.stats
         k = len(t)
         if self.window[0] <= now < self.window[1]:
@@ -134,12 +137,13 @@ class Meter:
                 st.compute_bound_s += float((share[:k] * t).sum())
             st.decode_batch_s += batch * total_t
             st.running_batch_s += batch * total_t
-            st.kv_tokens_s += kv_tokens * total_t + batch * float((t * j[:k]).sum())
+            st.kv_tokens_s += kv_tokens * total_t + (float((t * grown).sum()) if grown is not None
+                                                     else batch * float((t * j[:k]).sum()))
         st.iterations += k
         if used_blocks > st.max_blocks_used:
             st.max_blocks_used = used_blocks
-        st.decode_tokens += batch * k
-        st.generated_tokens += batch * k
+        st.decode_tokens += batch * k if kept is None else kept
+        st.generated_tokens += batch * k if kept is None else kept
 
     def idle(self, start_s: float, end_s: float, kv_tokens: int) -> None:
         """No iteration runs from ``start_s`` to ``end_s``; the resident KV still counts."""

@@ -120,3 +120,13 @@ def test_cli_refuses_what_it_cannot_price(extra, says):
                                  "--concurrency", "4", "--kv-dtype", "bf16"] + extra)
     assert r.exit_code != 0 and isinstance(r.exception, SystemExit)     # a clear error, no traceback
     assert says in r.output, r.output
+
+
+def test_cli_says_what_the_mtp_head_leaves_out_of_memory():
+    args = ["predict", "--model", DSR1, "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+            "--isl", "1024", "--osl", "1024", "--concurrency", "16", "--engine", "sglang"]
+    r = CliRunner().invoke(app, args + ["--speculative", "mtp"])
+    assert r.exit_code == 0, r.output
+    assert "MTP head: the module's own weights (one more decoder layer) and its KV are not counted" in " ".join(
+        r.output.split())
+    assert "MTP head" not in CliRunner().invoke(app, args).output

@@ -80,6 +80,14 @@ def note_gpu_basis(gpu) -> None:
         note(caveat)
 
 
+def note_mtp_memory(draft: str | None) -> None:
+    """Say what drafting with the model's own MTP head leaves out of memory (apmw.perf.speculative)."""
+    if draft == "mtp":
+        note("speculative decoding with the model's MTP head: the module's own weights (one more decoder layer) "
+             "and its KV are not counted in memory: the KV pool is overstated by about one layer's weights, and the "
+             "KV a token holds understated by one layer's share")
+
+
 def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
     """Say so when a checkpoint's name, or else its config.json, states other weights than the dtype being
     priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16): the dtype is the user's

@@ -485,6 +485,25 @@ def imax_disagg_rows(data: Path) -> list[Row]:
 MTP_ACCEPTANCE = "measured"
 
 
+def mtp_pairs(rows: list[Row]) -> str:
+    """Each predicted MTP point beside the point without MTP of the same label (lengths, concurrency, worker
+    counts): TPOT with over TPOT without, measured and predicted, and the median |error| of that ratio."""
+    without = {r.label: r for r in rows if r.disagg and r.speculative is None and r.predicted}
+    lines, errs = [], []
+    for r in rows:
+        base = without.get(r.label.removesuffix(" mtp")) if r.speculative and r.predicted else None
+        if base is None:
+            continue
+        measured = r.measured["tpot_s"] / base.measured["tpot_s"]
+        predicted = r.predicted["tpot_s"] / base.predicted["tpot_s"]
+        errs.append(predicted / measured - 1)
+        lines.append(f"{r.label:70} measured {measured:.3f}  predicted {predicted:.3f}  {errs[-1]:+.1%}")
+    if not errs:
+        return "no MTP point has a predicted point without MTP beside it"
+    return "\n".join(lines + [f"{len(errs)} pairs: median |error| of the ratio {statistics.median(map(abs, errs)):.1%}, "
+                              f"median signed {statistics.median(errs):+.1%}"])
+
+
 def imax_mtp(r) -> tuple[dict | None, str]:
     """The speculative decoding of an InferenceMAX MTP point as apmw.spec.Speculative's fields, or None and why.
 
@@ -1387,6 +1406,9 @@ def main() -> None:
                          "(docs/accuracy.md)")
     ap.add_argument("--by-rate", action="store_true",
                     help="group the fixed-concurrency errors by the replica's measured output rate (docs/accuracy.md)")
+    ap.add_argument("--mtp-pairs", action="store_true",
+                    help="each predicted MTP point against its point without MTP: the TPOT ratio measured and "
+                         "predicted (docs/accuracy.md, session 27)")
     ap.add_argument("--imax-diagnosis", action="store_true",
                     help="InferenceMAX groups: measured mean over median TTFT, TTFT against the median, and the "
                          "median's excess in TPOTs (docs/accuracy.md)")
@@ -1458,6 +1480,8 @@ def main() -> None:
     if args.imax_diagnosis:
         print(imax_diagnosis(rows))
         print(imax_disagg_diagnosis(rows))
+    if args.mtp_pairs:
+        print(mtp_pairs(rows))
     if args.compare_with:
         print(compare_with(args.compare_with, args.data, rows))
     if args.write_docs:

@@ -221,3 +221,16 @@ def test_a_disaggregated_row_is_predicted_through_apmw(disagg_csv):
     assert row.predicted, row.note
     assert row.predicted["tpot_s"] > 0 and row.predicted["ttft_s"] > row.predicted["prefill_service_s"]
     assert row.predicted["output_tokens_per_s_per_gpu"] > 0
+
+
+def test_mtp_pairs_compare_the_speed_up_with_the_point_without_mtp():
+    def row(label, speculative, measured_tpot, predicted_tpot):
+        return accuracy.Row(source="InferenceMAX", split="held-out", model="m", gpu="g", engine="sglang", tp=0,
+                            scenario="s", isl=1, osl=1, rate_per_replica=None, concurrency=1,
+                            measured={"tpot_s": measured_tpot}, label=label, predicted={"tpot_s": predicted_tpot},
+                            disagg=("P", "D"), speculative=speculative)
+    rows = [row("x c32", None, 0.020, 0.010), row("x c32 mtp", {"draft": "mtp"}, 0.012, 0.0066),
+            row("y c64 mtp", {"draft": "mtp"}, 0.012, 0.006)]     # no point without MTP: left out
+    text = accuracy.mtp_pairs(rows)
+    assert "measured 0.600  predicted 0.660  +10.0%" in text and "y c64" not in text
+    assert text.endswith("1 pairs: median |error| of the ratio 10.0%, median signed +10.0%")

@@ -35,6 +35,8 @@ CASES = {
     # speculative decoding: each sequence keeps its own number of tokens an iteration (positions worked out
     # in advance), drafts' blocks taken for the iteration and the rejected ones' freed
     "speculative decoding, ample memory": (spec(speculative={"draft_tokens": 3, "acceptance_rate": 0.7}), 8),
+    "speculative decoding, one draft at 80 % (whole cuts every fifth iteration)": (
+        spec(speculative={"draft_tokens": 1, "acceptance_rate": 0.8}), 8),
     "speculative decoding, evict, tight memory": (
         spec(speculative={"draft_tokens": 2, "acceptance_rate": 0.8, "draft_cost_fraction": 0.05},
              tool_wait_kv_policy="evict", kv_memory_fraction=kv_fraction_for(12000)), 10),

@@ -34,6 +34,22 @@ def test_a_call_keeps_the_expected_tokens_per_iteration(computed, acceptance):
     assert position / len(kept) == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.parametrize("computed, acceptance", [(2, 0.8), (4, 0.7), (2, 0.5), (3, 0.0), (6, 0.9)])
+def test_the_fast_path_knows_where_the_plain_step_goes(computed, acceptance):
+    """Engine._speculative_segment puts a call at cut(m + j - 1) after j iterations; the plain step gets
+    there by kept_tokens one iteration at a time, from any start. (y = 1.8 makes j y whole every fifth
+    iteration, where two roundings of y used to part them.)"""
+    from apmw.sim.engine import cut, next_cut, tokens_per_iteration
+
+    starts = np.arange(0, 40)
+    y = tokens_per_iteration(acceptance, np.full(len(starts), computed))
+    ahead = cut(next_cut(starts, y)[None, :] + np.arange(200, dtype=float)[:, None], y[None, :])
+    position = starts.copy()
+    for row in ahead:
+        position = position + kept_tokens(position, np.full(len(starts), computed), acceptance)
+        assert (position == row).all()
+
+
 def test_speculative_runs_keep_the_books_and_lose_no_token():
     # check=True asserts after every step that blocks and tokens add up (rejected drafts' blocks freed)
     r = simulate(_spec({"draft_tokens": 3, "acceptance_rate": 0.7}), 24, duration_s=600, seed=2, check=True)

@@ -305,9 +305,9 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     limited_by = "concurrency" if running == concurrency else "max_batch" if running == max_batch else "kv_memory"
     decoders = running - 1
     mixed, ahead, recv = policy.mixed_prefill, policy.iterations_ahead, policy.recv_interval
-    # prompt tokens one iteration can take: what the decoders leave of the budget, or all of it
-    # when prefill iterations run alone
-    capacity = max(token_budget - decoders, 1) if mixed else token_budget
+    # prompt tokens one iteration can take: what the decoders (and their drafts) leave of the budget, or
+    # all of it when prefill iterations run alone
+    capacity = max(token_budget - decoders * verified_tokens(replica), 1) if mixed else token_budget
     own_mixed = math.ceil(isl / capacity)
     decode_iters = osl_iters - 1
     wave_iters = running * isl / token_budget            # full-budget iterations a whole wave needs
@@ -484,11 +484,17 @@ def decode_load(replica: Replica, decoders: np.ndarray | float, context: float, 
     caps the read) and, under speculative decoding, runs its ``k + 1`` verified tokens through the target
     (:class:`apmw.perf.speculative.SpeculativeDecoding`), as the closed loop's engine curve does."""
     a, kv_dtype = replica.arch, replica.step.kv_dtype
-    verify = replica.speculative.draft_tokens + 1 if replica.speculative else 1
+    verify = verified_tokens(replica)
     return IterationLoad(decode_seqs=decoders * verify, prefill_tokens=prefill_tokens,
                          kv_read_bytes=decoders * float(a.kv_read_bytes_for_context(context, kv_dtype)),
                          attention_flops=decoders * verify * float(a.attention_flops_per_token(context))
                          + prefill_tokens * float(a.attention_flops_per_token(prefill_context)))
+
+
+def verified_tokens(replica: Replica) -> int:
+    """Tokens a decoding sequence runs through the target per iteration, each taking a place in the token
+    budget: its pending token and the drafts (1 without speculative decoding)."""
+    return replica.speculative.draft_tokens + 1 if replica.speculative else 1
 
 
 def speculative_figures(replica: Replica) -> dict | None:
@@ -516,7 +522,7 @@ def compute_bound_share(replica: Replica, p: Prediction, isl: int, osl: int) -> 
     memory-bound)."""
     r = p.running_requests
     beside = r - 1 if p.prefill_mixed_with_decode else 0      # decoders in an iteration that carries a prompt
-    chunk = min(isl, max(replica.policy.token_budget - beside, 1))
+    chunk = min(isl, max(replica.policy.token_budget - beside * verified_tokens(replica), 1))
     dec = np.array([r, beside], dtype=float)
     pre = np.array([0.0, chunk])
     share = replica.step.compute_share(decode_load(replica, dec, isl + osl / 2, prefill_tokens=pre,

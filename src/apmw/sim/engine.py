@@ -101,15 +101,37 @@ MAX_SPECULATIVE_CELLS = 1 << 20
 FIRST_PIECE = 32
 
 
+def tokens_per_iteration(acceptance: float, computed: np.ndarray) -> np.ndarray:
+    """``y = (1 - a^c) / (1 - a)``: the tokens an iteration that computes a sequence's pending token and
+    ``c - 1`` drafts yields on average (one numpy expression, so the plain step and the fast path agree to
+    the last bit)."""
+    return (1.0 - np.power(acceptance, np.asarray(computed, dtype=float))) / (1.0 - acceptance)
+
+
+def cut(j: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Where a call's ``j``-th iteration ends in its output: ``floor(j y)`` (the 1e-9 keeps a product that
+    should be whole from falling a unit short)."""
+    return np.floor(j * y + 1e-9).astype(np.int64)
+
+
+def next_cut(generated: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The index ``j`` of the first cut past ``generated`` tokens: the least ``j`` with ``cut(j, y) >
+    generated``, found from its estimate by stepping with :func:`cut` itself (at most twice), so that a
+    call at a cut always finds the next one (``y >= 1``)."""
+    j = np.floor((generated + 1) / y) - 1.0
+    for _ in range(3):
+        j = np.where(cut(j, y) <= generated, j + 1.0, j)
+    return j
+
+
 def kept_tokens(generated: np.ndarray, computed: np.ndarray, acceptance: float) -> np.ndarray:
     """Tokens a decoding sequence keeps from an iteration that computed ``computed`` of its tokens (its
     pending one and ``computed - 1`` drafts, each accepted with probability ``acceptance``), having generated
     ``generated`` so far. Deterministic (module docstring): the output is cut into iterations at
-    ``floor(j y)``, ``y = (1 - a^c) / (1 - a)`` the tokens such an iteration yields on average, so the
-    mean over a call is ``y``. Between 1 and ``computed``."""
-    y = (1.0 - acceptance ** computed) / (1.0 - acceptance)
-    j = np.ceil((generated + 1) / y)
-    return np.clip(np.floor(j * y).astype(np.int64) - generated, 1, computed)
+    ``floor(j y)`` (:func:`cut`), ``y`` the tokens such an iteration yields on average
+    (:func:`tokens_per_iteration`), so the mean over a call is ``y``. Between 1 and ``computed``."""
+    y = tokens_per_iteration(acceptance, computed)
+    return np.clip(cut(next_cut(generated, y), y) - generated, 1, computed)
 
 
 class Engine:
@@ -497,8 +519,8 @@ class Engine:
     def _speculative_segment(self) -> bool:
         """The fast path under speculative decoding: many all-decode iterations, each sequence keeping
         :func:`kept_tokens` an iteration, priced in one call; False when the plain step must run. Where a
-        sequence stands after ``j`` iterations is known in advance: from ``m = ceil((g + 1) / y)`` at
-        ``g`` generated, ``floor((m + j - 1) y)`` (what :func:`kept_tokens` gives step by step). The segment
+        sequence stands after ``j`` iterations is known in advance: from its next cut ``m`` (:func:`next_cut`)
+        at ``g`` generated, ``cut(m + j - 1)`` (what :func:`kept_tokens` gives step by step). The segment
         ends at the first finish, before the first iteration whose drafts' blocks the pool cannot supply,
         or at the plain loop's next event (:meth:`_segment_length`). Contexts must be past the model's
         non-linear part (a sliding window, a top-k), where an iteration's load is affine in their sum."""
@@ -507,14 +529,14 @@ class Engine:
         b, v = len(r.seqs), self.verify
         if pricer.lines is None or (self.linear_from and int(r.kv.min()) < self.linear_from):
             return False
-        y = (1.0 - self.acceptance ** v) / (1.0 - self.acceptance)
-        first = np.ceil((r.gen + 1) / y)                   # each sequence's next cut
+        y = tokens_per_iteration(self.acceptance, np.full(b, v))
+        first = next_cut(r.gen, y)                         # each sequence's next cut
         # iterations until the first sequence finishes (its cut reaches its output), capped so that the
         # positions' matrix stays small
         k = int(min((np.ceil(r.out / y) - first).min() + 2, MAX_SPECULATIVE_CELLS // b, MAX_SEGMENT_ITERATIONS))
         if k < 1:
             return False
-        pos = np.floor((first[None, :] + np.arange(k, dtype=float)[:, None]) * y).astype(np.int64)
+        pos = cut(first[None, :] + np.arange(k, dtype=float)[:, None], y[None, :])
         np.minimum(pos, r.out[None, :], out=pos)           # generated after iteration j (row j)
         finished = (pos >= r.out[None, :]).any(axis=1)
         if finished.any():

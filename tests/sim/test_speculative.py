@@ -10,7 +10,7 @@ import pytest
 
 from apmw.capacity.plan import plan
 from apmw.sim import simulate
-from apmw.sim.engine import kept_tokens
+from apmw.sim.drafts import kept_tokens
 from apmw.spec import spec_from_dict
 from tests.conftest import small_spec_dict
 
@@ -39,7 +39,7 @@ def test_the_fast_path_knows_where_the_plain_step_goes(computed, acceptance):
     """Engine._speculative_segment puts a call at cut(m + j - 1) after j iterations; the plain step gets
     there by kept_tokens one iteration at a time, from any start. (y = 1.8 makes j y whole every fifth
     iteration, where two roundings of y used to part them.)"""
-    from apmw.sim.engine import cut, next_cut, tokens_per_iteration
+    from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
 
     starts = np.arange(0, 40)
     y = tokens_per_iteration(acceptance, np.full(len(starts), computed))

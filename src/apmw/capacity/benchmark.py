@@ -494,7 +494,7 @@ def decode_load(replica: Replica, decoders: np.ndarray | float, context: float, 
 def verified_tokens(replica: Replica) -> int:
     """Tokens a decoding sequence runs through the target per iteration, each taking a place in the token
     budget: its pending token and the drafts (1 without speculative decoding)."""
-    return replica.speculative.draft_tokens + 1 if replica.speculative else 1
+    return replica.speculative.verified_tokens if replica.speculative else 1
 
 
 def speculative_figures(replica: Replica) -> dict | None:
@@ -505,7 +505,7 @@ def speculative_figures(replica: Replica) -> dict | None:
 
 def draft_factor(replica: Replica) -> float:
     """What the draft multiplies every iteration's time by (1 without speculative decoding)."""
-    return 1.0 + replica.speculative.draft_cost_fraction if replica.speculative else 1.0
+    return replica.speculative.time_factor if replica.speculative else 1.0
 
 
 def replica_power_w(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: float = 1.0) -> float:

@@ -400,7 +400,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
                                    / decode_weight),
         call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()
                                      / decode_weight),
-        decode_tokens_per_iteration=float(spec_decode.draft_tokens + 1) if spec_decode else 1.0,
+        decode_tokens_per_iteration=float(spec_decode.verified_tokens) if spec_decode else 1.0,
         draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
         accepted_tokens_per_iteration=tokens_per_iter,
         freed_s=freed_s,

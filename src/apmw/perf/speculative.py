@@ -36,6 +36,16 @@ class SpeculativeDecoding:
     draft_cost_fraction: float      # draft time per iteration / the target's iteration time
 
     @property
+    def verified_tokens(self) -> int:
+        """Tokens a decoding sequence runs through the target per iteration: its pending one and the drafts."""
+        return self.draft_tokens + 1
+
+    @property
+    def time_factor(self) -> float:
+        """What the draft multiplies an iteration's time by."""
+        return 1.0 + self.draft_cost_fraction
+
+    @property
     def tokens_per_iteration(self) -> float:
         a, k = self.acceptance_rate, self.draft_tokens
         return (1 - a ** (k + 1)) / (1 - a)

@@ -46,11 +46,8 @@ right after any iteration that carried prompt tokens; the ones in between wait f
 **Speculative decoding** (``serving.speculative``, :mod:`apmw.perf.speculative`): a decoding sequence
 computes its pending token and ``k`` draft tokens (``k + 1`` of the budget and of KV), each iteration's
 time is the step model's times ``1 + draft_cost_fraction``, and the sequence keeps as many tokens as the
-drafts accepted plus one. Which iterations keep more is deterministic (:func:`kept_tokens`): a
-sequence's output is cut into iterations at ``floor(j y)``, ``y = (1 - a^(k+1)) / (1 - a)`` the expected
-tokens per iteration, so every call keeps ``y`` tokens an iteration on average, as the analytic model
-prices it, without the step-to-step variance of real acceptance (over a call of a few hundred tokens that
-variance moves its decode time by about a percent). The KV of rejected drafts is freed at once. The fast
+drafts accepted plus one, deterministically (:mod:`apmw.sim.drafts`: every call keeps the expected tokens
+an iteration). The KV of rejected drafts is freed at once. The fast
 path below has its own form for it (:meth:`Engine._speculative_segment`).
 
 **Fast path.** Between scheduling events the batch is fixed: every running
@@ -84,6 +81,7 @@ from apmw.perf import IterationLoad, Replica
 from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
                                   SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
 from apmw.sim.batch import Batch, Seq
+from apmw.sim.drafts import cut, kept_tokens, next_cut, tokens_per_iteration
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
 from apmw.sim.pricing import pricer_for
 from apmw.sim.slots import SlotPromptCache
@@ -99,39 +97,6 @@ MAX_SPECULATIVE_CELLS = 1 << 20
 # Iterations of a decode segment priced first; each next piece is four times what is priced so far,
 # until the segment's end (an arrival, a finish, a stop) is inside what was priced.
 FIRST_PIECE = 32
-
-
-def tokens_per_iteration(acceptance: float, computed: np.ndarray) -> np.ndarray:
-    """``y = (1 - a^c) / (1 - a)``: the tokens an iteration that computes a sequence's pending token and
-    ``c - 1`` drafts yields on average (one numpy expression, so the plain step and the fast path agree to
-    the last bit)."""
-    return (1.0 - np.power(acceptance, np.asarray(computed, dtype=float))) / (1.0 - acceptance)
-
-
-def cut(j: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Where a call's ``j``-th iteration ends in its output: ``floor(j y)`` (the 1e-9 keeps a product that
-    should be whole from falling a unit short)."""
-    return np.floor(j * y + 1e-9).astype(np.int64)
-
-
-def next_cut(generated: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The index ``j`` of the first cut past ``generated`` tokens: the least ``j`` with ``cut(j, y) >
-    generated``, found from its estimate by stepping with :func:`cut` itself (at most twice), so that a
-    call at a cut always finds the next one (``y >= 1``)."""
-    j = np.floor((generated + 1) / y) - 1.0
-    for _ in range(3):
-        j = np.where(cut(j, y) <= generated, j + 1.0, j)
-    return j
-
-
-def kept_tokens(generated: np.ndarray, computed: np.ndarray, acceptance: float) -> np.ndarray:
-    """Tokens a decoding sequence keeps from an iteration that computed ``computed`` of its tokens (its
-    pending one and ``computed - 1`` drafts, each accepted with probability ``acceptance``), having generated
-    ``generated`` so far. Deterministic (module docstring): the output is cut into iterations at
-    ``floor(j y)`` (:func:`cut`), ``y`` the tokens such an iteration yields on average
-    (:func:`tokens_per_iteration`), so the mean over a call is ``y``. Between 1 and ``computed``."""
-    y = tokens_per_iteration(acceptance, computed)
-    return np.clip(cut(next_cut(generated, y), y) - generated, 1, computed)
 
 
 class Engine:
@@ -158,9 +123,9 @@ class Engine:
         # speculative decoding: tokens a decoding sequence computes per iteration (its pending token and the
         # drafts), each draft's acceptance, and what the draft multiplies an iteration's time by
         sd = replica.speculative
-        self.verify = sd.draft_tokens + 1 if sd else 1
+        self.verify = sd.verified_tokens if sd else 1
         self.acceptance = sd.acceptance_rate if sd else 0.0
-        self.draft_factor = 1.0 + sd.draft_cost_fraction if sd else 1.0
+        self.draft_factor = sd.time_factor if sd else 1.0
         self._last_start_s = 0.0          # when the iteration that ended last began
         # the scheduler's polls for new calls (SGLang --scheduler-recv-interval): every recv_interval decode
         # iterations and after every iteration that carried prompt tokens
@@ -518,9 +483,9 @@ class Engine:
 
     def _speculative_segment(self) -> bool:
         """The fast path under speculative decoding: many all-decode iterations, each sequence keeping
-        :func:`kept_tokens` an iteration, priced in one call; False when the plain step must run. Where a
+        :func:`~apmw.sim.drafts.kept_tokens` an iteration, priced in one call; False when the plain step must run. Where a
         sequence stands after ``j`` iterations is known in advance: from its next cut ``m`` (:func:`next_cut`)
-        at ``g`` generated, ``cut(m + j - 1)`` (what :func:`kept_tokens` gives step by step). The segment
+        at ``g`` generated, ``cut(m + j - 1)`` (what :func:`~apmw.sim.drafts.kept_tokens` gives step by step). The segment
         ends at the first finish, before the first iteration whose drafts' blocks the pool cannot supply,
         or at the plain loop's next event (:meth:`_segment_length`). Contexts must be past the model's
         non-linear part (a sliding window, a top-k), where an iteration's load is affine in their sum."""

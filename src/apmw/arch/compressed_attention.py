@@ -47,7 +47,11 @@ class CompressedAttention:
 
     def elements_per_token(self) -> float:
         """Cached elements per token of context beyond the window: compressed entries and index keys."""
-        return sum(n * (self.entry_elements + self._index(r)) / r for r, n in self.layers_by_ratio if r)
+        return sum(n * self.elements_per_token_at(r) for r, n in self.layers_by_ratio)
+
+    def elements_per_token_at(self, ratio: int) -> float:
+        """What one layer of compress ratio ``ratio`` caches per token beyond its window (0 at ratio 0)."""
+        return (self.entry_elements + self._index(ratio)) / ratio if ratio else 0.0
 
     def window_elements(self, ctx):
         """Window elements one sequence holds at ``ctx`` tokens (every layer, up to the window)."""

@@ -500,7 +500,9 @@ def verified_tokens(replica: Replica) -> int:
 def speculative_figures(replica: Replica) -> dict | None:
     """The replica's speculative decoding as a prediction reports it (None without it)."""
     sd = replica.speculative
-    return None if sd is None else {**asdict(sd), "tokens_per_iteration": sd.tokens_per_iteration}
+    return None if sd is None else {"draft_tokens": sd.draft_tokens, "acceptance_rate": sd.acceptance_rate,
+                                    "draft_cost_fraction": sd.draft_cost_fraction,
+                                    "tokens_per_iteration": sd.tokens_per_iteration}
 
 
 def draft_factor(replica: Replica) -> float:

@@ -114,7 +114,7 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
                             calibrated=not isinstance(replica.step, RooflineStepModel), layout=layout,
                             engine_version=spec.serving.engine_version,
                             mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
-    mem = replica_memory(step, replica.policy)
+    mem = replica_memory(step, replica.policy, replica.speculative)     # the draft runs here too
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "
                         f"{g} x {replica.gpu.name}; give each prefill worker more GPUs")

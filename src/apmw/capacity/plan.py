@@ -125,6 +125,8 @@ class Plan:
             "kv_bytes_per_token": kv_per_token,
             "kv_capacity_bytes": r.kv_capacity_bytes,
             "weight_bytes": r.memory.weight_bytes,
+            "draft_weight_bytes": r.memory.draft_weight_bytes,
+            "draft_kv_bytes": r.memory.draft_kv_bytes / r.step.kv_replication,
             "tokens_per_s": self.tokens_per_s,
             "sessions_per_s": ev.session_throughput_per_s,
             "replica": {"gpus": r.gpus + self.prefill_gpus, "decode_gpus": r.gpus, "prefill_gpus": self.prefill_gpus,

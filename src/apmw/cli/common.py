@@ -80,12 +80,12 @@ def note_gpu_basis(gpu) -> None:
         note(caveat)
 
 
-def note_mtp_memory(draft: str | None) -> None:
-    """Say what drafting with the model's own MTP head leaves out of memory (apmw.perf.speculative)."""
-    if draft == "mtp":
-        note("speculative decoding with the model's MTP head: the module's own weights (one more decoder layer) "
-             "and its KV are not counted in memory: the KV pool is overstated by about one layer's weights, and the "
-             "KV a token holds understated by one layer's share")
+def note_draft_memory(draft: str | None) -> None:
+    """Say what a separate draft model leaves out of memory (the model's own MTP modules are counted:
+    apmw.perf.memory)."""
+    if draft == "model":
+        note("speculative decoding with a separate draft model: its weights and KV are not counted in memory "
+             "(apmw knows only its cost and acceptance): the KV pool is overstated by their size")
 
 
 def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:

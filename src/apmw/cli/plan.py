@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
-                              note_mtp_memory, out, warn)
+                              note_draft_memory, out, warn)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -53,7 +53,7 @@ def plan(
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
         note_gpu_basis(s.hardware.gpu)
-        note_mtp_memory(s.serving.speculative.draft if s.serving.speculative else None)
+        note_draft_memory(s.serving.speculative.draft if s.serving.speculative else None)
         if workload_from is not None:
             fitted = fit_trace(workload_from, trace_format)
             fit_notes = fitted.summary["notes"]

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_gpu_basis, note_mtp_memory,
+from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_gpu_basis, note_draft_memory,
                              out)
 from apmw.errors import ApmwError
 
@@ -139,7 +139,7 @@ def predict(
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     layout = _layout(pp, dp_attention, moe_tp, ep)
     drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction)
-    note_mtp_memory(speculative)
+    note_draft_memory(speculative)
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:

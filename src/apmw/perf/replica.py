@@ -178,10 +178,16 @@ def _as_laid_out(step: StepModel) -> str:
     return "" if lay.is_tensor_parallel else f" as {lay.describe()}"
 
 
-def replica_memory(step: StepModel, policy: ServingPolicy) -> MemoryBudget:
-    """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it."""
+def replica_memory(step: StepModel, policy: ServingPolicy,
+                   speculative: SpeculativeDecoding | None = None) -> MemoryBudget:
+    """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it, with the
+    weights and KV of the MTP modules ``speculative`` drafts with (:mod:`apmw.perf.memory`)."""
+    modules = speculative.held_mtp_modules if speculative is not None else 0
     return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.held_weight_bytes,
-                         policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free)
+                         policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free,
+                         draft_weight_bytes=modules * step.held_mtp_module_bytes if modules else 0.0,
+                         draft_kv_bytes_per_token=modules * step.arch.mtp_kv_bytes_per_token(step.kv_dtype),
+                         kv_bytes_per_token=step.kv_bytes_per_token)
 
 
 class DoesNotFitError(ApmwError):
@@ -196,19 +202,23 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
         return
     g, gpu = step.gpus, step.gpu
     ws = policy.workspace_bytes_per_gpu
-    held = step.held_weight_bytes
+    held = mem.weight_bytes + mem.draft_weight_bytes
     need = held + g * ws
     per_gpu = gpu.hbm_bytes * (1.0 if policy.memory_fraction_of_free else policy.kv_memory_fraction) - ws
-    min_gpus = int(-(-step.weight_bytes // per_gpu)) + 1 if per_gpu > 0 else None
+    min_gpus = int(-(-(step.weight_bytes + mem.draft_weight_bytes) // per_gpu)) + 1 if per_gpu > 0 else None
     whole = memory_budget(gpu.hbm_bytes, g, 1.0, held, ws)
     hint = (f", a larger {fraction_field} (it is {policy.kv_memory_fraction:g} of the memory)"
             if not policy.memory_fraction_of_free and whole.fits else "")
     at_least = f" of at least {min_gpus}" if min_gpus else ""
     raise DoesNotFitError(
-        f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB + workspace "
+        f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB{_with_draft(mem)} + workspace "
         f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "
         f"usable, {need / 1e9:.1f} GB needed). Use more GPUs per replica ({gpus_field}{at_least}){hint}, "
         f"a smaller {dtype_field}, or a larger GPU.")
+
+
+def _with_draft(mem: MemoryBudget) -> str:
+    return f" (of them {mem.draft_weight_bytes / 1e9:.1f} GB the MTP draft's)" if mem.draft_weight_bytes else ""
 
 
 def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True,
@@ -242,10 +252,10 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
                             own_kernels=_prices_own_kernels(step))
-    mem = replica_memory(step, policy)
+    speculative = speculative_decoding(spec.serving.speculative, arch)
+    mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
-    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power),
-                   speculative=speculative_decoding(spec.serving.speculative, arch))
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
 
 
 def _prices_own_kernels(step: StepModel) -> bool:
@@ -259,10 +269,10 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
     policy = resolve_policy(Serving() if serving is None else serving, step.gpu.name, step.gpu.hbm_bytes,
                             request_overhead_s, attention_dp_ranks=step.parallel.dp,
                             own_kernels=_prices_own_kernels(step))
-    mem = replica_memory(step, policy)
+    speculative = speculative_decoding(serving.speculative if serving else None, step.arch)
+    mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
-    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power),
-                   speculative=speculative_decoding(serving.speculative if serving else None, step.arch))
+    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power), speculative=speculative)
 
 
 def benchmark_replica(model: str, gpu: str | GpuSpec, tp: int, weight_dtype: str, kv_dtype: str,

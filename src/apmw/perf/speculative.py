@@ -34,6 +34,9 @@ class SpeculativeDecoding:
     draft_tokens: int
     acceptance_rate: float
     draft_cost_fraction: float      # draft time per iteration / the target's iteration time
+    # MTP modules the replica holds beside the model (their weights and KV take memory,
+    # apmw.perf.replica.replica_memory); 0 for a separate draft model, which apmw does not know
+    held_mtp_modules: int = 0
 
     @property
     def verified_tokens(self) -> int:
@@ -76,4 +79,5 @@ def speculative_decoding(spec: Speculative | None, arch: Architecture) -> Specul
     k = spec.draft_tokens or arch.mtp_modules
     a = MTP_ACCEPTANCE_RATE if spec.acceptance_rate is None else spec.acceptance_rate
     cost = mtp_draft_cost_fraction(arch, k) if spec.draft_cost_fraction is None else spec.draft_cost_fraction
-    return SpeculativeDecoding(k, a, cost)
+    # the engines load every module the checkpoint ships, however many tokens are drafted with them
+    return SpeculativeDecoding(k, a, cost, held_mtp_modules=arch.mtp_modules)

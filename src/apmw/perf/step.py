@@ -112,6 +112,11 @@ class StepModel(Protocol):
         ...
 
     @property
+    def held_mtp_module_bytes(self) -> float:
+        """Weight bytes the replica's GPUs hold of one multi-token-prediction module (a draft's weights)."""
+        ...
+
+    @property
     def parallel(self) -> Layout: ...
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
@@ -201,16 +206,18 @@ class RooflineFigures:
 
     @property
     def held_weight_bytes(self) -> float:
-        """Weight bytes the replica's GPUs hold together: every GPU holds its stage's attention over
-        ``tp``, its dense weights over ``dense_tp`` and its routed experts (redundant copies included)
-        over ``moe_tp x ep``; copies across attention DP ranks count each time. Plain tensor
-        parallelism holds the checkpoint once."""
-        c, lay = self._rates, self.parallel
-        routed = c.num_experts * c.expert_params
-        slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
-        per_gpu = (c.attention_bytes / lay.tp + c.held_rest_bytes / lay.dense_tp
-                   + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp
-        return per_gpu * self.gpus
+        """Weight bytes the replica's GPUs hold together, as the layout splits them
+        (:meth:`apmw.perf.parallelism.Layout.held_bytes`). Plain tensor parallelism holds the checkpoint once."""
+        c = self._rates
+        return self.parallel.held_bytes(c.attention_bytes, c.held_rest_bytes,
+                                        c.num_experts * c.expert_params * c.expert_bytes_per_param, c.num_experts)
+
+    @property
+    def held_mtp_module_bytes(self) -> float:
+        """Weight bytes the replica's GPUs hold of one of the model's multi-token-prediction modules
+        (:meth:`apmw.arch.Architecture.mtp_module_bytes`), split over the layout as a layer of the model is."""
+        return self.parallel.held_bytes(*self.arch.mtp_module_bytes(self.weight_dtype, self.moe_dtype),
+                                        self.arch.num_experts)
 
     def _weight_reads_per_gpu(self, tokens: np.ndarray | float) -> tuple[float, float, np.ndarray]:
         """(attention, the rest every token reads, routed experts): bytes each GPU reads in one cycle of

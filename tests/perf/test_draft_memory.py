@@ -1,0 +1,112 @@
+"""Drafting with the model's own MTP modules holds their weights and gives their KV a share of the pool
+(apmw.perf.memory, apmw.arch.Architecture.mtp_module_bytes / mtp_kv_bytes_per_token)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from apmw import plan
+from apmw.arch import load_architecture
+from apmw.cli import app
+from apmw.perf.replica import benchmark_replica
+from apmw.spec import Serving, spec_from_dict
+from apmw.spec.serving import Parallelism, Speculative
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "apmw" / "examples"
+DSR1, V4 = "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V4-Pro"
+
+
+def _replica(model: str, speculative: Speculative | None, gpus: int = 8, parallelism: Parallelism | None = None):
+    return benchmark_replica(model, "H200", gpus if parallelism is None else parallelism.tp or 1, "fp8", "fp8",
+                             serving=Serving(engine="sglang", speculative=speculative, parallelism=parallelism))
+
+
+def test_deepseek_r1s_mtp_module_is_one_moe_layer_and_its_projection_by_hand():
+    """DeepSeek-R1's config: hidden 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, 256
+    routed experts and one shared of width 2048. In fp8 a weight is one byte; the router stays bf16."""
+    h, heads, moe = 7168, 128, 2048
+    attention = (h * 1536 + 1536 * heads * (128 + 64) + h * (512 + 64) + 512 * heads * (128 + 128)
+                 + heads * 128 * h + 1536 + 512)                          # projections and the two latent norms
+    routed = 256 * 3 * h * moe
+    rest = 3 * h * moe + 256 * h * 2 + 2 * h * h                          # shared expert, router, eh_proj
+    got = load_architecture(DSR1).mtp_module_bytes("fp8")
+    assert got == pytest.approx((attention, rest, routed), rel=1e-9)
+    # about 11.6 GB, where the 671 B model's checkpoint of 685 B carries 14 B of MTP (embedding and head included)
+    assert sum(got) / 1e9 == pytest.approx(11.61, abs=0.01)
+
+
+def test_mtp_weights_and_kv_come_out_of_the_pool_as_the_engine_sizes_it():
+    plain, mtp = _replica(DSR1, None), _replica(DSR1, Speculative(draft="mtp"))
+    a, b = plain.memory, mtp.memory
+    assert a.draft_weight_bytes == a.draft_kv_bytes == 0
+    assert b.draft_weight_bytes == pytest.approx(sum(load_architecture(DSR1).mtp_module_bytes("fp8")))  # held once (TP)
+    # the pool loses the module's weights; the draft caches its one MLA layer (576 fp8 elements a token) in as
+    # many tokens as the target's 61 layers (35,136 bytes a token)
+    pool = a.kv_capacity_bytes - b.draft_weight_bytes
+    assert b.kv_capacity_bytes + b.draft_kv_bytes == pytest.approx(pool)
+    assert b.draft_kv_bytes / pool == pytest.approx(576 / (35_136 + 576))
+    assert mtp.kv_capacity_bytes < plain.kv_capacity_bytes
+    assert b.weight_bytes == a.weight_bytes and b.usable_bytes == a.usable_bytes
+
+
+def test_a_draft_module_is_held_as_the_layout_holds_a_layer():
+    """Under attention DP every rank holds its own attention; SGLang shards the dense weights (shared expert,
+    router, projection) over all 8 GPUs and EP splits the routed experts: so the 8 ranks hold the module's
+    attention 8 times and the rest once. Under plain TP8 all of it is held once."""
+    attention, rest, routed = load_architecture(DSR1).mtp_module_bytes("fp8")
+    dep = _replica(DSR1, Speculative(draft="mtp"), parallelism=Parallelism(tp=1, dp_attention=8, ep=8, moe_tp=1))
+    assert dep.memory.draft_weight_bytes == pytest.approx(8 * attention + rest + routed)
+    assert _replica(DSR1, Speculative(draft="mtp")).memory.draft_weight_bytes == pytest.approx(attention + rest + routed)
+
+
+def test_deepseek_v4s_mtp_layer_keeps_only_its_window():
+    """V4-Pro's compress_ratios ends in 0 for its MTP module: a window-only layer, no KV per token."""
+    arch = load_architecture(V4)
+    assert arch.compressed.mtp_ratio == 0 and arch.mtp_kv_bytes_per_token("fp8") == 0
+    r = benchmark_replica(V4, "B300", 8, "fp8", "fp8", serving=Serving(engine="sglang",
+                                                                      speculative=Speculative(draft="mtp")))
+    assert r.memory.draft_kv_bytes == 0 and r.memory.draft_weight_bytes > 0
+
+
+def test_a_separate_draft_model_holds_nothing_apmw_can_count():
+    r = _replica(DSR1, Speculative(draft="model", draft_tokens=3, acceptance_rate=0.7))
+    assert r.memory.draft_weight_bytes == r.memory.draft_kv_bytes == 0
+
+
+def test_plan_reports_the_draft_and_fits_fewer_contexts():
+    doc = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    doc["model"] = {"config": DSR1, "weight_dtype": "fp8", "kv_dtype": "fp8"}
+    doc["hardware"] = {"gpu": "H200", "gpus_per_replica": 8}
+    base = plan(spec_from_dict(doc), agents=8).to_dict()
+    doc["serving"]["speculative"] = {"draft": "mtp"}
+    mtp = plan(spec_from_dict(doc), agents=8).to_dict()
+    assert base["draft_weight_bytes"] == base["draft_kv_bytes"] == 0
+    assert mtp["draft_weight_bytes"] / 1e9 == pytest.approx(11.61, abs=0.01)
+    assert mtp["kv_tokens_capacity"] < base["kv_tokens_capacity"]
+    assert mtp["draft_kv_bytes"] / (mtp["draft_kv_bytes"] + mtp["kv_capacity_bytes"]) == pytest.approx(1 / 62)
+
+
+ARGS = ["predict", "--model", DSR1, "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+        "--isl", "1024", "--osl", "1024", "--concurrency", "16", "--engine", "sglang"]
+
+
+def test_cli_notes_only_the_draft_it_cannot_count():
+    said = lambda extra: " ".join(CliRunner().invoke(app, ARGS + extra).output.split())  # noqa: E731
+    assert "not counted in memory" not in said(["--speculative", "mtp"])
+    assert "separate draft model: its weights and KV are not counted in memory" in said(
+        ["--speculative", "model", "--draft-tokens", "3", "--acceptance-rate", "0.7"])
+
+
+def test_predict_caps_the_running_requests_at_the_smaller_pool():
+    """A long request's KV: the plain pool holds more of them than the one the draft shares."""
+    args = ARGS[:ARGS.index("--isl")] + ["--isl", "60000", "--osl", "4000", "--concurrency", "256", "--engine",
+                                         "sglang", "--json"]
+    run = lambda extra: json.loads(CliRunner().invoke(app, args + extra).stdout)  # noqa: E731
+    plain, mtp = run([]), run(["--speculative", "mtp"])
+    cap = lambda d: d["running_requests"]  # noqa: E731
+    assert cap(mtp) < cap(plain) and {plain["running_limited_by"], mtp["running_limited_by"]} == {"kv_memory"}

@@ -61,7 +61,9 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   GPU is ``output_tput_per_gpu x num_decode_gpu / all GPUs``, as apmw's.
   ASSUMPTION (Dynamo SGLang on GB200): the CSV's tp/ep/dp_attention are placeholders (InferenceMAX's
   config: they "do nothing"); Dynamo's gb200 scripts launch every worker ``--tp-size N --dp-size N``
-  with DeepEP MoE and ``--moe-dense-tp-size 1`` over its N GPUs: apmw tp 1 x dp_attention N, ep N.
+  with DeepEP MoE and ``--moe-dense-tp-size 1`` over its N GPUs: apmw tp 1 x dp_attention N, ep N,
+  with the ``--ep-num-redundant-experts 32`` those scripts pass (gb200-fp4.sh: decode workers; gb200-fp8.sh:
+  both sides; ``DYNAMO_SGLANG_REDUNDANT_EXPERTS``): which script version the CSV's runs used is not recorded.
   ASSUMPTION (KV dtype): fp8 DeepSeek-R1 under Dynamo SGLang bf16 (its script passes no
   ``--kv-cache-dtype``: SGLang's auto); every other DeepSeek-R1 row fp8 (as the aggregated FP4 rows);
   gpt-oss bf16 (as its aggregated rows). ASSUMPTION (Dynamo SGLang FP4 DeepSeek-R1, whose model path
@@ -77,8 +79,7 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   (``imax_mtp``, its ASSUMPTION); Dynamo's GB200 rows are skipped (neither is recorded).
   Skipped, each with its reason: MTP speculative decoding on Dynamo; a worker larger than its system's
   scale-up domain (a 16-GPU MI355X worker: its all-to-all crosses NICs apmw only assumes); layouts
-  apmw refuses (TensorRT-LLM attention DP; EP 48, which does not divide DeepSeek-R1's 256 experts,
-  SGLang adds 32 redundant ones; FP8 DeepSeek-R1 on a 4-GPU DEP worker, which leaves apmw no KV).
+  apmw refuses (TensorRT-LLM attention DP; FP8 DeepSeek-R1 on a 4-GPU DEP worker, which leaves apmw no KV).
 * Not predicted (aggregated): speculative-decoding (MTP) rows, and any row whose
   layout apmw refuses (TensorRT-LLM attention DP: its batch limits under DP are not
   established, apmw.perf.serving_policy.schedulers_per_limit); each is listed with its reason.
@@ -369,7 +370,13 @@ def imax_disagg_model(model: str, precision: str, framework: str) -> tuple[str, 
     return "deepseek-ai/DeepSeek-R1", precision, kvd
 
 
-def _side_layout(side: str, framework: str, workers, tp, ep, dp_attention, gpus_total) -> tuple[Workers, str]:
+# Redundant experts Dynamo's GB200 SGLang scripts give each side (--ep-num-redundant-experts; ai-dynamo/dynamo,
+# components/backends/sglang/slurm_jobs/scripts/gb200-fp4.sh and gb200-fp8.sh): FP4 its decode workers, FP8 both.
+DYNAMO_SGLANG_REDUNDANT_EXPERTS = {("fp4", "decode"): 32, ("fp8", "prefill"): 32, ("fp8", "decode"): 32}
+
+
+def _side_layout(side: str, framework: str, workers, tp, ep, dp_attention, gpus_total,
+                 precision: str = "") -> tuple[Workers, str]:
     """One side's Workers from the CSV's ``<side>_num_workers, _tp, _ep, _dp_attention`` and
     ``num_<side>_gpu`` (imax_disagg_workers)."""
     workers, gpus_total = int(workers), int(gpus_total)
@@ -378,8 +385,12 @@ def _side_layout(side: str, framework: str, workers, tp, ep, dp_attention, gpus_
     gpus = gpus_total // workers
     if framework == "dynamo-sglang":
         # the CSV's tp/ep/dp_attention "do nothing" (InferenceMAX's config): Dynamo's GB200 scripts
-        # launch every worker as --tp-size N --dp-size N with DeepEP MoE over its N GPUs (DEP N)
+        # launch every worker as --tp-size N --dp-size N with DeepEP MoE over its N GPUs (DEP N), with
+        # the redundant experts their recipe gives that side
         attn_tp, layout, kind = imax_layout(gpus, gpus, True)
+        redundant = DYNAMO_SGLANG_REDUNDANT_EXPERTS.get((precision, side), 0)
+        if layout is not None and redundant:
+            layout = {**layout, "redundant_experts": redundant}
     else:
         dp = bool(dp_attention) and not (isinstance(dp_attention, float) and math.isnan(dp_attention))
         # with attention DP the CSV's tp is the worker's GPUs (trtllm) or each rank's attention TP, 1 (AMD)
@@ -406,7 +417,7 @@ def imax_disagg_workers(r) -> tuple[Workers, Workers, str]:
     for side in ("prefill", "decode"):
         w, kind = _side_layout(side, r.framework, getattr(r, f"{side}_num_workers"), getattr(r, f"{side}_tp"),
                                getattr(r, f"{side}_ep"), getattr(r, f"{side}_dp_attention"),
-                               getattr(r, f"num_{side}_gpu"))
+                               getattr(r, f"num_{side}_gpu"), r.precision)
         gpus = w.tp * (w.layout or {}).get("dp_attention", 1)
         if system is not None and gpus > system.scaleup_domain_gpus:
             raise ApmwError(f"a {side} worker of {gpus} GPUs spans {gpus // system.gpus_per_node} {system.name} "

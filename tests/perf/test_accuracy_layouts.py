@@ -116,9 +116,9 @@ DISAGG_FIELDS = ["hw", "framework", "prefill_num_workers", "prefill_tp", "prefil
                  "num_decode_gpu"]
 
 
-def _disagg(*values):
+def _disagg(*values, precision: str = "fp4"):
     from types import SimpleNamespace
-    return SimpleNamespace(**dict(zip(DISAGG_FIELDS, values)))
+    return SimpleNamespace(**dict(zip(DISAGG_FIELDS, values)), precision=precision)
 
 
 @pytest.mark.parametrize("row, expected", [
@@ -128,12 +128,19 @@ def _disagg(*values):
     # GB200 Dynamo TensorRT-LLM gpt-oss: prefill TP1, decode TP4 (plain TP: no layout)
     (_disagg("gb200", "dynamo-trt", 1.0, 1.0, 1.0, False, 1.0, 1.0, 4.0, 1.0, False, 4.0),
      ((1, 1, None), (1, 4, None))),
-    # GB200 Dynamo SGLang: tp/ep 1 are placeholders; 4 prefill workers on 16 GPUs are DEP4, the decode worker DEP32
+    # GB200 Dynamo SGLang: tp/ep 1 are placeholders; 4 prefill workers on 16 GPUs are DEP4, the decode worker
+    # DEP32 with the 32 redundant experts Dynamo's FP4 script gives its decode workers
     (_disagg("gb200", "dynamo-sglang", 4.0, 1.0, 1.0, True, 16.0, 1.0, 1.0, 1.0, True, 32.0),
-     ((4, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}), (1, 1, {"dp_attention": 32, "ep": 32, "moe_tp": 1}))),
-    # ... whatever the placeholder dp_attention says (8k/1k FP4 rows: prefill false)
+     ((4, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}),
+      (1, 1, {"dp_attention": 32, "ep": 32, "moe_tp": 1, "redundant_experts": 32}))),
+    # ... whatever the placeholder dp_attention says (8k/1k FP4 rows: prefill false); EP48 holds 256 + 32 experts
     (_disagg("gb200", "dynamo-sglang", 6.0, 1.0, 1.0, False, 24.0, 1.0, 1.0, 1.0, True, 48.0),
-     ((6, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}), (1, 1, {"dp_attention": 48, "ep": 48, "moe_tp": 1}))),
+     ((6, 1, {"dp_attention": 4, "ep": 4, "moe_tp": 1}),
+      (1, 1, {"dp_attention": 48, "ep": 48, "moe_tp": 1, "redundant_experts": 32}))),
+    # Dynamo's FP8 script gives both sides 32 redundant experts
+    (_disagg("gb200", "dynamo-sglang", 2.0, 1.0, 1.0, True, 16.0, 1.0, 1.0, 1.0, True, 48.0, precision="fp8"),
+     ((2, 1, {"dp_attention": 8, "ep": 8, "moe_tp": 1, "redundant_experts": 32}),
+      (1, 1, {"dp_attention": 48, "ep": 48, "moe_tp": 1, "redundant_experts": 32}))),
     # MI355X sglang-disagg: tp 1 with ep 8 and DP attention on an 8-GPU worker is DP8 attention, EP8
     (_disagg("mi355x-amd_0", "sglang-disagg", 1.0, 1.0, 8.0, True, 8.0, 2.0, 1.0, 8.0, True, 16.0),
      ((1, 1, {"dp_attention": 8, "ep": 8, "moe_tp": 1}), (2, 1, {"dp_attention": 8, "ep": 8, "moe_tp": 1}))),
@@ -204,7 +211,7 @@ def test_imax_disagg_rows_carry_workers_and_measured_figures_over_all_gpus(disag
     assert amd.speculative == {"draft": "mtp", "draft_tokens": 1, "acceptance_rate": pytest.approx(0.8)}
     sgl = rows["gb200 DeepSeek-R1 fp8 dynamo-sglang 40P5w+32D1w 8192/1024 c512"]
     assert (sgl.engine, sgl.note) == ("sglang", "fp8/bf16")     # the script passes no --kv-cache-dtype
-    assert sgl.disagg[0].layout == {"dp_attention": 8, "ep": 8, "moe_tp": 1}
+    assert sgl.disagg[0].layout == {"dp_attention": 8, "ep": 8, "moe_tp": 1, "redundant_experts": 32}
 
 
 def test_an_mtp_row_is_priced_with_its_acceptance(disagg_csv):

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from apmw import plan
 from apmw.arch import load_architecture
-from apmw.cli import app
+from apmw.cli import _register_verbs, app
 from apmw.perf.replica import benchmark_replica
 from apmw.spec import Serving, spec_from_dict
 from apmw.spec.serving import Parallelism, Speculative
 
+_register_verbs()
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "apmw" / "examples"
 DSR1, V4 = "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V4-Pro"
 
@@ -78,10 +79,15 @@ def test_a_separate_draft_model_holds_nothing_apmw_can_count():
     assert r.memory.draft_weight_bytes == r.memory.draft_kv_bytes == 0
 
 
-def test_plan_reports_the_draft_and_fits_fewer_contexts():
+def _dsr1_coding_agent() -> dict:
     doc = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
     doc["model"] = {"config": DSR1, "weight_dtype": "fp8", "kv_dtype": "fp8"}
     doc["hardware"] = {"gpu": "H200", "gpus_per_replica": 8}
+    return doc
+
+
+def test_plan_reports_the_draft_and_fits_fewer_contexts():
+    doc = _dsr1_coding_agent()
     base = plan(spec_from_dict(doc), agents=8).to_dict()
     doc["serving"]["speculative"] = {"draft": "mtp"}
     mtp = plan(spec_from_dict(doc), agents=8).to_dict()
@@ -89,6 +95,15 @@ def test_plan_reports_the_draft_and_fits_fewer_contexts():
     assert mtp["draft_weight_bytes"] / 1e9 == pytest.approx(11.61, abs=0.01)
     assert mtp["kv_tokens_capacity"] < base["kv_tokens_capacity"]
     assert mtp["draft_kv_bytes"] / (mtp["draft_kv_bytes"] + mtp["kv_capacity_bytes"]) == pytest.approx(1 / 62)
+
+
+def test_plan_prints_what_the_draft_holds(tmp_path):
+    doc = _dsr1_coding_agent()
+    doc["serving"]["speculative"] = {"draft": "mtp"}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(app, ["plan", str(tmp_path / "spec.yaml"), "--agents", "8", "--analytic"])
+    assert r.exit_code == 0, r.output
+    assert "11.6 GB of weights" in " ".join(r.stdout.split())
 
 
 ARGS = ["predict", "--model", DSR1, "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",

@@ -106,6 +106,14 @@ def test_plan_prints_what_the_draft_holds(tmp_path):
     assert "11.6 GB of weights" in " ".join(r.stdout.split())
 
 
+def test_apmw_model_shows_what_the_mtp_modules_hold():
+    got = json.loads(CliRunner().invoke(app, ["model", DSR1, "--json"]).stdout)
+    assert got["mtp_modules"] == 1 and got["mtp_kv_bytes_per_token"]["fp8"] == 576
+    assert got["mtp_weight_bytes"]["fp8"] == pytest.approx(sum(load_architecture(DSR1).mtp_module_bytes("fp8")))
+    assert "mtp_modules" not in json.loads(CliRunner().invoke(app, ["model", "meta-llama/Meta-Llama-3.1-8B",
+                                                                      "--json"]).stdout)
+
+
 ARGS = ["predict", "--model", DSR1, "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
         "--isl", "1024", "--osl", "1024", "--concurrency", "16", "--engine", "sglang"]
 

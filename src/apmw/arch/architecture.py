@@ -331,9 +331,20 @@ def summary(arch: Architecture) -> dict[str, Any]:
         "sequence_state_bytes": {d: arch.sequence_state_bytes(d) for d in dtypes},
         "kv_read_bytes_per_decode_step_at_128k": {d: arch.kv_read_bytes_for_context(131_072, d) for d in dtypes},
         "expert_dtype_in_checkpoint": arch.expert_dtype_in_checkpoint,
+        **_mtp_summary(arch, weight_dtypes, dtypes),
         **_compressed_summary(arch),
         "notes": list(arch.notes),
     }
+
+
+def _mtp_summary(arch: Architecture, weight_dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...]) -> dict[str, Any]:
+    """What drafting with the model's multi-token-prediction modules holds (``serving.speculative.draft: mtp``):
+    every module's weights and KV per token; empty for a model without them."""
+    if not arch.mtp_modules:
+        return {}
+    return {"mtp_modules": arch.mtp_modules,
+            "mtp_weight_bytes": {d: arch.mtp_modules * sum(arch.mtp_module_bytes(d)) for d in weight_dtypes},
+            "mtp_kv_bytes_per_token": {d: arch.mtp_modules * arch.mtp_kv_bytes_per_token(d) for d in kv_dtypes}}
 
 
 def _compressed_summary(arch: Architecture) -> dict[str, Any]:

@@ -7,7 +7,8 @@ took from the mini-swe-agent x DeepSeek trace (examples/coding-agent.yaml), serv
 its checkpoint ships (FP8 weights, FP4 routed experts, FP8 KV). Each system gets one layout, the wide
 expert-parallel layouts these systems are bought for and plain tensor parallelism (SYSTEMS; each system
 is shown at the layout with the most agents per provisioned MW), on SGLang, and two per-call service tiers as public agent benchmarks state them: an output speed of
-20 or 60 tokens/s per agent and a TTFT p95 of at most 10 s (the task p95 stays the spec's 1,800 s).
+20 or 60 tokens/s per agent and a TTFT p95 of at most 10 s (the task p95 stays the spec's 1,800 s), each
+without speculative decoding and drafting with the model's own MTP module (DRAFTS).
 N* is the analytic model's (``apmw plan --analytic``): the simulator's check of thousands of agents on a
 72-GPU replica is out of a benchmark's time, so these are rankings to settle with ``apmw plan``.
 """
@@ -43,35 +44,43 @@ SYSTEMS = {
 }
 TIERS = (20.0, 60.0)
 TTFT_P95_S = 10.0
+# Each system and tier without speculative decoding, and drafting with V4-Pro's own MTP module
+# (serving.speculative.draft: mtp): one draft token, apmw's cited 85 % acceptance, the module's weights and
+# KV in memory (apmw.perf.speculative, apmw.perf.memory).
+DRAFTS = (None, {"draft": "mtp"})
 
 
-def spec_for(gpu: str, parallelism: dict, tokens_per_s: float) -> dict:
+def spec_for(gpu: str, parallelism: dict, tokens_per_s: float, speculative: dict | None = None) -> dict:
     d = yaml.safe_load(SPEC.read_text())
     d["hardware"] = {"gpu": gpu}
     d["serving"] = {**d["serving"], "engine": "sglang", "parallelism": parallelism}
     d["serving"].pop("max_batch", None)          # SGLang sizes its running requests from the KV pool
+    if speculative is not None:
+        d["serving"]["speculative"] = speculative
     d["slo"] = {**d["slo"], "ttft_p95_s": TTFT_P95_S, "output_speed_tokens_per_s": tokens_per_s}
     return d
 
 
 def rows() -> list[dict]:
-    """One row per system and tier: the layout with the most agents per provisioned MW."""
+    """One row per system, tier and draft: the layout with the most agents per provisioned MW."""
     out = []
     for system, (gpu, layouts) in SYSTEMS.items():
         for tier in TIERS:
-            tried = [_row(system, gpu, par, tier) for par in layouts]
-            planned = [r for r in tried if "error" not in r]
-            out.append(max(planned, key=lambda r: r["per_mw_provisioned"]) if planned else tried[0])
+            for draft in DRAFTS:
+                tried = [_row(system, gpu, par, tier, draft) for par in layouts]
+                planned = [r for r in tried if "error" not in r]
+                out.append(max(planned, key=lambda r: r["per_mw_provisioned"]) if planned else tried[0])
     return out
 
 
-def _row(system: str, gpu: str, par: dict, tier: float) -> dict:
+def _row(system: str, gpu: str, par: dict, tier: float, draft: dict | None = None) -> dict:
+    name = "none" if draft is None else "MTP"
     try:
-        p = plan(spec_from_dict(spec_for(gpu, par, tier))).to_dict()
+        p = plan(spec_from_dict(spec_for(gpu, par, tier, draft))).to_dict()
     except ApmwError as exc:
-        return {"system": system, "tier": tier, "error": str(exc).splitlines()[0]}
+        return {"system": system, "tier": tier, "draft": name, "error": str(exc).splitlines()[0]}
     rep = p["replica"]
-    return {"system": system, "tier": tier, "layout": rep["layout"]["text"], "gpus": rep["gpus"],
+    return {"system": system, "tier": tier, "draft": name, "layout": rep["layout"]["text"], "gpus": rep["gpus"],
             "agents": p["agents_per_replica"], "per_gpu": p["agents_per_replica"] / rep["gpus"],
             "per_mw": p["agents_per_mw"], "per_mw_provisioned": p["agents_per_mw_provisioned"],
             "binding": p["binding_constraint"] + (f" ({', '.join(p['binding_slo'])})" if p.get("binding_slo") else ""),
@@ -79,13 +88,13 @@ def _row(system: str, gpu: str, par: dict, tier: float) -> dict:
 
 
 def markdown(rs: list[dict]) -> str:
-    lines = ["| system | layout | tier (tokens/s per agent) | agents per replica | per GPU | per MW (modelled / "
-             "provisioned) | binds | TPOT p95 |", "|---|---|---:|---:|---:|---:|---|---:|"]
+    lines = ["| system | layout | tier (tokens/s per agent) | draft | agents per replica | per GPU | per MW (modelled / "
+             "provisioned) | binds | TPOT p95 |", "|---|---|---:|---|---:|---:|---:|---|---:|"]
     for r in rs:
         if "error" in r:
-            lines.append(f"| {r['system']} | | {r['tier']:.0f} | refused: {r['error']} | | | | |")
+            lines.append(f"| {r['system']} | | {r['tier']:.0f} | {r['draft']} | refused: {r['error']} | | | | |")
             continue
-        lines.append(f"| {r['system']} | {r['gpus']:g} GPUs, {r['layout']} | {r['tier']:.0f} | {r['agents']:,} | "
+        lines.append(f"| {r['system']} | {r['gpus']:g} GPUs, {r['layout']} | {r['tier']:.0f} | {r['draft']} | {r['agents']:,} | "
                      f"{r['per_gpu']:.1f} | {r['per_mw']:,.0f} / {r['per_mw_provisioned']:,.0f} | {r['binding']} | "
                      f"{r['tpot_ms']:.1f} ms |")
     return "\n".join(lines)

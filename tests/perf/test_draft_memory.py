@@ -15,6 +15,7 @@ from apmw.arch import load_architecture
 from apmw.cli import _register_verbs, app
 from apmw.perf.replica import benchmark_replica
 from apmw.spec import Serving, spec_from_dict
+from apmw.errors import ApmwError
 from apmw.spec.serving import Parallelism, Speculative
 
 _register_verbs()
@@ -133,3 +134,68 @@ def test_predict_caps_the_running_requests_at_the_smaller_pool():
     plain, mtp = run([]), run(["--speculative", "mtp"])
     cap = lambda d: d["running_requests"]  # noqa: E731
     assert cap(mtp) < cap(plain) and {plain["running_limited_by"], mtp["running_limited_by"]} == {"kv_memory"}
+
+
+# --- a separate draft model, named (serving.speculative.draft_model) ---------------------------------------
+LLAMA70, LLAMA8 = "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-8B"
+
+
+def _llama70(draft: Speculative | None, tp: int = 8, parallelism: Parallelism | None = None):
+    return benchmark_replica(LLAMA70, "H100", tp, "fp8", "fp8", serving=Serving(speculative=draft, parallelism=parallelism))
+
+
+def test_a_named_draft_model_holds_its_weights_and_its_kv_in_the_targets_tokens():
+    """Llama-3.1-8B drafting for Llama-3.1-70B at TP8: 8B's bf16 weights (its checkpoint's own dtype) held once,
+    sharded; its KV (32 layers x 8 heads x 128 x 2) beside the 70B's (80 layers) in as many tokens; at TP8 both
+    have one KV head a GPU, so neither is replicated."""
+    named = Speculative(draft="model", draft_tokens=4, acceptance_rate=0.7, draft_model=LLAMA8)
+    plain, drafted = _llama70(None), _llama70(named)
+    eight = load_architecture(LLAMA8)
+    assert drafted.memory.draft_weight_bytes == pytest.approx(eight.weight_bytes("bf16"))
+    pool = plain.memory.kv_capacity_bytes - drafted.memory.draft_weight_bytes
+    kv8, kv70 = 32 * 8 * 128 * 2 * 1.0, 80 * 8 * 128 * 2 * 1.0            # fp8 KV: one byte an element
+    assert drafted.memory.draft_kv_bytes == pytest.approx(pool * kv8 / (kv70 + kv8))
+    assert drafted.memory.kv_capacity_bytes == pytest.approx(pool * kv70 / (kv70 + kv8))
+
+
+def test_a_named_draft_models_passes_cost_its_share_of_the_bytes_a_step_reads():
+    named = _llama70(Speculative(draft="model", draft_tokens=4, acceptance_rate=0.7, draft_model=LLAMA8))
+    eight, seventy = load_architecture(LLAMA8), load_architecture(LLAMA70)
+    assert named.speculative.draft_cost_fraction == pytest.approx(
+        4 * eight.active_weight_bytes("bf16") / seventy.active_weight_bytes("fp8"))
+    given = _llama70(Speculative(draft="model", draft_tokens=4, acceptance_rate=0.7, draft_model=LLAMA8,
+                                 draft_cost_fraction=0.05))
+    assert given.speculative.draft_cost_fraction == 0.05 and given.memory.draft_weight_bytes > 0
+
+
+@pytest.mark.parametrize("speculative, layout, says", [
+    (Speculative(draft="model", draft_tokens=3, acceptance_rate=0.7, draft_model="Qwen/Qwen3-8B"), None,
+     "must share its vocabulary"),
+    (Speculative(draft="model", draft_tokens=3, acceptance_rate=0.7, draft_model="no/such-model"), None,
+     "serving.speculative.draft_model"),
+    (Speculative(draft="model", draft_tokens=3, acceptance_rate=0.7, draft_model=LLAMA8),
+     Parallelism(tp=4, pp=2), "tensor-parallel replica only"),
+])
+def test_a_draft_model_apmw_cannot_place_is_refused(speculative, layout, says):
+    with pytest.raises(ApmwError, match=says):
+        _llama70(speculative, tp=4 if layout else 8, parallelism=layout)
+
+
+def test_draft_model_is_for_separate_drafts_only():
+    with pytest.raises(ValueError, match="draft_model names a separate draft model"):
+        Speculative(draft="mtp", draft_model=LLAMA8)
+
+
+def test_predict_counts_a_named_draft_and_notes_an_unnamed_one():
+    args = ["predict", "--model", LLAMA70, "--gpu", "H100", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
+            "--isl", "1024", "--osl", "256", "--concurrency", "8", "--speculative", "model", "--draft-tokens", "4",
+            "--acceptance-rate", "0.7"]
+    named = CliRunner().invoke(app, args + ["--draft-model", LLAMA8, "--json"])
+    assert named.exit_code == 0, named.output
+    assert "not counted in memory" not in named.output
+    # four passes of an 8B draft in bf16 read about 0.85 of what one 70B fp8 iteration reads: no cheap draft
+    assert json.loads(named.stdout)["speculative"]["draft_cost_fraction"] == pytest.approx(0.85, abs=0.01)
+    unnamed = CliRunner().invoke(app, args)
+    assert unnamed.exit_code == 0 and "name the draft" in " ".join(unnamed.output.split())
+    wrong = CliRunner().invoke(app, args + ["--draft-model", "Qwen/Qwen3-8B"])
+    assert wrong.exit_code != 0 and "--draft-model: Qwen/Qwen3-8B has a vocabulary" in " ".join(wrong.output.split())

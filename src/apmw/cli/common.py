@@ -80,12 +80,13 @@ def note_gpu_basis(gpu) -> None:
         note(caveat)
 
 
-def note_draft_memory(draft: str | None) -> None:
-    """Say what a separate draft model leaves out of memory (the model's own MTP modules are counted:
-    apmw.perf.memory)."""
-    if draft == "model":
+def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None:
+    """Say what a separate draft model left unnamed leaves out of memory (a named one, and the model's own MTP
+    modules, are counted: apmw.perf.memory)."""
+    if draft == "model" and draft_model is None:
         note("speculative decoding with a separate draft model: its weights and KV are not counted in memory "
-             "(apmw knows only its cost and acceptance): the KV pool is overstated by their size")
+             "(apmw knows only its cost and acceptance): the KV pool is overstated by their size; name the draft "
+             "(serving.speculative.draft_model, --draft-model) to count them")
 
 
 def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:

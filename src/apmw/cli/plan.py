@@ -53,7 +53,8 @@ def plan(
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
         note_gpu_basis(s.hardware.gpu)
-        note_draft_memory(s.serving.speculative.draft if s.serving.speculative else None)
+        if s.serving.speculative is not None:
+            note_draft_memory(s.serving.speculative.draft, s.serving.speculative.draft_model)
         if workload_from is not None:
             fitted = fit_trace(workload_from, trace_format)
             fit_notes = fitted.summary["notes"]

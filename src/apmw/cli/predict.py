@@ -87,7 +87,10 @@ def predict(
                                                     "each proposed token is accepted (a property of the workload's text)"),
     draft_cost_fraction: Optional[float] = typer.Option(
         None, "--draft-cost-fraction", help="with --speculative: the draft's time per iteration over the target's "
-        "(default: mtp from the architecture, a separate model 0.1)"),
+        "(default: mtp from the architecture; a separate model from --draft-model's size, else 0.1)"),
+    draft_model: Optional[str] = typer.Option(
+        None, "--draft-model", help="with --speculative model: the draft model (a config.json path or a bundled name), "
+        "whose weights and KV then take memory and whose size prices its passes [vLLM speculative_config model]"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", help="tokens per iteration (default: the engine's for the GPU, 8192 on H100-class GPUs)"),
     max_batch: Optional[int] = typer.Option(None, "--max-batch", help="running-sequence limit (default: the engine's for the GPU, vLLM 1024 on H100-class GPUs)"),
     length_spread: Optional[float] = typer.Option(
@@ -138,8 +141,8 @@ def predict(
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
     layout = _layout(pp, dp_attention, moe_tp, ep)
-    drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction)
-    note_draft_memory(speculative)
+    drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction, draft_model)
+    note_draft_memory(speculative, draft_model)
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
@@ -223,10 +226,10 @@ def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | N
 
 
 def _speculative(draft: str | None, draft_tokens: int | None, acceptance_rate: float | None,
-                 draft_cost_fraction: float | None) -> dict | None:
+                 draft_cost_fraction: float | None, draft_model: str | None = None) -> dict | None:
     """--speculative and its figures as :class:`apmw.spec.Speculative`'s fields (None without it)."""
     figures = {"draft_tokens": draft_tokens, "acceptance_rate": acceptance_rate,
-               "draft_cost_fraction": draft_cost_fraction}
+               "draft_cost_fraction": draft_cost_fraction, "draft_model": draft_model}
     if draft is None:
         given = [FLAGS[k] for k, v in figures.items() if v is not None]
         if given:
@@ -315,12 +318,13 @@ FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp":
          "request_rate_per_s": "--request-rate", "engine_version": "--engine-version",
          "mxfp4_moe_activations": "--mxfp4-moe-activations", "scheduler_recv_interval": "--scheduler-recv-interval",
          "draft_tokens": "--draft-tokens", "acceptance_rate": "--acceptance-rate",
-         "draft_cost_fraction": "--draft-cost-fraction"}
+         "draft_cost_fraction": "--draft-cost-fraction", "draft_model": "--draft-model"}
 
 
 # The spec's words for a setting where this verb has a flag for it.
 SPEC_PHRASES = {"serving.speculative: draft: mtp": "--speculative mtp", "give draft: model": "give --speculative model",
-                "or draft: mtp": "or --speculative mtp"}
+                "or draft: mtp": "or --speculative mtp", "; draft: mtp drafts": "; --speculative mtp drafts",
+                "use draft: model": "use --speculative model", "serving.speculative.draft_model": "--draft-model"}
 
 
 def as_flags(message: str) -> str:

@@ -22,7 +22,7 @@ from apmw.perf.parallelism import Layout, check_layout, layout_of
 from apmw.perf.power import PowerModel
 from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
-from apmw.perf.speculative import SpeculativeDecoding, speculative_decoding
+from apmw.perf.speculative import SpeculativeDecoding, draft_memory, speculative_decoding
 from apmw.perf.serving_policy import (DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, ServingSettingError,
                                      resolve_policy, mxfp4_moe_activations as resolve_mxfp4_activations)
 from apmw.perf.roofline import RooflineStepModel
@@ -182,11 +182,10 @@ def replica_memory(step: StepModel, policy: ServingPolicy,
                    speculative: SpeculativeDecoding | None = None) -> MemoryBudget:
     """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it, with the
     weights and KV of the MTP modules ``speculative`` drafts with (:mod:`apmw.perf.memory`)."""
-    modules = speculative.held_mtp_modules if speculative is not None else 0
+    draft_weights, draft_kv = draft_memory(speculative, step)
     return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.held_weight_bytes,
                          policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free,
-                         draft_weight_bytes=modules * step.held_mtp_module_bytes if modules else 0.0,
-                         draft_kv_bytes_per_token=modules * step.arch.mtp_kv_bytes_per_token(step.kv_dtype),
+                         draft_weight_bytes=draft_weights, draft_kv_bytes_per_token=draft_kv,
                          kv_bytes_per_token=step.kv_bytes_per_token)
 
 
@@ -252,7 +251,7 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
                             own_kernels=_prices_own_kernels(step))
-    speculative = speculative_decoding(spec.serving.speculative, arch)
+    speculative = speculative_decoding(spec.serving.speculative, arch, step.weight_dtype, spec.model.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
@@ -269,7 +268,8 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
     policy = resolve_policy(Serving() if serving is None else serving, step.gpu.name, step.gpu.hbm_bytes,
                             request_overhead_s, attention_dp_ranks=step.parallel.dp,
                             own_kernels=_prices_own_kernels(step))
-    speculative = speculative_decoding(serving.speculative if serving else None, step.arch)
+    speculative = speculative_decoding(serving.speculative if serving else None, step.arch, step.weight_dtype,
+                                       step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power), speculative=speculative)

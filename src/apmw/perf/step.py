@@ -85,6 +85,11 @@ class StepModel(Protocol):
     def kv_dtype(self) -> str: ...
 
     @property
+    def moe_dtype(self) -> str | None:
+        """The routed experts' dtype where it differs from ``weight_dtype`` (None: the same)."""
+        ...
+
+    @property
     def efficiency(self) -> Efficiency: ...
 
     @property

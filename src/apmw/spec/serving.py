@@ -24,7 +24,8 @@ class Speculative(Section):
     ``draft_cost_fraction`` of an iteration's time.
 
     ``draft: model`` (a separate draft model, n-gram, EAGLE) needs ``draft_tokens`` and
-    ``acceptance_rate``. ``draft: mtp`` drafts with the served model's own multi-token-prediction
+    ``acceptance_rate``; naming the draft model (``draft_model``: a config.json path or a bundled name)
+    puts its weights and KV in memory and prices its passes. ``draft: mtp`` drafts with the served model's own multi-token-prediction
     head (DeepSeek-V3/R1, GLM-5, ...): ``draft_tokens`` defaults to its MTP modules,
     ``acceptance_rate`` to a cited figure and the draft's cost follows from the architecture
     (apmw.perf.speculative).
@@ -35,6 +36,8 @@ class Speculative(Section):
     acceptance_rate: float | None = Field(default=None, ge=0, lt=1)
     draft_cost_fraction: float | None = Field(default=None, ge=0, le=10,
                                               description="draft time per iteration / target time")
+    draft_model: str | None = Field(default=None, min_length=1,
+                                    description="the separate draft model: a config.json path or a bundled name")
 
     @model_validator(mode="after")
     def _draft_model_needs_its_figures(self):
@@ -42,6 +45,9 @@ class Speculative(Section):
         if self.draft == "model" and missing:
             raise ValueError(f"a separate draft model needs {' and '.join(missing)} (or draft: mtp to use "
                              "the model's own multi-token-prediction head)")
+        if self.draft == "mtp" and self.draft_model is not None:
+            raise ValueError("draft_model names a separate draft model; draft: mtp drafts with the model's own "
+                             "head (use draft: model with it, or leave draft_model out)")
         return self
 
 

@@ -228,3 +228,35 @@ def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, e
     line = launch_flags(plan(spec_from_dict(d)))
     for flag in expected:
         assert flag in line, (flag, line)
+
+
+@pytest.mark.parametrize("engine,speculative,expected", [
+    ("vllm", {"draft": "mtp", "draft_tokens": 2}, """--speculative-config '{"method":"mtp","num_speculative_tokens":2}'"""),
+    ("sglang", {"draft": "mtp", "draft_tokens": 2},
+     "--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"),
+    ("trtllm", {"draft": "mtp", "draft_tokens": 2},
+     "# extra_llm_api_options: {speculative_config: {decoding_type: MTP, num_nextn_predict_layers: 2}}"),
+    ("vllm", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7},
+     """--speculative-config '{"model":"<your draft model>","num_speculative_tokens":4}'"""),
+    ("sglang", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "meta-llama/Meta-Llama-3.1-8B"},
+     "--speculative-algorithm STANDALONE --speculative-draft-model-path meta-llama/Meta-Llama-3.1-8B "
+     "--speculative-num-steps 4"),
+    ("trtllm", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7},
+     "speculative_config: {decoding_type: DraftTarget, max_draft_len: 4, speculative_model_dir: <your draft model>}"),
+])
+def test_a_speculative_point_launches_with_its_draft(engine, speculative, expected):
+    """A point that drafts launches drafting as it was priced: the model's own MTP head or a separate model,
+    with its draft length, in each engine's own terms."""
+    import yaml
+
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+    from apmw.spec import spec_from_dict
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "coding-agent.yaml").read_text())
+    d["model"] = {"config": "deepseek-ai/DeepSeek-R1" if speculative["draft"] == "mtp" else "meta-llama/Meta-Llama-3.1-70B",
+                  "weight_dtype": "fp8", "kv_dtype": "fp8"}
+    d["hardware"] = {"gpu": "H200", "gpus_per_replica": 8}
+    d["serving"].update(engine=engine, speculative=speculative)
+    line = launch_flags(plan(spec_from_dict(d), agents=4))
+    assert expected in line, line
+    assert line.count("#") <= 1                      # TensorRT-LLM's options share one comment

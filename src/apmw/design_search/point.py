@@ -78,7 +78,7 @@ def _dynamo_worker(spec, policy, layout: Layout, role: str) -> str:
     model = spec.model.config
     if policy.engine == "trtllm":       # Dynamo's TensorRT-LLM worker reads its engine settings from a YAML file
         return (f"python3 -m dynamo.trtllm --model-path {model} --extra-engine-args {role}.yaml "
-                f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(policy, layout)}}}")
+                f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(policy, layout, spec.serving.speculative)}}}")
     if policy.engine == "sglang":
         return (f"python3 -m dynamo.sglang --model-path {model} {_engine_args(spec, policy, layout)} "
                 f"--disaggregation-mode {role}")
@@ -92,7 +92,7 @@ def _per_rank(total: int, layout: Layout, engine: str) -> int:
     return total // schedulers_per_limit(engine, layout.dp)
 
 
-def _trtllm_yaml(policy, layout: Layout) -> str:
+def _trtllm_yaml(policy, layout: Layout, speculative=None) -> str:
     """TensorRT-LLM's engine settings (LLM API options): its tp_size spans the attention DP ranks."""
     parts = [f"tensor_parallel_size: {layout.tp * layout.dp}", f"max_batch_size: {_per_rank(policy.max_batch, layout, 'trtllm')}",
              f"max_num_tokens: {_per_rank(policy.token_budget, layout, 'trtllm')}",
@@ -100,12 +100,50 @@ def _trtllm_yaml(policy, layout: Layout) -> str:
     parts += [f"pipeline_parallel_size: {layout.pp}"] * (layout.pp > 1)
     parts += [f"moe_expert_parallel_size: {layout.ep}"] * (layout.ep > 1)
     parts += ["enable_attention_dp: true"] * (layout.dp > 1)
+    parts += [_speculative_args(speculative, "trtllm")] * (speculative is not None)
     return ", ".join(parts)
+
+
+# Where a spec drafts with a separate model it does not name, the launch line holds this for the user to fill.
+UNNAMED_DRAFT = "<your draft model>"
+
+
+def _speculative_args(speculative, engine: str) -> str:
+    """The engine's speculative-decoding flags for ``serving.speculative`` (empty without it): the model's own
+    MTP head (vLLM ``method: mtp``; SGLang's EAGLE path, one draft token per step; TensorRT-LLM's MTP decoding)
+    or a separate draft model (vLLM ``model``; SGLang ``STANDALONE``; TensorRT-LLM ``DraftTarget``)."""
+    if speculative is None:
+        return ""
+    k, mtp = speculative.draft_tokens, speculative.draft == "mtp"
+    draft = speculative.draft_model or UNNAMED_DRAFT
+    if engine == "sglang":
+        steps = f"--speculative-num-steps {k} " if k else ""
+        tokens = f" --speculative-num-draft-tokens {k + 1}" if k else ""
+        algorithm = "EAGLE" if mtp else f"STANDALONE --speculative-draft-model-path {draft}"
+        return f" --speculative-algorithm {algorithm} {steps}--speculative-eagle-topk 1{tokens}"
+    if engine == "trtllm":     # an LLM API option: _layout_args opens the comment that carries them
+        config = ("{decoding_type: MTP" + (f", num_nextn_predict_layers: {k}" if k else "") + "}" if mtp
+                  else f"{{decoding_type: DraftTarget, max_draft_len: {k}, speculative_model_dir: {draft}}}")
+        return f"speculative_config: {config}"
+    config = {"method": "mtp"} if mtp else {"model": draft}
+    if k:
+        config["num_speculative_tokens"] = k
+    return f" --speculative-config '{json.dumps(config, separators=(',', ':'))}'"
 
 
 def _engine_args(spec, policy, layout: Layout) -> str:
     """The engine's own flags for a replica laid out as ``layout``: parallel sizes, batch cap and token
-    budget (per rank where the engine reads them so), memory share, KV dtype, prefix caching."""
+    budget (per rank where the engine reads them so), memory share, KV dtype, prefix caching, speculative
+    decoding."""
+    speculative = _speculative_args(spec.serving.speculative, policy.engine)
+    if policy.engine != "trtllm":
+        return _layout_args(spec, policy, layout) + speculative
+    options = ["enable_attention_dp: true"] * (layout.dp > 1) + [speculative] * bool(speculative)
+    return _layout_args(spec, policy, layout) + (f"  # extra_llm_api_options: {{{', '.join(options)}}}" if options else "")
+
+
+def _layout_args(spec, policy, layout: Layout) -> str:
+    """:func:`_engine_args` but speculative decoding."""
     kv_fp8 = spec.model.kv_dtype == "fp8"
     caching = spec.serving.prefix_caching
     if policy.engine == "sglang":       # --tp-size counts every attention GPU; --dp splits them into DP ranks
@@ -121,8 +159,7 @@ def _engine_args(spec, policy, layout: Layout) -> str:
                 f"--max_num_tokens {_per_rank(policy.token_budget, layout, 'trtllm')} "
                 f"--kv_cache_free_gpu_memory_fraction {policy.kv_memory_fraction:g}")
         args += f" --pp_size {layout.pp}" if layout.pp > 1 else ""
-        args += f" --ep_size {layout.ep}" if layout.ep > 1 else ""
-        return args + ("  # extra_llm_api_options: {enable_attention_dp: true}" if layout.dp > 1 else "")
+        return args + (f" --ep_size {layout.ep}" if layout.ep > 1 else "")
     # vLLM: expert parallelism spans tp x dp (moe_tp 1) when enabled; other splits it cannot express
     vllm = (f"--tensor-parallel-size {layout.tp}" + (f" --pipeline-parallel-size {layout.pp}" if layout.pp > 1 else "")
             + (f" --data-parallel-size {layout.dp}" if layout.dp > 1 else "")

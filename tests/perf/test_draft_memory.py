@@ -1,5 +1,5 @@
-"""Drafting with the model's own MTP modules holds their weights and gives their KV a share of the pool
-(apmw.perf.memory, apmw.arch.Architecture.mtp_module_bytes / mtp_kv_bytes_per_token)."""
+"""What a draft holds in memory, and where each engine holds it (apmw.perf.memory;
+apmw.arch.Architecture.mtp_module_bytes / mtp_kv_bytes_per_token; apmw.perf.speculative.draft_memory)."""
 
 from __future__ import annotations
 
@@ -13,69 +13,100 @@ from typer.testing import CliRunner
 from apmw import plan
 from apmw.arch import load_architecture
 from apmw.cli import _register_verbs, app
+from apmw.errors import ApmwError
 from apmw.perf.replica import benchmark_replica
 from apmw.spec import Serving, spec_from_dict
-from apmw.errors import ApmwError
 from apmw.spec.serving import Parallelism, Speculative
 
 _register_verbs()
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "apmw" / "examples"
 DSR1, V4 = "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V4-Pro"
+MTP = Speculative(draft="mtp")
 
 
-def _replica(model: str, speculative: Speculative | None, gpus: int = 8, parallelism: Parallelism | None = None):
+def _replica(model: str, speculative: Speculative | None, engine: str = "vllm", gpus: int = 8,
+             parallelism: Parallelism | None = None, kv_memory_fraction: float | None = None):
+    settings = {} if kv_memory_fraction is None else {"kv_memory_fraction": kv_memory_fraction}
     return benchmark_replica(model, "H200", gpus if parallelism is None else parallelism.tp or 1, "fp8", "fp8",
-                             serving=Serving(engine="sglang", speculative=speculative, parallelism=parallelism))
+                             serving=Serving(engine=engine, speculative=speculative, parallelism=parallelism, **settings))
+
+
+def _r1_module() -> tuple[float, float, float, float]:
+    return load_architecture(DSR1).mtp_module_bytes("fp8")
 
 
 def test_deepseek_r1s_mtp_module_is_one_moe_layer_and_its_projection_by_hand():
     """DeepSeek-R1's config: hidden 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128, 256
-    routed experts and one shared of width 2048. In fp8 a weight is one byte; the router stays bf16."""
+    routed experts and one shared of width 2048. In fp8 a weight is one byte; the router stays bf16, and so
+    does the 2h x h projection, which the engines build as a plain nn.Linear."""
     h, heads, moe = 7168, 128, 2048
     attention = (h * 1536 + 1536 * heads * (128 + 64) + h * (512 + 64) + 512 * heads * (128 + 128)
                  + heads * 128 * h + 1536 + 512)                          # projections and the two latent norms
     routed = 256 * 3 * h * moe
-    rest = 3 * h * moe + 256 * h * 2 + 2 * h * h                          # shared expert, router, eh_proj
-    got = load_architecture(DSR1).mtp_module_bytes("fp8")
-    assert got == pytest.approx((attention, rest, routed), rel=1e-9)
-    # about 11.6 GB, where the 671 B model's checkpoint of 685 B carries 14 B of MTP (embedding and head included)
-    assert sum(got) / 1e9 == pytest.approx(11.61, abs=0.01)
+    rest = 3 * h * moe + 256 * h * 2                                      # shared expert, router
+    assert _r1_module() == pytest.approx((attention, rest, routed, 2 * h * h * 2), rel=1e-9)
+    # about 11.7 GB, where the 671 B model's checkpoint of 685 B carries 14 B of MTP (embedding and head included)
+    assert sum(_r1_module()) / 1e9 == pytest.approx(11.71, abs=0.01)
 
 
-def test_mtp_weights_and_kv_come_out_of_the_pool_as_the_engine_sizes_it():
-    plain, mtp = _replica(DSR1, None), _replica(DSR1, Speculative(draft="mtp"))
+def test_a_draft_module_is_held_as_the_layout_holds_a_layer_and_its_projection_on_every_gpu():
+    """Plain TP8 holds the layer once and the unsharded projection 8 times. Under attention DP every rank holds
+    its own attention; SGLang shards the dense weights (shared expert, router) over all 8 GPUs and EP splits the
+    routed experts: so DEP8 holds the attention 8 times and the rest once."""
+    attention, rest, routed, projection = _r1_module()
+    assert _replica(DSR1, MTP).memory.draft_weight_bytes == pytest.approx(attention + rest + routed + 8 * projection)
+    dep = _replica(DSR1, MTP, "sglang", parallelism=Parallelism(tp=1, dp_attention=8, ep=8, moe_tp=1))
+    assert dep.memory.draft_weight_bytes == pytest.approx(8 * attention + rest + routed + 8 * projection)
+
+
+def test_under_vllm_the_draft_comes_out_of_the_pool_in_the_targets_tokens():
+    plain, mtp = _replica(DSR1, None), _replica(DSR1, MTP)
     a, b = plain.memory, mtp.memory
     assert a.draft_weight_bytes == a.draft_kv_bytes == 0
-    assert b.draft_weight_bytes == pytest.approx(sum(load_architecture(DSR1).mtp_module_bytes("fp8")))  # held once (TP)
     # the pool loses the module's weights; the draft caches its one MLA layer (576 fp8 elements a token) in as
     # many tokens as the target's 61 layers (35,136 bytes a token)
     pool = a.kv_capacity_bytes - b.draft_weight_bytes
     assert b.kv_capacity_bytes + b.draft_kv_bytes == pytest.approx(pool)
     assert b.draft_kv_bytes / pool == pytest.approx(576 / (35_136 + 576))
-    assert mtp.kv_capacity_bytes < plain.kv_capacity_bytes
     assert b.weight_bytes == a.weight_bytes and b.usable_bytes == a.usable_bytes
 
 
-def test_a_draft_module_is_held_as_the_layout_holds_a_layer():
-    """Under attention DP every rank holds its own attention; SGLang shards the dense weights (shared expert,
-    router, projection) over all 8 GPUs and EP splits the routed experts: so the 8 ranks hold the module's
-    attention 8 times and the rest once. Under plain TP8 all of it is held once."""
-    attention, rest, routed = load_architecture(DSR1).mtp_module_bytes("fp8")
-    dep = _replica(DSR1, Speculative(draft="mtp"), parallelism=Parallelism(tp=1, dp_attention=8, ep=8, moe_tp=1))
-    assert dep.memory.draft_weight_bytes == pytest.approx(8 * attention + rest + routed)
-    assert _replica(DSR1, Speculative(draft="mtp")).memory.draft_weight_bytes == pytest.approx(attention + rest + routed)
+def test_under_sglang_the_draft_takes_the_memory_outside_its_share():
+    """SGLang sizes the target's pool alone and the draft runner takes the rest of the memory: the target keeps
+    every token, and the draft caches as many in the memory outside mem_fraction_static."""
+    plain, mtp = _replica(DSR1, None, "sglang"), _replica(DSR1, MTP, "sglang")
+    assert mtp.kv_capacity_bytes == plain.kv_capacity_bytes
+    assert mtp.memory.draft_kv_bytes == pytest.approx(plain.memory.kv_capacity_bytes * 576 / 35_136)
+    assert mtp.memory.draft_weight_bytes + mtp.memory.draft_kv_bytes < mtp.memory.hbm_bytes - mtp.memory.usable_bytes
+    with pytest.raises(ApmwError, match=r"draft does not fit .* outside its memory share.*to at most 0\.98"):
+        _replica(DSR1, MTP, "sglang", kv_memory_fraction=0.99)
+    _replica(DSR1, MTP, "sglang", kv_memory_fraction=0.98)                # the largest share it names fits
+
+
+def test_without_a_draft_every_byte_is_as_before():
+    """The layouts' held weights, the same rule for the model and its draft, are those of the formula the
+    memory budget used before drafts held memory, to the bit."""
+    for model in (DSR1, "moonshotai/Kimi-K2-Instruct"):
+        for par in (None, Parallelism(tp=1, dp_attention=8, ep=8, moe_tp=1), Parallelism(tp=2, dp_attention=4, ep=8)):
+            step = benchmark_replica(model, "H200", 8 if par is None else par.tp, "fp8", "fp8",
+                                     serving=Serving(engine="sglang", parallelism=par), moe_dtype="fp4").step
+            c, lay = step._rates, step.parallel
+            routed = c.num_experts * c.expert_params
+            slots = (c.num_experts + lay.redundant_experts) / c.num_experts if routed else 1.0
+            before = (c.attention_bytes / lay.tp + c.held_rest_bytes / lay.dense_tp
+                      + routed * slots / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param) / lay.pp * step.gpus
+            assert step.held_weight_bytes == before
 
 
 def test_deepseek_v4s_mtp_layer_keeps_only_its_window():
     """V4-Pro's compress_ratios ends in 0 for its MTP module: a window-only layer, no KV per token."""
     arch = load_architecture(V4)
     assert arch.compressed.mtp_ratio == 0 and arch.mtp_kv_bytes_per_token("fp8") == 0
-    r = benchmark_replica(V4, "B300", 8, "fp8", "fp8", serving=Serving(engine="sglang",
-                                                                      speculative=Speculative(draft="mtp")))
+    r = benchmark_replica(V4, "B300", 8, "fp8", "fp8", serving=Serving(speculative=MTP))
     assert r.memory.draft_kv_bytes == 0 and r.memory.draft_weight_bytes > 0
 
 
-def test_a_separate_draft_model_holds_nothing_apmw_can_count():
+def test_a_separate_draft_model_left_unnamed_holds_nothing_apmw_can_count():
     r = _replica(DSR1, Speculative(draft="model", draft_tokens=3, acceptance_rate=0.7))
     assert r.memory.draft_weight_bytes == r.memory.draft_kv_bytes == 0
 
@@ -84,6 +115,7 @@ def _dsr1_coding_agent() -> dict:
     doc = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
     doc["model"] = {"config": DSR1, "weight_dtype": "fp8", "kv_dtype": "fp8"}
     doc["hardware"] = {"gpu": "H200", "gpus_per_replica": 8}
+    doc["serving"]["engine"] = "vllm"
     return doc
 
 
@@ -93,7 +125,8 @@ def test_plan_reports_the_draft_and_fits_fewer_contexts():
     doc["serving"]["speculative"] = {"draft": "mtp"}
     mtp = plan(spec_from_dict(doc), agents=8).to_dict()
     assert base["draft_weight_bytes"] == base["draft_kv_bytes"] == 0
-    assert mtp["draft_weight_bytes"] / 1e9 == pytest.approx(11.61, abs=0.01)
+    attention, rest, routed, projection = _r1_module()
+    assert mtp["draft_weight_bytes"] == pytest.approx(attention + rest + routed + 8 * projection)
     assert mtp["kv_tokens_capacity"] < base["kv_tokens_capacity"]
     assert mtp["draft_kv_bytes"] / (mtp["draft_kv_bytes"] + mtp["kv_capacity_bytes"]) == pytest.approx(1 / 62)
 
@@ -104,36 +137,42 @@ def test_plan_prints_what_the_draft_holds(tmp_path):
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
     r = CliRunner().invoke(app, ["plan", str(tmp_path / "spec.yaml"), "--agents", "8", "--analytic"])
     assert r.exit_code == 0, r.output
-    assert "11.6 GB of weights" in " ".join(r.stdout.split())
+    assert "13.2 GB of weights" in " ".join(r.stdout.split())
 
 
 def test_apmw_model_shows_what_the_mtp_modules_hold():
     got = json.loads(CliRunner().invoke(app, ["model", DSR1, "--json"]).stdout)
     assert got["mtp_modules"] == 1 and got["mtp_kv_bytes_per_token"]["fp8"] == 576
-    assert got["mtp_weight_bytes"]["fp8"] == pytest.approx(sum(load_architecture(DSR1).mtp_module_bytes("fp8")))
+    assert got["mtp_weight_bytes"]["fp8"] == pytest.approx(sum(_r1_module()))
     assert "mtp_modules" not in json.loads(CliRunner().invoke(app, ["model", "meta-llama/Meta-Llama-3.1-8B",
                                                                       "--json"]).stdout)
 
 
 ARGS = ["predict", "--model", DSR1, "--gpu", "H200", "--tp", "8", "--weight-dtype", "fp8", "--kv-dtype", "fp8",
-        "--isl", "1024", "--osl", "1024", "--concurrency", "16", "--engine", "sglang"]
+        "--isl", "1024", "--osl", "1024", "--concurrency", "16"]
 
 
 def test_cli_notes_only_the_draft_it_cannot_count():
-    said = lambda extra: " ".join(CliRunner().invoke(app, ARGS + extra).output.split())  # noqa: E731
+    def said(extra: list[str]) -> str:
+        r = CliRunner().invoke(app, ARGS + extra)
+        assert r.exit_code == 0, r.output
+        return " ".join(r.output.split())
     assert "not counted in memory" not in said(["--speculative", "mtp"])
     assert "separate draft model: its weights and KV are not counted in memory" in said(
         ["--speculative", "model", "--draft-tokens", "3", "--acceptance-rate", "0.7"])
 
 
-def test_predict_caps_the_running_requests_at_the_smaller_pool():
-    """A long request's KV: the plain pool holds more of them than the one the draft shares."""
+@pytest.mark.parametrize("engine, fewer", [("vllm", True), ("sglang", False)])
+def test_predict_caps_the_running_requests_at_the_pool_the_engine_leaves(engine, fewer):
+    """Long requests fill the KV pool: under vLLM the draft's share leaves room for fewer of them; under SGLang
+    the target's pool, sized alone, holds as many."""
     args = ARGS[:ARGS.index("--isl")] + ["--isl", "60000", "--osl", "4000", "--concurrency", "256", "--engine",
-                                         "sglang", "--json"]
+                                         engine, "--json"]
     run = lambda extra: json.loads(CliRunner().invoke(app, args + extra).stdout)  # noqa: E731
     plain, mtp = run([]), run(["--speculative", "mtp"])
-    cap = lambda d: d["running_requests"]  # noqa: E731
-    assert cap(mtp) < cap(plain) and {plain["running_limited_by"], mtp["running_limited_by"]} == {"kv_memory"}
+    assert {plain["running_limited_by"], mtp["running_limited_by"]} == {"kv_memory"}
+    assert (mtp["running_requests"] < plain["running_requests"]) == fewer
+    assert mtp["running_requests"] <= plain["running_requests"]
 
 
 # --- a separate draft model, named (serving.speculative.draft_model) ---------------------------------------

@@ -19,7 +19,8 @@ they are not part of the served text model:
   * vision towers / multimodal projectors (``vision_config``);
   * multi-token-prediction (MTP) layers (``num_nextn_predict_layers``,
     ``mtp_num_hidden_layers``, ``num_mtp_modules``): DeepSeek-V3's 671B excludes its
-    14B MTP module, and speculative decoding is not modelled;
+    14B MTP module; drafting with it is priced and held in memory apart
+    (``Architecture.mtp_module_bytes``, :mod:`apmw.perf.speculative`);
   * q/k-norm weights, attention sinks (gpt-oss: one scalar per head), rotary tables:
     each below 0.01 % of parameters.
 Every MLP and expert is assumed gated (SwiGLU: gate, up, down), true for all of them.

@@ -166,16 +166,17 @@ class Architecture:
             return float(self.compressed.elements_per_token() * kv_storage_bytes(kv_dtype))
         return float(self.full_attention_layers * self._kv_bytes_per_layer_token(kv_dtype))
 
-    def mtp_module_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[float, float, float]:
-        """(attention, the rest, routed experts): weight bytes of one multi-token-prediction module.
+    def mtp_module_bytes(self, weight_dtype: str, expert_dtype: str | None = None) -> tuple[float, float, float, float]:
+        """(attention, the rest, routed experts, projection): weight bytes of one multi-token-prediction module.
 
         A module is one decoder layer of the model's own kind (a MoE layer where the model has them: its
-        attention, routed and shared experts and router) and the ``2h x h`` projection that joins a token's
-        embedding to the previous hidden state (DeepSeek-V3 report, section 2.2; Qwen3-Next's and V4's the
-        same size), each part in the dtype the model's layers keep it in. The embedding and output head are
-        the target's own, shared (SGLang and vLLM hand them to the draft). Left out: the module's norms and
-        V4's hyper-connection mixers, under 0.1 % of a layer, and the difference between a layer's attention
-        and the mean layer's (V4's compressors).
+        attention, routed and shared experts and router), each part in the dtype the model's layers keep it in,
+        and the ``2h x h`` projection that joins a token's embedding to the previous hidden state (DeepSeek-V3
+        report, section 2.2; Qwen3-Next's and V4's the same size), which SGLang's and vLLM's MTP code build as a
+        plain 16-bit ``nn.Linear``, neither quantised nor sharded. The embedding and output head are the target's
+        own, shared (SGLang and vLLM hand them to the draft). Left out: the module's norms and V4's
+        hyper-connection mixers, under 0.1 % of a layer, and the difference between a layer's attention and the
+        mean layer's (V4's compressors).
         """
         attention = self.attention_bytes(weight_dtype, expert_dtype) / self.num_layers
         ffn_per_param = (self.dense_ffn_bytes(weight_dtype, expert_dtype) / self.dense_ffn_params
@@ -185,8 +186,7 @@ class Architecture:
             rest = self.shared_expert_params * ffn_per_param + self.num_experts * self.hidden_size * UNQUANTISED_BYTES
         else:
             routed, rest = 0.0, self.dense_ffn_params / self.num_layers * ffn_per_param
-        projection = 2 * self.hidden_size ** 2 * self.stored_bytes_per_param(weight_dtype, weight_dtype, expert_dtype)
-        return attention, rest + projection, routed
+        return attention, rest, routed, 2 * self.hidden_size ** 2 * UNQUANTISED_BYTES
 
     def mtp_kv_bytes_per_token(self, kv_dtype: str) -> float:
         """KV bytes per token of context one multi-token-prediction module caches: one full-attention layer's

@@ -85,14 +85,16 @@ class Layout:
             moe = ([f"MoE-TP{self.moe_tp}"] if self.moe_tp > 1 else []) + moe
         return " x ".join(parts) + (", " + " ".join(moe) if moe else "")
 
-    def held_bytes(self, attention_bytes: float, rest_bytes: float, routed_bytes: float, num_experts: float) -> float:
+    def held_bytes(self, attention_bytes: float, rest_bytes: float, routed_params: float, expert_bytes_per_param: float,
+                   num_experts: float) -> float:
         """Bytes the GPUs of this layout hold together of weights split this way: every GPU holds its stage's
         attention over ``tp``, the rest (dense FFN, lm_head, norms, routers) over ``dense_tp`` and its routed
-        experts (redundant copies included) over ``moe_tp x ep``; copies across attention DP ranks count each
-        time. Plain tensor parallelism holds the weights once."""
-        slots = (num_experts + self.redundant_experts) / num_experts if routed_bytes else 1.0
+        experts (``routed_params`` at ``expert_bytes_per_param``, redundant copies included) over
+        ``moe_tp x ep``; copies across attention DP ranks count each time. Plain tensor parallelism holds the
+        weights once."""
+        slots = (num_experts + self.redundant_experts) / num_experts if routed_params else 1.0
         per_gpu = (attention_bytes / self.tp + rest_bytes / self.dense_tp
-                   + routed_bytes * slots / (self.moe_tp * self.ep)) / self.pp
+                   + routed_params * slots / (self.moe_tp * self.ep) * expert_bytes_per_param) / self.pp
         return per_gpu * self.gpus
 
     def kv_replication(self, arch: Architecture) -> float:

@@ -181,12 +181,12 @@ def _as_laid_out(step: StepModel) -> str:
 def replica_memory(step: StepModel, policy: ServingPolicy,
                    speculative: SpeculativeDecoding | None = None) -> MemoryBudget:
     """The memory budget of ``step``'s GPUs under the engine's memory share, as the engine reads it, with the
-    weights and KV of the MTP modules ``speculative`` drafts with (:mod:`apmw.perf.memory`)."""
+    weights and KV of the draft ``speculative`` drafts with, where the engine holds them (:mod:`apmw.perf.memory`)."""
     draft_weights, draft_kv = draft_memory(speculative, step)
     return memory_budget(step.gpu.hbm_bytes, step.gpus, policy.kv_memory_fraction, step.held_weight_bytes,
                          policy.workspace_bytes_per_gpu, fraction_of_free=policy.memory_fraction_of_free,
                          draft_weight_bytes=draft_weights, draft_kv_bytes_per_token=draft_kv,
-                         kv_bytes_per_token=step.kv_bytes_per_token)
+                         kv_bytes_per_token=step.kv_bytes_per_token, draft_outside_share=policy.draft_outside_share)
 
 
 class DoesNotFitError(ApmwError):
@@ -195,16 +195,19 @@ class DoesNotFitError(ApmwError):
 
 def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_field: str,
                 fraction_field: str, dtype_field: str) -> None:
-    """Refuse a replica whose weights and workspace leave no KV memory, naming what would help
-    in the caller's terms (spec fields or API parameters)."""
+    """Refuse a replica whose weights and workspace leave no KV memory, or whose draft does not fit where its
+    engine holds it, naming what would help in the caller's terms (spec fields or API parameters)."""
+    _check_draft_fits(step, policy, mem, fraction_field)
     if mem.fits:
         return
     g, gpu = step.gpus, step.gpu
     ws = policy.workspace_bytes_per_gpu
-    held = mem.weight_bytes + mem.draft_weight_bytes
+    in_share = 0.0 if mem.draft_outside_share else mem.draft_weight_bytes
+    held = mem.weight_bytes + in_share
     need = held + g * ws
     per_gpu = gpu.hbm_bytes * (1.0 if policy.memory_fraction_of_free else policy.kv_memory_fraction) - ws
-    min_gpus = int(-(-(step.weight_bytes + mem.draft_weight_bytes) // per_gpu)) + 1 if per_gpu > 0 else None
+    # the checkpoint's weights, each held once, and the draft's as the layout holds them (an upper bound)
+    min_gpus = int(-(-(step.weight_bytes + in_share) // per_gpu)) + 1 if per_gpu > 0 else None
     whole = memory_budget(gpu.hbm_bytes, g, 1.0, held, ws)
     hint = (f", a larger {fraction_field} (it is {policy.kv_memory_fraction:g} of the memory)"
             if not policy.memory_fraction_of_free and whole.fits else "")
@@ -217,7 +220,27 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
 
 
 def _with_draft(mem: MemoryBudget) -> str:
-    return f" (of them {mem.draft_weight_bytes / 1e9:.1f} GB the MTP draft's)" if mem.draft_weight_bytes else ""
+    in_share = mem.draft_weight_bytes and not mem.draft_outside_share
+    return f" (of them {mem.draft_weight_bytes / 1e9:.1f} GB the draft's)" if in_share else ""
+
+
+def _check_draft_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, fraction_field: str) -> None:
+    """Refuse a draft held outside the engine's memory share (SGLang) that the memory left there cannot hold,
+    saying the largest share that leaves room for it."""
+    if mem.draft_fits:
+        return
+    outside = mem.hbm_bytes - mem.usable_bytes
+    # the draft's KV grows with the pool: a share f leaves room where f <= (hbm - w + (weights + ws) r) / (hbm (1 + r)),
+    # r the draft's KV bytes per byte of the target's pool
+    pool = mem.kv_capacity_bytes
+    r = mem.draft_kv_bytes / pool if pool > 0 else 0.0
+    largest = (mem.hbm_bytes - mem.draft_weight_bytes + (mem.weight_bytes + mem.workspace_bytes) * r) / (
+        mem.hbm_bytes * (1 + r))
+    raise DoesNotFitError(
+        f"{step.arch.name}'s draft does not fit on {step.gpus} x {step.gpu.name}: {policy.engine} holds its "
+        f"{mem.draft_weight_bytes / 1e9:.1f} GB of weights and {mem.draft_kv_bytes / 1e9:.1f} GB of KV outside its "
+        f"memory share, where {outside / 1e9:.1f} GB are left ({1 - policy.kv_memory_fraction:.0%} of the memory). "
+        f"Lower {fraction_field} to at most {largest:.3f}, or use more GPUs per replica.")
 
 
 def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrated: bool = True,

@@ -297,6 +297,15 @@ def default_token_budget(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -
     return TOKEN_BUDGET[engine]
 
 
+def draft_outside_share(engine: str) -> bool:
+    """Whether the engine sizes its KV pool for the target alone and takes a draft's weights and cache from the
+    memory outside its share (SGLang: the target profiles ``max_total_num_tokens`` from its own layers after its
+    own weights load; the draft runner then loads and allocates its ``draft_runner_cache_size`` tokens from what is
+    left), rather than sizing one pool over every attention layer, the draft's included (vLLM's KV cache spec,
+    TensorRT-LLM's MTP layers): :mod:`apmw.perf.memory`."""
+    return engine == "sglang"
+
+
 def memory_fraction_of_free(engine: str) -> bool:
     """Whether the engine's memory share is of the memory left after weights and activations
     (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``, TensorRT-LLM docs "How to Change KV
@@ -326,6 +335,7 @@ class ServingPolicy:
     token_budget: int                 # tokens per iteration [vLLM max_num_batched_tokens]
     kv_memory_fraction: float         # the engine's memory share, read as memory_fraction_of_free says
     memory_fraction_of_free: bool
+    draft_outside_share: bool         # a draft's weights and KV come from outside the memory share (SGLang)
     workspace_bytes_per_gpu: float    # activations, CUDA graphs, communication buffers
     mixed_prefill: bool               # prompt chunks ride beside decodes (False: prefill first)
     iterations_ahead: int             # batches already formed when a prompt arrives at a busy engine
@@ -383,6 +393,7 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         token_budget=ranks * (serving.max_batched_tokens if serving.max_batched_tokens is not None
                               else default_token_budget(e, gpu_name, hbm_bytes_per_gpu)),
         kv_memory_fraction=serving.kv_memory_fraction, memory_fraction_of_free=memory_fraction_of_free(e),
+        draft_outside_share=draft_outside_share(e),
         workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
         mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),
         iterations_ahead=iterations_scheduled_ahead(e, serving.overlap_scheduling),

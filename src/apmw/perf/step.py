@@ -214,15 +214,19 @@ class RooflineFigures:
         """Weight bytes the replica's GPUs hold together, as the layout splits them
         (:meth:`apmw.perf.parallelism.Layout.held_bytes`). Plain tensor parallelism holds the checkpoint once."""
         c = self._rates
-        return self.parallel.held_bytes(c.attention_bytes, c.held_rest_bytes,
-                                        c.num_experts * c.expert_params * c.expert_bytes_per_param, c.num_experts)
+        return self.parallel.held_bytes(c.attention_bytes, c.held_rest_bytes, c.num_experts * c.expert_params,
+                                        c.expert_bytes_per_param, c.num_experts)
 
     @property
     def held_mtp_module_bytes(self) -> float:
         """Weight bytes the replica's GPUs hold of one of the model's multi-token-prediction modules
-        (:meth:`apmw.arch.Architecture.mtp_module_bytes`), split over the layout as a layer of the model is."""
-        return self.parallel.held_bytes(*self.arch.mtp_module_bytes(self.weight_dtype, self.moe_dtype),
-                                        self.arch.num_experts)
+        (:meth:`apmw.arch.Architecture.mtp_module_bytes`): its layer split over the layout as a layer of the
+        model is, its projection on every GPU of the last stage."""
+        a, lay = self.arch, self.parallel
+        attention, rest, routed, projection = a.mtp_module_bytes(self.weight_dtype, self.moe_dtype)
+        per_param = a.expert_bytes_per_param(self.weight_dtype, self.moe_dtype)
+        layer = lay.held_bytes(attention, rest, routed / per_param if routed else 0.0, per_param, a.num_experts)
+        return layer + projection * self.gpus / lay.pp
 
     def _weight_reads_per_gpu(self, tokens: np.ndarray | float) -> tuple[float, float, np.ndarray]:
         """(attention, the rest every token reads, routed experts): bytes each GPU reads in one cycle of

@@ -80,7 +80,8 @@ def plan_table(console: Console, p: dict, title: str) -> None:
                      if (share := p.get("kv_overflow_share")) and share >= 0.0005 else ""))
     if p.get("draft_weight_bytes"):
         t.add_row("draft", f"{p['draft_weight_bytes'] / 1e9:,.1f} GB of weights, {p['draft_kv_bytes'] / 1e9:,.1f} GB "
-                  "of the KV pool (its own cache, as many tokens as the model's), both out of the capacity above")
+                  "of KV (its own cache, as many tokens as the model's; in the pool under vLLM and TensorRT-LLM, "
+                  "outside SGLang's memory share)")
     t.add_row("tokens/s", f"output {tok['output']:,.0f}, input {tok['input']:,.0f} (prefilled {tok['prefill']:,.0f})")
     t.add_row("replica power", f"{_si(rep['power_w'], 'W')} IT, {_si(rep['facility_power_w'], 'W')} facility, "
               f"{_si(rep['provisioned_power_w'], 'W')} provisioned")

@@ -274,7 +274,7 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
                             own_kernels=_prices_own_kernels(step))
-    speculative = speculative_decoding(spec.serving.speculative, arch, step.weight_dtype, spec.model.moe_dtype)
+    speculative = speculative_decoding(spec.serving.speculative, step.arch, step.weight_dtype, step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)

@@ -207,3 +207,26 @@ def test_plan_prints_energy_in_the_unit_its_size_reads_best_in():
     r = run("plan", str(ROOT / "bench" / "data" / "aiconfigurator-default.yaml"), "--analytic")
     assert r.returncode == 0, r.stderr
     assert "mWh IT energy" in r.stdout and "0.000 kWh" not in r.stdout
+
+
+@pytest.mark.parametrize("gpus", [4, 8])
+def test_plan_notes_an_moe_exchange_priced_past_the_measured_ep_sizes(tmp_path, gpus):
+    """DeepEP was measured among the 4 GPUs of one GB200 tray: SGLang's EP 8 is an estimate floored by it, and
+    `apmw plan` says so on stderr (EP 4 is measured: no note); the JSON's step-time source names the tables."""
+    import yaml
+    d = yaml.safe_load((EXAMPLES / "support-chat.yaml").read_text())
+    d["model"] = {"config": "nvidia/DeepSeek-R1-0528-FP4-v2", "weight_dtype": "fp4", "kv_dtype": "fp8"}
+    d["hardware"] = {"gpu": "GB200", "gpus_per_replica": gpus}
+    d["serving"] = {**d["serving"], "engine": "sglang", "parallelism": {"dp_attention": gpus, "ep": gpus}}
+    spec = tmp_path / "dep.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = run("plan", str(spec), "--json", "--analytic")
+    assert r.returncode == 0, r.stderr
+    source = json.loads(r.stdout)["sources"]["step_time"]
+    said = " ".join(r.stderr.split())
+    if gpus == 4:
+        assert "past the EP sizes measured" not in said
+        assert "MoE dispatch/combine at EP 4: measured" in source
+    else:
+        assert "note: the MoE dispatch/combine at EP 8 on GB200 (per GPU) is past the EP sizes measured there (up to 4)" in said
+        assert "no faster than the measured EP 4 (an estimate, not a measurement)" in source

@@ -273,6 +273,32 @@ def test_an_exchange_past_the_measured_ep_sizes_costs_no_less_than_the_measured_
     assert np.all(sglang[1] >= sglang[0] - 1e-12)
 
 
+def test_the_step_source_says_where_the_moe_exchange_is_priced_from():
+    """The step model's source names the exchange's tables and EP size: measured on one GB200 tray (EP 4), read
+    at the nearest measured EP above for TensorRT-LLM's all-to-all (EP 48 at 64), an estimate floored by EP 4
+    past DeepEP's tables (SGLang EP 48), the link formula alone on a GPU without tables; nothing without EP."""
+    from dataclasses import replace
+
+    gb200 = get_gpu("GB200")
+    tray = replace(_ep_step(gb200, gpus=4), engine="sglang")
+    assert tray.moe_exchange_floor_ep is None
+    assert "at EP 4: measured: DeepEP via SGLang" in tray.moe_exchange_source
+    assert "wideep_deepep_ll_perf" in tray.moe_exchange_source and "(<= 128)" in tray.moe_exchange_source
+    assert tray.moe_exchange_source in tray.source_detail
+    rack = replace(_ep_step(gb200, gpus=48), engine="sglang")
+    assert rack.moe_exchange_floor_ep == 4
+    assert "at EP 48, past the measured EP sizes" in rack.moe_exchange_source
+    assert "no faster than the measured EP 4 (an estimate, not a measurement)" in rack.moe_exchange_source
+    trtllm = _trtllm_ep("nvidia/DeepSeek-R1-0528-FP4-v2", 48)
+    assert trtllm.moe_exchange_floor_ep is None
+    assert "read at the nearest measured EP above, 64" in trtllm.moe_exchange_source
+    custom = replace(_ep_step(replace(gb200, name="custom"), gpus=8), engine="sglang")
+    assert custom.moe_exchange_floor_ep is None
+    assert custom.moe_exchange_source == "MoE dispatch/combine at EP 8: the link-bandwidth formula (no measured tables for custom)"
+    tp = RooflineStepModel(load_architecture("deepseek-ai/DeepSeek-R1"), gb200, 8, "fp8", "fp8")
+    assert tp.moe_exchange_source is None and "dispatch/combine" not in tp.source_detail
+
+
 def test_two_batch_overlap_hides_the_exchange_behind_the_kernels():
     h200 = get_gpu("H200")
     plain, tbo = _ep_step(h200, gpus=16), _ep_step(h200, gpus=16, two_batch_overlap=True)

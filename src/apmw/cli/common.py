@@ -80,6 +80,16 @@ def note_gpu_basis(gpu) -> None:
         note(caveat)
 
 
+def note_moe_exchange(step) -> None:
+    """Say so when a replica's MoE token exchange is estimated past the EP sizes measured on its system
+    (``step``: the replica's step model)."""
+    floor = step.moe_exchange_floor_ep
+    if floor is not None:
+        note(f"the MoE dispatch/combine at EP {step.parallel.ep} on {step.gpu.name} is past the EP sizes measured "
+             f"there (up to {floor}): it is priced by the link-bandwidth formula, no faster than EP {floor}'s "
+             "measurement, an estimate (sources.step_time in --json names the tables)")
+
+
 def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None:
     """Say what a separate draft model left unnamed leaves out of memory (a named one, and the model's own MTP
     modules, are counted: apmw.perf.memory)."""

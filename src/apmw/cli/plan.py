@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
-                              note_draft_memory, out, warn)
+                              note_draft_memory, note_moe_exchange, out, warn)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -67,6 +67,7 @@ def plan(
 
             step = step_model_from_calibration(read_calibration(calibration), s)
         result = solve(s, agents=agents, step=step)
+        note_moe_exchange(result.replica.step)
         settled = None
         if agents is None and not analytic:
             gap = unsupported(s)

@@ -29,7 +29,8 @@ class RooflineStepModel(RooflineFigures):
     @property
     def source_detail(self) -> str:
         served = f"; {self.served_moe.source}" if self.served_moe is not None else ""
-        return f"roofline: {self.efficiency.source}{served}"
+        exchange = f"; {self.moe_exchange_source}" if self.moe_exchange_source else ""
+        return f"roofline: {self.efficiency.source}{served}{exchange}"
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""

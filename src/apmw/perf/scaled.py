@@ -135,7 +135,8 @@ class ScaledStepModel(RooflineFigures):
         return (f"scaled: {ref.gpu.name}'s calibrated iteration ({ref.weight_dtype} weights, {ref.kv_dtype} KV, "
                 f"{ref.engine}; {ref.curves.source}) scaled to {self.gpu.name} {self.weight_dtype}/{self.kv_dtype} "
                 f"by the two spec sheets' roofline ratio per iteration; engine overhead "
-                f"{ref.iteration_parts_s(_EMPTY)[0] * 1e3:.2f} ms unscaled")
+                f"{ref.iteration_parts_s(_EMPTY)[0] * 1e3:.2f} ms unscaled"
+                + (f"; {self.moe_exchange_source}" if self.moe_exchange_source else ""))
 
     def reference_load(self, load: IterationLoad) -> IterationLoad:
         """``load`` as the reference sees it: the same tokens, their KV in the reference's format."""

@@ -38,7 +38,7 @@ from apmw.arch import Architecture
 from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
-from apmw.perf.communication import measured_collectives
+from apmw.perf.communication import MoECurves, measured_collectives
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from apmw.perf.interconnect import link_bandwidth_bytes_per_s
 from apmw.perf.parallelism import Layout, expert_imbalance
@@ -54,6 +54,9 @@ ACTIVATION_BYTES = 2
 # bf16 with bf16 ones. A 4-bit MoE whose checkpoint does not say MXFP4 is taken as NVFP4, the format
 # TensorRT-LLM's 4-bit DeepSeek checkpoints (ModelOpt's) are in. Other experts dispatch bf16.
 TRTLLM_DISPATCH_PAYLOAD = {"fp4": "nvfp4", "nvfp4": "nvfp4", "fp8": "fp8"}
+# DeepEP's low-latency dispatch buffer as SGLang sets it (num_max_dispatch_tokens_per_rank): tokens per rank up to
+# which ``--deepep-mode auto`` runs the low-latency kernels, and past which the normal ones.
+DEEPEP_LOW_LATENCY_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -341,19 +344,11 @@ class RooflineFigures:
         uniform = expert_imbalance(replace(lay, ep=ep, expert_imbalance=None), routed)
         return measured * lay.expert_imbalance / uniform
 
-    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray,
-                                     fewer_ranks: bool = False) -> tuple[np.ndarray, int] | None:
-        """One MoE layer's dispatch + combine from the system's measured tables (:mod:`apmw.perf.communication`),
-        and the EP size that answered:
-
-        - TensorRT-LLM: its own NVLink all-to-all where measured (GB200 NVL72, EP 2-64), its dispatch carrying
-          the experts' activation format (:data:`TRTLLM_DISPATCH_PAYLOAD`), its combine bf16;
-        - otherwise DeepEP: low-latency mode up to its dispatch buffer of 128 tokens per rank (DeepEP's
-          ``num_max_dispatch_tokens_per_rank`` as SGLang sets it), normal mode above, as SGLang's
-          ``--deepep-mode auto`` picks for decode and prefill batches.
-
-        None where the tables do not cover this GPU (a stock part only), EP size or mode. ``fewer_ranks``
-        reads the largest EP measured at or below the layout's instead (a floor past the tables)."""
+    def _exchange_curves(self, fewer_ranks: bool = False) -> list[tuple[MoECurves, str]] | None:
+        """The measured curves that price one MoE layer's dispatch + combine here, each with what it prices:
+        TensorRT-LLM's all-to-all as ``"dispatch"`` and ``"combine"``, or DeepEP's low-latency and normal modes
+        as the tokens per rank each runs at (:meth:`_measured_dispatch_combine_s`); None where the tables do
+        not cover this GPU (a stock part only), EP size or mode."""
         lay, a = self.parallel, self.arch
         try:
             stock = get_gpu(self.gpu.name) == self.gpu
@@ -370,17 +365,75 @@ class RooflineFigures:
             dispatch = comm.moe_curves("trtllm_alltoall", lay.ep, *shape, dtype=payload, fewer_ranks=fewer_ranks)
             combine = comm.moe_curves("trtllm_alltoall", lay.ep, *shape, fewer_ranks=fewer_ranks)
             if dispatch is not None and combine is not None:
-                return dispatch(tokens_per_rank, "dispatch") + combine(tokens_per_rank, "combine"), dispatch.ep
+                return [(dispatch, "dispatch"), (combine, "combine")]
         low = comm.moe_curves("low_latency", lay.ep, *shape, fewer_ranks=fewer_ranks)
         normal = comm.moe_curves("normal", lay.ep, *shape, fewer_ranks=fewer_ranks)
         if low is None or normal is None:
             return None
+        return [(low, f"<= {DEEPEP_LOW_LATENCY_TOKENS}"), (normal, f"> {DEEPEP_LOW_LATENCY_TOKENS}")]
+
+    def _measured_dispatch_combine_s(self, tokens_per_rank: np.ndarray,
+                                     fewer_ranks: bool = False) -> tuple[np.ndarray, int] | None:
+        """One MoE layer's dispatch + combine from the system's measured tables (:mod:`apmw.perf.communication`),
+        and the EP size that answered:
+
+        - TensorRT-LLM: its own NVLink all-to-all where measured (GB200 NVL72, EP 2-64), its dispatch carrying
+          the experts' activation format (:data:`TRTLLM_DISPATCH_PAYLOAD`), its combine bf16;
+        - otherwise DeepEP: low-latency mode up to its dispatch buffer of 128 tokens per rank (DeepEP's
+          ``num_max_dispatch_tokens_per_rank`` as SGLang sets it), normal mode above, as SGLang's
+          ``--deepep-mode auto`` picks for decode and prefill batches.
+
+        None where the tables do not cover this GPU (a stock part only), EP size or mode. ``fewer_ranks``
+        reads the largest EP measured at or below the layout's instead (a floor past the tables)."""
+        curves = self._exchange_curves(fewer_ranks)
+        if curves is None:
+            return None
+        (first, first_phase), (second, second_phase) = curves
+        if first_phase == "dispatch":
+            return first(tokens_per_rank, "dispatch") + second(tokens_per_rank, "combine"), first.ep
         tokens = np.asarray(tokens_per_rank, dtype=float)
-        small = tokens <= 128.0            # each mode read only where it runs: these arrays span every batch
+        small = tokens <= DEEPEP_LOW_LATENCY_TOKENS   # each mode read only where it runs: these arrays span every batch
         seconds = np.empty_like(tokens)
-        seconds[small] = low(tokens[small])
-        seconds[~small] = normal(tokens[~small])
-        return seconds, low.ep
+        seconds[small] = first(tokens[small])
+        seconds[~small] = second(tokens[~small])
+        return seconds, first.ep
+
+    @property
+    def moe_exchange_floor_ep(self) -> int | None:
+        """Where the layout's EP is past every EP size measured on this system for its engine's exchange, the
+        largest measured one, whose measurement floors the link-bandwidth estimate (:meth:`_moe_exchange_s`);
+        None where a measurement answers, or none exists, or nothing is exchanged."""
+        if not self.arch.moe_layers or self.parallel.ep == 1 or self._exchange_curves() is not None:
+            return None
+        floor = self._exchange_curves(fewer_ranks=True)
+        return None if floor is None else floor[0][0].ep
+
+    @property
+    def moe_exchange_source(self) -> str | None:
+        """Where the MoE layers' token exchange is priced from at this layout, for ``source_detail``: the
+        measured tables that answer (and at which EP size), the bandwidth formula floored by a smaller EP's
+        measurement where the layout's EP is past the tables, or the bandwidth formula alone; None where
+        nothing is exchanged (no routed experts, or neither EP nor attention DP)."""
+        lay, a = self.parallel, self.arch
+        if not a.moe_layers or (lay.ep == 1 and lay.dp == 1):
+            return None
+        if lay.ep == 1:
+            return "MoE all-gather/reduce-scatter over attention-DP ranks: the link-bandwidth formula"
+
+        def tables(curves: list[tuple[MoECurves, str]]) -> str:
+            return "; ".join(f"{c.source} ({phase})" for c, phase in curves)
+
+        measured = self._exchange_curves()
+        if measured is not None:
+            ep = measured[0][0].ep
+            at = "" if ep == lay.ep else f" (EP {lay.ep} read at the nearest measured EP above, {ep})"
+            return f"MoE dispatch/combine at EP {lay.ep}: measured{at}: {tables(measured)}"
+        if self.moe_exchange_floor_ep is not None:
+            floor = self._exchange_curves(fewer_ranks=True)
+            return (f"MoE dispatch/combine at EP {lay.ep}, past the measured EP sizes: the link-bandwidth formula, "
+                    f"no faster than the measured EP {self.moe_exchange_floor_ep} (an estimate, not a measurement): "
+                    f"{tables(floor)}")
+        return f"MoE dispatch/combine at EP {lay.ep}: the link-bandwidth formula (no measured tables for {self.gpu.name})"
 
     @property
     def _routed_expert_params(self) -> float:

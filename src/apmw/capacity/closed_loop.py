@@ -30,7 +30,7 @@ from apmw.capacity.engine_curve import EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.kv_overflow import MIN_SHARE, overflow_share, spread_over_tasks
 from apmw.capacity.slo import check_slo
-from apmw.capacity.quantiles import quantiles
+from apmw.capacity.quantiles import Tail
 from apmw.capacity.prefix_cache import LruSurvival, SlotSurvival, frees_contexts
 from apmw.capacity.sessions import (FREED_FOUND, RETAINED_LOST, SessionSample, sample_retained_pair,
                                     sample_session_pair, sample_sessions)
@@ -197,10 +197,8 @@ class ClosedLoopModel:
         z = (ev.kv_capacity_bytes - ev.kv_bytes_resident_mean) / sd
         samples = spread_over_tasks(m, z, kept.task_latency_samples_s, ev.task_latency_samples_s, k.timeline_kv_bytes, hold_s,
                                     k.exposure_uniform)
-        p50, p95, p99 = quantiles(samples, (0.5, 0.95, 0.99))
-        verdict = check_slo(self.spec.slo, p95, ev.ttft_p95_s, ev.tpot_p95_s)
-        return replace(ev, task_latency_p50_s=p50, task_latency_p95_s=p95, task_latency_p99_s=p99,
-                       slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
+        verdict = check_slo(self.spec.slo, Tail(samples, 0.95), Tail(ev.ttft_samples_s, 0.95), ev.tpot_p95_s)
+        return replace(ev, slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
 
     def evaluate(self, agents: int) -> Evaluation:
         cap = self.replica.kv_capacity_bytes

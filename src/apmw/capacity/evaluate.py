@@ -27,14 +27,14 @@ variance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from apmw.capacity.closed_network import LoopState, solve_at
 from apmw.capacity.engine_curve import EngineCurve
 from apmw.capacity.disaggregation import PrefillStage
-from apmw.capacity.quantiles import quantile, quantiles
+from apmw.capacity.quantiles import Tail, quantile
 from apmw.capacity.sessions import SessionSample
 from apmw.capacity.slo import SloVerdict, check_slo
 from apmw.perf.parallelism import layout_of
@@ -53,15 +53,11 @@ class Evaluation:
     agents: int
     loop: LoopState
     task_latency_mean_s: float
-    task_latency_p50_s: float
-    task_latency_p95_s: float
-    task_latency_p99_s: float
     queue_s: float
     prefill_s: float
     decode_s: float
     tool_s: float
     kv_transfer_s: float
-    ttft_p95_s: float
     tpot_p95_s: float
     kv_bytes_resident_mean: float
     kv_bytes_resident_p95: float
@@ -82,6 +78,24 @@ class Evaluation:
     task_latency_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
     # each sampled call's time to first token (the tail calls; the TTFT p95 above is read off it)
     ttft_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+
+    # The tails are read off the samples when asked (the SLO verdict above counts instead: a search asks
+    # only whether they hold at most agent counts it visits).
+    @cached_property
+    def task_latency_p50_s(self) -> float:
+        return quantile(self.task_latency_samples_s, 0.5)
+
+    @cached_property
+    def task_latency_p95_s(self) -> float:
+        return quantile(self.task_latency_samples_s, 0.95)
+
+    @cached_property
+    def task_latency_p99_s(self) -> float:
+        return quantile(self.task_latency_samples_s, 0.99)
+
+    @cached_property
+    def ttft_p95_s(self) -> float:
+        return quantile(self.ttft_samples_s, 0.95)
 
     @property
     def feasible(self) -> bool:
@@ -188,7 +202,6 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     wq = wq + prefill_wait
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
-    p50, p95, p99 = quantiles(samples, (0.5, 0.95, 0.99))
     queue = wq * s.mean_calls
     prefill_s = float(session_prefill.mean())
     decode = float(s.decode_iters.mean()) * t_dec
@@ -209,15 +222,13 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * pools)
 
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
-    ttft_p95 = quantile(ttft, 0.95)
     tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
-    verdict = check_slo(spec.slo, float(p95), ttft_p95, tpot_p95)
+    verdict = check_slo(spec.slo, Tail(samples, 0.95), Tail(ttft, 0.95), tpot_p95)
     return Evaluation(
         agents=agents, loop=loop,
-        task_latency_mean_s=mean_r, task_latency_p50_s=float(p50), task_latency_p95_s=float(p95),
-        task_latency_p99_s=float(p99),
+        task_latency_mean_s=mean_r,
         queue_s=queue, prefill_s=prefill_s, decode_s=decode, tool_s=tool, kv_transfer_s=transfer,
-        ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95,
+        tpot_p95_s=tpot_p95,
         kv_bytes_resident_mean=kv_mean, kv_bytes_resident_p95=float(kv_p95), kv_capacity_bytes=kv_capacity_bytes,
         session_throughput_per_s=agents / mean_r,
         meets_latency=verdict.meets and prefill_keeps_up(prefill_util),

@@ -11,6 +11,8 @@ results are identical to the last bit (``tests/capacity/test_quantiles.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -25,6 +27,41 @@ def quantile(values: np.ndarray, q: float) -> float:
     parted = np.partition(values, lo + 1)
     below, above = float(parted[:lo + 1].max()), float(parted[lo + 1])
     return _lerp(below, above, t)
+
+
+def quantile_at_most(values: np.ndarray, q: float, limit: float) -> bool:
+    """Whether ``quantile(values, q) <= limit``, decided by counting the values at most ``limit`` (one pass, no
+    partition); the two order statistics the quantile interpolates between are read only where the count
+    falls between them. The same answer as computing the quantile, to the last bit: numpy's interpolation never
+    leaves the interval between its two order statistics (``tests/capacity/test_quantiles.py``)."""
+    n = len(values)
+    index = q * (n - 1)
+    lo = int(np.floor(index))
+    t = index - lo
+    at_most = int(np.count_nonzero(values <= limit))
+    if t == 0.0 or lo + 1 >= n:
+        return at_most >= lo + 1                # the quantile is the order statistic lo itself
+    if at_most != lo + 1:
+        return at_most > lo + 1                 # both order statistics on the same side of the limit
+    below = float(values[values <= limit].max())  # order statistic lo; lo + 1 is the smallest value above
+    above = float(values[values > limit].min())
+    return _lerp(below, above, t) <= limit
+
+
+@dataclass(frozen=True, eq=False)
+class Tail:
+    """The ``q`` quantile of ``values`` as an SLO check reads it: ``tail <= limit`` is
+    :func:`quantile_at_most` (a count), ``float(tail)`` the quantile itself. A search asks only the first at
+    most agent counts it visits."""
+
+    values: np.ndarray
+    q: float
+
+    def __le__(self, limit: float) -> bool:
+        return quantile_at_most(self.values, self.q, limit)
+
+    def __float__(self) -> float:
+        return quantile(self.values, self.q)
 
 
 def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apmw.capacity.quantiles import Tail
 from apmw.spec import Slo
 
 # Per-call service levels that published serving benchmarks call served, used to warn when a spec
@@ -56,9 +57,10 @@ class SloVerdict:
         return not self.failed
 
 
-def check_slo(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | None,
+def check_slo(slo: Slo, task_latency_p95_s: float | Tail | None, ttft_p95_s: float | Tail | None,
               tpot_p95_s: float | None) -> SloVerdict:
-    """Check the measured or modelled p95s against every SLO ``slo`` sets."""
+    """Check the measured or modelled p95s against every SLO ``slo`` sets (a :class:`Tail` is checked by
+    counting its sample, without computing its quantile)."""
     figures = _figures(task_latency_p95_s, ttft_p95_s, tpot_p95_s)
     failed, unmeasured = [], []
     for name, limit in _limits_s(slo).items():

@@ -44,28 +44,23 @@ MAX_ITERATIONS = 12
 TOLERANCE = 2e-3
 
 
-def _differing(hit, miss) -> tuple[str, ...]:
-    """Names of the numeric fields where two like dataclasses differ (the only ones worth blending)."""
-    names = []
-    for f in fields(hit):
-        a, b = getattr(hit, f.name), getattr(miss, f.name)
-        if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.shape == b.shape and not np.array_equal(a, b):
-            names.append(f.name)
-        elif isinstance(a, float) and isinstance(b, float) and a != b:
-            names.append(f.name)
-    return tuple(names)
+class _Blend:
+    """Two like dataclasses blended field by field, ``hit + m (miss - hit)``, for any share ``m``: the numeric
+    fields where they differ (the only ones worth blending), each difference worked out once."""
 
+    def __init__(self, hit, miss):
+        self.hit = hit
+        self.diffs: dict[str, np.ndarray | float] = {}
+        for f in fields(hit):
+            a, b = getattr(hit, f.name), getattr(miss, f.name)
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.shape == b.shape and not np.array_equal(a, b):
+                self.diffs[f.name] = b - a
+            elif isinstance(a, float) and isinstance(b, float) and a != b:
+                self.diffs[f.name] = b - a
 
-def _blend(hit, miss, m: float, names: tuple[str, ...] | None = None):
-    """Field by field hit + m (miss - hit) for the numeric fields of two like dataclasses."""
-    changes = {}
-    for name in names if names is not None else [f.name for f in fields(hit)]:
-        a, b = getattr(hit, name), getattr(miss, name)
-        if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.shape == b.shape:
-            changes[name] = a + m * (b - a)
-        elif isinstance(a, float) and isinstance(b, float):
-            changes[name] = a + m * (b - a)
-    return replace(hit, **changes)
+    def at(self, m: float):
+        hit = self.hit
+        return replace(hit, **{name: getattr(hit, name) + m * d for name, d in self.diffs.items()})
 
 
 def spills_retained(spec: Spec, replica: Replica) -> bool:
@@ -140,8 +135,8 @@ class ClosedLoopModel:
                 return self.curve if s is sample else engine_curve(replica.step, s, self.max_batch, mixed=self.mixed)
 
             self.found_curve, self.lost_curve = curve_of(self.found), curve_of(self.lost)
-            self._sample_fields = _differing(self.found, self.lost)
-            self._curve_fields = _differing(self.found_curve, self.lost_curve)
+            self._samples = _Blend(self.found, self.lost)
+            self._curves = _Blend(self.found_curve, self.lost_curve)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",
                      "kv_decode", "kv_tool")
             self._found_means = {n: float(getattr(self.found, n).mean()) for n in names}
@@ -157,8 +152,8 @@ class ClosedLoopModel:
         """The loop with a share ``m`` of contexts lost (the KV demand read off the kept contexts
         where they are spilled)."""
         assert self.found is not None and self.lost is not None
-        s = _blend(self.found, self.lost, m, self._sample_fields)
-        c: EngineCurve = _blend(self.found_curve, self.lost_curve, m, self._curve_fields)
+        s = self._samples.at(m)
+        c: EngineCurve = self._curves.at(m)
         iters = s.call_prefill_iters + s.call_decode_iters
         c = replace(c, completion_rate=c.batch / (iters * c.iteration_s), iterations_per_call=iters)
         demand = self.found if self.spills else None
@@ -170,7 +165,7 @@ class ClosedLoopModel:
         lost: means only, no tails (fast)."""
         h, x = self._found_means, self._lost_means
         mean = lambda name: h[name] + m * (x[name] - h[name])  # noqa: E731
-        c: EngineCurve = _blend(self.found_curve, self.lost_curve, m, self._curve_fields)
+        c: EngineCurve = self._curves.at(m)
         iters = c.iterations_per_call
         c = replace(c, completion_rate=c.batch / (iters * c.iteration_s))
         calls = mean("calls")

@@ -99,9 +99,10 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
     elif batch_full < BATCH_FULL_NEGLIGIBLE:
         binding = "slo"
     else:
+        # latency only gets harder with more agents, so an unlimited batch meets it at more agents exactly
+        # when it meets it at one more
         unlimited = model.with_max_batch(max(replica.policy.max_batch, min(n_latency * 2 + 2, MAX_BATCH_LIMIT)))
-        n_unlimited = largest_passing(lambda n: unlimited.evaluate(n).meets_latency, limit=n_latency * 2 + 1)
-        binding = "batch_limit" if n_unlimited > n_latency else "slo"
+        binding = "batch_limit" if unlimited.evaluate(n_latency + 1).meets_latency else "slo"
     return SearchResult(
         agents=n_star, binding_constraint=binding,
         at_optimum=at(n_star) if n_star > 0 else None, first_failure=at(n_star + 1),

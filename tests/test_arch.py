@@ -249,6 +249,36 @@ def test_bad_field_value_is_named(value):
         architecture_from_config({**cfg, "hidden_size": value}, name="bad")
 
 
+@pytest.mark.parametrize("model,change,message", [
+    ("Llama-3.1-8B", {"num_key_value_heads": 0}, "'num_key_value_heads' is 0; it must be positive"),
+    ("Llama-3.1-8B", {"head_dim": 0}, "'head_dim' is 0; it must be positive"),
+    ("Llama-3.1-8B", {"num_key_value_heads": 64}, "num_key_value_heads 64 does not divide num_attention_heads 32"),
+    ("Llama-3.1-8B", {"num_key_value_heads": 5}, "num_key_value_heads 5 does not divide num_attention_heads 32"),
+    ("Qwen3-30B-A3B", {"moe_intermediate_size": 0}, "'moe_intermediate_size' is 0; it must be positive"),
+    ("Qwen3-30B-A3B", {"moe_intermediate_size": None}, "no 'moe_intermediate_size', which qwen3_moe reads"),
+    ("DeepSeek-V3", {"num_experts_per_tok": 300}, "num_experts_per_tok 300 is more than the 256 routed experts"),
+    ("DeepSeek-V3", {"kv_lora_rank": None}, "config has no 'kv_lora_rank', needed for MLA attention"),
+    ("DeepSeek-V3", {"kv_lora_rank": 0}, "'kv_lora_rank' is 0; it must be positive"),
+    ("DeepSeek-V3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' is -1; it cannot be negative"),
+    ("gpt-oss-20b", {"sliding_window": -5}, "'sliding_window' is -5; it cannot be negative"),
+    ("Qwen3-8B", {"sliding_window": -5, "use_sliding_window": True}, "'sliding_window' is -5; it cannot be negative"),
+])
+def test_a_value_no_model_has_is_refused_by_name(model, change, message):
+    """Sizes that would give a division by zero, a negative count or another family's arithmetic (MLA read as
+    128-head MHA, every Qwen3 expert the dense MLP's width) are refused, naming the field."""
+    cfg, _ = load_config(model)
+    cfg = copy.deepcopy(cfg)
+    text = cfg.get("text_config", cfg)
+    for key, value in change.items():
+        if value is None:
+            text.pop(key)
+        else:
+            text[key] = value
+    with pytest.raises(ConfigError) as err:
+        architecture_from_config(cfg, name=model)
+    assert message in str(err.value) and model in str(err.value)
+
+
 def test_layer_types_length_mismatch():
     cfg, _ = load_config("gpt-oss-20b")
     cfg = {**cfg, "layer_types": cfg["layer_types"][:-1]}

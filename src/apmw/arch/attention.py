@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apmw.arch.config import Cfg
+from apmw.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -35,16 +36,24 @@ class _Attn:
     output_params: int = 0      # of params: the output projection (o_proj)
 
 
+# Fields only multi-head latent attention has: a config with them and no kv_lora_rank is not GQA.
+MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
 def attention(c: Cfg, hidden: int, heads: int) -> _Attn:
-    if c.get("kv_lora_rank"):
+    if c.get("kv_lora_rank") or any(c.get(k) is not None for k in MLA_FIELDS):
         return _mla_attention(c, hidden, heads)
     return _gqa_attention(c, hidden, heads)
 
 
 def _gqa_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
     """GQA/MHA: q, k, v, o projections; Qwen3.5's output gate doubles q_proj."""
-    kv_heads = c.first(("num_key_value_heads",), heads)
-    head_dim = c.first(("head_dim",), hidden // heads)
+    kv_heads = c.positive(("num_key_value_heads",), heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise ConfigError(f"{c.name}: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}; "
+                          "grouped-query attention shares each KV head among a whole number of query heads. "
+                          "Fix the value in the config.json.")
+    head_dim = c.positive(("head_dim",), hidden // heads)
     q_out = heads * head_dim * (2 if c.get("attn_output_gate") else 1)
     params = hidden * q_out + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
     output = heads * head_dim * hidden

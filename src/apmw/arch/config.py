@@ -36,9 +36,25 @@ class Cfg:
         return number
 
     def first(self, keys: tuple[str, ...], default: int = 0) -> int:
-        """Value of the first key present (families spell the same field differently)."""
+        """Value of the first key present (families spell the same field differently): a count, so
+        never negative (0 where a family writes 0 for "none")."""
         key = next((k for k in keys if self.data.get(k) is not None), None)
-        return default if key is None else self._int(key, self.data[key])
+        if key is None:
+            return default
+        number = self._int(key, self.data[key])
+        if number < 0:
+            raise ConfigError(f"{self.name}: '{key}' is {self.data[key]!r}; it cannot be negative. "
+                              "Fix the value in the config.json.")
+        return number
+
+    def positive(self, keys: tuple[str, ...], default: int) -> int:
+        """:meth:`first` of a size that must be positive where given (``default`` where none is)."""
+        number = self.first(keys, default)
+        if number <= 0:
+            key = next((k for k in keys if self.data.get(k) is not None), keys[0])
+            raise ConfigError(f"{self.name}: '{key}' is {self.data.get(key, number)!r}; it must be positive. "
+                              "Fix the value in the config.json.")
+        return number
 
     def _int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
@@ -67,6 +83,8 @@ def layer_kinds(c: Cfg, num_layers: int) -> tuple[list[str], int | None]:
     if c.model_type.startswith("llama4") and c.get("attention_chunk_size"):
         return _llama4_kinds(c, num_layers), c.get("attention_chunk_size")
     window = c.get("sliding_window")
+    if window is not None and window != 0:
+        window = c.positive(("sliding_window",), 0)
     if window and c.get("use_sliding_window", True):
         start = c.get("max_window_layers", 0) if "use_sliding_window" in c.data else 0
         return ["sliding" if i >= start else "full" for i in range(num_layers)], window
@@ -85,6 +103,8 @@ def _kinds_from_layer_types(c: Cfg, types: list, num_layers: int) -> list[str]:
     if "sliding" in kinds and not c.get("sliding_window"):
         raise ConfigError(f"{c.name}: layer_types has sliding layers but 'sliding_window' "
                           "is missing; add the window size in tokens.")
+    if "sliding" in kinds:
+        c.positive(("sliding_window",), 0)
     return kinds
 
 

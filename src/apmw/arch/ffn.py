@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from apmw.arch.config import Cfg
+from apmw.errors import ConfigError
+
+# Model families whose routed experts' width is moe_intermediate_size, beside a dense intermediate_size.
+MOE_WIDTH_FAMILIES = ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "deepseek", "kimi", "glm")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,9 @@ def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, 
     top_k = c.first(("num_experts_per_tok", "experts_per_token"))
     if not top_k:
         c.req("num_experts_per_tok", "MoE routing (experts per token)")
+    if top_k > n_experts:
+        raise ConfigError(f"{c.name}: num_experts_per_tok {top_k} is more than the {n_experts} routed experts; "
+                          "a token routes to that many distinct experts. Fix the value in the config.json.")
     moe = _moe_layer(c, hidden, n_experts, top_k, bias)
     dense = _dense_ffn(hidden, dense_inter, bias)
     layers = [moe if _is_moe_layer(c, i, num_layers) else dense for i in range(num_layers)]
@@ -43,8 +50,20 @@ def _dense_ffn(hidden: int, inter: int, bias: bool) -> _Ffn:
     return _Ffn(total=params, active=params, router=0)
 
 
+def _expert_width(c: Cfg) -> int:
+    """One routed expert's intermediate size: ``moe_intermediate_size`` in the families whose dense MLP is
+    ``intermediate_size`` (a config of theirs without it would price every expert as the dense MLP), else
+    ``intermediate_size`` (Mixtral, gpt-oss, Llama 4, MiniMax)."""
+    if c.get("moe_intermediate_size") is not None:
+        return c.positive(("moe_intermediate_size",), 0)
+    if c.model_type.startswith(MOE_WIDTH_FAMILIES):
+        raise ConfigError(f"{c.name}: config has no 'moe_intermediate_size', which {c.model_type} reads each routed "
+                          "expert's width from. Add it to the config.json (copy it from the model's HuggingFace config).")
+    return c.req("intermediate_size", "MoE experts")
+
+
 def _moe_layer(c: Cfg, hidden: int, n_experts: int, top_k: int, bias: bool) -> _Ffn:
-    inter = c.first(("moe_intermediate_size",)) or c.req("intermediate_size", "MoE experts")
+    inter = _expert_width(c)
     expert = _mlp_params(hidden, inter, bias)
     shared, gate = _shared_expert(c, hidden, inter)
     router_bias = (c.model_type == "gpt_oss" or c.get("topk_method") == "noaux_tc"
@@ -96,7 +115,7 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
         unbiased = _Ffn(total=-n_experts, active=-n_experts, router=-n_experts)
         ffn = [_add(f, unbiased) if i < c.get("num_hash_layers", 0) else f for i, f in enumerate(ffn)]
     moe = [f for f in ffn if f.router > 0]
-    expert_inter = (c.first(("moe_intermediate_size",)) or c.get("intermediate_size", 0)) if moe else 0
+    expert_inter = _expert_width(c) if moe else 0
     dense_inter = c.first(("intermediate_size_mlp", "intermediate_size")) or 0 if len(moe) < num_layers else 0
     shared_expert, _ = _shared_expert(c, hidden, expert_inter) if moe else (0, 0)
     bias = bool(c.get("mlp_bias") or c.model_type == "gpt_oss")

@@ -32,6 +32,7 @@ from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
 from apmw.perf import resolve_gpu, resolve_policy
+from apmw.perf.replica import kv_dtype_refusal
 from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
 
 GROUPS = ("kv_residency", "decode_batching", "other")
@@ -106,9 +107,7 @@ def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan]
     def change(spec: Spec, _: Plan) -> Spec | None:
         if spec.model.kv_dtype not in lower_than:
             return None
-        # a 4-bit KV cache needs FP4 tensor cores and kernels (NVFP4 KV: Blackwell); a GPU whose
-        # catalogue row has no FP4 rate (Hopper, Ampere, MI300X) cannot run it
-        if target == "fp4" and resolve_gpu(spec.hardware.gpu).fp4_flops is None:
+        if kv_dtype_refusal(resolve_gpu(spec.hardware.gpu), target):
             return None
         return _with(spec, "model", kv_dtype=target)
     return change

@@ -230,3 +230,16 @@ def test_plan_notes_an_moe_exchange_priced_past_the_measured_ep_sizes(tmp_path, 
     else:
         assert "note: the MoE dispatch/combine at EP 8 on GB200 (per GPU) is past the EP sizes measured there (up to 4)" in said
         assert "no faster than the measured EP 4 (an estimate, not a measurement)" in source
+
+
+def test_a_4_bit_kv_cache_is_refused_on_a_gpu_without_fp4_tensor_cores():
+    """NVFP4 KV is a Blackwell feature: H200 refuses it with the reason and the fix, in the verb's own terms;
+    B200 prices it."""
+    args = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--tp", "1", "--weight-dtype", "fp8",
+            "--kv-dtype", "fp4", "--isl", "1024", "--osl", "256", "--concurrency", "4", "--json"]
+    r = run(*args, "--gpu", "H200")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    said = " ".join(r.stderr.split())
+    assert "--kv-dtype fp4 needs a GPU with FP4 tensor cores" in said and "Use --kv-dtype fp8" in said
+    r = run(*args, "--gpu", "B200")
+    assert r.returncode == 0, r.stderr

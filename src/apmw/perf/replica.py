@@ -110,6 +110,17 @@ class Replica:
         return self.step.gpus
 
 
+def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str) -> str | None:
+    """Why ``gpu`` cannot hold a KV cache of ``kv_dtype``, or None where it can: a 4-bit KV cache needs FP4
+    tensor cores and the kernels that read it (NVFP4 KV: TensorRT-LLM on Blackwell), so a GPU whose catalogue
+    row has no FP4 rate (Hopper, Ampere, MI300X) cannot run one."""
+    if kv_dtype == "fp4" and gpu.fp4_flops is None:
+        return (f"kv_dtype fp4 needs a GPU with FP4 tensor cores: a 4-bit KV cache is read by FP4 kernels (NVFP4 "
+                f"KV, Blackwell), and {gpu.name} has none (no FP4 rate in apmw's GPU catalogue), so no engine stores "
+                "KV in 4 bits on it. Use kv_dtype fp8")
+    return None
+
+
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
                      calibrated: bool = True, layout: Layout | None = None,
@@ -126,6 +137,9 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
+    refused = kv_dtype_refusal(gpu, kv_dtype)
+    if refused:
+        raise ApmwError(refused)
     if engine_version is not None:
         return _pinned_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout,
                                   moe_dtype, engine_version, mxfp4_moe_activations)

@@ -243,3 +243,16 @@ def test_a_4_bit_kv_cache_is_refused_on_a_gpu_without_fp4_tensor_cores():
     assert "--kv-dtype fp4 needs a GPU with FP4 tensor cores" in said and "Use --kv-dtype fp8" in said
     r = run(*args, "--gpu", "B200")
     assert r.returncode == 0, r.stderr
+
+
+def test_deepseek_v4s_fp4_experts_beside_fp8_layers_are_named_when_priced_otherwise():
+    """V4-Flash's checkpoint keeps its layers in fp8 and its routed experts in fp4: pricing both at one dtype
+    draws a note naming both flags; pricing them as stored draws none."""
+    args = ["predict", "--model", "deepseek-ai/DeepSeek-V4-Flash", "--gpu", "B200", "--tp", "4", "--isl", "1024",
+            "--osl", "256", "--concurrency", "8", "--json"]
+    for dtypes in (["--weight-dtype", "fp8"], ["--weight-dtype", "fp4"]):
+        r = run(*args, *dtypes)
+        assert r.returncode == 0, r.stderr
+        assert "give --weight-dtype fp8 --moe-dtype fp4" in " ".join(r.stderr.split())
+    r = run(*args, "--weight-dtype", "fp8", "--moe-dtype", "fp4")
+    assert r.returncode == 0 and "note:" not in r.stderr, r.stderr

@@ -99,16 +99,28 @@ def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None
              "(serving.speculative.draft_model, --draft-model) to count them")
 
 
-def note_checkpoint_dtype(model: str, weight_dtype: str) -> None:
-    """Say so when a checkpoint's name, or else its config.json, states other weights than the dtype being
-    priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16): the dtype is the user's
-    to give, but a mismatch is usually a slip."""
+def note_checkpoint_dtype(model: str, weight_dtype: str, moe_dtype: str | None = None) -> None:
+    """Say so when a checkpoint's name, or else its config.json, states other weights than the dtypes being
+    priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16; DeepSeek-V4's fp4 experts beside
+    its fp8 layers, priced at one dtype): the dtypes are the user's to give, but a mismatch is usually a slip."""
+    from apmw.arch import load_architecture
     from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
+    from apmw.errors import ApmwError
     from apmw.spec.spellings import dtype_key
 
     named, said = checkpoint_weight_dtype(model), "names {} weights"
     if named is None:
         named, said = config_weight_dtype(model), "stores {} weights (its config.json's quantization_config)"
-    if named and named != dtype_key(weight_dtype):
+    try:
+        experts = load_architecture(model).expert_dtype_in_checkpoint
+    except ApmwError:
+        experts = None       # the verb reports a config it cannot read itself
+    priced_experts = dtype_key(moe_dtype or weight_dtype)
+    if named and experts and experts != named:
+        if named != dtype_key(weight_dtype) or experts != priced_experts:
+            note(f"'{model}' {said.format(named)} and its routed experts in {experts}, but {weight_dtype} weights "
+                 f"and {priced_experts} experts are priced; give --weight-dtype {named} --moe-dtype {experts} "
+                 f"(weight_dtype: {named}, moe_dtype: {experts} in a spec) if that is what it serves")
+    elif named and named != dtype_key(weight_dtype):
         note(f"'{model}' {said.format(named)}, but {weight_dtype} weights are priced; give "
              f"--weight-dtype {named} (weight_dtype: {named} in a spec) if that is what it serves")

@@ -192,7 +192,7 @@ def fleet(
         return
     try:
         s = load_spec(spec)
-        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         note_gpu_basis(s.hardware.gpu)
         s = _scaled(s, replicas_scale)
         result = plan(s)
@@ -410,7 +410,7 @@ def _mixed(path: Path, as_json: bool, csv_out: Optional[Path], parquet_out: Opti
     try:
         loaded = load_fleet_file(path)
         for s in {(s.model.config, s.model.weight_dtype): s for s in loaded.specs}.values():
-            note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+            note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         gpus = [h.gpu for h in loaded.fleet.hardware] if loaded.fleet.hardware else [s.hardware.gpu for s in loaded.specs]
         for gpu in {str(g): g for g in gpus}.values():
             note_gpu_basis(gpu)

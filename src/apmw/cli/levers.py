@@ -27,7 +27,7 @@ def levers(
 
     try:
         s = load_spec(spec)
-        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         note_gpu_basis(s.hardware.gpu)
         base = plan(s)
         total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS)) + (2 if verify else 0)

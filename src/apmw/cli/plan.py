@@ -51,7 +51,7 @@ def plan(
     fit_notes: list[str] = []
     try:
         s = load_spec(spec)
-        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         note_gpu_basis(s.hardware.gpu)
         if s.serving.speculative is not None:
             note_draft_memory(s.serving.speculative.draft, s.serving.speculative.draft_model)

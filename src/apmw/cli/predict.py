@@ -166,7 +166,7 @@ def predict(
                   mixed_prefill=mixed_prefill, overlap_scheduling=overlap_scheduling,
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
-    note_checkpoint_dtype(model, weight_dtype)
+    note_checkpoint_dtype(model, weight_dtype, moe_dtype)
     note_gpu_basis(gpu)
     try:
         if by_rate:

@@ -104,7 +104,7 @@ def search(
     store = None
     try:
         s = load_spec(spec)
-        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         axes = default_space(spec_document(s)) if space is None else read_space(load_yaml(space, "search space"), str(space))
         if parquet_out is not None:
             store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)

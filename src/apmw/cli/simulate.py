@@ -144,7 +144,7 @@ def simulate(
         fail("give exactly one of --agents N or --agents-sweep a:b:step")
     try:
         s = load_spec(spec)
-        note_checkpoint_dtype(s.model.config, s.model.weight_dtype)
+        note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         note_gpu_basis(s.hardware.gpu)
         kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
         if trace is not None:

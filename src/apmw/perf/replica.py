@@ -226,6 +226,11 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
     hint = (f", a larger {fraction_field} (it is {policy.kv_memory_fraction:g} of the memory)"
             if not policy.memory_fraction_of_free and whole.fits else "")
     at_least = f" of at least {min_gpus}" if min_gpus else ""
+    heads = step.arch.num_heads
+    if min_gpus and step.parallel.is_tensor_parallel and min_gpus <= heads:
+        # tensor parallelism shards the heads evenly: the least count that does and holds the weights
+        min_gpus = next(n for n in range(min_gpus, heads + 1) if heads % n == 0)
+        at_least = f" of at least {min_gpus}, a count that divides the {heads} attention heads"
     raise DoesNotFitError(
         f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB{_with_draft(mem)} + workspace "
         f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "

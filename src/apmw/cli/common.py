@@ -108,13 +108,13 @@ def note_checkpoint_dtype(model: str, weight_dtype: str, moe_dtype: str | None =
     from apmw.errors import ApmwError
     from apmw.spec.spellings import dtype_key
 
-    named, said = checkpoint_weight_dtype(model), "names {} weights"
+    named, said, experts = checkpoint_weight_dtype(model), "names {} weights", None
     if named is None:
         named, said = config_weight_dtype(model), "stores {} weights (its config.json's quantization_config)"
-    try:
-        experts = load_architecture(model).expert_dtype_in_checkpoint
-    except ApmwError:
-        experts = None       # the verb reports a config it cannot read itself
+        try:        # the experts' dtype where the config says it (a name states one dtype for all)
+            experts = load_architecture(model).expert_dtype_in_checkpoint
+        except ApmwError:
+            pass    # the verb reports a config it cannot read itself
     priced_experts = dtype_key(moe_dtype or weight_dtype)
     if named and experts and experts != named:
         if named != dtype_key(weight_dtype) or experts != priced_experts:

@@ -23,6 +23,20 @@ def test_littles_law_holds_over_the_whole_deployment():
     assert p.e2e_latency_s == pytest.approx(p.ttft_s + 1023 * p.tpot_s, rel=0.01)
 
 
+def test_the_kv_hand_off_delays_the_first_token_the_decode_worker_streams():
+    """The decode worker streams every token, the first once the prompt's KV has landed: a slower link adds its
+    time to TTFT (named in its parts), not to TPOT, and E2E stays TTFT + (osl - 1) x TPOT."""
+    fast, slow = (predict_disaggregated(*R1, 8192, 256, 1, Workers(1, 8), DP8, engine="sglang",
+                                        kv_transfer_bandwidth_bytes_per_s=link) for link in (50e9, 0.05e9))
+    handoff = 8192 * 61 * 576 / (0.05e9 * 8)      # fp8 latent KV of 61 layers a token, over each prefill GPU's link
+    assert slow.ttft_parts_s["kv_handoff"] == pytest.approx(handoff, rel=1e-9)
+    assert slow.ttft_s > fast.ttft_s + 0.9 * handoff
+    assert slow.tpot_s == pytest.approx(fast.tpot_s, rel=1e-6)
+    for p in (fast, slow):
+        assert p.e2e_latency_s == pytest.approx(p.ttft_s + 255 * p.tpot_s, rel=1e-9)
+        assert sum(p.ttft_parts_s.values()) == pytest.approx(p.ttft_s, rel=1e-9)
+
+
 def test_with_prefill_all_but_free_the_decode_side_is_the_aggregated_decode_iteration():
     """A one-token prompt and a long output: the decode workers run the aggregated model's decode-only
     iteration at the same batch."""

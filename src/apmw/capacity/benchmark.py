@@ -115,7 +115,8 @@ class Prediction:
     # iterations in flight and scheduled ahead, its turn at the budget and its own prefill, once the
     # first wave is over; "first_wave", that wave's excess over the steady state weighted by
     # 1 / requests_per_client; "request_overhead", outside the engine; "slot_queue", the wait for a
-    # running slot when the batch or KV limit caps the running requests
+    # running slot when the batch or KV limit caps the running requests; "kv_handoff", the prompt's KV
+    # crossing from a prefill worker to a decode worker (disaggregated; 0 otherwise)
     ttft_parts_s: dict
     source: str
     source_detail: str
@@ -361,7 +362,7 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
         prompts_arrive="in lock-step groups" if lockstep >= 0.5 else "spread out",
         prefill_mixed_with_decode=mixed, iterations_scheduled_ahead=ahead,
         ttft_parts_s={"steady_state": steady_ttft, "first_wave": first_wave_s, "request_overhead": request_overhead_s,
-                      "slot_queue": queue_s},
+                      "slot_queue": queue_s, "kv_handoff": 0.0},
         source=step.source, source_detail=step.source_detail, serving_policy=policy.to_dict(),
         speculative=speculative_figures(replica),
     )

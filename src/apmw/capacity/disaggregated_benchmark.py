@@ -2,19 +2,20 @@
 
 ``W_p`` prefill workers and ``W_d`` decode workers, each with its own layout; ``concurrency`` clients
 each keep one request in flight (InferenceMAX, Dynamo's benchmarks). A request is prefilled on the
-first free prefill worker, which returns its first token; its KV then crosses to a decode worker,
-which decodes the rest in decode-only iterations (no prompt ever stalls them):
+first free prefill worker; its KV then crosses to a decode worker, which streams every token, the first
+once the KV has landed (SGLang's router and Dynamo send a request to both workers and read the decode
+worker's stream), and decodes the rest in decode-only iterations (no prompt ever stalls them):
 
     prefill service  S  = ceil(isl / budget) x t_one + isl x per_token     (one prompt alone on a worker)
     batches          a worker packs k = budget // isl prompts (1 when a prompt exceeds the budget) into one
                      iteration of time S_k: W_p x k servers of service S_k
     prefill wait     Wq = Erlang C over them at arrivals lambda, plus what sharing a batch adds to a prompt's
                      own S as the batches fill (apmw.capacity.disaggregation.batched_prefill_wait_s)
-    TTFT             = Wq + S + request overhead
     hand-off         = isl x KV bytes per token / (link x prefill GPUs)
+    TTFT             = Wq + S + hand-off + request overhead
     TPOT             = a decode worker's decode-only iteration at its running batch b, contexts isl + osl/2
                        (under speculative decoding: over the tokens one iteration yields per sequence)
-    E2E              = TTFT + hand-off + (osl - 1) x TPOT
+    E2E              = TTFT + (osl - 1) x TPOT
     closed loop      concurrency = lambda x E2E;  b = lambda / W_d x (hand-off + (osl - 1) x TPOT), capped at
                      the decode worker's batch limit and KV memory
 
@@ -105,7 +106,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         mixed_iteration_s=service_s, mixed_iteration_share=0.0, lockstep_share=0.0,
         prompts_arrive="spread out", prefill_mixed_with_decode=False, iterations_scheduled_ahead=0,
         ttft_parts_s={"steady_state": service_s, "first_wave": 0.0, "request_overhead": overhead_s,
-                      "slot_queue": point.wait_s},
+                      "slot_queue": point.wait_s, "kv_handoff": handoff_s},
         source=dec.step.source,
         source_detail=(f"disaggregated: {prefill.count} prefill worker(s) of {pre.step.parallel.describe()} "
                        f"({pre.step.source}), {decode.count} decode worker(s) of {dec.step.parallel.describe()} "
@@ -209,7 +210,7 @@ def _solve(concurrency: int, prefill_workers: int, decode_workers: int, service_
     held, b, tpot, wait, busy = served(rate)
     # clients past what the workers serve wait before their prefill (Little: their share of the cycle)
     wait += max(concurrency - held, 0.0) / max(rate, 1e-30)
-    ttft = wait + service_s + overhead_s
-    e2e = ttft + handoff_s + (osl - 1) * tpot
+    ttft = wait + service_s + handoff_s + overhead_s
+    e2e = ttft + (osl - 1) * tpot
     return _Point(rate_per_s=concurrency / e2e, batch=b, tpot_s=tpot, ttft_s=ttft, e2e_s=e2e, wait_s=wait,
                   prefill_utilisation=busy)

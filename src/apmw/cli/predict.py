@@ -193,7 +193,7 @@ def predict(
     table.add_column("value", justify="right")
     table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
     parts = {"engine": "steady_state", "first wave": "first_wave", "overhead": "request_overhead",
-             "slot queue": "slot_queue"}
+             "slot queue": "slot_queue", "KV hand-off": "kv_handoff"}
     table.add_row("  made of", ", ".join(f"{name} {p.ttft_parts_s[key] * 1e3:.1f}" for name, key in parts.items()
                                          if p.ttft_parts_s[key] >= 5e-5 or key == "steady_state") + " ms")
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")

@@ -256,3 +256,15 @@ def test_deepseek_v4s_fp4_experts_beside_fp8_layers_are_named_when_priced_otherw
         assert "give --weight-dtype fp8 --moe-dtype fp4" in " ".join(r.stderr.split())
     r = run(*args, "--weight-dtype", "fp8", "--moe-dtype", "fp4")
     assert r.returncode == 0 and "note:" not in r.stderr, r.stderr
+
+
+def test_predict_refuses_what_it_would_otherwise_ignore_or_misprice():
+    """TensorRT-LLM on an AMD GPU, and per-side worker flags without --disagg, are refused with the fix."""
+    base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--weight-dtype", "fp8", "--isl", "128",
+            "--osl", "128", "--concurrency", "1"]
+    r = run(*base, "--gpu", "MI355X", "--engine", "trtllm")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only" in " ".join(r.stderr.split())
+    r = run(*base, "--gpu", "H200", "--prefill-tp", "2", "--decode-workers", "2")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--prefill-tp, --decode-workers describe disaggregated workers: add --disagg" in " ".join(r.stderr.split())

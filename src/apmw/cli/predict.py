@@ -140,6 +140,16 @@ def predict(
     by_rate = request_rate is not None
     levels = (_levels(request_rate, "--request-rate", float, "1,2.5,5") if by_rate
               else _levels(concurrency, "--concurrency", int, "1,4,16,64"))
+    sided = {f"--{side}-{name}": value for side, values in (
+        ("prefill", (prefill_tp, prefill_pp, prefill_dp_attention, prefill_moe_tp, prefill_ep)),
+        ("decode", (decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep)))
+        for name, value in zip(("tp", "pp", "dp-attention", "moe-tp", "ep"), values)}
+    sided.update({"--prefill-workers": prefill_workers if prefill_workers != 1 else None,
+                  "--decode-workers": decode_workers if decode_workers != 1 else None})
+    given = [flag for flag, value in sided.items() if value is not None]
+    if given and not disagg:
+        fail(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} disaggregated workers: add --disagg, or "
+             "leave them out and lay the replica out with --tp, --pp, --dp-attention, --moe-tp and --ep")
     layout = _layout(pp, dp_attention, moe_tp, ep)
     drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction, draft_model)
     note_draft_memory(speculative, draft_model)

@@ -110,6 +110,14 @@ class Replica:
         return self.step.gpus
 
 
+def engine_refusal(gpu: GpuSpec, engine: str) -> str | None:
+    """Why ``engine`` cannot run on ``gpu``, or None where it can: TensorRT-LLM builds CUDA kernels only."""
+    if engine == "trtllm" and gpu.vendor != "NVIDIA":
+        return (f"engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only, and {gpu.name} is {gpu.vendor}'s. "
+                "Use engine sglang or vllm")
+    return None
+
+
 def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str) -> str | None:
     """Why ``gpu`` cannot hold a KV cache of ``kv_dtype``, or None where it can: a 4-bit KV cache needs FP4
     tensor cores and the kernels that read it (NVFP4 KV: TensorRT-LLM on Blackwell), so a GPU whose catalogue
@@ -137,7 +145,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
-    refused = kv_dtype_refusal(gpu, kv_dtype)
+    refused = engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype)
     if refused:
         raise ApmwError(refused)
     if engine_version is not None:

@@ -235,7 +235,8 @@ def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, e
     ("sglang", {"draft": "mtp", "draft_tokens": 2},
      "--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3"),
     ("trtllm", {"draft": "mtp", "draft_tokens": 2},
-     "# extra_llm_api_options: {speculative_config: {decoding_type: MTP, num_nextn_predict_layers: 2}}"),
+     "# extra_llm_api_options: {kv_cache_config: {dtype: fp8}, speculative_config: {decoding_type: MTP, "
+     "num_nextn_predict_layers: 2}}"),
     ("vllm", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7},
      """--speculative-config '{"model":"<your draft model>","num_speculative_tokens":4}'"""),
     ("sglang", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "meta-llama/Meta-Llama-3.1-8B"},
@@ -261,3 +262,36 @@ def test_a_speculative_point_launches_with_its_draft(engine, speculative, expect
     line = launch_flags(plan(spec_from_dict(d), agents=4))
     assert expected in line, line
     assert line.count("#") <= 1                      # TensorRT-LLM's options share one comment
+
+
+@pytest.mark.parametrize("model,weights,kv,engine,gpu,expected,absent", [
+    ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp8", "vllm", "H100",
+     ["vllm serve meta-llama/Meta-Llama-3.1-70B --quantization fp8 ", "--kv-cache-dtype fp8 "], ["#"]),
+    ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp4", "sglang", "B200",
+     ["--model-path meta-llama/Meta-Llama-3.1-70B --quantization fp8 ", "--kv-cache-dtype fp4_e2m1"], ["#"]),
+    ("openai/gpt-oss-120b", "fp8", "fp8", "vllm", "H100",
+     ["--kv-cache-dtype fp8", "# priced at fp8 weights, but openai/gpt-oss-120b stores fp4: serve a checkpoint of it "
+      "in fp8"], ["--quantization"]),
+    ("meta-llama/Meta-Llama-3.1-70B", "fp4", "fp4", "trtllm", "B200",
+     ["# extra_llm_api_options: {kv_cache_config: {dtype: nvfp4}}; priced at fp4 weights, but "
+      "meta-llama/Meta-Llama-3.1-70B is a 16-bit checkpoint"], ["--quantization"]),
+    ("deepseek-ai/DeepSeek-R1", "fp8", "bf16", "sglang", "H200", ["--tp 8"], ["--kv-cache-dtype", "--quantization", "#"]),
+])
+def test_a_point_launches_with_the_dtypes_it_was_priced_at(model, weights, kv, engine, gpu, expected, absent):
+    """The KV dtype in each engine's own name (vLLM fp8/nvfp4, SGLang fp8_e4m3/fp4_e2m1, TensorRT-LLM's
+    kv_cache_config dtype); a 16-bit checkpoint priced at fp8 quantised as vLLM and SGLang load it; any other
+    mismatch between the stored and the priced weights said in a comment, since the line would serve the stored."""
+    import yaml
+
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+    from apmw.spec import spec_from_dict
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "support-chat.yaml").read_text())
+    d["model"] = {"config": model, "weight_dtype": weights, "kv_dtype": kv}
+    d["hardware"] = {"gpu": gpu, "gpus_per_replica": 8}
+    d["serving"]["engine"] = engine
+    line = launch_flags(plan(spec_from_dict(d), agents=2))
+    for text in expected:
+        assert text in line, (text, line)
+    for text in absent:
+        assert text not in line, (text, line)

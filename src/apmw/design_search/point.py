@@ -58,7 +58,7 @@ def launch_flags(result) -> str:
     if disaggregation is None:
         prefix = {"sglang": f"python -m sglang.launch_server --model-path {model}",
                   "trtllm": f"trtllm-serve {model}"}.get(policy.engine, f"vllm serve {model}")
-        return f"{prefix} {_engine_args(spec, policy, layout)}"
+        return _with_weights(f"{prefix} {_engine_args(spec, policy, layout)}", spec, policy.engine)
     prefill = prefill_layout(spec.serving)
     workers = disaggregation.prefill_workers
     gpu = result.replica.gpu
@@ -66,8 +66,27 @@ def launch_flags(result) -> str:
     return "\n".join(["python3 -m dynamo.frontend --http-port 8000",
                       _dynamo_worker(spec, prefill_policy, prefill, "prefill")
                       + (f"  # x {workers} workers, each on its own GPUs" if workers > 1 else ""),
-                      _dynamo_worker(spec, policy, layout, "decode")
-                      + (f"  # x {disaggregation.decode_workers} workers" if disaggregation.decode_workers > 1 else "")])
+                      _with_weights(_dynamo_worker(spec, policy, layout, "decode")
+                                    + (f"  # x {disaggregation.decode_workers} workers"
+                                       if disaggregation.decode_workers > 1 else ""), spec, policy.engine)])
+
+
+def _with_weights(line: str, spec, engine: str) -> str:
+    """``line`` serving the weights the point was priced at: a 16-bit checkpoint priced at fp8 is quantised as it
+    loads (vLLM's and SGLang's --quantization fp8); any other checkpoint stored in another dtype than the one
+    priced is said so in a comment, since the command as written would serve the stored one."""
+    from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
+    from apmw.spec.spellings import dtype_key
+
+    model, priced = spec.model.config, dtype_key(spec.model.weight_dtype)
+    stored = checkpoint_weight_dtype(model) or config_weight_dtype(model)
+    if stored is None and priced == "fp8" and engine in ("vllm", "sglang"):
+        return line.replace(f" {model} ", f" {model} --quantization fp8 ", 1)
+    if (stored or "bf16") == priced or (stored is None and priced in ("bf16", "fp16")):
+        return line
+    said = (f"priced at {priced} weights, but {model} stores {stored}" if stored
+            else f"priced at {priced} weights, but {model} is a 16-bit checkpoint")
+    return line + ("; " if "  # " in line else "  # ") + f"{said}: serve a checkpoint of it in {priced}"
 
 
 # vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.
@@ -78,7 +97,7 @@ def _dynamo_worker(spec, policy, layout: Layout, role: str) -> str:
     model = spec.model.config
     if policy.engine == "trtllm":       # Dynamo's TensorRT-LLM worker reads its engine settings from a YAML file
         return (f"python3 -m dynamo.trtllm --model-path {model} --extra-engine-args {role}.yaml "
-                f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(policy, layout, spec.serving.speculative)}}}")
+                f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(spec, policy, layout, spec.serving.speculative)}}}")
     if policy.engine == "sglang":
         return (f"python3 -m dynamo.sglang --model-path {model} {_engine_args(spec, policy, layout)} "
                 f"--disaggregation-mode {role}")
@@ -92,11 +111,24 @@ def _per_rank(total: int, layout: Layout, engine: str) -> int:
     return total // schedulers_per_limit(engine, layout.dp)
 
 
-def _trtllm_yaml(policy, layout: Layout, speculative=None) -> str:
+# Each engine's KV cache dtype as its launch flag takes it (vLLM --kv-cache-dtype, SGLang --kv-cache-dtype,
+# TensorRT-LLM's kv_cache_config dtype); bf16 is every engine's own for a 16-bit checkpoint, so it takes no flag.
+KV_CACHE_DTYPES = {"vllm": {"fp8": "fp8", "fp4": "nvfp4"}, "sglang": {"fp8": "fp8_e4m3", "fp4": "fp4_e2m1"},
+                   "trtllm": {"fp8": "fp8", "fp4": "nvfp4"}}
+
+
+def _kv_cache_dtype(spec, engine: str) -> str | None:
+    """The engine's name for the spec's KV dtype where it needs a flag (module constant KV_CACHE_DTYPES)."""
+    return KV_CACHE_DTYPES.get(engine, {}).get(spec.model.kv_dtype)
+
+
+def _trtllm_yaml(spec, policy, layout: Layout, speculative=None) -> str:
     """TensorRT-LLM's engine settings (LLM API options): its tp_size spans the attention DP ranks."""
+    kv = _kv_cache_dtype(spec, "trtllm")
     parts = [f"tensor_parallel_size: {layout.tp * layout.dp}", f"max_batch_size: {_per_rank(policy.max_batch, layout, 'trtllm')}",
              f"max_num_tokens: {_per_rank(policy.token_budget, layout, 'trtllm')}",
-             f"kv_cache_config: {{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}}}"]
+             f"kv_cache_config: {{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}"
+             + (f", dtype: {kv}" if kv else "") + "}"]
     parts += [f"pipeline_parallel_size: {layout.pp}"] * (layout.pp > 1)
     parts += [f"moe_expert_parallel_size: {layout.ep}"] * (layout.ep > 1)
     parts += ["enable_attention_dp: true"] * (layout.dp > 1)
@@ -138,13 +170,15 @@ def _engine_args(spec, policy, layout: Layout) -> str:
     speculative = _speculative_args(spec.serving.speculative, policy.engine)
     if policy.engine != "trtllm":
         return _layout_args(spec, policy, layout) + speculative
-    options = ["enable_attention_dp: true"] * (layout.dp > 1) + [speculative] * bool(speculative)
+    kv = _kv_cache_dtype(spec, "trtllm")
+    options = (["enable_attention_dp: true"] * (layout.dp > 1) + [f"kv_cache_config: {{dtype: {kv}}}"] * bool(kv)
+               + [speculative] * bool(speculative))
     return _layout_args(spec, policy, layout) + (f"  # extra_llm_api_options: {{{', '.join(options)}}}" if options else "")
 
 
 def _layout_args(spec, policy, layout: Layout) -> str:
     """:func:`_engine_args` but speculative decoding."""
-    kv_fp8 = spec.model.kv_dtype == "fp8"
+    kv = _kv_cache_dtype(spec, policy.engine)
     caching = spec.serving.prefix_caching
     if policy.engine == "sglang":       # --tp-size counts every attention GPU; --dp splits them into DP ranks
         return (f"--tp {layout.tp * layout.dp}" + (f" --dp {layout.dp} --enable-dp-attention" if layout.dp > 1 else "")
@@ -152,7 +186,7 @@ def _layout_args(spec, policy, layout: Layout) -> str:
                 + (f" --ep-num-redundant-experts {layout.redundant_experts}" if layout.redundant_experts else "")
                 + (" --enable-two-batch-overlap" if layout.two_batch_overlap else "")
                 + f" --max-running-requests {policy.max_batch} --chunked-prefill-size {policy.token_budget} "
-                f"--mem-fraction-static {policy.kv_memory_fraction:g}" + (" --kv-cache-dtype fp8_e4m3" if kv_fp8 else "")
+                f"--mem-fraction-static {policy.kv_memory_fraction:g}" + (f" --kv-cache-dtype {kv}" if kv else "")
                 + ("" if caching else " --disable-radix-cache"))
     if policy.engine == "trtllm":
         args = (f"--tp_size {layout.tp * layout.dp} --max_batch_size {_per_rank(policy.max_batch, layout, 'trtllm')} "
@@ -167,7 +201,7 @@ def _layout_args(spec, policy, layout: Layout) -> str:
             + (f" --num-redundant-experts {layout.redundant_experts}" if layout.redundant_experts else ""))
     return (vllm + f" --max-num-seqs {_per_rank(policy.max_batch, layout, 'vllm')} --max-num-batched-tokens "
             f"{_per_rank(policy.token_budget, layout, 'vllm')} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
-            + (" --kv-cache-dtype fp8" if kv_fp8 else "")
+            + (f" --kv-cache-dtype {kv}" if kv else "")
             + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching")
             + ("  # vLLM's expert parallelism spans tp x dp: moe_tp must be 1" if layout.ep > 1 and layout.moe_tp > 1 else ""))
 

@@ -198,6 +198,25 @@ def test_pipeline_stages_reread_weights_per_micro_batch():
     assert pp.iteration_time_s(_decode(pp, 1.0)) > tp8.iteration_time_s(_decode(tp8, 1.0))
 
 
+def test_a_lone_prompt_crosses_the_pipeline_stages_one_after_another():
+    """One 8,192-token prompt on TP1 x PP8 is computed stage after stage: its GEMMs take what one GPU's take (the
+    GPUs' rates added up would make it eight times faster); with a sequence per stage the stages overlap as
+    before, and PP1 is untouched."""
+    a, gpu = load_architecture("meta-llama/Meta-Llama-3.1-70B"), get_gpu("H200")
+    one = RooflineStepModel(arch=a, gpu=gpu, gpus=1, weight_dtype="fp8", kv_dtype="fp8")
+    pp8 = RooflineStepModel(arch=a, gpu=gpu, gpus=8, weight_dtype="fp8", kv_dtype="fp8",
+                            layout=Layout(tp=1, pp=8, moe_tp=1, dense_tp=1))
+    prompt = IterationLoad(0.0, 8192.0, 0.0, 0.0)
+    assert pp8.roofline_terms(prompt)[1] == pytest.approx(one.roofline_terms(prompt)[1], rel=1e-9)
+    assert pp8.iteration_time_s(prompt) >= 0.95 * one.iteration_time_s(prompt)
+    # eight decoders fill the eight stages: their work overlaps, an eighth of one GPU's each
+    busy = _decode(pp8, 8.0)
+    assert pp8.roofline_terms(busy)[1] == pytest.approx(one.roofline_terms(_decode(one, 8.0))[1] / 8, rel=1e-9)
+    # between: two decoders and a prompt fill three of the eight
+    three = IterationLoad(2.0, 512.0, 0.0, 0.0)
+    assert pp8.roofline_terms(three)[1] == pytest.approx(one.roofline_terms(three)[1] * 8 / 3 / 8, rel=1e-9)
+
+
 def test_expert_parallel_exchange_reads_the_measured_deepep_tables_where_they_cover_it():
     """EP8 on one HGX H200 node: each MoE layer's dispatch + combine is DeepEP's measured time (low-latency
     mode up to 128 tokens per rank, normal above); a custom GPU falls back to the link formula."""

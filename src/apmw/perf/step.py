@@ -528,6 +528,9 @@ class RooflineFigures:
         # attention DP: each rank reads its own sequences' KV and computes their attention, and the busiest
         # rank holds ceil(seqs / dp) of them (a lone sequence's KV is read by one rank, not spread over all)
         per_rank = self._busiest_rank_share(np.asarray(load.decode_seqs, dtype=float))
+        # pipeline stages: with fewer sequences than stages the stages' per-token work does not overlap
+        idle = self._pipeline_idle_share(load)
+        per_rank = per_rank * idle
         kv_bytes = np.asarray(load.kv_read_bytes, dtype=float) * per_rank
         memory_s = self.weight_read_s(tokens) + kv_bytes / c.kv_bw / self.gpus
         flops = c.flops_per_token * tokens
@@ -538,9 +541,25 @@ class RooflineFigures:
             expert_flops = expert_flops * expert_imbalance(self.parallel, tokens / self.parallel.pp
                                                            * self.arch.experts_per_token)
         attention_flops = np.asarray(load.attention_flops, dtype=float) * per_rank / self.gpus
-        compute_s = (expert_flops / c.expert_rate + dense_flops / c.dense_rate
+        compute_s = ((expert_flops / c.expert_rate + dense_flops / c.dense_rate) * idle
                      + attention_flops / c.bf16_rate)
-        return memory_s, compute_s, expert_flops * c.served_extra_per_flop
+        return memory_s, compute_s, expert_flops * c.served_extra_per_flop * idle
+
+    def _pipeline_idle_share(self, load: IterationLoad) -> np.ndarray:
+        """``pp / m`` for the ``m = min(pp, sequences)`` micro-batches a cycle fills (a sequence is never split
+        across micro-batches: vLLM's and SGLang's pipelines batch whole requests; a prompt chunk counts as one
+        sequence beside the decoders): how much longer the per-token work (GEMMs, KV reads,
+        attention) takes than with every stage busy, since with fewer sequences than stages the stages work in
+        turn (1 without pipeline stages, or with a sequence per stage): one prompt alone crosses the stages one
+        after another, as on one GPU. The weights do not care: each stage reads its own once per micro-batch
+        however many run. With a sequence per stage a prompt's chunk is taken as spread over the micro-batches
+        (the engines give each in-flight batch a budget of its own, so several waiting prompts fill them)."""
+        pp = self.parallel.pp
+        decode = np.asarray(load.decode_seqs, dtype=float)
+        if pp == 1:
+            return np.ones_like(decode)
+        prompts = (np.asarray(load.prefill_tokens, dtype=float) > 0).astype(float)
+        return pp / np.clip(decode + prompts, 1.0, pp)
 
     def _busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
         """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``

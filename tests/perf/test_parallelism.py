@@ -198,6 +198,21 @@ def test_pipeline_stages_reread_weights_per_micro_batch():
     assert pp.iteration_time_s(_decode(pp, 1.0)) > tp8.iteration_time_s(_decode(tp8, 1.0))
 
 
+def test_a_tensor_parallel_group_past_the_measured_gpu_counts_costs_no_less_than_the_widest_measured():
+    """TP16 across two HGX H200 nodes: each all-reduce costs at least NCCL's measured 8-GPU one at the same message
+    (the engines' custom all-reduce stops at the node), where the link formula alone charged a 4.5 us latency
+    below what NCCL measures inside the node; TP8 is measured and keeps its formula."""
+    from apmw.perf.communication import measured_collectives
+    a, h200 = load_architecture("deepseek-ai/DeepSeek-R1"), get_gpu("H200")
+    tp8, tp16 = (RooflineStepModel(arch=a, gpu=h200, gpus=g, weight_dtype="fp8", kv_dtype="fp8", engine="sglang")
+                 for g in (8, 16))
+    tokens = np.array([1.0, 64.0, 4096.0])
+    nccl8 = measured_collectives(h200.name).all_reduce_s(8, tokens * a.hidden_size * 2)
+    assert np.all(tp16.comm_time_s(tokens) >= 2 * a.num_layers * nccl8 - 1e-15)
+    assert tp16.comm_time_s(1.0) > tp8.comm_time_s(1.0)
+    assert tp8._all_reduce_floor_s(tokens * a.hidden_size * 2) == 0.0
+
+
 def test_a_lone_prompt_crosses_the_pipeline_stages_one_after_another():
     """One 8,192-token prompt on TP1 x PP8 is computed stage after stage: its GEMMs take what one GPU's take (the
     GPUs' rates added up would make it eight times faster); with a sequence per stage the stages overlap as

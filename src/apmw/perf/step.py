@@ -38,9 +38,9 @@ from apmw.arch import Architecture
 from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
-from apmw.perf.communication import MoECurves, measured_collectives
+from apmw.perf.communication import ENGINES, MeasuredCollectives, MoECurves, measured_collectives
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from apmw.perf.interconnect import link_bandwidth_bytes_per_s
+from apmw.perf.interconnect import link_bandwidth_bytes_per_s, scaleup_domain_gpus
 from apmw.perf.parallelism import Layout, expert_imbalance
 from apmw.perf.served_moe import ServedMoeCeiling, served_moe_ceiling
 from apmw.perf.serving_policy import DEFAULT_ENGINE
@@ -284,7 +284,8 @@ class RooflineFigures:
         if lay.tp > 1:
             message = micro / lay.dp * hidden_bytes
             ring = 2 * (lay.tp - 1) / lay.tp * message / link_bandwidth_bytes_per_s(self.gpu, lay.tp)
-            per_stage = per_stage + 2 * a.num_layers / lay.pp * (lat + ring)
+            all_reduce = np.maximum(lat + ring, self._all_reduce_floor_s(message))
+            per_stage = per_stage + 2 * a.num_layers / lay.pp * all_reduce
         if not lay.two_batch_overlap:
             per_stage = per_stage + self._moe_exchange_s(micro)
         dense_layers = a.num_layers - a.moe_layers
@@ -344,17 +345,41 @@ class RooflineFigures:
         uniform = expert_imbalance(replace(lay, ep=ep, expert_imbalance=None), routed)
         return measured * lay.expert_imbalance / uniform
 
+    @cached_property
+    def _measured_comm(self) -> MeasuredCollectives | None:
+        """The system's measured communication tables (:mod:`apmw.perf.communication`), for a stock GPU only."""
+        try:
+            stock = get_gpu(self.gpu.name) == self.gpu
+        except UnknownNameError:
+            stock = False
+        return measured_collectives(self.gpu.name) if stock else None
+
+    def _all_reduce_floor_s(self, message_bytes: np.ndarray) -> np.ndarray | float:
+        """What a tensor-parallel all-reduce costs at least where its group is past the GPU counts measured on
+        this system (TP16 across two HGX nodes): the measured all-reduce among the most GPUs measured (the
+        engine's own where it reaches furthest inside the scale-up domain, else NCCL's), at the same message;
+        more ranks, over a network no faster, never cost less. 0 where a measurement covers the group or none exists (the link formula
+        then stands alone)."""
+        comm = self._measured_comm
+        if comm is None:
+            return 0.0
+        library = comm.gpu_counts("all_reduce")
+        # an engine's custom all-reduce writes its peers' memory over the scale-up links: past the domain the
+        # engines fall back to NCCL
+        within = self.parallel.tp <= scaleup_domain_gpus(self.gpu)
+        engine = comm.gpu_counts("all_reduce", self.engine) if self.engine in ENGINES and within else ()
+        widest = max(library + engine, default=0)
+        if not widest or self.parallel.tp <= widest:
+            return 0.0
+        return comm.all_reduce_s(widest, message_bytes, self.engine if widest in engine else None)
+
     def _exchange_curves(self, fewer_ranks: bool = False) -> list[tuple[MoECurves, str]] | None:
         """The measured curves that price one MoE layer's dispatch + combine here, each with what it prices:
         TensorRT-LLM's all-to-all as ``"dispatch"`` and ``"combine"``, or DeepEP's low-latency and normal modes
         as the tokens per rank each runs at (:meth:`_measured_dispatch_combine_s`); None where the tables do
         not cover this GPU (a stock part only), EP size or mode."""
         lay, a = self.parallel, self.arch
-        try:
-            stock = get_gpu(self.gpu.name) == self.gpu
-        except UnknownNameError:
-            stock = False
-        comm = measured_collectives(self.gpu.name) if stock else None
+        comm = self._measured_comm
         if comm is None:
             return None
         shape = (a.hidden_size, a.experts_per_token, a.num_experts)

@@ -268,3 +268,13 @@ def test_predict_refuses_what_it_would_otherwise_ignore_or_misprice():
     r = run(*base, "--gpu", "H200", "--prefill-tp", "2", "--decode-workers", "2")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--prefill-tp, --decode-workers describe disaggregated workers: add --disagg" in " ".join(r.stderr.split())
+
+
+def test_search_notes_a_gpu_the_space_holds_whose_step_times_are_least_checked(tmp_path):
+    """A space that puts the replica on an MI355X carries the caveat plan and predict print for it."""
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  hardware.gpu: [H100, MI355X]\n")
+    r = run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--json")
+    assert r.returncode == 0, r.stderr
+    assert "note: MI355X: step times come from the plain roofline" in " ".join(r.stderr.split())
+    assert json.loads(r.stdout)["evaluated"] == 2

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, out, output_path, write_text
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -106,6 +106,8 @@ def search(
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         axes = default_space(spec_document(s)) if space is None else read_space(load_yaml(space, "search space"), str(space))
+        for gpu in dict.fromkeys([s.hardware.gpu, *axes.get("hardware.gpu", [])]):
+            note_gpu_basis(gpu)         # a GPU whose step times are least checked, wherever the space puts it
         if parquet_out is not None:
             store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)
             if not resume and (held := store.clear()):

@@ -109,3 +109,20 @@ def test_the_routing_comparison_names_a_policy_it_cannot_price_instead_of_failin
     by = {r["policy"]: r for r in rows}
     assert by["affinity"]["agents_per_replica"] > 0
     assert by["random"]["agents_per_replica"] is None and "offload" in by["random"]["refused"]
+
+
+def test_a_disaggregated_plan_warns_where_retained_contexts_would_spill_unpriced():
+    """coding-agent keeps contexts over tool waits and its demand exceeds the pool 4.6 % of the time at N*: the
+    aggregated plan prices their re-prefill; with disaggregated prefill that is not modelled, and the plan
+    says so instead of reading as if nothing spilled."""
+    import yaml
+
+    from tests.conftest import EXAMPLES
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    together = plan(spec_from_dict(d)).to_dict()
+    assert together["kv_overflow_share"] > 1e-3
+    assert not any("decode pool" in w for w in together["warnings"])
+    d["serving"]["disaggregation"] = {"prefill_gpus": 8}
+    apart = plan(spec_from_dict(d)).to_dict()
+    assert apart["kv_overflow_share"] is None
+    assert any("retained KV exceeds the decode pool" in w and "optimistic" in w for w in apart["warnings"])

@@ -71,6 +71,21 @@ def spills_retained(spec: Spec, replica: Replica) -> bool:
             and not replica.policy.slot_prompt_cache)
 
 
+def unpriced_overflow(spec: Spec, ev: Evaluation) -> str | None:
+    """A warning where retained contexts would spill from the pool at ``ev`` but the model does not price it:
+    disaggregated serving holds them in the decode workers' pool, and their re-prefill on the prefill instance
+    is not modelled (:func:`spills_retained` is aggregated only). None where nothing spills or it is priced."""
+    sv = spec.serving
+    if not (sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is not None):
+        return None
+    m = overflow_share(ev.kv_bytes_resident_mean, ev.kv_bytes_resident_p95, ev.kv_capacity_bytes)
+    if m < MIN_SHARE:
+        return None
+    return (f"the agents' retained KV exceeds the decode pool {m:.1%} of the time at {ev.agents} agents; the calls "
+            "whose contexts it spills prefill them again, which apmw prices for an aggregated replica but not "
+            "with disaggregated prefill, so the task latency here is optimistic by that re-prefill")
+
+
 def closed_loop_model(spec: Spec, replica: Replica) -> "ClosedLoopModel":
     """Sample the spec's sessions (both pricings where contexts are freed or spilled) and build the model."""
     if frees_contexts(spec):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model
+from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model, unpriced_overflow
 from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.routing import routing_of
@@ -98,7 +98,8 @@ class Plan:
             "binding_slo": self.binding_slo,
             "single_agent_task_latency_p95_s": one.task_latency_p95_s,
             "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
-                                     (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s)),
+                                     (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s))
+            + [w for w in (unpriced_overflow(self.spec, ev),) if w],
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,

@@ -278,3 +278,16 @@ def test_search_notes_a_gpu_the_space_holds_whose_step_times_are_least_checked(t
     assert r.returncode == 0, r.stderr
     assert "note: MI355X: step times come from the plain roofline" in " ".join(r.stderr.split())
     assert json.loads(r.stdout)["evaluated"] == 2
+
+
+def test_a_rate_sweep_answers_the_rates_within_capacity_and_says_why_not_the_others():
+    base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--weight-dtype", "fp8",
+            "--isl", "1024", "--osl", "256"]
+    r = run(*base, "--request-rate", "1,1000", "--json")
+    assert r.returncode == 0, r.stderr
+    low, high = json.loads(r.stdout)
+    assert low["request_rate_per_s"] == 1 and low["ttft_s"] > 0 and "error" not in low
+    assert high == {"request_rate_per_s": 1000, "error": high["error"]}
+    assert "exceeds the replica's capacity" in high["error"]
+    r = run(*base, "--request-rate", "1000")
+    assert r.returncode != 0 and "exceeds the replica's capacity" in r.stderr and "Traceback" not in r.stderr

@@ -180,7 +180,10 @@ def predict(
     note_gpu_basis(gpu)
     try:
         if by_rate:
-            ps = [predict_rate(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, r, **common) for r in levels]
+            ps = [_within_capacity(lambda r=r: predict_rate(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, r,
+                                                            **common), sweep=len(levels) > 1) for r in levels]
+            if all(isinstance(p, str) for p in ps):
+                fail(as_flags(ps[0]))
         else:
             ps = [run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, c,
                       length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
@@ -363,17 +366,38 @@ def _levels(text: str, option: str, kind, example: str) -> list:
     return levels
 
 
+def _within_capacity(predict, sweep: bool):
+    """``predict()``, or in a sweep of rates the reason a rate past the replica's capacity has no steady state
+    (the other rates are still answered; a single rate past it is an error)."""
+    from apmw.capacity.benchmark import PredictError
+    try:
+        return predict()
+    except PredictError as exc:
+        if not sweep or "exceeds the replica's capacity" not in str(exc):
+            raise
+        return str(exc)
+
+
 def _sweep(ps, levels: list, key: str, as_json: bool, title: str) -> None:
-    """One row per level; --json prints a list of prediction objects, each with its level under ``key``."""
+    """One row per level; --json prints a list of prediction objects, each with its level under ``key`` (a rate
+    past the replica's capacity: its level and ``error``, why it has no steady state)."""
     if as_json:
-        emit_json([{key: c, **p.to_dict()} for c, p in zip(levels, ps)])
+        emit_json([{key: c, "error": p} if isinstance(p, str) else {key: c, **p.to_dict()} for c, p in zip(levels, ps)])
         return
     table = Table(title=title)
     for name in ("requests/s" if key == "request_rate_per_s" else "concurrency", "TTFT ms", "TPOT ms",
                  "out tok/s/GPU", "running", "prompts", "tok/J"):
         table.add_column(name, justify="right")
     for c, p in zip(levels, ps):
+        if isinstance(p, str):
+            table.add_row(f"{c:g}", "past capacity", "-", "-", "-", "-", "-")
+            continue
         table.add_row(f"{c:g}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
                       f"{p.running_requests}", p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
     out.print(table)
-    out.print(f"[dim]{ps[0].source_detail}[/]")
+    answered = [p for p in ps if not isinstance(p, str)]
+    for p in ps:
+        if isinstance(p, str):
+            out.print(f"[dim]past capacity: {as_flags(p)}[/]")
+            break
+    out.print(f"[dim]{answered[0].source_detail}[/]")

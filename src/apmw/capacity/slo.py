@@ -9,6 +9,7 @@ output token) cannot show that its SLO holds, so it fails, and the verdict says 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from apmw.capacity.quantiles import Tail
 from apmw.spec import Slo
@@ -39,8 +40,9 @@ def _limits_s(slo: Slo) -> dict[str, float]:
     return {name: limit for name, limit in limits.items() if limit is not None}
 
 
-def _figures(task_latency_p95_s: float | None, ttft_p95_s: float | None,
-             tpot_p95_s: float | None) -> dict[str, float | None]:
+def _figures(task_latency_p95_s: float | Tail | None, ttft_p95_s: float | Tail | None,
+             tpot_p95_s: float | None) -> dict[str, Any]:
+    """Each SLO's figure by name (numbers, or :class:`Tail` samples where :func:`check_slo` counts them)."""
     return {"task_latency_p95": task_latency_p95_s, "ttft_p95": ttft_p95_s, "tpot_p95": tpot_p95_s,
             "output_speed": tpot_p95_s}
 

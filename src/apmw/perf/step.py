@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from typing import Protocol
 
 import numpy as np
@@ -38,7 +38,7 @@ from apmw.arch import Architecture
 from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec, get_gpu
 from apmw.errors import UnknownNameError
-from apmw.perf.communication import ENGINES, MeasuredCollectives, MoECurves, measured_collectives
+from apmw.perf.communication import ENGINES, Engine, MeasuredCollectives, MoECurves, measured_collectives
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from apmw.perf.interconnect import link_bandwidth_bytes_per_s, scaleup_domain_gpus
 from apmw.perf.parallelism import Layout, expert_imbalance
@@ -358,8 +358,8 @@ class RooflineFigures:
         """What a tensor-parallel all-reduce costs at least where its group is past the GPU counts measured on
         this system (TP16 across two HGX nodes): the measured all-reduce among the most GPUs measured (the
         engine's own where it reaches furthest inside the scale-up domain, else NCCL's), at the same message;
-        more ranks, over a network no faster, never cost less. 0 where a measurement covers the group or none exists (the link formula
-        then stands alone)."""
+        more ranks, over a network no faster, never cost less. 0 where a measurement covers the group or none
+        exists (the link formula then stands alone)."""
         comm = self._measured_comm
         if comm is None:
             return 0.0
@@ -367,11 +367,13 @@ class RooflineFigures:
         # an engine's custom all-reduce writes its peers' memory over the scale-up links: past the domain the
         # engines fall back to NCCL
         within = self.parallel.tp <= scaleup_domain_gpus(self.gpu)
-        engine = comm.gpu_counts("all_reduce", self.engine) if self.engine in ENGINES and within else ()
+        own = cast(Engine, self.engine) if self.engine in ENGINES and within else None
+        engine = comm.gpu_counts("all_reduce", own) if own else ()
         widest = max(library + engine, default=0)
         if not widest or self.parallel.tp <= widest:
             return 0.0
-        return comm.all_reduce_s(widest, message_bytes, self.engine if widest in engine else None)
+        floor = comm.all_reduce_s(widest, message_bytes, own if widest in engine else None)
+        return 0.0 if floor is None else floor
 
     def _exchange_curves(self, fewer_ranks: bool = False) -> list[tuple[MoECurves, str]] | None:
         """The measured curves that price one MoE layer's dispatch + combine here, each with what it prices:
@@ -453,8 +455,8 @@ class RooflineFigures:
             ep = measured[0][0].ep
             at = "" if ep == lay.ep else f" (EP {lay.ep} read at the nearest measured EP above, {ep})"
             return f"MoE dispatch/combine at EP {lay.ep}: measured{at}: {tables(measured)}"
-        if self.moe_exchange_floor_ep is not None:
-            floor = self._exchange_curves(fewer_ranks=True)
+        floor = self._exchange_curves(fewer_ranks=True) if self.moe_exchange_floor_ep is not None else None
+        if floor is not None:
             return (f"MoE dispatch/combine at EP {lay.ep}, past the measured EP sizes: the link-bandwidth formula, "
                     f"no faster than the measured EP {self.moe_exchange_floor_ep} (an estimate, not a measurement): "
                     f"{tables(floor)}")

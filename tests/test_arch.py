@@ -279,6 +279,14 @@ def test_a_value_no_model_has_is_refused_by_name(model, change, message):
     assert message in str(err.value) and model in str(err.value)
 
 
+def test_a_disabled_window_is_not_read_whatever_its_value():
+    """Qwen's configs carry a sliding_window beside use_sliding_window: false; a placeholder there is not a
+    window and is not checked."""
+    cfg, _ = load_config("Qwen3-8B")
+    a = architecture_from_config({**cfg, "sliding_window": -1, "use_sliding_window": False}, name="q")
+    assert a.sliding_window_layers == 0
+
+
 def test_layer_types_length_mismatch():
     cfg, _ = load_config("gpt-oss-20b")
     cfg = {**cfg, "layer_types": cfg["layer_types"][:-1]}

@@ -270,8 +270,10 @@ def test_a_speculative_point_launches_with_its_draft(engine, speculative, expect
     ("meta-llama/Meta-Llama-3.1-70B", "fp8", "fp4", "sglang", "B200",
      ["--model-path meta-llama/Meta-Llama-3.1-70B --quantization fp8 ", "--kv-cache-dtype fp4_e2m1"], ["#"]),
     ("openai/gpt-oss-120b", "fp8", "fp8", "vllm", "H100",
-     ["--kv-cache-dtype fp8", "# priced at fp8 weights, but openai/gpt-oss-120b stores fp4: serve a checkpoint of it "
-      "in fp8"], ["--quantization"]),
+     ["--kv-cache-dtype fp8", "# priced at fp8 weights, but openai/gpt-oss-120b stores fp4: serve a checkpoint "
+      "that matches"], ["--quantization"]),
+    ("deepseek-ai/DeepSeek-V4-Flash", "fp8", "fp8", "sglang", "H200",
+     ["# its routed experts priced at fp8, but stored in fp4: serve a checkpoint that matches"], ["--quantization"]),
     ("meta-llama/Meta-Llama-3.1-70B", "fp4", "fp4", "trtllm", "B200",
      ["# extra_llm_api_options: {kv_cache_config: {dtype: nvfp4}}; priced at fp4 weights, but "
       "meta-llama/Meta-Llama-3.1-70B is a 16-bit checkpoint"], ["--quantization"]),
@@ -295,3 +297,20 @@ def test_a_point_launches_with_the_dtypes_it_was_priced_at(model, weights, kv, e
         assert text in line, (text, line)
     for text in absent:
         assert text not in line, (text, line)
+
+
+def test_both_sides_of_a_disaggregated_point_serve_the_weights_it_was_priced_at():
+    """The prefill worker is priced at the spec's weights as the decode worker is: a 16-bit checkpoint priced at
+    fp8 is quantised on both lines."""
+    import yaml
+
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+    from apmw.spec import spec_from_dict
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "support-chat.yaml").read_text())
+    d["model"] = {"config": "meta-llama/Meta-Llama-3.1-70B", "weight_dtype": "fp8", "kv_dtype": "fp8"}
+    d["hardware"] = {"gpu": "H100", "gpus_per_replica": 4}
+    d["serving"].update(engine="vllm", tool_wait_kv_policy="retain", disaggregation={"prefill_gpus": 4})
+    frontend, prefill, decode = launch_flags(plan(spec_from_dict(d), agents=2)).split("\n")
+    for line in (prefill, decode):
+        assert "--model meta-llama/Meta-Llama-3.1-70B --quantization fp8 " in line, line

@@ -40,3 +40,13 @@ def test_counting_decides_as_the_quantile_does(n):
                 assert quantile_at_most(values, q, float(limit)) == (exact <= limit), (q, limit)
                 assert (Tail(values, q) <= float(limit)) == (exact <= limit)
             assert float(Tail(values, q)) == exact
+
+
+def test_counting_defers_to_the_quantile_where_the_sample_is_not_finite():
+    """NaN or infinite values (or an infinite limit) are read as the quantile reads them, never by a count that
+    would disagree with it."""
+    from apmw.capacity.quantiles import quantile_at_most
+    for values, q, limit in (([1.0, np.nan], 0.95, 5.0), ([1.0, np.inf], 0.95, np.inf), ([1.0, 2.0], 0.5, np.inf),
+                             ([1.0, np.inf, 3.0], 0.5, 10.0)):
+        v = np.array(values)
+        assert quantile_at_most(v, q, limit) == (quantile(v, q) <= limit), (values, q, limit)

@@ -259,12 +259,18 @@ def test_deepseek_v4s_fp4_experts_beside_fp8_layers_are_named_when_priced_otherw
 
 
 def test_predict_refuses_what_it_would_otherwise_ignore_or_misprice():
-    """TensorRT-LLM on an AMD GPU, and per-side worker flags without --disagg, are refused with the fix."""
+    """TensorRT-LLM on an AMD GPU, and per-side worker flags without --disagg, are refused with the fix (a custom
+    GPU's vendor is the user's to know)."""
+    from apmw.perf.replica import engine_refusal, resolve_gpu
+    from apmw.spec.model import GpuOverride
     base = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--weight-dtype", "fp8", "--isl", "128",
             "--osl", "128", "--concurrency", "1"]
     r = run(*base, "--gpu", "MI355X", "--engine", "trtllm")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only" in " ".join(r.stderr.split())
+    custom = GpuOverride(hbm_bytes=80e9, hbm_bandwidth_bytes_per_s=3e12, bf16_flops=1e15, tdp_w=700,
+                         idle_power_w=100, busy_power_w=600, scaleup_bw_bytes_per_s=450e9)
+    assert engine_refusal(resolve_gpu(custom), "trtllm") is None and resolve_gpu(custom).vendor == "custom"
     r = run(*base, "--gpu", "H200", "--prefill-tp", "2", "--decode-workers", "2")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--prefill-tp, --decode-workers describe disaggregated workers: add --disagg" in " ".join(r.stderr.split())
@@ -278,6 +284,10 @@ def test_search_notes_a_gpu_the_space_holds_whose_step_times_are_least_checked(t
     assert r.returncode == 0, r.stderr
     assert "note: MI355X: step times come from the plain roofline" in " ".join(r.stderr.split())
     assert json.loads(r.stdout)["evaluated"] == 2
+    # a custom GPU among the axis values is a spec's GPU entry, not a name: no note, no crash
+    space.write_text("axes:\n  hardware.gpu: [H100, {name: H100, hbm_bytes: 100.0e9}]\n")
+    r = run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_rate_sweep_answers_the_rates_within_capacity_and_says_why_not_the_others():

@@ -232,6 +232,15 @@ def test_a_lone_prompt_crosses_the_pipeline_stages_one_after_another():
     assert pp8.roofline_terms(three)[1] == pytest.approx(one.roofline_terms(three)[1] * 8 / 3 / 8, rel=1e-9)
 
 
+def test_pipeline_stages_under_attention_dp_count_each_ranks_own_sequences():
+    """PP2 x DP8: eight decoders put one on each rank, whose two stages then work in turn; sixteen fill them."""
+    a, gpu = load_architecture("deepseek-ai/DeepSeek-R1"), get_gpu("H200")
+    step = RooflineStepModel(arch=a, gpu=gpu, gpus=16, weight_dtype="fp8", kv_dtype="fp8",
+                             layout=Layout(tp=1, pp=2, dp=8, moe_tp=1, ep=8, dense_tp=1))
+    shares = step._pipeline_idle_share(IterationLoad(np.array([1.0, 8.0, 9.0, 16.0]), 0.0, 0.0, 0.0))
+    np.testing.assert_array_equal(shares, [2.0, 2.0, 1.0, 1.0])
+
+
 def test_expert_parallel_exchange_reads_the_measured_deepep_tables_where_they_cover_it():
     """EP8 on one HGX H200 node: each MoE layer's dispatch + combine is DeepEP's measured time (low-latency
     mode up to 128 tokens per rank, normal above); a custom GPU falls back to the link formula."""

@@ -83,9 +83,8 @@ def layer_kinds(c: Cfg, num_layers: int) -> tuple[list[str], int | None]:
     if c.model_type.startswith("llama4") and c.get("attention_chunk_size"):
         return _llama4_kinds(c, num_layers), c.get("attention_chunk_size")
     window = c.get("sliding_window")
-    if window is not None and window != 0:
-        window = c.positive(("sliding_window",), 0)
     if window and c.get("use_sliding_window", True):
+        window = c.positive(("sliding_window",), 0)
         start = c.get("max_window_layers", 0) if "use_sliding_window" in c.data else 0
         return ["sliding" if i >= start else "full" for i in range(num_layers)], window
     return ["full"] * num_layers, None

@@ -35,6 +35,8 @@ def quantile_at_most(values: np.ndarray, q: float, limit: float) -> bool:
     falls between them. The same answer as computing the quantile, to the last bit: numpy's interpolation never
     leaves the interval between its two order statistics (``tests/capacity/test_quantiles.py``)."""
     n = len(values)
+    if n == 0 or not (np.isfinite(limit) and np.isfinite(values).all()):
+        return quantile(values, q) <= limit     # an empty sample, NaN or infinities: as the quantile reads them
     index = q * (n - 1)
     lo = int(np.floor(index))
     t = index - lo

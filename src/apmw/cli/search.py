@@ -106,8 +106,10 @@ def search(
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         axes = default_space(spec_document(s)) if space is None else read_space(load_yaml(space, "search space"), str(space))
-        for gpu in dict.fromkeys([s.hardware.gpu, *axes.get("hardware.gpu", [])]):
-            note_gpu_basis(gpu)         # a GPU whose step times are least checked, wherever the space puts it
+        # a catalogued GPU whose step times are least checked, wherever the space puts it (a custom GPU's own
+        # figures are the user's)
+        for gpu in dict.fromkeys(g for g in [s.hardware.gpu, *axes.get("hardware.gpu", [])] if isinstance(g, str)):
+            note_gpu_basis(gpu)
         if parquet_out is not None:
             store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)
             if not resume and (held := store.clear()):

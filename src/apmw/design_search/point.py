@@ -64,8 +64,9 @@ def launch_flags(result) -> str:
     gpu = result.replica.gpu
     prefill_policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=prefill.dp)
     return "\n".join(["python3 -m dynamo.frontend --http-port 8000",
-                      _dynamo_worker(spec, prefill_policy, prefill, "prefill")
-                      + (f"  # x {workers} workers, each on its own GPUs" if workers > 1 else ""),
+                      _with_weights(_dynamo_worker(spec, prefill_policy, prefill, "prefill")
+                                    + (f"  # x {workers} workers, each on its own GPUs" if workers > 1 else ""),
+                                    spec, policy.engine),
                       _with_weights(_dynamo_worker(spec, policy, layout, "decode")
                                     + (f"  # x {disaggregation.decode_workers} workers"
                                        if disaggregation.decode_workers > 1 else ""), spec, policy.engine)])
@@ -74,19 +75,32 @@ def launch_flags(result) -> str:
 def _with_weights(line: str, spec, engine: str) -> str:
     """``line`` serving the weights the point was priced at: a 16-bit checkpoint priced at fp8 is quantised as it
     loads (vLLM's and SGLang's --quantization fp8); any other checkpoint stored in another dtype than the one
-    priced is said so in a comment, since the command as written would serve the stored one."""
+    priced (its routed experts apart where its config stores them apart, as DeepSeek-V4's) is said so in a
+    comment, since the command as written would serve the stored one."""
+    from apmw.arch import load_architecture
     from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
     from apmw.spec.spellings import dtype_key
 
     model, priced = spec.model.config, dtype_key(spec.model.weight_dtype)
-    stored = checkpoint_weight_dtype(model) or config_weight_dtype(model)
+    named = checkpoint_weight_dtype(model)
+    stored = named or config_weight_dtype(model)
+    said = []
     if stored is None and priced == "fp8" and engine in ("vllm", "sglang"):
-        return line.replace(f" {model} ", f" {model} --quantization fp8 ", 1)
-    if (stored or "bf16") == priced or (stored is None and priced in ("bf16", "fp16")):
+        line = line.replace(f" {model} ", f" {model} --quantization fp8 ", 1)
+    elif stored is not None and stored != priced:
+        said.append(f"priced at {priced} weights, but {model} stores {stored}")
+    elif stored is None and priced not in ("bf16", "fp16"):
+        said.append(f"priced at {priced} weights, but {model} is a 16-bit checkpoint")
+    try:        # where the config stores the experts apart (a name states one dtype for every part)
+        experts = None if named else load_architecture(model).expert_dtype_in_checkpoint
+    except ApmwError:
+        experts = None
+    priced_experts = dtype_key(spec.model.moe_dtype or spec.model.weight_dtype)
+    if experts and stored and experts != stored and experts != priced_experts:
+        said.append(f"its routed experts priced at {priced_experts}, but stored in {experts}")
+    if not said:
         return line
-    said = (f"priced at {priced} weights, but {model} stores {stored}" if stored
-            else f"priced at {priced} weights, but {model} is a 16-bit checkpoint")
-    return line + ("; " if "  # " in line else "  # ") + f"{said}: serve a checkpoint of it in {priced}"
+    return line + ("; " if "  # " in line else "  # ") + "; ".join(said) + ": serve a checkpoint that matches"
 
 
 # vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.

@@ -111,8 +111,9 @@ class Replica:
 
 
 def engine_refusal(gpu: GpuSpec, engine: str) -> str | None:
-    """Why ``engine`` cannot run on ``gpu``, or None where it can: TensorRT-LLM builds CUDA kernels only."""
-    if engine == "trtllm" and gpu.vendor != "NVIDIA":
+    """Why ``engine`` cannot run on ``gpu``, or None where it can: TensorRT-LLM builds CUDA kernels only, so a
+    catalogued AMD part refuses it (a custom GPU's vendor is not known: it is the user's to say)."""
+    if engine == "trtllm" and gpu.vendor == "AMD":
         return (f"engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only, and {gpu.name} is {gpu.vendor}'s. "
                 "Use engine sglang or vllm")
     return None

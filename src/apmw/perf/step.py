@@ -573,7 +573,8 @@ class RooflineFigures:
         return memory_s, compute_s, expert_flops * c.served_extra_per_flop * idle
 
     def _pipeline_idle_share(self, load: IterationLoad) -> np.ndarray:
-        """``pp / m`` for the ``m = min(pp, sequences)`` micro-batches a cycle fills (a sequence is never split
+        """``pp / m`` for the ``m = min(pp, sequences)`` micro-batches a cycle fills on the busiest attention-DP
+        rank (a sequence is never split
         across micro-batches: vLLM's and SGLang's pipelines batch whole requests; a prompt chunk counts as one
         sequence beside the decoders): how much longer the per-token work (GEMMs, KV reads,
         attention) takes than with every stage busy, since with fewer sequences than stages the stages work in
@@ -581,12 +582,13 @@ class RooflineFigures:
         after another, as on one GPU. The weights do not care: each stage reads its own once per micro-batch
         however many run. With a sequence per stage a prompt's chunk is taken as spread over the micro-batches
         (the engines give each in-flight batch a budget of its own, so several waiting prompts fill them)."""
-        pp = self.parallel.pp
+        pp, dp = self.parallel.pp, self.parallel.dp
         decode = np.asarray(load.decode_seqs, dtype=float)
         if pp == 1:
             return np.ones_like(decode)
         prompts = (np.asarray(load.prefill_tokens, dtype=float) > 0).astype(float)
-        return pp / np.clip(decode + prompts, 1.0, pp)
+        per_rank = np.ceil(decode / dp)           # each attention-DP rank pipelines its own sequences
+        return pp / np.clip(per_rank + prompts, 1.0, pp)
 
     def _busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
         """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``

@@ -313,12 +313,18 @@ def test_names_as_nvidia_smi_hf_and_the_engines_write_them():
 def test_a_checkpoint_named_for_other_weights_gets_a_note_and_the_model_source():
     args = ["predict", "--gpu", "H100", "--isl", "1000", "--osl", "100", "--concurrency", "8",
             "--model", "nvidia/Llama-3.1-8B-Instruct-FP8"]
-    slip = CliRunner().invoke(app, args)
+    slip = CliRunner().invoke(app, [*args, "--weight-dtype", "bf16"])
     assert slip.exit_code == 0
     assert "names fp8 weights, but bf16 weights are priced" in slip.output
     assert "read for 'nvidia/Llama-3.1-8B-Instruct-FP8'" in " ".join(slip.output.split())
     meant = CliRunner().invoke(app, [*args, "--weight-dtype", "fp8"])
     assert meant.exit_code == 0 and "weights are priced" not in meant.output
+    # left out, the weights are what the checkpoint stores, and a note says so
+    stored = CliRunner().invoke(app, args)
+    assert stored.exit_code == 0 and "weights are priced" not in stored.output
+    assert "weights fp8, as nvidia/Llama-3.1-8B-Instruct-FP8 stores them" in " ".join(stored.output.split())
+    assert json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout) == \
+        json.loads(CliRunner().invoke(app, [*args, "--json", "--weight-dtype", "fp8"]).stdout)
     # its KV cache is read off the base model's config, which a note says (the checkpoint may name fp8 KV)
     assert "published checkpoint's own quantization config is not bundled" in " ".join(meant.output.split())
 
@@ -331,7 +337,7 @@ def test_a_config_file_that_stores_fp8_is_noted_when_bf16_is_priced(tmp_path):
     path.write_text(json.dumps(load_config("deepseek-ai/DeepSeek-V3")[0]))
     assert config_weight_dtype(str(path)) == "fp8"
     args = ["predict", "--gpu", "H200", "--tp", "16", "--isl", "1000", "--osl", "100", "--concurrency", "8"]
-    slip = CliRunner().invoke(app, [*args, "--model", "deepseek-ai/DeepSeek-R1"])
+    slip = CliRunner().invoke(app, [*args, "--model", "deepseek-ai/DeepSeek-R1", "--weight-dtype", "bf16"])
     assert slip.exit_code == 0, slip.output
     assert ("'deepseek-ai/DeepSeek-R1' stores fp8 weights (its config.json's quantization_config), but bf16 "
             "weights are priced") in " ".join(slip.output.split())

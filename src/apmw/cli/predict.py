@@ -44,7 +44,10 @@ def predict(
     decode_ep: Optional[int] = typer.Option(None, "--decode-ep"),
     kv_transfer_gb_per_s: float = typer.Option(50.0, "--kv-transfer-gb-per-s", help="with --disagg: per prefill GPU "
                                                "link for the KV hand-off, GB/s (50: one 400 Gb/s NIC per GPU)"),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read)"),
+    weight_dtype: Optional[str] = typer.Option(
+        None, "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read). Default: what the "
+        "checkpoint stores, as its name or config.json's quantization_config says (its routed experts apart where "
+        "the config stores them apart), else bf16"),
     kv_dtype: Optional[str] = typer.Option(
         None, "--kv-dtype", help="bf16 or fp8 (fp8_e4m3 also read; fp4 on Blackwell). Default: what the engines pick "
         "for the checkpoint ('auto'): the KV format its quantization_config names, else bf16"),
@@ -153,6 +156,8 @@ def predict(
     layout = _layout(pp, dp_attention, moe_tp, ep)
     drafting = _speculative(speculative, draft_tokens, acceptance_rate, draft_cost_fraction, draft_model)
     note_draft_memory(speculative, draft_model)
+    if weight_dtype is None:
+        weight_dtype, moe_dtype = _checkpoint_weight_dtypes(model, moe_dtype)
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
@@ -257,6 +262,27 @@ def _speculative(draft: str | None, draft_tokens: int | None, acceptance_rate: f
 def _workers(count: int, tp: int, layout: dict | None):
     from apmw.capacity.disaggregated_benchmark import Workers
     return Workers(count=count, tp=tp, layout=layout)
+
+
+def _checkpoint_weight_dtypes(model: str, moe_dtype: str | None) -> tuple[str, str | None]:
+    """The weight dtype (and the experts' where the config stores them apart) of ``model`` as stored, priced when
+    --weight-dtype is left out: what an engine serves from the checkpoint; a note says so where it is not bf16."""
+    from apmw.arch import load_architecture
+    from apmw.catalog.models import checkpoint_weight_dtype, config_weight_dtype
+
+    named = checkpoint_weight_dtype(model)
+    stored = named or config_weight_dtype(model)
+    if stored is None:
+        return "bf16", moe_dtype
+    if moe_dtype is None and named is None:
+        try:
+            experts = load_architecture(model).expert_dtype_in_checkpoint
+        except ApmwError:
+            experts = None      # the verb reports a config it cannot read itself
+        moe_dtype = experts if experts and experts != stored else None
+    apart = f" and its routed experts in {moe_dtype}" if moe_dtype else ""
+    note(f"weights {stored}{apart}, as {model} stores them; --weight-dtype prices another")
+    return stored, moe_dtype
 
 
 def _checkpoint_kv_dtype(model: str) -> str:

@@ -19,9 +19,7 @@ import numpy as np
 def quantile(values: np.ndarray, q: float) -> float:
     """The ``q`` quantile of ``values`` (non-empty, no NaN), as ``float(numpy.quantile(values, q))``."""
     n = len(values)
-    index = q * (n - 1)
-    lo = int(np.floor(index))
-    t = index - lo
+    lo, t = _order_statistic(n, q)
     if t == 0.0 or lo + 1 >= n:
         return float(np.partition(values, lo)[lo])
     parted = np.partition(values, lo + 1)
@@ -37,9 +35,7 @@ def quantile_at_most(values: np.ndarray, q: float, limit: float) -> bool:
     n = len(values)
     if n == 0 or not (np.isfinite(limit) and np.isfinite(values).all()):
         return quantile(values, q) <= limit     # an empty sample, NaN or infinities: as the quantile reads them
-    index = q * (n - 1)
-    lo = int(np.floor(index))
-    t = index - lo
+    lo, t = _order_statistic(n, q)
     at_most = int(np.count_nonzero(values <= limit))
     if t == 0.0 or lo + 1 >= n:
         return at_most >= lo + 1                # the quantile is the order statistic lo itself
@@ -69,6 +65,14 @@ class Tail:
 def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:
     """Each of ``qs`` as :func:`quantile` gives it."""
     return tuple(quantile(values, q) for q in qs)
+
+
+def _order_statistic(n: int, q: float) -> tuple[int, float]:
+    """numpy's ``linear`` method: the ``q`` quantile of ``n`` values lies ``t`` of the way from order statistic
+    ``lo`` to ``lo + 1``."""
+    index = q * (n - 1)
+    lo = int(np.floor(index))
+    return lo, index - lo
 
 
 def _lerp(a: float, b: float, t: float) -> float:

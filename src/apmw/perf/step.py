@@ -354,15 +354,15 @@ class RooflineFigures:
             stock = False
         return measured_collectives(self.gpu.name) if stock else None
 
-    def _all_reduce_floor_s(self, message_bytes: np.ndarray) -> np.ndarray | float:
-        """What a tensor-parallel all-reduce costs at least where its group is past the GPU counts measured on
-        this system (TP16 across two HGX nodes): the measured all-reduce among the most GPUs measured (the
-        engine's own where it reaches furthest inside the scale-up domain, else NCCL's), at the same message;
-        more ranks, over a network no faster, never cost less. 0 where a measurement covers the group or none
-        exists (the link formula then stands alone)."""
+    @cached_property
+    def _all_reduce_floor(self) -> tuple[MeasuredCollectives, int, Engine | None] | None:
+        """Where the tensor-parallel group is past every GPU count measured on this system (TP16 across two HGX
+        nodes): the tables, the widest count measured and whose all-reduce it is (the engine's own where it
+        reaches furthest inside the scale-up domain, else NCCL's, None). None where a measurement covers the
+        group or none exists. Worked out once: :meth:`comm_time_s` prices every iteration."""
         comm = self._measured_comm
         if comm is None:
-            return 0.0
+            return None
         library = comm.gpu_counts("all_reduce")
         # an engine's custom all-reduce writes its peers' memory over the scale-up links: past the domain the
         # engines fall back to NCCL
@@ -371,8 +371,17 @@ class RooflineFigures:
         engine = comm.gpu_counts("all_reduce", own) if own else ()
         widest = max(library + engine, default=0)
         if not widest or self.parallel.tp <= widest:
+            return None
+        return comm, widest, own if widest in engine else None
+
+    def _all_reduce_floor_s(self, message_bytes: np.ndarray) -> np.ndarray | float:
+        """What a tensor-parallel all-reduce costs at least past the measured GPU counts (:attr:`_all_reduce_floor`):
+        the widest measured all-reduce at the same message; more ranks, over a network no faster, never cost
+        less. 0 where none applies (the link formula then stands alone)."""
+        if self._all_reduce_floor is None:
             return 0.0
-        floor = comm.all_reduce_s(widest, message_bytes, own if widest in engine else None)
+        comm, widest, engine = self._all_reduce_floor
+        floor = comm.all_reduce_s(widest, message_bytes, engine)
         return 0.0 if floor is None else floor
 
     def _exchange_curves(self, fewer_ranks: bool = False) -> list[tuple[MoECurves, str]] | None:

@@ -89,8 +89,12 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
 
     n_latency = largest_passing(lambda n: at(n).meets_latency)
     # memory matters only where latency is met: past that N, an engine that queues calls without
-    # their KV (zero think time, a small batch cap) would fit memory up to MAX_AGENTS, at O(N) each
-    n_memory = largest_passing(lambda n: at(n).fits_memory, limit=max(n_latency, 1))
+    # their KV (zero think time, a small batch cap) would fit memory up to MAX_AGENTS, at O(N) each;
+    # and where it fits at n_latency it fits below (more agents only hold more KV), so that is the answer
+    if n_latency > 0 and at(n_latency).fits_memory:
+        n_memory = n_latency
+    else:
+        n_memory = largest_passing(lambda n: at(n).fits_memory, limit=max(n_latency, 1))
     n_star = min(n_latency, n_memory)
     # the batch limit can only bind if the engine sometimes holds max_batch calls where latency fails
     batch_full = at(n_latency + 1).loop.batch_distribution[-1]

@@ -1,0 +1,42 @@
+"""The N* search asks the closed loop only what it needs: where memory fits at the latency limit, the memory
+search visits no agent count the latency search did not."""
+
+from __future__ import annotations
+
+from apmw import load_spec
+from apmw.capacity.closed_loop import closed_loop_model
+from apmw.capacity.search import largest_passing, search
+from apmw.examples import bundled_examples
+from apmw.perf import replica_from_spec
+
+
+def _recorded_search(spec):
+    replica = replica_from_spec(spec)
+    model = closed_loop_model(spec, replica)
+    seen: dict = {}
+    evaluate = model.evaluate
+
+    def recording(n: int):
+        seen[n] = evaluate(n)
+        return seen[n]
+
+    model.evaluate = recording
+    return search(spec, replica, model.sample, model), seen
+
+
+def test_memory_that_fits_at_the_latency_limit_costs_no_evaluation():
+    result, seen = _recorded_search(load_spec(bundled_examples()["support-chat"]))
+    assert result.binding_constraint != "kv_memory"
+    assert result.agents_memory_only == result.agents_latency_only == result.agents
+    latency_visits: set[int] = set()
+    largest_passing(lambda n: latency_visits.add(n) or seen[n].meets_latency)   # KeyError: not evaluated
+    assert set(seen) == latency_visits
+
+
+def test_memory_that_binds_is_still_searched():
+    spec = load_spec(bundled_examples()["coding-agent"])
+    result, seen = _recorded_search(spec)
+    assert result.binding_constraint == "kv_memory"
+    n = result.agents_memory_only
+    assert n < result.agents_latency_only
+    assert seen[n].fits_memory and not seen[n + 1].fits_memory

@@ -10,7 +10,10 @@ step model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 from scipy.stats import binom
@@ -33,15 +36,62 @@ class EngineCurve:
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
 
+    def up_to(self, max_batch: int) -> "EngineCurve":
+        """The curve for batch sizes 1..``max_batch`` (at most this one's): each batch size's row depends on
+        nothing but that size, so it is this curve's first rows."""
+        cut: dict[str, Any] = {name: rows[:max_batch] for name, rows in self._rows().items()}
+        return replace(self, **cut)
+
+    def then(self, more: "EngineCurve") -> "EngineCurve":
+        """This curve followed by ``more``, the rows of the next batch sizes."""
+        theirs = more._rows()
+        joined: dict[str, Any] = {name: np.concatenate((rows, theirs[name])) for name, rows in self._rows().items()}
+        return replace(self, **joined)
+
+    def _rows(self) -> dict[str, np.ndarray]:
+        """The fields with a row per batch size."""
+        return {f.name: v for f in fields(self) if isinstance(v := getattr(self, f.name), np.ndarray)}
+
 
 # Iterations carry at most this many prefilling calls in the mixture below; the
 # binomial mass beyond it is folded into the last term.
 MAX_PREFILLS_PER_ITERATION = 32
 
 
+# Curves recently built, by step model and sample: a search re-plans one step model and sample at other batch
+# limits, whose curves are the first rows of the largest. An entry refers to its step model and sample weakly
+# (they are the caches' of apmw.perf.replica and apmw.capacity.sessions to keep), and is read only while both
+# live, so that a new object that takes a dead one's id never finds its curve. A curve is a few kB a batch size.
+CURVE_CACHE_ENTRIES = 64
+_CURVES: OrderedDict[tuple, tuple[weakref.ref, weakref.ref, EngineCurve]] = OrderedDict()
+
+
 def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False,
                  mixed: bool = True) -> EngineCurve:
-    """Iteration times at each batch size ``b``.
+    """:func:`build_engine_curve`, or the first ``max_batch`` rows of one built before for the same step model
+    and sample at a larger batch limit (the same values: its rows are read-only)."""
+    key = (id(step), id(s), decode_only, mixed)
+    entry = _CURVES.get(key)
+    built = entry[2] if entry is not None and entry[0]() is step and entry[1]() is s else None
+    if built is not None and len(built.batch) >= max_batch:
+        _CURVES.move_to_end(key)
+        return built.up_to(max_batch)
+    if built is None:
+        curve = build_engine_curve(step, s, max_batch, decode_only, mixed)
+    else:
+        curve = built.then(build_engine_curve(step, s, max_batch, decode_only, mixed, first=len(built.batch) + 1))
+    for rows in curve._rows().values():
+        rows.flags.writeable = False
+    _CURVES[key] = (weakref.ref(step), weakref.ref(s), curve)
+    _CURVES.move_to_end(key)
+    while len(_CURVES) > CURVE_CACHE_ENTRIES:
+        _CURVES.popitem(last=False)
+    return curve
+
+
+def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False,
+                       mixed: bool = True, first: int = 1) -> EngineCurve:
+    """Iteration times at each batch size ``b`` from ``first`` to ``max_batch``.
 
     Of ``b`` running calls, each is in a prefill iteration with probability
     ``q = PF / (PF + D)``. Prefill chunks are big (hundreds to thousands of
@@ -60,7 +110,7 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
     q = 0.0 if decode_only else s.call_prefill_iters / iters
     chunk = s.call_prefill_tokens / s.call_prefill_iters       # tokens per prefill iteration of a call
     chunk_attn = s.call_prefill_attn_flops / s.call_prefill_iters
-    b = np.arange(1, max_batch + 1, dtype=float)[:, None]
+    b = np.arange(first, max_batch + 1, dtype=float)[:, None]
     others = np.arange(0, MAX_PREFILLS_PER_ITERATION + 1, dtype=float)[None, :]
     weight = binom.pmf(others, b - 1, q)
     weight[:, -1] += binom.sf(MAX_PREFILLS_PER_ITERATION, b[:, 0] - 1, q)

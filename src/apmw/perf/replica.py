@@ -10,6 +10,7 @@ validated spec and :func:`benchmark_replica` for a serving benchmark's handful o
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from apmw.arch import Architecture, canonical_dtype, load_architecture
@@ -294,10 +295,7 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     check_layout(layout, arch, spec.serving.engine)
     if step is None:
         try:
-            step = build_step_model(arch, gpu, g, spec.model.weight_dtype, spec.model.kv_dtype, efficiency,
-                                    engine=spec.serving.engine, calibrated=calibrated, layout=layout,
-                                    moe_dtype=spec.model.moe_dtype, engine_version=spec.serving.engine_version,
-                                    mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
+            step = _step_model(arch, gpu, g, spec, efficiency, calibrated, layout)
         except (EngineVersionError, ServingSettingError) as exc:
             raise ApmwError(f"serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
@@ -306,6 +304,43 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
+
+
+# Step models recently built, by everything :func:`build_step_model` reads: a design-space search re-plans one
+# model on the same GPUs at other batch limits, token budgets and tool-wait policies, which the step model does
+# not read, and the engine curves built on it are kept by it (apmw.capacity.engine_curve). Step models are
+# frozen; a handful, since each holds its interpolated tables.
+STEP_MODEL_CACHE_ENTRIES = 8
+_STEP_MODELS: OrderedDict[tuple, StepModel] = OrderedDict()
+
+
+def _step_model(arch: Architecture, gpu: GpuSpec, gpus: int, spec: Spec, efficiency: Efficiency | None,
+                calibrated: bool, layout: Layout) -> StepModel:
+    """:func:`build_step_model` for the spec, or the one it built the last time it was asked the same (shared);
+    a given ``efficiency`` is always built afresh."""
+    m, sv = spec.model, spec.serving
+    key = (arch, gpu, gpus, m.weight_dtype, m.kv_dtype, sv.engine, calibrated, layout, m.moe_dtype,
+           sv.engine_version, sv.mxfp4_moe_activations)
+    shared = efficiency is None and _hashable(key)
+    if shared and key in _STEP_MODELS:
+        _STEP_MODELS.move_to_end(key)
+        return _STEP_MODELS[key]
+    step = build_step_model(arch, gpu, gpus, m.weight_dtype, m.kv_dtype, efficiency, engine=sv.engine,
+                            calibrated=calibrated, layout=layout, moe_dtype=m.moe_dtype,
+                            engine_version=sv.engine_version, mxfp4_moe_activations=sv.mxfp4_moe_activations)
+    if shared:
+        _STEP_MODELS[key] = step
+        while len(_STEP_MODELS) > STEP_MODEL_CACHE_ENTRIES:
+            _STEP_MODELS.popitem(last=False)
+    return step
+
+
+def _hashable(key: tuple) -> bool:
+    try:
+        hash(key)
+    except TypeError:       # an architecture holding a mapping: nothing to share its step model by
+        return False
+    return True
 
 
 def _prices_own_kernels(step: StepModel) -> bool:

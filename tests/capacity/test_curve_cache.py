@@ -1,0 +1,83 @@
+"""Plans in one process share step models and engine curves where nothing they read differs, and a shared or
+extended curve is the one built afresh, to the last bit."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+
+import numpy as np
+import pytest
+
+from apmw.capacity import engine_curve as curves
+from apmw.capacity.sessions import sample_sessions
+from apmw.perf import replica_from_spec
+from apmw.perf.efficiency import efficiency_for_gpu
+from apmw.spec import spec_from_dict
+from tests.conftest import small_spec_dict
+
+
+def _spec(**serving):
+    d = small_spec_dict()
+    d["serving"] = {**d.get("serving", {}), **serving}
+    return spec_from_dict(d)
+
+
+def _same(a: curves.EngineCurve, b: curves.EngineCurve) -> None:
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        assert (np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y), f.name
+
+
+def test_the_step_model_is_shared_across_batch_limits_not_across_what_it_reads():
+    step = replica_from_spec(_spec()).step
+    assert replica_from_spec(_spec(max_batch=17)).step is step
+    assert replica_from_spec(_spec(engine="sglang")).step is not step
+    assert replica_from_spec(spec_from_dict(small_spec_dict() | {"model": {**small_spec_dict()["model"],
+                                                                           "kv_dtype": "fp8"}})).step is not step
+    own = replica_from_spec(_spec(), efficiency=efficiency_for_gpu("H100"))
+    assert own.step is not step
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])       # mixed prefill, and prefill first
+@pytest.mark.parametrize("decode_only", [False, True])
+def test_a_curve_cut_or_extended_equals_one_built_afresh(engine, decode_only):
+    spec = _spec(engine=engine)
+    replica = replica_from_spec(spec)
+    s = sample_sessions(spec, replica)
+    mixed = replica.policy.mixed_prefill
+    curves._CURVES.clear()
+    small = curves.engine_curve(replica.step, s, 24, decode_only, mixed)      # built
+    large = curves.engine_curve(replica.step, s, 80, decode_only, mixed)      # extended: 25..80 built
+    cut = curves.engine_curve(replica.step, s, 50, decode_only, mixed)        # cut from the 80
+    assert len(curves._CURVES) == 1
+    for got, n in ((small, 24), (large, 80), (cut, 50)):
+        assert len(got.batch) == n
+        _same(got, curves.build_engine_curve(replica.step, s, n, decode_only, mixed))
+
+
+def test_a_curve_is_not_found_by_an_object_that_took_a_dead_ones_id():
+    spec = _spec()
+    replica = replica_from_spec(spec)
+    s = sample_sessions(spec, replica)
+    curves._CURVES.clear()
+    curves.engine_curve(replica.step, s, 16)
+    key = next(iter(curves._CURVES))
+    step_ref, sample_ref, curve = curves._CURVES[key]
+    other = dataclasses.replace(s, tool_s=s.tool_s * 2)       # another sample: its own curve
+    assert curves.engine_curve(replica.step, other, 16) is not curve
+    del s, other
+    gc.collect()
+    # the sample cache still holds the first sample; a dead entry's referents read None
+    curves._CURVES[key] = (step_ref, lambda: None, curve)
+    fresh = curves.engine_curve(replica.step, sample_sessions(spec, replica), 16)
+    assert fresh is not curve
+    _same(fresh, curve)
+
+
+def test_shared_curves_are_read_only():
+    spec = _spec()
+    replica = replica_from_spec(spec)
+    c = curves.engine_curve(replica.step, sample_sessions(spec, replica), 8)
+    with pytest.raises(ValueError, match="read-only"):
+        c.iteration_s[0] = 0.0

@@ -111,9 +111,13 @@ def test_a_one_point_space_is_the_plan():
     spec = spec_from_dict(small_spec_dict())
     (point,) = search(spec, {"serving.max_batch": [256]}).points
     d = plan(spec).to_dict()
-    assert point.figures["agents_per_replica"] == d["agents_per_replica"]
-    assert point.figures["agents_per_mw"] == pytest.approx(d["agents_per_mw"])
-    assert point.figures["cost_per_session_usd"] == pytest.approx(d["cost_per_session_usd"])
+    f = point.figures       # the plan's own figures, to the last bit
+    for name in ("agents_per_replica", "binding_constraint", "agents_per_mw", "agents_per_mw_provisioned",
+                 "cost_per_session_usd"):
+        assert f[name] == d[name], name
+    assert f["agents_per_gpu"] == d["agents_per_replica"] / d["replica"]["gpus"]
+    assert f["task_latency_p95_s"] == d["task_latency_s"]["p95"]
+    assert f["output_speed_tokens_per_s"] == 1.0 / d["tpot_p95_s"]
 
 
 def test_an_axis_through_a_field_that_is_not_a_section_is_refused():

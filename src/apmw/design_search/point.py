@@ -36,14 +36,15 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
         return {**pruned, "reason": "no number of agents meets the SLO", "message": str(exc)}
     except (SpecError, ApmwError) as exc:
         return {**pruned, "reason": prune_reason(str(exc)), "message": str(exc)}
-    d = result.to_dict()
+    # the plan's own figures (those its --json gives the same names), read without its other tails
+    at, e = result.at, result.economics
     gpus = result.replica.gpus + result.prefill_gpus
     return {**row, "status": "feasible", "reason": None, "message": None,
-            "agents_per_replica": int(d["agents_per_replica"]), "binding_constraint": d["binding_constraint"],
-            "agents_per_mw": float(d["agents_per_mw"]), "agents_per_mw_provisioned": float(d["agents_per_mw_provisioned"]),
-            "cost_per_session_usd": float(d["cost_per_session_usd"]),
-            "agents_per_gpu": d["agents_per_replica"] / gpus, "task_latency_p95_s": float(d["task_latency_s"]["p95"]),
-            "output_speed_tokens_per_s": 1.0 / d["tpot_p95_s"],
+            "agents_per_replica": int(at.agents), "binding_constraint": result.search.binding_constraint,
+            "agents_per_mw": float(e.agents_per_mw), "agents_per_mw_provisioned": float(e.agents_per_mw_provisioned),
+            "cost_per_session_usd": float(e.cost_per_session_usd),
+            "agents_per_gpu": at.agents / gpus, "task_latency_p95_s": float(at.task_latency_p95_s),
+            "output_speed_tokens_per_s": 1.0 / at.tpot_p95_s,
             "launch": launch_flags(result)}
 
 

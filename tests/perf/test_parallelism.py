@@ -210,7 +210,7 @@ def test_a_tensor_parallel_group_past_the_measured_gpu_counts_costs_no_less_than
     nccl8 = measured_collectives(h200.name).all_reduce_s(8, tokens * a.hidden_size * 2)
     assert np.all(tp16.comm_time_s(tokens) >= 2 * a.num_layers * nccl8 - 1e-15)
     assert tp16.comm_time_s(1.0) > tp8.comm_time_s(1.0)
-    assert tp8._all_reduce_floor_s(tokens * a.hidden_size * 2) == 0.0
+    assert tp8.comm.all_reduce_floor_s(tokens * a.hidden_size * 2) == 0.0
 
 
 def test_a_lone_prompt_crosses_the_pipeline_stages_one_after_another():

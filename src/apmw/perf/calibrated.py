@@ -55,7 +55,8 @@ from apmw.errors import UnknownNameError
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY
 from apmw.perf.parallelism import Layout
 from apmw.perf.served_moe import ceiling_from_kernel
-from apmw.perf.step import ACTIVATION_BYTES, IterationLoad, RooflineFigures
+from apmw.perf.comm_time import ACTIVATION_BYTES
+from apmw.perf.step import IterationLoad, RooflineFigures
 from apmw.perf.serving_policy import (DEFAULT_ENGINE, ENGINE_OVERHEAD_S_PER_LAYER, OWN_KERNELS_OVERHEAD_S_PER_LAYER,
                                      engine_overhead_s, engine_overhead_s_per_layer, graph_padded)
 from apmw.perf.tables import (BASE_ENGINE, KernelTables, bilinear_log2, gemm_latency_s, interp_extrapolate, load_tables,

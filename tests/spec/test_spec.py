@@ -136,3 +136,16 @@ def test_a_dumped_spec_loads_back_as_itself():
     for path in sorted(EXAMPLES.glob("*.yaml")):
         spec = load_spec(path)
         assert spec_from_dict(spec.model_dump(mode="json", by_alias=True, exclude_none=True)) == spec, path.name
+
+
+@pytest.mark.parametrize("tokens, words", [
+    ({"quantiles": {0.0: 0, 0.5: 100, 0.99: 200, 1.0: 1.0e30}}, "reaches 1.00e.30 tokens in a call .its top quantile."),
+    ({"p50": 1000, "p95": 200_000}, "reaches 4,463,681,131 tokens in a call .one call in a million, its lognormal tail."),
+])
+def test_a_call_no_context_window_holds_is_refused_wherever_in_the_tail(tokens, words):
+    d = small_spec_dict()
+    d["workload"]["new_input_tokens_per_call"] = tokens
+    with pytest.raises(SpecError, match=f"new_input_tokens_per_call {words}"):
+        spec_from_dict(d)
+    d["workload"]["new_input_tokens_per_call"] = {"quantiles": {0.0: 0, 0.5: 100, 0.99: 200, 1.0: 1.0e6}}
+    spec_from_dict(d)               # a million tokens in the longest call is a long context, not an error

@@ -101,3 +101,32 @@ def test_gzip_is_read(tmp_path):
     with open(FIXTURES / "mini_swe_calls_3sessions.csv", "rb") as f, gzip.open(p, "wb") as g:
         shutil.copyfileobj(f, g)
     assert fit_trace(p).summary["calls"] == 252
+
+
+def test_reasons_that_differ_only_in_the_value_they_quote_are_counted_as_one(tmp_path):
+    p = tmp_path / "calls.csv"
+    text = (FIXTURES / "mini_swe_calls_3sessions.csv").read_text().splitlines()
+    for line in range(1, 40, 2):                        # 20 lines, each with its own bad value
+        cells = text[line].split(",")
+        cells[7] = f"n/a{line}"
+        text[line] = ",".join(cells)
+    p.write_text("\n".join(text) + "\n")
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 20
+    (reason,) = s["skipped"]
+    assert "'...'" in reason and "n/a" not in reason
+    assert s["skipped"][reason]["count"] == 20 and s["skipped"][reason]["examples"] == [f"{p}:2", f"{p}:4", f"{p}:6"]
+
+
+@pytest.mark.parametrize("value", ["1e30", "2e7"])
+def test_a_call_past_any_context_window_is_skipped_not_fitted(tmp_path, value):
+    p = tmp_path / "calls.csv"
+    text = (FIXTURES / "mini_swe_calls_3sessions.csv").read_text().splitlines()
+    cells = text[3].split(",")
+    cells[7] = value                                    # file line 4: prompt_tokens
+    text[3] = ",".join(cells)
+    p.write_text("\n".join(text) + "\n")
+    fitted = fit_trace(p)
+    assert fitted.summary["skipped_lines"] == 1
+    assert list(fitted.summary["skipped"]) == ["more than 10,000,000 tokens in one call (past any model's context window)"]
+    assert fitted.workload.new_input_tokens_per_call.quantile(0.999) < 1e6

@@ -174,6 +174,19 @@ class Empirical(BaseModel):
         return Empirical(quantiles={q: v * factor for q, v in self.quantiles.items()})
 
 
+# A lognormal has no largest value; the planner and the simulator draw up to about a million values of one, so
+# this quantile stands for the largest a run meets.
+ONE_IN_A_RUN = 1.0 - 1e-6
+
+
+def reach(d: "Constant | Lognormal | Empirical") -> float:
+    """The largest value a run draws from ``d``: a constant's value, an empirical table's top point, a lognormal's
+    one-in-a-million quantile (:data:`ONE_IN_A_RUN`)."""
+    if isinstance(d, Empirical):
+        return float(max(d.quantiles.values()))
+    return d.quantile(ONE_IN_A_RUN) if isinstance(d, Lognormal) else d.mean
+
+
 def parse_distribution(v: object) -> Constant | Lognormal | Empirical:
     """Turn what a user wrote into a distribution, with a message that says how to fix it."""
     if isinstance(v, (Constant, Lognormal, Empirical)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from apmw.spec.distribution import Constant, Distribution
+from apmw.spec.distribution import Constant, Distribution, Empirical, reach
 from apmw.spec.economics import Cost, Fleet, Power
 from apmw.spec.section import Section, settle
 from apmw.spec.serving import Serving
@@ -27,6 +27,11 @@ MAX_TOKENS_PER_CALL = 10_000_000
 # A tool wait past a week (at the 99th percentile, or on average) is no closed loop on one replica:
 # the session would outlive any deployment it is planned for.
 MAX_TOOL_WAIT_S = 7 * 86400.0
+
+
+def _reach_of(d: object) -> str:
+    """Where :func:`apmw.spec.distribution.reach` reads a distribution, for a message."""
+    return "its top quantile" if isinstance(d, Empirical) else "one call in a million, its lognormal tail"
 
 
 def _big(x: float) -> str:
@@ -81,11 +86,18 @@ class Workload(Section):
         if wait > MAX_TOOL_WAIT_S:
             raise ValueError(f"tool_wait_s reaches {_big(wait)} s (99th percentile or mean); at most "
                              f"{MAX_TOOL_WAIT_S:,.0f} s (a week) is modelled: check its p50/p95 or quantiles")
-        tokens = [self.new_input_tokens_per_call, self.output_tokens_per_call] + (
-            [self.first_call_input_tokens] if self.first_call_input_tokens is not None else [])
-        if max(d.quantile(0.99) for d in tokens) > MAX_TOKENS_PER_CALL or self.system_prompt_tokens > MAX_TOKENS_PER_CALL:
+        tokens = {"new_input_tokens_per_call": self.new_input_tokens_per_call,
+                  "output_tokens_per_call": self.output_tokens_per_call}
+        if self.first_call_input_tokens is not None:
+            tokens["first_call_input_tokens"] = self.first_call_input_tokens
+        if max(d.quantile(0.99) for d in tokens.values()) > MAX_TOKENS_PER_CALL or self.system_prompt_tokens > MAX_TOKENS_PER_CALL:
             raise ValueError(f"a call of more than {MAX_TOKENS_PER_CALL:,} tokens at the 99th percentile is past any "
                              "model's context window")
+        for name, d in tokens.items():      # and no call drawn in a run (a table's top point, a lognormal's far tail)
+            if reach(d) > MAX_TOKENS_PER_CALL:
+                raise ValueError(f"{name} reaches {_big(reach(d))} tokens in a call ({_reach_of(d)}); a call of more "
+                                 f"than {MAX_TOKENS_PER_CALL:,} tokens is past any model's context window: lower its "
+                                 "top quantile, or narrow its tail")
         if self.summarize_at_tokens is not None:
             room = self.summarize_at_tokens - self.system_prompt_tokens
             if room < 2 * self.summary_tokens:

@@ -286,8 +286,10 @@ def validate(d: dict, where: str) -> Workload:
     except ValidationError as exc:
         first = exc.errors()[0]
         field_ = ".".join(str(p) for p in first["loc"])
-        raise TraceError(f"{where}: the fitted workload is not valid ({field_}: "
-                         f"{first['msg'].removeprefix('Value error, ')}); the trace may hold no usable calls") from None
+        what = f"{field_}: " if field_ else ""
+        raise TraceError(f"{where}: the fitted workload is not valid ({what}{first['msg'].removeprefix('Value error, ')}): "
+                         "look in the trace for a few values far past the others (a session idle for days, a call "
+                         "with a runaway token count), or too few usable calls") from None
 
 
 # Task start times at or after this (2001-09-09 UTC, 1e9 s since the epoch) are read as wall-clock

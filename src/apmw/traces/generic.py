@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import records
+from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts, session_key
 from apmw.traces.csv_rows import csv_rows
 
@@ -95,7 +96,7 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
         except ValueError as exc:
             errors.skip(line, str(exc))
             continue
-        if not (inp >= 0 and out >= 0):
+        if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):
             errors.skip(line, require_counts(inp, out) or "bad token count")
             continue
         yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)

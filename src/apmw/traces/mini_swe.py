@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, require_counts
 from apmw.traces.csv_rows import csv_rows
 
@@ -47,7 +48,7 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
         row.append(empty)  # index `width` reads as a missing optional column
         try:
             inp, out = cell(row[i_in]), cell(row[i_out])
-            if not (inp >= 0 and out >= 0):  # also catches an empty (nan) cell
+            if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):  # and an empty (nan) cell
                 errors.skip(line, require_counts(inp, out) or "bad token count")
                 continue
             # a Call as a plain tuple (same field order): the hot path of the reader

@@ -30,6 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
+from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 from apmw.traces.tokens import estimate_text_tokens
@@ -103,7 +104,7 @@ class Reader:
                 inp, out, t_ms = obj.get("input_length"), obj.get("output_length"), obj.get("timestamp")
                 hash_ids = obj.get("hash_ids")
                 if (type(inp) is int and type(out) is int and type(t_ms) in (int, float) and type(hash_ids) is list
-                        and inp >= 0 and out >= 0 and "session_id" not in obj and "delay" not in obj):
+                        and 0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL and "session_id" not in obj and "delay" not in obj):
                     if hash_ids:
                         try:
                             sum(hash_ids)      # numbers only (C speed): a nested list or a string raises here

@@ -9,15 +9,19 @@ does not carry; the fitter uses what is there and says what was missing.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from apmw.errors import ApmwError
+from apmw.spec.model import MAX_TOKENS_PER_CALL
 
 NAN = math.nan
 
 # How many example locations to keep per skip reason (the count is always exact).
 EXAMPLES_PER_REASON = 3
+# The value a reason ends by quoting ('n/a7'): reasons that differ only there are one reason, counted together.
+QUOTED = re.compile(r"'[^']*'$")
 
 
 class TraceError(ApmwError):
@@ -61,12 +65,16 @@ class LineErrors:
     lines_read: int = 0
 
     def skip(self, line: int, reason: str) -> None:
+        """Count line ``line`` as skipped for ``reason``. Reasons that differ only in the value they quote
+        (``could not convert string to float: 'n/a7'``) are counted as one, the value left out (the examples
+        say where to look)."""
         where = f"{self.path}:{line}"
         if self.strict:
             raise TraceError(f"{where}: {reason} (--strict stops at the first bad line; "
                              "drop --strict to skip such lines and count them)")
-        self.counts[reason] = self.counts.get(reason, 0) + 1
-        kept = self.examples.setdefault(reason, [])
+        kind = QUOTED.sub("'...'", reason)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        kept = self.examples.setdefault(kind, [])
         if len(kept) < EXAMPLES_PER_REASON:
             kept.append(where)
 
@@ -121,4 +129,6 @@ def require_counts(inp: float, out: float) -> str | None:
         return "no output token count"
     if inp < 0 or out < 0:
         return "negative token count"
+    if max(inp, out) > MAX_TOKENS_PER_CALL:
+        return f"more than {MAX_TOKENS_PER_CALL:,} tokens in one call (past any model's context window)"
     return None

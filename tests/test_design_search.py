@@ -318,3 +318,15 @@ def test_both_sides_of_a_disaggregated_point_serve_the_weights_it_was_priced_at(
     frontend, prefill, decode = launch_flags(plan(spec_from_dict(d), agents=2)).split("\n")
     for line in (prefill, decode):
         assert "--model meta-llama/Meta-Llama-3.1-70B --quantization fp8 " in line, line
+
+
+def test_a_point_where_one_session_outgrows_the_kv_memory_is_pruned_for_that_not_the_slo():
+    from apmw.capacity.plan import NO_KV_ROOM, NO_SLO
+
+    d = small_spec_dict()
+    d["workload"]["new_input_tokens_per_call"] = {"mean": 30000, "p95": 60000}
+    d["workload"]["steps_per_task"] = 20
+    d["slo"]["task_latency_p95_s"] = 1e-3                      # the SLO fails too: memory is said first
+    answer = search(spec_from_dict(d), {"hardware.gpus_per_replica": [1, 2]})
+    reasons = {settings["hardware.gpus_per_replica"]: reason for settings, reason, _ in answer.pruned}
+    assert reasons == {1: NO_KV_ROOM, 2: NO_SLO}

@@ -22,10 +22,20 @@ from apmw.perf.parallelism import prefill_layout
 from apmw.spec import Spec
 
 
+# Why no number of agents works (InfeasibleError.cause).
+NO_KV_ROOM = "one session's KV exceeds the replica's KV memory"
+NO_SLO = "no number of agents meets the SLO"
+
+
 class InfeasibleError(ApmwError):
-    """No number of agents meets the SLO on this replica (CLI exit code 2)."""
+    """No number of agents meets the SLO on this replica, or fits its KV memory (CLI exit code 2); ``cause`` says
+    which, in words (what a search counts its pruned points by)."""
 
     exit_code = 2
+
+    def __init__(self, message: str, cause: str = NO_SLO):
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -209,7 +219,8 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:
-            raise InfeasibleError(_explain_infeasible(spec, result))
+            raise InfeasibleError(_explain_infeasible(spec, result),
+                                  NO_SLO if result.first_failure.fits_memory else NO_KV_ROOM)
         at = result.at_optimum
         assert at is not None      # N* > 0 was checked above
     else:

@@ -33,7 +33,7 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
     try:
         result = plan(spec_from_dict(with_settings(base, settings), path="search point"))
     except InfeasibleError as exc:
-        return {**pruned, "reason": "no number of agents meets the SLO", "message": str(exc)}
+        return {**pruned, "reason": exc.cause, "message": str(exc)}
     except (SpecError, ApmwError) as exc:
         return {**pruned, "reason": prune_reason(str(exc)), "message": str(exc)}
     # the plan's own figures (those its --json gives the same names), read without its other tails

@@ -330,3 +330,44 @@ def test_a_point_where_one_session_outgrows_the_kv_memory_is_pruned_for_that_not
     answer = search(spec_from_dict(d), {"hardware.gpus_per_replica": [1, 2]})
     reasons = {settings["hardware.gpus_per_replica"]: reason for settings, reason, _ in answer.pruned}
     assert reasons == {1: NO_KV_ROOM, 2: NO_SLO}
+
+
+@pytest.mark.parametrize("engine,kv,serving,expected,absent", [
+    ("llamacpp", "int8", {"tool_wait_kv_policy": "evict"},
+     ["llama-server -m <GGUF of meta-llama/Meta-Llama-3.1-8B> -ngl 999 --parallel ",
+      "--cache-type-k q8_0 --cache-type-v q8_0 --flash-attn on"], ["vllm", "sglang"]),
+    ("llamacpp", "fp16", {"tool_wait_kv_policy": "evict"}, ["llama-server "], ["--cache-type", "--flash-attn"]),
+    ("sglang", "bf16", {"mixed_prefill": True, "overlap_scheduling": False, "scheduler_recv_interval": 8},
+     ["--enable-mixed-chunk", "--disable-overlap-schedule", "--scheduler-recv-interval 8"], []),
+    ("sglang", "bf16", {}, ["--tp 1"], ["--enable-mixed-chunk", "--disable-overlap-schedule", "--scheduler-recv"]),
+    ("trtllm", "int8", {"prefix_caching": False},
+     ["extra_llm_api_options: {kv_cache_config: {dtype: int8, enable_block_reuse: false}}"], []),
+    ("vllm", "fp8", {"tool_wait_kv_policy": "offload"},
+     ["--kv-cache-dtype fp8", "# priced with each tool wait's KV offloaded to host memory: vllm needs a KV offload "
+      "connector"], []),
+])
+def test_a_point_launches_with_the_engine_and_scheduling_it_was_priced_at(engine, kv, serving, expected, absent):
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+
+    d = small_spec_dict()
+    d["model"]["kv_dtype"] = kv
+    d["serving"] = {**d.get("serving", {}), "engine": engine, **serving}
+    line = launch_flags(plan(spec_from_dict(d), agents=2))
+    for text in expected:
+        assert text in line, (text, line)
+    for text in absent:
+        assert text not in line, (text, line)
+
+
+@pytest.mark.parametrize("engine,kv", [("vllm", "int8"), ("sglang", "int4"), ("llamacpp", "fp8")])
+def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engine, kv):
+    from apmw.capacity import plan
+
+    d = small_spec_dict()
+    d["model"]["kv_dtype"] = kv
+    d["serving"] = {**d.get("serving", {}), "engine": engine}
+    if engine == "llamacpp":
+        d["serving"]["tool_wait_kv_policy"] = "evict"
+    with pytest.raises(ApmwError, match=f"kv_dtype {kv}: {engine} stores its KV cache in .* only"):
+        plan(spec_from_dict(d))

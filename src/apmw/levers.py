@@ -107,7 +107,7 @@ def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan]
     def change(spec: Spec, _: Plan) -> Spec | None:
         if spec.model.kv_dtype not in lower_than:
             return None
-        if kv_dtype_refusal(resolve_gpu(spec.hardware.gpu), target):
+        if kv_dtype_refusal(resolve_gpu(spec.hardware.gpu), target, spec.serving.engine):
             return None
         return _with(spec, "model", kv_dtype=target)
     return change

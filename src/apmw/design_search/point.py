@@ -12,7 +12,7 @@ from apmw.capacity import InfeasibleError, plan
 from apmw.design_search.space import with_settings
 from apmw.errors import ApmwError
 from apmw.perf.parallelism import Layout, prefill_layout
-from apmw.perf.serving_policy import resolve_policy, schedulers_per_limit
+from apmw.perf.serving_policy import KV_CACHE_DTYPES, resolve_policy, schedulers_per_limit
 from apmw.spec import SpecError, spec_from_dict
 
 # The figures of a feasible point; a pruned point has none of them.
@@ -56,10 +56,13 @@ def launch_flags(result) -> str:
     spec, policy = result.spec, result.replica.policy
     model, layout = spec.model.config, result.replica.step.parallel
     disaggregation = spec.serving.disaggregation
+    if policy.engine == "llamacpp":
+        return _noted(_llama_server(spec, policy), _offload_note(spec, policy.engine))
     if disaggregation is None:
         prefix = {"sglang": f"python -m sglang.launch_server --model-path {model}",
                   "trtllm": f"trtllm-serve {model}"}.get(policy.engine, f"vllm serve {model}")
-        return _with_weights(f"{prefix} {_engine_args(spec, policy, layout)}", spec, policy.engine)
+        line = _with_weights(f"{prefix} {_engine_args(spec, policy, layout)}", spec, policy.engine)
+        return _noted(line, _offload_note(spec, policy.engine))
     prefill = prefill_layout(spec.serving)
     workers = disaggregation.prefill_workers
     gpu = result.replica.gpu
@@ -99,9 +102,40 @@ def _with_weights(line: str, spec, engine: str) -> str:
     priced_experts = dtype_key(spec.model.moe_dtype or spec.model.weight_dtype)
     if experts and stored and experts != stored and experts != priced_experts:
         said.append(f"its routed experts priced at {priced_experts}, but stored in {experts}")
-    if not said:
+    return _noted(line, "; ".join(said) + ": serve a checkpoint that matches" if said else None)
+
+
+def _noted(line: str, note: str | None) -> str:
+    """``line`` with ``note`` in its comment (opened where it has none)."""
+    if not note:
         return line
-    return line + ("; " if "  # " in line else "  # ") + "; ".join(said) + ": serve a checkpoint that matches"
+    return line + ("; " if "  # " in line else "  # ") + note
+
+
+# What each engine needs to hold a tool wait's KV in host memory, as apmw prices ``offload``: none of them does it
+# from the flags above alone.
+HOST_OFFLOAD = {"vllm": "a KV offload connector (--kv-transfer-config, e.g. LMCache)",
+                "sglang": "its hierarchical cache (--enable-hierarchical-cache)",
+                "trtllm": "host KV cache (kv_cache_config: host_cache_size)"}
+
+
+def _offload_note(spec, engine: str) -> str | None:
+    """Where the point prices ``offload``, what the engine needs for it."""
+    if spec.serving.tool_wait_kv_policy != "offload":
+        return None
+    return (f"priced with each tool wait's KV offloaded to host memory: {engine} needs "
+            f"{HOST_OFFLOAD.get(engine, 'a host KV cache')} for it")
+
+
+def _llama_server(spec, policy) -> str:
+    """llama.cpp's server: every layer on the GPUs (split by layer over several), a slot per concurrent call
+    (``--parallel``), the token budget as its logical batch, the KV cache type where it is not 16-bit (a quantised
+    V cache needs flash attention)."""
+    kv = _kv_cache_dtype(spec, "llamacpp")
+    return (f"llama-server -m <GGUF of {spec.model.config}> -ngl 999 --parallel {policy.max_batch} "
+            f"--batch-size {policy.token_budget}"
+            + (f" --cache-type-k {kv} --cache-type-v {kv}" + (" --flash-attn on" if kv.startswith("q") else "")
+               if kv else ""))
 
 
 # vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.
@@ -126,24 +160,24 @@ def _per_rank(total: int, layout: Layout, engine: str) -> int:
     return total // schedulers_per_limit(engine, layout.dp)
 
 
-# Each engine's KV cache dtype as its launch flag takes it (vLLM --kv-cache-dtype, SGLang --kv-cache-dtype,
-# TensorRT-LLM's kv_cache_config dtype); bf16 is every engine's own for a 16-bit checkpoint, so it takes no flag.
-KV_CACHE_DTYPES = {"vllm": {"fp8": "fp8", "fp4": "nvfp4"}, "sglang": {"fp8": "fp8_e4m3", "fp4": "fp4_e2m1"},
-                   "trtllm": {"fp8": "fp8", "fp4": "nvfp4"}}
-
-
 def _kv_cache_dtype(spec, engine: str) -> str | None:
-    """The engine's name for the spec's KV dtype where it needs a flag (module constant KV_CACHE_DTYPES)."""
+    """The engine's name for the spec's KV dtype where it needs a flag (apmw.perf.serving_policy.KV_CACHE_DTYPES)."""
     return KV_CACHE_DTYPES.get(engine, {}).get(spec.model.kv_dtype)
+
+
+def _trtllm_kv_cache(spec) -> list[str]:
+    """TensorRT-LLM's kv_cache_config entries for the spec: its KV dtype where not 16-bit, block reuse (its prefix
+    cache, on by default) off where the spec has no prefix caching."""
+    kv = _kv_cache_dtype(spec, "trtllm")
+    return [f"dtype: {kv}"] * bool(kv) + ["enable_block_reuse: false"] * (not spec.serving.prefix_caching)
 
 
 def _trtllm_yaml(spec, policy, layout: Layout, speculative=None) -> str:
     """TensorRT-LLM's engine settings (LLM API options): its tp_size spans the attention DP ranks."""
-    kv = _kv_cache_dtype(spec, "trtllm")
+    cache = [f"free_gpu_memory_fraction: {policy.kv_memory_fraction:g}", *_trtllm_kv_cache(spec)]
     parts = [f"tensor_parallel_size: {layout.tp * layout.dp}", f"max_batch_size: {_per_rank(policy.max_batch, layout, 'trtllm')}",
              f"max_num_tokens: {_per_rank(policy.token_budget, layout, 'trtllm')}",
-             f"kv_cache_config: {{free_gpu_memory_fraction: {policy.kv_memory_fraction:g}"
-             + (f", dtype: {kv}" if kv else "") + "}"]
+             f"kv_cache_config: {{{', '.join(cache)}}}"]
     parts += [f"pipeline_parallel_size: {layout.pp}"] * (layout.pp > 1)
     parts += [f"moe_expert_parallel_size: {layout.ep}"] * (layout.ep > 1)
     parts += ["enable_attention_dp: true"] * (layout.dp > 1)
@@ -185,8 +219,8 @@ def _engine_args(spec, policy, layout: Layout) -> str:
     speculative = _speculative_args(spec.serving.speculative, policy.engine)
     if policy.engine != "trtllm":
         return _layout_args(spec, policy, layout) + speculative
-    kv = _kv_cache_dtype(spec, "trtllm")
-    options = (["enable_attention_dp: true"] * (layout.dp > 1) + [f"kv_cache_config: {{dtype: {kv}}}"] * bool(kv)
+    cache = _trtllm_kv_cache(spec)
+    options = (["enable_attention_dp: true"] * (layout.dp > 1) + [f"kv_cache_config: {{{', '.join(cache)}}}"] * bool(cache)
                + [speculative] * bool(speculative))
     return _layout_args(spec, policy, layout) + (f"  # extra_llm_api_options: {{{', '.join(options)}}}" if options else "")
 
@@ -202,7 +236,7 @@ def _layout_args(spec, policy, layout: Layout) -> str:
                 + (" --enable-two-batch-overlap" if layout.two_batch_overlap else "")
                 + f" --max-running-requests {policy.max_batch} --chunked-prefill-size {policy.token_budget} "
                 f"--mem-fraction-static {policy.kv_memory_fraction:g}" + (f" --kv-cache-dtype {kv}" if kv else "")
-                + ("" if caching else " --disable-radix-cache"))
+                + ("" if caching else " --disable-radix-cache") + _sglang_scheduling(spec.serving))
     if policy.engine == "trtllm":
         args = (f"--tp_size {layout.tp * layout.dp} --max_batch_size {_per_rank(policy.max_batch, layout, 'trtllm')} "
                 f"--max_num_tokens {_per_rank(policy.token_budget, layout, 'trtllm')} "
@@ -219,6 +253,14 @@ def _layout_args(spec, policy, layout: Layout) -> str:
             + (f" --kv-cache-dtype {kv}" if kv else "")
             + (" --enable-prefix-caching" if caching else " --no-enable-prefix-caching")
             + ("  # vLLM's expert parallelism spans tp x dp: moe_tp must be 1" if layout.ep > 1 and layout.moe_tp > 1 else ""))
+
+
+def _sglang_scheduling(serving) -> str:
+    """SGLang's flags for the scheduling settings a spec gives (left out, SGLang's defaults, as apmw prices them)."""
+    return ((" --enable-mixed-chunk" if serving.mixed_prefill else "")
+            + (" --disable-overlap-schedule" if serving.overlap_scheduling is False else "")
+            + (f" --scheduler-recv-interval {serving.scheduler_recv_interval}"
+               if serving.scheduler_recv_interval is not None else ""))
 
 
 def prune_reason(message: str) -> str:

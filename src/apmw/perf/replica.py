@@ -24,8 +24,9 @@ from apmw.perf.power import PowerModel
 from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
 from apmw.perf.speculative import SpeculativeDecoding, draft_memory, speculative_decoding
-from apmw.perf.serving_policy import (DEFAULT_ENGINE, ROOFLINE_ONLY_ENGINES, ServingPolicy, ServingSettingError,
-                                     resolve_policy, mxfp4_moe_activations as resolve_mxfp4_activations)
+from apmw.perf.serving_policy import (DEFAULT_ENGINE, KV_CACHE_DTYPES, ROOFLINE_ONLY_ENGINES, ServingPolicy,
+                                     ServingSettingError, resolve_policy,
+                                     mxfp4_moe_activations as resolve_mxfp4_activations)
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
@@ -120,10 +121,17 @@ def engine_refusal(gpu: GpuSpec, engine: str) -> str | None:
     return None
 
 
-def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str) -> str | None:
-    """Why ``gpu`` cannot hold a KV cache of ``kv_dtype``, or None where it can: a 4-bit KV cache needs FP4
-    tensor cores and the kernels that read it (NVFP4 KV: TensorRT-LLM on Blackwell), so a GPU whose catalogue
-    row has no FP4 rate (Hopper, Ampere, MI300X) cannot run one."""
+def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str, engine: str) -> str | None:
+    """Why ``engine`` on ``gpu`` cannot hold a KV cache of ``kv_dtype``, or None where it can: the engine stores
+    only the dtypes it has a name for (:data:`apmw.perf.serving_policy.KV_CACHE_DTYPES`: no integer KV in vLLM or
+    SGLang, no float8 or float4 in llama.cpp); and a 4-bit float cache needs FP4 tensor cores and the kernels
+    that read it (NVFP4 KV, Blackwell), so a GPU whose catalogue row has no FP4 rate (Hopper, Ampere, MI300X)
+    cannot run one."""
+    stored = KV_CACHE_DTYPES.get(engine)
+    if stored is not None and kv_dtype not in stored:
+        able = sorted(e for e, row in KV_CACHE_DTYPES.items() if kv_dtype in row)
+        return (f"kv_dtype {kv_dtype}: {engine} stores its KV cache in {', '.join(sorted(stored))} only. Use one of "
+                f"those" + (f", or engine {' or '.join(able)}" if able else ""))
     if kv_dtype == "fp4" and gpu.fp4_flops is None:
         return (f"kv_dtype fp4 needs a GPU with FP4 tensor cores: a 4-bit KV cache is read by FP4 kernels (NVFP4 "
                 f"KV, Blackwell), and {gpu.name} has none (no FP4 rate in apmw's GPU catalogue), so no engine stores "
@@ -147,7 +155,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
-    refused = engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype)
+    refused = engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype, engine)
     if refused:
         raise ApmwError(refused)
     if engine_version is not None:

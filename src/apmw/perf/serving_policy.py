@@ -132,6 +132,18 @@ def reserved_output_share(engine: str, osl: float | None = None) -> float:
 # (llama.cpp's server loop decodes, then schedules: no overlap).
 OVERLAP_SCHEDULING_ENGINES = frozenset({"vllm", "sglang", "trtllm"})
 # Engines that keep one cached prompt per slot instead of an LRU prefix cache (module docstring).
+# The KV-cache dtypes each engine stores, by the name its launch flag takes (vLLM and SGLang --kv-cache-dtype,
+# TensorRT-LLM kv_cache_config.dtype, llama.cpp --cache-type-k/--cache-type-v); None: a 16-bit cache, the
+# engine's own for a 16-bit checkpoint, which takes no flag. A dtype missing from an engine's row is one it
+# cannot store KV in: apmw refuses it (apmw.perf.replica.kv_dtype_refusal). vLLM: fp8 (docs.vllm.ai, "Quantized
+# KV Cache"), nvfp4 (from v0.21; not verified here); SGLang: fp8_e4m3, fp4_e2m1 (its server arguments);
+# TensorRT-LLM: fp8, int8 (its INT8 KV cache), nvfp4; llama.cpp: f16, bf16, q8_0, q4_0 (no 8- or 4-bit float).
+KV_CACHE_DTYPES: dict[str, dict[str, str | None]] = {
+    "vllm": {"bf16": None, "fp16": None, "fp8": "fp8", "fp4": "nvfp4"},
+    "sglang": {"bf16": None, "fp16": None, "fp8": "fp8_e4m3", "fp4": "fp4_e2m1"},
+    "trtllm": {"bf16": None, "fp16": None, "fp8": "fp8", "int8": "int8", "fp4": "nvfp4"},
+    "llamacpp": {"bf16": "bf16", "fp16": None, "int8": "q8_0", "int4": "q4_0"},
+}
 SLOT_PROMPT_CACHE_ENGINES = frozenset({"llamacpp"})
 # Engines without measured kernel tables: their iterations are priced by the roofline.
 ROOFLINE_ONLY_ENGINES = frozenset({"llamacpp"})

@@ -139,6 +139,19 @@ def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str, engine: str) -> str | None:
     return None
 
 
+def context_kv_refusal(arch: Architecture) -> str | None:
+    """Why apmw cannot price ``arch``'s KV, or None where it can: a model none of whose layers keeps KV that grows
+    with the context (every attention layer windowed, or no attention at all) holds only a fixed state per
+    sequence, and apmw's KV pool, its memory check and its overflow model count tokens of context."""
+    if arch.kv_bytes_per_token("bf16") > 0:
+        return None
+    window = (f"every attention layer keeps a sliding window of {arch.sliding_window:,} tokens"
+              if arch.sliding_window_layers else "no layer keeps attention KV")
+    return (f"{arch.name}: {window}, so no KV grows with the context and each sequence holds a fixed state; "
+            "apmw sizes the KV pool in tokens of context and cannot price such a model exactly. A model with "
+            "some full-attention layers it can price (windowed layers as per-sequence state)")
+
+
 def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: str, kv_dtype: str,
                      efficiency: Efficiency | None = None, engine: str = DEFAULT_ENGINE,
                      calibrated: bool = True, layout: Layout | None = None,
@@ -155,7 +168,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
-    refused = engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype, engine)
+    refused = context_kv_refusal(arch) or engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype, engine)
     if refused:
         raise ApmwError(refused)
     if engine_version is not None:

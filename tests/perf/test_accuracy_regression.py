@@ -55,12 +55,13 @@ def test_concurrency_one_tpot_fits_a_32_and_an_80_layer_model_on_one_engine():
     NIM's Llama-3.1-8B (32 layers, TP1) and Llama-3.3-70B (80 layers, TP2) ran on the same engine
     and harness; at concurrency 1 their TPOT is mostly weight streaming plus that fixed cost. One
     figure per iteration for any model (before session 7) left the 8B rows up to +10.7 % and the
-    70B rows down to -10.1 %; per layer, every one of the ten is within 7 % (6.9 % at most; the
-    bound leaves a little room).
+    70B rows down to -10.1 %; per layer, every one of the ten is within 8 % (7.8 % at most since
+    session 30 stopped counting a request's own prefill in its time per output token, 6.9 % before;
+    the bound leaves a little room, and still fails the per-iteration form).
     """
     tpot, _ = _errors(lambda r: r["source"].startswith("nim") and r["concurrency"] == "1")
     assert len(tpot) == 10
-    assert max(tpot) <= 7.5
+    assert max(tpot) <= 8.0
 
 
 # A fixed subset of the shared benchmarks: the 51 held-out InferenceMAX gpt-oss-120b rows on

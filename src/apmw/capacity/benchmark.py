@@ -374,8 +374,10 @@ def _spread_out(isl: int, osl: float, running: int, chunk: float, own_mixed: int
     """TPOT, TTFT and mixed-iteration share when prompts arrive spread over the cycle.
 
     Over one request cycle the engine runs ``running * isl / chunk`` mixed iterations and
-    the rest pure decode, so the time per output token is the cycle-weighted mean of the
-    two. A request waits half an iteration and the ``ahead`` already scheduled
+    the rest pure decode. A request's own ``own_mixed`` prefill iterations come before its first
+    token, so its time per output token is the mean over its decode iterations, which carry the
+    other prompts' mixed iterations (all of them where prompts queue for the budget); the cycle-weighted
+    mean of the two sets the waits. A request waits half an iteration and the ``ahead`` already scheduled
     (:func:`arrival_wait_s`; none when it runs alone), then for its prompt's
     turn at the budget (the cycle's iterations not spent decoding it; non-zero only when
     prefill-bound), then its own ``own_mixed`` prefill iterations, the last of which carries
@@ -394,6 +396,8 @@ def _spread_out(isl: int, osl: float, running: int, chunk: float, own_mixed: int
     cycle_iters = max(own_mixed + decode_iters, mixed_per_cycle)
     share = min(mixed_per_cycle / cycle_iters, 1.0)
     t_bar = share * t_mixed + (1 - share) * t_decode
+    decoding_mixed = min(max(mixed_per_cycle - own_mixed, 0.0), decode_iters)      # the others' chunks
+    tpot = (decoding_mixed * t_mixed + (decode_iters - decoding_mixed) * t_decode) / decode_iters if decode_iters else 0.0
     prompt_queue_iters = max(cycle_iters - decode_iters - own_mixed, 0.0)
     # prefill-bound: prompts queue for the budget, and the queue, not the phase, sets the wait; the
     # iteration scheduled ahead is part of that queue once it is an iteration deep (continuous)
@@ -410,7 +414,7 @@ def _spread_out(isl: int, osl: float, running: int, chunk: float, own_mixed: int
         # nothing to decode (one output token): requests come back as soon as they are
         # prefilled and queue behind every other client's prompt, so TTFT is the whole cycle
         ttft = max(ttft, cycle_iters * t_bar)
-    return (t_bar if osl > 1 else 0.0), ttft, share
+    return tpot, ttft, share
 
 
 def _prefill_first(isl: int, osl: float, running: int, chunk: float, t_decode: float, t_prefill: float,

@@ -296,3 +296,27 @@ def test_slo_rows_read_each_slo_its_limit_figure_and_verdict():
                                  ["TTFT p95", "<= 2.0 s", "136.3 ms", "met"],
                                  ["output speed", ">= 20.0 tokens/s", "25.0 tokens/s", "met"],
                                  ["time per output token p95", "<= 50.0 ms", "not measured", "MISSED"]]
+
+
+def test_a_ttl_past_every_tool_wait_is_retain_its_spill_priced():
+    from apmw.examples import bundled_examples
+    from apmw.spec import load_spec
+
+    retain = load_spec(bundled_examples()["coding-agent"])
+    ttl = retain.model_copy(update={"serving": retain.serving.model_copy(
+        update={"tool_wait_kv_policy": "ttl", "ttl_s": 1000.0})})
+    a, b = plan(retain).to_dict(), plan(ttl).to_dict()
+    assert a["kv_overflow_share"] > 0.01             # the bundled example spills at N*
+    for name in ("agents_per_replica", "kv_overflow_share", "task_latency_s", "ttft_p95_s"):
+        assert b[name] == a[name], name
+
+
+def test_a_ttl_that_frees_some_contexts_says_the_spill_of_the_others_is_not_priced():
+    from apmw.examples import bundled_examples
+    from apmw.spec import load_spec
+
+    spec = load_spec(bundled_examples()["coding-agent"])
+    spec = spec.model_copy(update={"serving": spec.serving.model_copy(update={"tool_wait_kv_policy": "ttl", "ttl_s": 5.0})})
+    d = plan(spec).to_dict()
+    assert d["freed_context_hit_rate"] is not None
+    assert any("the contexts ttl keeps over tool waits exceed the KV pool" in w for w in d["warnings"])

@@ -64,10 +64,12 @@ class _Blend:
 
 
 def spills_retained(spec: Spec, replica: Replica) -> bool:
-    """Whether contexts are pinned over tool waits and spilled when memory runs short (``retain``
-    with prefix caching, aggregated, without llama.cpp's slots)."""
+    """Whether contexts are pinned over tool waits and spilled when memory runs short (``retain``, or ``ttl``
+    for the waits within its limit, with prefix caching, aggregated, without llama.cpp's slots). The model prices
+    the spill where no context is freed (``ttl`` longer than every wait is ``retain``); where ``ttl`` also frees
+    some, :func:`unpriced_overflow` says what is left out."""
     sv = spec.serving
-    return (sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is None
+    return (sv.tool_wait_kv_policy in ("retain", "ttl") and sv.prefix_caching and sv.disaggregation is None
             and not replica.policy.slot_prompt_cache)
 
 
@@ -76,11 +78,17 @@ def unpriced_overflow(spec: Spec, ev: Evaluation) -> str | None:
     disaggregated serving holds them in the decode workers' pool, and their re-prefill on the prefill instance
     is not modelled (:func:`spills_retained` is aggregated only). None where nothing spills or it is priced."""
     sv = spec.serving
-    if not (sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is not None):
+    disaggregated = sv.tool_wait_kv_policy == "retain" and sv.prefix_caching and sv.disaggregation is not None
+    ttl_freeing = sv.tool_wait_kv_policy == "ttl" and ev.freed_context_hit_rate is not None
+    if not (disaggregated or ttl_freeing):
         return None
     m = overflow_share(ev.kv_bytes_resident_mean, ev.kv_bytes_resident_p95, ev.kv_capacity_bytes)
     if m < MIN_SHARE:
         return None
+    if ttl_freeing:
+        return (f"the contexts ttl keeps over tool waits exceed the KV pool {m:.1%} of the time at {ev.agents} "
+                "agents; apmw prices the contexts ttl frees to the prefix cache, but not the spill of those it "
+                "keeps, so the task latency here is optimistic by their re-prefill")
     return (f"the agents' retained KV exceeds the decode pool {m:.1%} of the time at {ev.agents} agents; the calls "
             "whose contexts it spills prefill them again, which apmw prices for an aggregated replica but not "
             "with disaggregated prefill, so the task latency here is optimistic by that re-prefill")

@@ -10,7 +10,7 @@ import pytest
 
 from apmw.design_search import MAX_POINTS, read_space, search
 from apmw.errors import ApmwError
-from apmw.spec import load_spec, spec_from_dict
+from apmw.spec import SpecError, load_spec, spec_from_dict
 from tests.conftest import EXAMPLES, small_spec_dict
 
 AXES = {"hardware.gpus_per_replica": [1, 2], "serving.max_batch": [32, 128, 256], "serving.engine": ["vllm", "sglang"]}
@@ -371,3 +371,28 @@ def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engi
         d["serving"]["tool_wait_kv_policy"] = "evict"
     with pytest.raises(ApmwError, match=f"kv_dtype {kv}: {engine} stores its KV cache in .* only"):
         plan(spec_from_dict(d))
+
+
+@pytest.mark.parametrize("document,words", [
+    ({"axes": {"serving.max_batch": [64]}, "foo": 1}, "unknown key.s. foo: a space holds 'axes' only"),
+    ({"axes": {"serving.max_batch": [64, 64, 128]}}, "axis serving.max_batch lists 64 more than once"),
+    ({"axes": {"serving.engine": [{"a": 1}, {"a": 1}]}}, "lists .* more than once"),
+])
+def test_a_space_with_stray_keys_or_repeated_values_is_refused(document, words):
+    from apmw.design_search import read_space
+
+    with pytest.raises(ApmwError, match=words):
+        read_space(document, "space.yaml")
+
+
+def test_a_misspelt_axis_is_refused_before_any_point_is_planned():
+    spec = spec_from_dict(small_spec_dict())
+    with pytest.raises(ApmwError, match="axis serving.max_batchx: unknown field; did you mean serving.max_batch"):
+        search(spec, {"serving.max_batchx": [64]})
+
+
+def test_a_yes_or_no_where_a_number_goes_is_refused_not_read_as_one():
+    d = small_spec_dict()
+    d["serving"] = {**d.get("serving", {}), "max_batch": True}
+    with pytest.raises(SpecError, match="max_batch: true is a yes/no, not a number"):
+        spec_from_dict(d)

@@ -31,11 +31,20 @@ def read_space(data: object, where: str) -> dict[str, list]:
     if not isinstance(axes, dict) or not axes:
         raise ApmwError(f"{where}: a space is a mapping with 'axes': {{spec.field: [values, ...]}}, e.g. "
                         "axes: {hardware.gpus_per_replica: [1, 2, 4, 8]}")
+    assert isinstance(data, dict)
+    unknown = [str(k) for k in data if k != "axes"]
+    if unknown:
+        raise ApmwError(f"{where}: unknown key(s) {', '.join(unknown)}: a space holds 'axes' only")
     for path, values in axes.items():
         if not isinstance(path, str) or path.count(".") < 1:
             raise ApmwError(f"{where}: axis {path!r} is not a dotted spec path such as serving.engine")
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        twice = sorted({t for t in seen if seen.count(t) > 1})
+        if twice:
+            raise ApmwError(f"{where}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
+                            "of the space: list it once")
     size = space_size(axes)
     if size > MAX_POINTS:
         raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
@@ -91,13 +100,22 @@ def points(axes: dict[str, list]) -> Iterator[tuple[int, dict]]:
 
 
 def check_paths(base: dict, axes: dict[str, list]) -> None:
-    """Every axis runs through sections of the spec (a section the spec leaves out is fine)."""
-    for path in axes:
+    """Every axis runs through sections of the spec (a section the spec leaves out is fine) to a field the spec
+    has: a misspelt axis is refused here, not found as every point pruned."""
+    from apmw.spec import SpecError, spec_from_dict
+
+    for path, values in axes.items():
         node: object = base
         for key in path.split(".")[:-1]:
             node = node.get(key, {}) if isinstance(node, dict) else None
             if not isinstance(node, dict):
                 raise ApmwError(f"axis {path}: {key} is not a section of the spec, so nothing lies under it")
+        try:
+            spec_from_dict(with_settings(base, {path: values[0]}), path="search space")
+        except SpecError as exc:
+            unknown = [line.strip() for line in str(exc).splitlines() if line.strip().startswith(f"{path}: unknown field")]
+            if unknown:
+                raise ApmwError(f"axis {unknown[0]}") from None
 
 
 def with_settings(base: dict, settings: dict) -> dict:

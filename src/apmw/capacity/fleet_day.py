@@ -9,7 +9,11 @@ replica carries. The hour gets
 with ``N*`` the agents one replica sustains within the SLO (``apmw plan``). Each replica then
 carries ``n_h = N_h / replicas_h <= N*`` agents, whose closed loop gives ``R`` again (lighter load,
 shorter tasks): the two are solved together by fixed-point iteration, starting from ``R`` at ``N*``
-(an upper bound, so the iteration only lowers ``N_h``). Power is the replica's at ``n_h`` agents
+(an upper bound, so the iteration only lowers ``N_h``). Near N*, where R rises steeply with the load,
+two loads can satisfy both: a lower one, and one just below N* that a burst of arrivals tips into. Starting
+from above, the iteration keeps the higher, a stability margin the headroom alone does not give: with the
+lower, the bundled coding-agent's peak hour would take 26 replicas instead of 30, and its simulated day
+(``apmw fleet --simulate``, seed 7, tests/sim/test_fleet_day_sim.py) queues 9,834 tasks there instead of none. Power is the replica's at ``n_h`` agents
 (:class:`apmw.perf.PowerModel`, the one power formula), for every replica that is up; GPU time is
 billed for every replica that is up. A month is 365.25 / 12 days.
 

@@ -160,10 +160,23 @@ def test_a_power_cap_names_the_hours_over_it_and_the_fleet_that_fits():
     assert over and d["hours_over_power_cap"] == over
     fits = d["within_power_cap"]
     assert fits["replicas"] == int(cap_mw * 1e6 // per_replica)
-    assert fits["concurrent_agents"] == fits["replicas"] * result.agents_per_replica
+    headroom = result.spec.fleet.headroom
+    assert fits["concurrent_agents"] == pytest.approx(fits["replicas"] * result.agents_per_replica / (1 + headroom))
     assert fits["tasks_per_hour"] == pytest.approx(fits["concurrent_agents"] / result.at.task_latency_mean_s * 3600)
     roomy = fleet_day(plan(_spec(power_cap_mw=1e3))).to_dict()
     assert roomy["hours_over_power_cap"] == []
+
+
+@pytest.mark.parametrize("headroom", [0.0, 0.1, 0.3])
+def test_the_demand_a_power_cap_is_said_to_hold_is_sized_inside_it(headroom):
+    per_replica = plan(_spec()).economics.provisioned_power_w
+    cap_mw = 3.5 * per_replica / 1e6                  # three replicas fit
+    fits = fleet_day(plan(_spec(power_cap_mw=cap_mw, headroom=headroom))).within_power_cap()
+    assert fits["replicas"] == 3
+    flat = fleet_day(plan(_spec(power_cap_mw=cap_mw, headroom=headroom,
+                                tasks_per_hour=[math.floor(fits["tasks_per_hour"])] * 24)))
+    assert flat.hours_over_power_cap == []
+    assert max(h.replicas for h in flat.hours) == 3
 
 
 def test_the_cli_exits_2_when_the_fleet_does_not_fit_its_hall(tmp_path):

@@ -19,7 +19,8 @@ billed for every replica that is up. A month is 365.25 / 12 days.
 
 With ``fleet.power_cap_mw`` (the hall's power), the hours whose provisioned facility power does
 not fit are named, and the largest fleet that fits is given: ``floor(cap / provisioned power per
-replica)`` replicas at N* agents each, and the tasks per hour they start at N*'s task time.
+replica)`` replicas at ``N* / (1 + headroom)`` agents each, and the tasks per hour they start at N*'s
+task time (a day of that demand is sized at those replicas).
 
 The day is a forecast that repeats, so the autoscaler scales ahead of it: the replicas the next
 hour adds start ``fleet.scale_up_s`` before it (provisioning, weight load, warm-up), billed and
@@ -116,11 +117,13 @@ class FleetDay:
         return [] if cap is None else [h.hour for h in self.hours if h.provisioned_power_w > cap * 1e6 * (1 + 1e-12)]
 
     def within_power_cap(self) -> dict | None:
-        """How big a fleet fits in the cap: replicas, agents at N* each, and the tasks per hour they start."""
+        """How big a fleet fits in the cap: replicas, the agents they hold with the headroom (N* / (1 + headroom)
+        each, as the hours are sized), and the tasks per hour they start at N*'s task time (a day of that demand
+        is sized at these replicas)."""
         if self.power_cap_mw is None:
             return None
         replicas = math.floor(self.power_cap_mw * 1e6 / self.provisioned_w_per_replica + 1e-9)
-        agents = replicas * self.agents_per_replica_max
+        agents = replicas * self.agents_per_replica_max / (1 + self.headroom)
         return {"replicas": replicas, "concurrent_agents": agents,
                 "tasks_per_hour": agents / self.task_latency_at_n_star_s * 3600.0}
 

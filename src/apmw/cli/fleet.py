@@ -139,7 +139,7 @@ def _summary(d: dict) -> list[str]:
                                                  f", N* sized at the peak's {d['routing']['replicas']:,} replicas"),
     ] + ([] if d["within_power_cap"] is None else [
         f"inside the {d['power_cap_mw']:g} MW cap: at most {d['within_power_cap']['replicas']:,} replicas, "
-        f"{d['within_power_cap']['concurrent_agents']:,} agents at once, "
+        f"{d['within_power_cap']['concurrent_agents']:,.0f} agents at once, "
         f"{d['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour"]) + ([] if d["api_cost_per_task_usd"] is None else [
         f"the same tasks on the API priced in the spec: ${d['api_cost_per_task_usd']:,.4f} per task, "
         f"${d['api_cost_per_day_usd']:,.2f} a day"])

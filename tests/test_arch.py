@@ -454,7 +454,10 @@ def test_dsa_reads_top_k_latents_and_every_index_key(arch):
 
 def test_checkpoint_expert_dtype_and_pricing_experts_apart(arch):
     assert arch("DeepSeek-V4-Flash").expert_dtype_in_checkpoint == "fp4"    # config: expert_dtype fp4
-    assert arch("DeepSeek-V4-Pro").expert_dtype_in_checkpoint == "fp8"      # config names none: quant_method
+    pro = arch("DeepSeek-V4-Pro")          # its config names none: V4's published checkpoints' fp4, said in a note
+    assert pro.expert_dtype_in_checkpoint == "fp4"
+    assert any("does not state expert_dtype: taken as fp4" in n for n in pro.notes)
+    assert not any("expert_dtype" in n for n in arch("DeepSeek-V4-Flash").notes)
     assert arch("DeepSeek-V3").expert_dtype_in_checkpoint == "fp8"
     assert arch("gpt-oss-120b").expert_dtype_in_checkpoint == "fp4"         # mxfp4
     assert arch("Llama-3.1-8B").expert_dtype_in_checkpoint is None          # dense

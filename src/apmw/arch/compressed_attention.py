@@ -201,4 +201,6 @@ def v4_notes(c: Cfg, v4: _V4, vocab: int, top_k: int) -> list[str]:
         "checkpoint); the widened residual's elementwise mixing is not counted in FLOPs",
         f"{c.get('num_hash_layers', 0)} hash-routed MoE layer(s): experts from a token-id table "
         f"({vocab:,} x {top_k} int32, stored beside the weights), no routing bias",
-    ]
+    ] + ([] if c.get("expert_dtype") is not None else [
+        "the config does not state expert_dtype: taken as fp4, as DeepSeek's published V4 checkpoints store their "
+        "routed experts (pass --moe-dtype / model.moe_dtype for a checkpoint stored otherwise)"])

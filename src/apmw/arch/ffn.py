@@ -148,10 +148,19 @@ _CHECKPOINT_DTYPES = {"fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4", "fp8": "fp8"
                       "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
 
 
+# DeepSeek-V4's published checkpoints (Pro and Flash) store their routed experts in FP4 and the rest in FP8
+# (../shared/data/README.md, the V4 configs; DeepSeek's V4 release). V4-Flash's config.json says so in
+# ``expert_dtype``; V4-Pro's, as published, does not.
+V4_EXPERT_DTYPE = "fp4"
+
+
 def _checkpoint_expert_dtype(c: Cfg) -> str | None:
-    """The dtype the published checkpoint stores routed experts in: ``expert_dtype`` (V4), else the
-    checkpoint's quantisation method, else its torch_dtype; None when none of them says."""
+    """The dtype the published checkpoint stores routed experts in: ``expert_dtype`` (V4; a V4 config without it
+    is taken as V4's published checkpoints store them, :data:`V4_EXPERT_DTYPE`), else the checkpoint's
+    quantisation method, else its torch_dtype; None when none of them says."""
     spelled = c.get("expert_dtype")
+    if spelled is None and c.get("compress_ratios") is not None:
+        spelled = V4_EXPERT_DTYPE
     if spelled is None:
         spelled = (c.get("quantization_config") or {}).get("quant_method")
     if spelled is None:

@@ -84,7 +84,7 @@ def test_a_busier_hour_never_gets_fewer_replicas(day):
 @pytest.mark.parametrize("value,words", [
     (DAY[:23], "at least 24 items"),
     (DAY[:23] + [-5], "hour 23 has -5"),
-    (DAY[:23] + [1e12], "each hour needs 0 to 1e9 tasks"),
+    (DAY[:23] + [1e12], "each hour needs 0 to 1,000,000,000 tasks"),
 ])
 def test_a_bad_day_is_refused_by_field(value, words):
     with pytest.raises(SpecError, match=words):
@@ -296,3 +296,25 @@ def test_a_week_is_not_simulated_but_says_why(tmp_path):
     path.write_text(yaml.safe_dump({**small_spec_dict(), "fleet": {"tasks_per_hour": DAY * 7}}))
     r = _fleet_cli(path, "--simulate")
     assert r.returncode == 1 and "simulates one day" in r.stderr and "168 values" in r.stderr
+
+
+def test_the_replicas_an_hour_needs_are_the_first_count_that_fits_found_by_bisection():
+    from apmw.capacity.fleet_day import smallest_fitting
+
+    for threshold in range(1, 40):
+        asked: list[int] = []
+
+        def fits(r: int) -> bool:
+            asked.append(r)
+            return r >= threshold
+
+        assert smallest_fitting(fits, 1, 40) == threshold
+        assert len(asked) <= 7                            # log2(40) + 1, not a scan
+    assert smallest_fitting(lambda r: False, 5, 5) == 5    # low meets high: as the scan it replaces
+    assert smallest_fitting(lambda r: False, 9, 5) == 9
+
+
+def test_a_day_of_a_billion_tasks_an_hour_is_sized_in_moments():
+    result = plan(_spec(tasks_per_hour=[1e9] * 24, headroom=0.0))
+    hours = fleet_day(result, compare_routing=False).hours
+    assert hours[0].replicas >= 1e9 / 3600 * result.search.single_agent.task_latency_mean_s / result.agents_per_replica

@@ -301,3 +301,10 @@ def test_a_rate_sweep_answers_the_rates_within_capacity_and_says_why_not_the_oth
     assert "exceeds the replica's capacity" in high["error"]
     r = run(*base, "--request-rate", "1000")
     assert r.returncode != 0 and "exceeds the replica's capacity" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fleet_refuses_a_replicas_scale_past_a_billion_tasks_an_hour():
+    r = run("fleet", str(EXAMPLES / "coding-agent.yaml"), "--replicas-scale", "1e9")
+    assert r.returncode == 1
+    assert "--replicas-scale 1e+09 makes the busiest hour" in r.stderr and "use a scale of at most" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -327,12 +327,27 @@ def _needed(sz: Sizing, tasks: float) -> int:
     rate, need = tasks / 3600.0, 1 + fleet.headroom
     replicas = max(fleet.min_replicas, math.ceil(rate * sz.fastest_s * need / n_star - 1e-9))
     upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
-    while rate > 0 and 0 < replicas < upper:
-        n, _ = _load(sz.evaluate, rate, replicas, n_star, slowest_s)
-        if n * need <= n_star + 1e-9:
-            break
-        replicas += 1
-    return replicas
+    if rate <= 0 or replicas <= 0:
+        return replicas
+
+    def fits(r: int) -> bool:           # more replicas carry less each: true from some count on (upper fits)
+        return r >= upper or _load(sz.evaluate, rate, r, n_star, slowest_s)[0] * need <= n_star + 1e-9
+
+    return smallest_fitting(fits, replicas, upper)
+
+
+def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int:
+    """The smallest count in [low, high] that ``fits``, given ``fits(high)`` and that it stays true above any count
+    where it holds (bisection: a day of a billion tasks an hour asks a few dozen counts, not millions)."""
+    if low >= high or fits(low):
+        return low
+    while high - low > 1:               # fits(high), not fits(low)
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def _hour(sz: Sizing, hour: int, tasks: float, needed: int, replicas: int, warming: int) -> FleetHour:

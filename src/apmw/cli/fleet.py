@@ -15,6 +15,7 @@ from rich.table import Table
 from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
+from apmw.spec.economics import MAX_TASKS_PER_HOUR
 
 CSV_COLUMNS = ("hour", "tasks", "concurrent_agents", "task_latency_mean_s", "replicas_needed", "replicas",
                "replicas_warming", "gpus", "gpu_hours", "agents_per_replica",
@@ -242,8 +243,12 @@ def _scaled(s, scale: float):
         raise ApmwError(f"--replicas-scale must be a positive number, got {scale}")
     if scale == 1.0 or s.fleet.tasks_per_hour is None:
         return s
-    return s.model_copy(update={"fleet": s.fleet.model_copy(
-        update={"tasks_per_hour": [t * scale for t in s.fleet.tasks_per_hour]})})
+    scaled = [t * scale for t in s.fleet.tasks_per_hour]
+    if max(scaled) > MAX_TASKS_PER_HOUR:
+        raise ApmwError(f"--replicas-scale {scale:g} makes the busiest hour {max(scaled):.3g} tasks; an hour starts at "
+                        f"most {MAX_TASKS_PER_HOUR:,.0f} tasks: use a scale of at most "
+                        f"{MAX_TASKS_PER_HOUR / max(s.fleet.tasks_per_hour):.3g}")
+    return s.model_copy(update={"fleet": s.fleet.model_copy(update={"tasks_per_hour": scaled})})
 
 
 def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed: int, replications: int,

@@ -60,6 +60,7 @@ from typing import Callable
 import numpy as np
 
 from apmw.capacity.economics import economics
+from apmw.capacity.fleet_day import smallest_fitting
 from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.plan import Plan
 from apmw.errors import ApmwError
@@ -133,18 +134,21 @@ def replicas_needed(table: dict, rate_per_s: float) -> int:
     n_star, means, need = table["n_star"], table["latency_mean_s"], 1.0 + table["headroom"]
     low = max(table["min_replicas"], math.ceil(rate_per_s * means[1] * need / n_star - 1e-9))
     high = max(table["min_replicas"], math.ceil(rate_per_s * means[n_star] * need / n_star - 1e-9))
-    r = low
-    while rate_per_s > 0 and 0 < r < high:
+    if rate_per_s <= 0 or low <= 0:
+        return low
+
+    def fits(r: int) -> bool:
+        if r >= high:
+            return True
         n = rate_per_s * means[n_star] / r
         for _ in range(LITTLE_ITERATIONS):
             n_next = rate_per_s * means[max(1, min(n_star, math.ceil(n - 1e-9)))] / r
             if abs(n_next - n) <= 1e-9 * max(n, 1.0):
                 break
             n = n_next
-        if n * need <= n_star + 1e-9:
-            break
-        r += 1
-    return r
+        return n * need <= n_star + 1e-9
+
+    return smallest_fitting(fits, low, high)
 
 
 def simulate_cells(base: dict, batch: list[tuple[int, dict]]) -> list[dict]:

@@ -41,6 +41,8 @@ class ApiPrice(Section):
 
 # Hours in a year of 365.25 days: what a capex is amortised over, year by year.
 HOURS_PER_YEAR = 365.25 * 24
+# Tasks an hour of fleet.tasks_per_hour may start: a billion, far past any fleet's (each is a sampled session).
+MAX_TASKS_PER_HOUR = 1e9
 
 
 class Capex(Section):
@@ -139,7 +141,7 @@ class Fleet(Section):
         if v is not None and len(v) not in (24, 168):
             raise ValueError(f"{len(v)} values; give 24 (a day, hour 0 first) or 168 (a week from Monday 00:00)")
         if v is not None:
-            bad = [i for i, x in enumerate(v) if not 0 <= x <= 1e9]
+            bad = [i for i, x in enumerate(v) if not 0 <= x <= MAX_TASKS_PER_HOUR]
             if bad:
-                raise ValueError(f"hour {bad[0]} has {v[bad[0]]!r} tasks; each hour needs 0 to 1e9 tasks")
+                raise ValueError(f"hour {bad[0]} has {v[bad[0]]!r} tasks; each hour needs 0 to {MAX_TASKS_PER_HOUR:,.0f} tasks")
         return v

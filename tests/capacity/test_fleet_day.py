@@ -318,3 +318,11 @@ def test_a_day_of_a_billion_tasks_an_hour_is_sized_in_moments():
     result = plan(_spec(tasks_per_hour=[1e9] * 24, headroom=0.0))
     hours = fleet_day(result, compare_routing=False).hours
     assert hours[0].replicas >= 1e9 / 3600 * result.search.single_agent.task_latency_mean_s / result.agents_per_replica
+
+
+def test_replicas_that_start_at_once_are_never_shown_warming():
+    instant = fleet_day(plan(_spec(tasks_per_hour=DAY, min_replicas=0)), compare_routing=False)
+    assert [h.replicas_warming for h in instant.hours] == [0] * 24
+    ahead = fleet_day(plan(_spec(tasks_per_hour=DAY, min_replicas=0, scale_up_s=600)), compare_routing=False)
+    assert any(h.replicas_warming for h in ahead.hours)
+    assert instant.owned() is None or instant.owned()["gpus"] == max(h.gpus for h in instant.hours)

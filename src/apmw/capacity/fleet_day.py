@@ -292,8 +292,10 @@ def day_hours(sizings: Sequence[Sizing], rates: Sequence[float]) -> list[FleetHo
     ``sizings[h]`` (the fleet policy is the first sizing's spec's); the period repeats."""
     period = len(rates)
     needed = [_needed(sizings[h], rates[h]) for h in range(period)]
-    up = _kept_up(needed, sizings[0].spec.fleet.scale_down_delay_s)
-    return [_hour(sizings[h], h, rates[h], needed[h], up[h], max(up[(h + 1) % period] - up[h], 0))
+    fleet = sizings[0].spec.fleet
+    up = _kept_up(needed, fleet.scale_down_delay_s)
+    ahead = fleet.scale_up_s > 0            # replicas that start at once are never seen warming
+    return [_hour(sizings[h], h, rates[h], needed[h], up[h], max(up[(h + 1) % period] - up[h], 0) if ahead else 0)
             for h in range(period)]
 
 

@@ -54,6 +54,7 @@ from apmw.capacity.economics import J_PER_KWH, economics
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.plan import Plan, plan
 from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
+from apmw.capacity.search import largest_below
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, Replica
 from apmw.spec import Spec
@@ -343,13 +344,7 @@ def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int:
     where it holds (bisection: a day of a billion tasks an hour asks a few dozen counts, not millions)."""
     if low >= high or fits(low):
         return low
-    while high - low > 1:               # fits(high), not fits(low)
-        mid = (low + high) // 2
-        if fits(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+    return largest_below(lambda r: not fits(r), low, high) + 1      # the last count that does not fit, and one
 
 
 def _hour(sz: Sizing, hour: int, tasks: float, needed: int, replicas: int, warming: int) -> FleetHour:

@@ -39,7 +39,7 @@ def largest_passing(ok: Callable[[int], bool], limit: int = MAX_AGENTS) -> int:
     lo, hi = 1, 2
     while hi <= limit and ok(hi):
         lo, hi = hi, hi * 2
-    return _bisect(ok, lo, min(hi, limit + 1))
+    return largest_below(ok, lo, min(hi, limit + 1))
 
 
 def largest_near(ok: Callable[[int], bool], guess: int, limit: int = MAX_AGENTS) -> int:
@@ -49,14 +49,14 @@ def largest_near(ok: Callable[[int], bool], guess: int, limit: int = MAX_AGENTS)
         lo, step = guess, 1
         while lo + step <= limit and ok(lo + step):
             lo, step = lo + step, step * 2
-        return _bisect(ok, lo, min(lo + step, limit + 1))
+        return largest_below(ok, lo, min(lo + step, limit + 1))
     hi, step = guess, 1
     while hi - step > 0 and not ok(hi - step):
         hi, step = hi - step, step * 2
-    return _bisect(ok, max(hi - step, 0), hi)
+    return largest_below(ok, max(hi - step, 0), hi)
 
 
-def _bisect(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+def largest_below(ok: Callable[[int], bool], lo: int, hi: int) -> int:
     """Largest n in [lo, hi) with ok(n), given ok(lo) (or lo = 0) and not ok(hi) (or hi past the limit)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2

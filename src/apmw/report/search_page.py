@@ -120,7 +120,7 @@ ${best['cost_per_session_usd']:,.4f} per session, task p95 {best['task_latency_p
 <h2>Best per objective</h2>
 {_table(['objective', 'settings', 'value'], best_rows)}"""
     reasons = [[why, f"{n:,}"] for why, n in answer["pruned_by_reason"].items()]
-    pruned = ("<p>None.</p>" if not reasons else _table(["reason", "points"], reasons))
+    pruned = ("<p>No point was pruned.</p>" if not reasons else _table(["reason", "points"], reasons))
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     axis_rows = [[path, ", ".join(json.dumps(v) if isinstance(v, (dict, list)) else str(v) for v in values)]
                  for path, values in axes.items()]

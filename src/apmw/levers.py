@@ -32,6 +32,7 @@ from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
 from apmw.perf import resolve_gpu, resolve_policy
+from apmw.perf.interconnect import scaleup_domain_gpus
 from apmw.perf.replica import kv_dtype_refusal
 from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
 
@@ -191,8 +192,8 @@ def _gpus(factor: float) -> Callable[[Spec, Plan], Spec | None]:
         if spec.serving.parallelism is not None or spec.serving.attention_data_parallel:
             return None         # a layout says how its GPUs split: halving them is another layout
         g = spec.hardware.gpus_per_replica * factor
-        # 8 GPUs is the NVLink domain of an HGX node: tensor parallelism does not span nodes
-        if g < 1 or g != int(g) or g > 8:
+        # tensor parallelism stays inside the scale-up domain (8 GPUs on an HGX node, 72 on an NVL72 rack)
+        if g < 1 or g != int(g) or g > scaleup_domain_gpus(resolve_gpu(spec.hardware.gpu)):
             return None
         return _with(spec, "hardware", gpus_per_replica=int(g))
     return change

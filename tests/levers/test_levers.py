@@ -119,3 +119,15 @@ def test_levers_a_llamacpp_server_cannot_take_are_not_offered():
     assert names and not names & {"policy_retain", "policy_offload", "policy_ttl", "speculative_decoding"}
     vllm = {r.lever for r in evaluate_levers(spec_with(max_batch=8, tool_wait_kv_policy="evict"))}
     assert "policy_retain" in vllm
+
+
+@pytest.mark.parametrize("gpu,doubled", [("H200", None), ("GB300", 16)])
+def test_doubling_the_gpus_stays_inside_the_scale_up_domain(gpu, doubled):
+    from apmw.levers import LEVERS
+
+    d = small_spec_dict()
+    d["hardware"] = {"gpu": gpu, "gpus_per_replica": 8}
+    spec = spec_from_dict(d)
+    (lever,) = [lv for lv in LEVERS if lv.name == "gpus_x2"]
+    changed = lever.change(spec, None)
+    assert (None if changed is None else changed.hardware.gpus_per_replica) == doubled

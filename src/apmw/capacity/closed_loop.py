@@ -136,8 +136,9 @@ class ClosedLoopModel:
         self.max_batch = max_batch or replica.policy.max_batch
         self.prefill = prefill_stage(spec, replica, sample)
         self.mixed = replica.policy.mixed_prefill
+        self.recv_interval, self.token_budget = replica.policy.recv_interval, replica.policy.token_budget
         self.curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
-                                  mixed=self.mixed)
+                                  mixed=self.mixed, recv_interval=self.recv_interval, token_budget=self.token_budget)
         self.slots = replica.policy.slot_prompt_cache
         self.cache = LruSurvival.from_sample(sample)
         self.slot_cache = SlotSurvival.from_sample(sample) if self.slots else None
@@ -155,7 +156,9 @@ class ClosedLoopModel:
             self.lost = lost_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=RETAINED_LOST)
         if self.found is not None and self.lost is not None:
             def curve_of(s: SessionSample) -> EngineCurve:     # the policy's own sample has its curve
-                return self.curve if s is sample else engine_curve(replica.step, s, self.max_batch, mixed=self.mixed)
+                return self.curve if s is sample else engine_curve(replica.step, s, self.max_batch, mixed=self.mixed,
+                                                                      recv_interval=self.recv_interval,
+                                                                      token_budget=self.token_budget)
 
             self.found_curve, self.lost_curve = curve_of(self.found), curve_of(self.lost)
             self._samples = _Blend(self.found, self.lost)

@@ -67,19 +67,21 @@ _CURVES: OrderedDict[tuple, tuple[weakref.ref, weakref.ref, EngineCurve]] = Orde
 
 
 def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False,
-                 mixed: bool = True) -> EngineCurve:
+                 mixed: bool = True, *, recv_interval: int = 1, token_budget: int | None = None) -> EngineCurve:
     """:func:`build_engine_curve`, or the first ``max_batch`` rows of one built before for the same step model
     and sample at a larger batch limit (the same values: its rows are read-only)."""
-    key = (id(step), id(s), decode_only, mixed)
+    key = (id(step), id(s), decode_only, mixed, recv_interval, token_budget)
     entry = _CURVES.get(key)
     built = entry[2] if entry is not None and entry[0]() is step and entry[1]() is s else None
     if built is not None and len(built.batch) >= max_batch:
         _CURVES.move_to_end(key)
         return built.up_to(max_batch)
     if built is None:
-        curve = build_engine_curve(step, s, max_batch, decode_only, mixed)
+        curve = build_engine_curve(step, s, max_batch, decode_only, mixed, recv_interval=recv_interval,
+                                   token_budget=token_budget)
     else:
-        curve = built.then(build_engine_curve(step, s, max_batch, decode_only, mixed, first=len(built.batch) + 1))
+        curve = built.then(build_engine_curve(step, s, max_batch, decode_only, mixed, first=len(built.batch) + 1,
+                                              recv_interval=recv_interval, token_budget=token_budget))
     for rows in curve._rows().values():
         rows.flags.writeable = False
     _CURVES[key] = (weakref.ref(step), weakref.ref(s), curve)
@@ -90,7 +92,8 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
 
 
 def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only: bool = False,
-                       mixed: bool = True, first: int = 1) -> EngineCurve:
+                       mixed: bool = True, first: int = 1, *, recv_interval: int = 1,
+                       token_budget: int | None = None) -> EngineCurve:
     """Iteration times at each batch size ``b`` from ``first`` to ``max_batch``.
 
     Of ``b`` running calls, each is in a prefill iteration with probability
@@ -103,7 +106,9 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     other prefills); their mix over a call's life averages to the engine's mean.
 
     ``mixed=False`` (prefill first, SGLang: :mod:`apmw.perf.serving_policy`) prices the other kind
-    of engine with the same mixture: see :func:`_prefill_first_curve`.
+    of engine, whose prefill iterations follow the arrivals: see :func:`_prefill_first_curve`. Its
+    scheduler polls every ``recv_interval`` decode iterations and a prefill iteration takes at most
+    ``token_budget`` tokens (None: no limit but the chunk count the mixture holds).
     """
     # decode_only: prefill runs on another instance (disaggregation), iterations only decode
     iters = max(s.call_decode_iters, 1e-9) if decode_only else s.call_prefill_iters + s.call_decode_iters
@@ -132,7 +137,9 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         return (t * weight).sum(axis=1), share
 
     if not mixed and not decode_only:
-        return _prefill_first_curve(s, b[:, 0], iters, others, weight, mean_time)
+        alone = _prefill_alone(step, s, chunk, chunk_attn)
+        max_chunks = min(float(alone.chunks[-1]), max(token_budget / chunk, 1.0)) if token_budget else float(alone.chunks[-1])
+        return _prefill_first_curve(s, b[:, 0], iters, others, weight, mean_time, alone, recv_interval, max_chunks)
     t_prefill, share_prefill = mean_time(b - others - 1, others + 1)
     t_decode, share_decode = mean_time(b - others, others)
     t = q * t_prefill + (1 - q) * t_decode
@@ -145,31 +152,126 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
                        iterations_per_call=iters, compute_share=share, decoding=decoding)
 
 
+# Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).
+PREFILL_DRAWS = 256
+
+
+@dataclass(frozen=True)
+class PrefillAlone:
+    """A prefill-first engine's prefill iteration (chunks and nothing else) at ``chunks`` = 1..33 chunks:
+    its mean time, compute-bound share and time at mean chunks (:func:`_prefill_alone`). Between whole
+    counts, the line between them."""
+
+    chunks: np.ndarray
+    mean_time_s: np.ndarray
+    compute_share_at: np.ndarray
+    at_mean_chunk_s: np.ndarray
+
+    def mean_s(self, chunks: np.ndarray) -> np.ndarray:
+        return np.interp(chunks, self.chunks, self.mean_time_s)
+
+    def share(self, chunks: np.ndarray) -> np.ndarray:
+        return np.interp(chunks, self.chunks, self.compute_share_at)
+
+    def own_s(self, chunks: np.ndarray) -> np.ndarray:
+        return np.interp(chunks, self.chunks, self.at_mean_chunk_s)
+
+
+def _prefill_alone(step: StepModel, s: SessionSample, chunk: float, chunk_attn: float) -> PrefillAlone:
+    """An iteration of ``k`` = 1..33 chunks and nothing else (a prefill-first engine's prefill iteration):
+    its mean time and compute-bound share, and its time at ``k`` mean chunks.
+
+    The mean is over the calls' own chunk sizes, not at the mean size: where a small prompt touches few of
+    an MoE's experts (a 50-token chunk reads a fraction of the experts a 500-token one does) the time is
+    concave in the tokens, and a batch of typical prompts costs less than one of the mean prompt (where
+    the weights' read floors it, convex, and more). Each draw sums ``k`` sampled calls' chunks (tokens
+    per prefill iteration), consecutive in the sample (its calls are drawn at random), scaled so that
+    their mean is the mean ``chunk``; attention follows the tokens. The time at mean chunks is what a
+    call's own prefill is priced around (:func:`apmw.capacity.evaluate.evaluate` splits it into a base and
+    a cost per token, and a line through the mean chunk fits long prompts' TTFT better).
+    """
+    k = np.arange(1, MAX_PREFILLS_PER_ITERATION + 2, dtype=float)
+    per_call = s.call_prefill_tokens_sample / np.maximum(s.call_prefill_iters_sample, 1)
+    if not len(per_call) or per_call.mean() <= 0:
+        per_call = np.array([chunk])
+    per_call = per_call * (chunk / per_call.mean())
+    draws = np.resize(per_call, (int(k[-1]), PREFILL_DRAWS))               # row i: the i-th chunk of each draw
+    tokens = np.column_stack((np.cumsum(draws, axis=0), k * chunk))        # row k-1: k chunks; last: k means
+    alone = IterationLoad(decode_seqs=np.zeros_like(tokens), prefill_tokens=tokens,
+                          kv_read_bytes=k[:, None] * s.call_prefill_kv_bytes * np.ones_like(tokens),
+                          attention_flops=tokens * (chunk_attn / chunk))
+    t = step.iteration_time_s(alone) * (1.0 + s.draft_cost_fraction) * np.ones_like(tokens)
+    drawn = t[:, :-1]
+    share = (step.compute_share(alone) * np.ones_like(tokens))[:, :-1]
+    return PrefillAlone(k, drawn.mean(axis=1), (share * drawn).sum(axis=1) / drawn.sum(axis=1), t[:, -1])
+
+
 def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: np.ndarray, weight: np.ndarray,
-                         mean_time) -> EngineCurve:
+                         mean_time, alone: PrefillAlone, recv_interval: int, max_chunks: float) -> EngineCurve:
     """The engine curve when prefill iterations run alone and first (SGLang).
 
-    Of ``b`` running calls, ``K ~ Binom(b-1, q)`` others are prefilling, as in the mixed
-    curve. A prefill iteration carries the call's chunk and those of the others
-    (``m = 1 + E[K]`` chunks, no decoder); a decode iteration carries the ``d = b - E[K]``
-    decoders and no chunk. Calls complete at ``mu = 1 / (PF t_p / m + D t_d / d)``: each
-    pays its share of the prefill iterations and of the decode iterations that advance it.
-    A call's residence at batch ``b`` is ``b / mu``; what its own prefill iterations do not
-    take of it is its time per output token, stalls behind the others' prefills included.
-    ``mean_time(decode, prefills)`` is :func:`engine_curve`'s weighted iteration time.
+    Of ``b`` running calls, ``K ~ Binom(b-1, q)`` are prefilling, as in the mixed curve, and the
+    ``d = b - E[K]`` others decode: a decode iteration carries them and no chunk. A prefill
+    iteration carries no decoder and runs whenever a chunk waits at the scheduler's poll, so how
+    many there are follows the arrivals (:func:`prefill_runs`), not the batch: a call's time per
+    output token is its decode iterations plus the prefill iterations that stall them.
+    ``mean_time(decode, prefills)`` is :func:`engine_curve`'s weighted iteration time and ``alone`` the
+    prefill iteration's (a call's own prefill is reported at mean chunks: :func:`_prefill_alone`).
     """
     zero = np.zeros_like(others)
-    t_pre, share_pre = mean_time(zero, others + 1)
     t_dec, share_dec = mean_time(b[:, None] - others, zero)
-    expected_others = (others * weight).sum(axis=1)
-    m, d = 1.0 + expected_others, b - expected_others
-    pre_s = s.call_prefill_iters * t_pre / m          # engine time per completed call, prefilling
-    dec_s = s.call_decode_iters * t_dec / d           # ... and decoding
-    per_call_s = pre_s + dec_s
+    d = b - (others * weight).sum(axis=1)
+    # chunks that arrive per decode iteration: d / D calls complete in one, and each brings PF chunks
+    arriving = s.call_prefill_iters * d / max(s.call_decode_iters, 1e-9)
+    per_decode, chunks = prefill_runs(arriving, t_dec, alone.mean_s, recv_interval, max_chunks)
+    t_pre, share_pre, t_own = alone.mean_s(chunks), alone.share(chunks), alone.own_s(chunks)
+    cycle_s = t_dec + per_decode * t_pre
+    per_call_s = max(s.call_decode_iters, 1e-9) * cycle_s / d     # engine time per completed call
     residence = b * per_call_s
     per_token = (residence - s.call_prefill_iters * t_pre) / max(s.call_decode_iters, 1e-9)
-    return EngineCurve(batch=b, iteration_s=residence / iters, prefill_iteration_s=t_pre,
+    return EngineCurve(batch=b, iteration_s=residence / iters, prefill_iteration_s=t_own,
                        decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
                        decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
-                       compute_share=(pre_s * share_pre + dec_s * share_dec) / per_call_s,
-                       decoding=dec_s / per_call_s * d)
+                       compute_share=(t_dec * share_dec + per_decode * t_pre * share_pre) / cycle_s,
+                       decoding=d * t_dec / cycle_s)
+
+
+# Bisection steps for the prefill iterations per decode iteration: bracketed within the token budget's chunk
+# count (at most 33), so 45 halvings leave them exact to about 1e-12.
+RUN_BISECTIONS = 45
+
+
+def prefill_runs(arriving: np.ndarray, t_decode: np.ndarray, prefill_s, recv_interval: int = 1,
+                 max_chunks: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill iterations per decode iteration, and chunks per prefill iteration, of a prefill-first engine.
+
+    The scheduler polls for waiting chunks after every prefill iteration and after every
+    ``recv_interval`` decode iterations, and runs a prefill iteration whenever one waits, with every
+    chunk that waits (at most ``max_chunks``, the token budget's worth). Chunks arrive at random
+    (Poisson) at ``arriving`` per decode iteration: in a cycle of length ``T`` (one decode iteration
+    and its share of prefill iterations) at rate ``r = arriving / T``. A block of ``recv_interval``
+    decode iterations is followed by a prefill iteration with probability ``1 - exp(-r R t_decode)``,
+    and each prefill iteration by another with probability ``p = 1 - exp(-r t_prefill)``: so
+    ``runs = (1 - exp(-r R t_decode)) / (R (1 - p))`` per decode iteration, carrying ``arriving``
+    chunks between them, ``arriving / runs`` each, and ``T = t_decode + runs x t_prefill``. The
+    more runs, the fewer chunks each and the longer the cycle, so the fewer follow: the one
+    consistent count is bisected. ``prefill_s(chunks)`` is a prefill iteration's time. The
+    simulator runs the same scheduler (:mod:`apmw.sim.engine`).
+    """
+    r_iters = float(recv_interval)
+    arriving = np.asarray(arriving, dtype=float)
+
+    def runs_after(runs: np.ndarray) -> np.ndarray:
+        """The prefill iterations per decode iteration that ``runs`` of them would bring about."""
+        t_pre = prefill_s(arriving / runs)
+        rate = arriving / (t_decode + runs * t_pre)
+        return -np.expm1(-rate * r_iters * t_decode) / r_iters * np.exp(np.minimum(rate * t_pre, 700.0))
+
+    # more runs carry fewer chunks each and lengthen the cycle, so fewer follow: one root, bisected
+    lo, hi = arriving / max_chunks, arriving.copy()
+    for _ in range(RUN_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        fewer = runs_after(mid) < mid
+        hi, lo = np.where(fewer, mid, hi), np.where(fewer, lo, mid)
+    runs = 0.5 * (lo + hi)
+    return runs, np.clip(arriving / runs, 1.0, max_chunks)

@@ -20,6 +20,30 @@ def test_which_engines_mix_prefill_with_decode():
     assert not mixes_prefill_with_decode("sglang")
     assert mixes_prefill_with_decode("sglang", mixed=True)        # SGLang --enable-mixed-chunk
     assert not mixes_prefill_with_decode("vllm", mixed=False)
+    # attention data parallel: each rank picks its own forward mode every step, so one rank's prompt runs
+    # beside the other ranks' decodes (SGLang's MLPSyncBatchInfo.local_forward_mode)
+    assert mixes_prefill_with_decode("sglang", attention_dp_ranks=8)
+    assert not mixes_prefill_with_decode("sglang", mixed=False, attention_dp_ranks=8)
+
+
+def test_attention_data_parallel_ranks_do_not_stall_each_other_for_a_prompt():
+    """DeepSeek-V4-Pro on SGLang over 8 B300s as DP8 x EP8: the replica's iterations carry one rank's prompt
+    beside the other ranks' decodes, so a decoder is not held up by another rank's prompt."""
+    import yaml
+    from pathlib import Path
+    from apmw.capacity import plan
+
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures/specs/deepseek-v4-pro.yaml").read_text())
+    d["hardware"] = {"gpu": "B300"}
+    d["serving"].update(engine="sglang", parallelism={"dp_attention": 8, "ep": 8})
+    d["serving"].pop("max_batch", None)
+    rep = replica_from_spec(spec_from_dict(d))
+    assert rep.policy.mixed_prefill
+    d["serving"]["mixed_prefill"] = False          # as if one scheduler ran the whole replica prefill-first
+    stalled = plan(spec_from_dict(d), agents=400).to_dict()
+    del d["serving"]["mixed_prefill"]
+    ranks = plan(spec_from_dict(d), agents=400).to_dict()
+    assert ranks["time_per_output_token_s"] < 0.9 * stalled["time_per_output_token_s"]
 
 
 def _iteration_kinds(monkeypatch, s) -> set[tuple[bool, bool]]:

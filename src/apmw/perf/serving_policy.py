@@ -90,14 +90,19 @@ from apmw.spec.spellings import engine_key
 PREFILL_FIRST_ENGINES = frozenset({"sglang"})
 
 
-def mixes_prefill_with_decode(engine: str, mixed: bool | None = None) -> bool:
-    """Whether ``engine`` puts prompt chunks in the same iteration as decodes.
+def mixes_prefill_with_decode(engine: str, mixed: bool | None = None, attention_dp_ranks: int = 1) -> bool:
+    """Whether ``engine`` puts prompt chunks in the same iteration as decodes, across the replica.
 
-    ``mixed`` overrides the engine's default (SGLang ``--enable-mixed-chunk``: True).
+    ``mixed`` overrides the engine's default (SGLang ``--enable-mixed-chunk``: True). Under attention
+    data parallelism (``attention_dp_ranks`` > 1) each rank's scheduler picks its own forward mode every
+    step and the ranks meet only in the MoE layers (SGLang's ``MLPSyncBatchInfo.local_forward_mode``,
+    ``srt/managers/scheduler_dp_attn_mixin.py``): one rank's prompt runs beside the other ranks' decodes,
+    so the replica's iterations mix them. ASSUMPTION: the prompting rank's own decoders, which wait out
+    its prefill step (about one rank in ``attention_dp_ranks`` of them), are left out.
     """
     if mixed is not None:
         return mixed
-    return engine not in PREFILL_FIRST_ENGINES
+    return engine not in PREFILL_FIRST_ENGINES or attention_dp_ranks > 1
 
 
 # Engines that reserve a request's KV to its last output token before admitting it.
@@ -407,7 +412,7 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         kv_memory_fraction=serving.kv_memory_fraction, memory_fraction_of_free=memory_fraction_of_free(e),
         draft_outside_share=draft_outside_share(e),
         workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
-        mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill),
+        mixed_prefill=mixes_prefill_with_decode(e, serving.mixed_prefill, attention_dp_ranks),
         iterations_ahead=iterations_scheduled_ahead(e, serving.overlap_scheduling),
         recv_interval=serving.scheduler_recv_interval or 1,
         reserved_output_share=reserved_output_share(e),

@@ -48,6 +48,7 @@ class LoopState:
     think_per_call_s: float          # Z
     batch_distribution: np.ndarray   # P(b = 0..max_batch)
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
+    stall_variance_s2: float         # variance of the prefill stall after a decode iteration (prefill first)
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
@@ -95,4 +96,5 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
         iteration_p95_s=iteration_p95,
+        stall_variance_s2=float((flow * curve.stall_variance_s2[idx]).sum()),
     )

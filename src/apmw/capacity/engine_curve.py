@@ -35,6 +35,7 @@ class EngineCurve:
     iterations_per_call: float
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
+    stall_variance_s2: np.ndarray  # variance of the prefill stall after one decode iteration (prefill first; else 0)
 
     def up_to(self, max_batch: int) -> "EngineCurve":
         """The curve for batch sizes 1..``max_batch`` (at most this one's): each batch size's row depends on
@@ -149,7 +150,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     decoding = (q * t_prefill * (b - 1) * (1 - q) + (1 - q) * t_decode * (1 + (b - 1) * (1 - q))) / t
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
-                       iterations_per_call=iters, compute_share=share, decoding=decoding)
+                       iterations_per_call=iters, compute_share=share, decoding=decoding,
+                       stall_variance_s2=np.zeros_like(b))
 
 
 # Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).
@@ -223,7 +225,7 @@ def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: 
     d = b - (others * weight).sum(axis=1)
     # chunks that arrive per decode iteration: d / D calls complete in one, and each brings PF chunks
     arriving = s.call_prefill_iters * d / max(s.call_decode_iters, 1e-9)
-    per_decode, chunks = prefill_runs(arriving, t_dec, alone.mean_s, recv_interval, max_chunks)
+    per_decode, chunks, runs_variance = prefill_runs(arriving, t_dec, alone.mean_s, recv_interval, max_chunks)
     t_pre, share_pre, t_own = alone.mean_s(chunks), alone.share(chunks), alone.own_s(chunks)
     cycle_s = t_dec + per_decode * t_pre
     per_call_s = max(s.call_decode_iters, 1e-9) * cycle_s / d     # engine time per completed call
@@ -233,7 +235,7 @@ def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: 
                        decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
                        decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
                        compute_share=(t_dec * share_dec + per_decode * t_pre * share_pre) / cycle_s,
-                       decoding=d * t_dec / cycle_s)
+                       decoding=d * t_dec / cycle_s, stall_variance_s2=runs_variance * t_pre ** 2)
 
 
 # Bisection steps for the prefill iterations per decode iteration: bracketed within the token budget's chunk
@@ -242,8 +244,9 @@ RUN_BISECTIONS = 45
 
 
 def prefill_runs(arriving: np.ndarray, t_decode: np.ndarray, prefill_s, recv_interval: int = 1,
-                 max_chunks: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
-    """Prefill iterations per decode iteration, and chunks per prefill iteration, of a prefill-first engine.
+                 max_chunks: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prefill iterations per decode iteration, chunks per prefill iteration, and the variance per decode
+    iteration of how many prefill iterations follow it, of a prefill-first engine.
 
     The scheduler polls for waiting chunks after every prefill iteration and after every
     ``recv_interval`` decode iterations, and runs a prefill iteration whenever one waits, with every
@@ -255,17 +258,25 @@ def prefill_runs(arriving: np.ndarray, t_decode: np.ndarray, prefill_s, recv_int
     ``runs = (1 - exp(-r R t_decode)) / (R (1 - p))`` per decode iteration, carrying ``arriving``
     chunks between them, ``arriving / runs`` each, and ``T = t_decode + runs x t_prefill``. The
     more runs, the fewer chunks each and the longer the cycle, so the fewer follow: the one
-    consistent count is bisected. ``prefill_s(chunks)`` is a prefill iteration's time. The
-    simulator runs the same scheduler (:mod:`apmw.sim.engine`).
+    consistent count is bisected. ``prefill_s(chunks)`` is a prefill iteration's time. How many
+    follow one block varies (none, or one plus a geometric number), and its variance per decode
+    iteration sets how unevenly the stalls fall on calls (:func:`apmw.capacity.evaluate.per_call_tpot_p95_s`).
+    The simulator runs the same scheduler (:mod:`apmw.sim.engine`).
     """
     r_iters = float(recv_interval)
     arriving = np.asarray(arriving, dtype=float)
 
-    def runs_after(runs: np.ndarray) -> np.ndarray:
-        """The prefill iterations per decode iteration that ``runs`` of them would bring about."""
+    def odds(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """At ``runs`` prefill iterations per decode iteration: the chance that a block of decode iterations
+        is followed by one, and the mean length of a series of them, ``1 / (1 - p)``."""
         t_pre = prefill_s(arriving / runs)
         rate = arriving / (t_decode + runs * t_pre)
-        return -np.expm1(-rate * r_iters * t_decode) / r_iters * np.exp(np.minimum(rate * t_pre, 700.0))
+        return -np.expm1(-rate * r_iters * t_decode), np.exp(np.minimum(rate * t_pre, 700.0))
+
+    def runs_after(runs: np.ndarray) -> np.ndarray:
+        """The prefill iterations per decode iteration that ``runs`` of them would bring about."""
+        first, series = odds(runs)
+        return first * series / r_iters
 
     # more runs carry fewer chunks each and lengthen the cycle, so fewer follow: one root, bisected
     lo, hi = arriving / max_chunks, arriving.copy()
@@ -274,4 +285,8 @@ def prefill_runs(arriving: np.ndarray, t_decode: np.ndarray, prefill_s, recv_int
         fewer = runs_after(mid) < mid
         hi, lo = np.where(fewer, mid, hi), np.where(fewer, lo, mid)
     runs = 0.5 * (lo + hi)
-    return runs, np.clip(arriving / runs, 1.0, max_chunks)
+    # a block's count is 0, or 1 plus a geometric number: mean first x series, second moment
+    # first x (2 series - 1) x series
+    first, series = odds(runs)
+    variance = (first * (2.0 * series - 1.0) * series - (first * series) ** 2) / r_iters
+    return runs, np.clip(arriving / runs, 1.0, max_chunks), np.maximum(variance, 0.0)

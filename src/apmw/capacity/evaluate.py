@@ -26,10 +26,12 @@ variance.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 import numpy as np
+from scipy.special import ndtr
 
 from apmw.capacity.closed_network import LoopState, solve_at
 from apmw.capacity.engine_curve import EngineCurve
@@ -160,6 +162,50 @@ def _arrival_draws(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
     return busy, exponential
 
 
+def per_call_tpot_p95_s(loop: LoopState, decode_iters: np.ndarray) -> float:
+    """The 95th percentile over calls of the time per decode iteration.
+
+    Two spreads, taken as independent and added as such (root sum of squares of each one's p95 less the
+    mean): the batch size the loop runs at (``loop.iteration_p95_s``, token-weighted), and, where prefill
+    iterations run alone (SGLang), how many of them stall one call's ``n`` decode iterations. That count
+    is a sum over its decode iterations, so its share of a call's time per iteration has a spread of
+    ``sqrt(variance / n)``: short calls meet a few stalls, or none, and are the slow and the fast ones.
+    ``decode_iters``: the sampled calls' decode iterations (calls with none have no time per token).
+    """
+    batch = max(loop.iteration_p95_s - loop.decode_iteration_s, 0.0)
+    if loop.stall_variance_s2 <= 0:
+        return loop.iteration_p95_s
+    stalls = np.sqrt(loop.stall_variance_s2) * stall_spread_p95(decode_iters)
+    return loop.decode_iteration_s + float(np.hypot(batch, stalls))
+
+
+# Bisection steps for the spread's 95th percentile (a quantile of a standard normal scaled by 1/sqrt(n)).
+SPREAD_BISECTIONS = 50
+_SPREADS: dict[int, tuple[weakref.ref, float]] = {}
+
+
+def stall_spread_p95(decode_iters: np.ndarray) -> float:
+    """The 95th percentile of ``Z / sqrt(n)`` over the calls (``Z`` standard normal, ``n`` a call's decode
+    iterations, calls with at least one): the p95 of the stall spread per unit standard deviation. The
+    same sample gives the same value at every agent count, so it is kept for the sample's array."""
+    key = id(decode_iters)
+    kept = _SPREADS.get(key)
+    if kept is not None and kept[0]() is decode_iters:
+        return kept[1]
+    n, count = np.unique(decode_iters[decode_iters >= 1], return_counts=True)
+    if not len(n):
+        return 0.0
+    root, share = np.sqrt(n), count / count.sum()
+    lo, hi = 0.0, 10.0
+    for _ in range(SPREAD_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if float((share * ndtr(mid * root)).sum()) < 0.95 else (lo, mid)
+    if len(_SPREADS) > 64:
+        _SPREADS.clear()
+    _SPREADS[key] = (weakref.ref(decode_iters), hi)
+    return hi
+
+
 def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float,
              agents: int, prefill: PrefillStage | None = None, demand: SessionSample | None = None) -> Evaluation:
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
@@ -222,7 +268,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * pools)
 
     ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
-    tpot_p95 = loop.iteration_p95_s / s.accepted_tokens_per_iteration
+    tpot_p95 = per_call_tpot_p95_s(loop, s.call_decode_iters_sample) / s.accepted_tokens_per_iteration
     verdict = check_slo(spec.slo, Tail(samples, 0.95), Tail(ttft, 0.95), tpot_p95)
     return Evaluation(
         agents=agents, loop=loop,

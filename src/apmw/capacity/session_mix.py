@@ -59,7 +59,7 @@ PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s",
             "prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
             "kv2_tool", "queue_gamma", "exposure_uniform")
 PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
-TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_queue_exp")
+TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_decode_iters_sample", "call_queue_exp")
 TIMELINE = ("timeline_kv_bytes", "timeline_prefill_iters", "timeline_decode_iters", "timeline_wait_s")
 PER_CALL_MEAN = ("call_prefill_iters", "call_decode_iters", "call_prefill_tokens", "call_prefill_kv_bytes",
                  "call_prefill_attn_flops")

@@ -103,6 +103,7 @@ class SessionSample:
     queue_gamma: np.ndarray
     call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
     call_prefill_tokens_sample: np.ndarray  # ... and their prefill tokens
+    call_decode_iters_sample: np.ndarray    # ... and their decode iterations
     call_queue_exp: np.ndarray
     # every call in session order, as the policy prices it: the KV it holds while it decodes, its
     # prefill and decode iterations and the tool wait after it (one agent's timeline, for the
@@ -408,6 +409,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         final_kv_bytes=final_kv,
         queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
         call_queue_exp=rng.exponential(1.0, len(tail_calls)),
+        call_decode_iters_sample=dec_iters[tail_calls],
         exposure_uniform=rng.random(sessions),
         timeline_kv_bytes=kv_decode[:n_calls], timeline_decode_iters=dec_iters[:n_calls],
         timeline_prefill_iters=np.ceil(own_prefill / replica.policy.token_budget), timeline_wait_s=wait_after[:n_calls],

@@ -48,7 +48,7 @@ class LoopState:
     think_per_call_s: float          # Z
     batch_distribution: np.ndarray   # P(b = 0..max_batch)
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
-    stall_variance_s2: float         # variance of the prefill stall after a decode iteration (prefill first)
+    stall_variance_s2: float         # variance of a decode iteration's time with the prompts it meets
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:

@@ -35,7 +35,8 @@ class EngineCurve:
     iterations_per_call: float
     compute_share: np.ndarray    # time-weighted compute-bound share of iterations at each b
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
-    stall_variance_s2: np.ndarray  # variance of the prefill stall after one decode iteration (prefill first; else 0)
+    stall_variance_s2: np.ndarray  # variance of a decode iteration's time with the prompts it carries or the
+    #                                prefill iterations after it (prefill first): the per-call TPOT spread
 
     def up_to(self, max_batch: int) -> "EngineCurve":
         """The curve for batch sizes 1..``max_batch`` (at most this one's): each batch size's row depends on
@@ -124,9 +125,9 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
 
     verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
 
-    def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Binomially weighted iteration time of ``decode`` decoders and ``prefills`` chunks,
-        and the iterations' time-weighted compute-bound share (drives power)."""
+        the iterations' time-weighted compute-bound share (drives power), and the time's variance."""
         load = IterationLoad(
             decode_seqs=decode * verify,
             prefill_tokens=prefills * chunk,
@@ -135,14 +136,15 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         )
         t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(weight)
         share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
-        return (t * weight).sum(axis=1), share
+        mean = (t * weight).sum(axis=1)
+        return mean, share, np.maximum((t * t * weight).sum(axis=1) - mean * mean, 0.0)
 
     if not mixed and not decode_only:
         alone = _prefill_alone(step, s, chunk, chunk_attn)
         max_chunks = min(float(alone.chunks[-1]), max(token_budget / chunk, 1.0)) if token_budget else float(alone.chunks[-1])
         return _prefill_first_curve(s, b[:, 0], iters, others, weight, mean_time, alone, recv_interval, max_chunks)
-    t_prefill, share_prefill = mean_time(b - others - 1, others + 1)
-    t_decode, share_decode = mean_time(b - others, others)
+    t_prefill, share_prefill, _ = mean_time(b - others - 1, others + 1)
+    t_decode, share_decode, decode_variance = mean_time(b - others, others)
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
     b = b[:, 0]
@@ -151,7 +153,7 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
                        iterations_per_call=iters, compute_share=share, decoding=decoding,
-                       stall_variance_s2=np.zeros_like(b))
+                       stall_variance_s2=decode_variance)
 
 
 # Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).
@@ -221,7 +223,7 @@ def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: 
     prefill iteration's (a call's own prefill is reported at mean chunks: :func:`_prefill_alone`).
     """
     zero = np.zeros_like(others)
-    t_dec, share_dec = mean_time(b[:, None] - others, zero)
+    t_dec, share_dec, decode_variance = mean_time(b[:, None] - others, zero)
     d = b - (others * weight).sum(axis=1)
     # chunks that arrive per decode iteration: d / D calls complete in one, and each brings PF chunks
     arriving = s.call_prefill_iters * d / max(s.call_decode_iters, 1e-9)
@@ -235,7 +237,7 @@ def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: 
                        decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
                        decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
                        compute_share=(t_dec * share_dec + per_decode * t_pre * share_pre) / cycle_s,
-                       decoding=d * t_dec / cycle_s, stall_variance_s2=runs_variance * t_pre ** 2)
+                       decoding=d * t_dec / cycle_s, stall_variance_s2=runs_variance * t_pre ** 2 + decode_variance)
 
 
 # Bisection steps for the prefill iterations per decode iteration: bracketed within the token budget's chunk

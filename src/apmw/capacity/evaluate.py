@@ -166,10 +166,12 @@ def per_call_tpot_p95_s(loop: LoopState, decode_iters: np.ndarray) -> float:
     """The 95th percentile over calls of the time per decode iteration.
 
     Two spreads, taken as independent and added as such (root sum of squares of each one's p95 less the
-    mean): the batch size the loop runs at (``loop.iteration_p95_s``, token-weighted), and, where prefill
-    iterations run alone (SGLang), how many of them stall one call's ``n`` decode iterations. That count
-    is a sum over its decode iterations, so its share of a call's time per iteration has a spread of
-    ``sqrt(variance / n)``: short calls meet a few stalls, or none, and are the slow and the fast ones.
+    mean): the batch size the loop runs at (``loop.iteration_p95_s``, token-weighted), and which of one
+    call's ``n`` decode iterations carry other calls' prompts: where prompts ride beside the decodes, how
+    many chunks each iteration holds; where prefill iterations run alone (SGLang), how many of them
+    follow each decode iteration (``loop.stall_variance_s2``, the variance per decode iteration). Summed
+    over a call's decode iterations, its share of the time per iteration has a spread of
+    ``sqrt(variance / n)``: short calls meet a few such iterations, or none, and are the slow and the fast ones.
     ``decode_iters``: the sampled calls' decode iterations (calls with none have no time per token).
     """
     batch = max(loop.iteration_p95_s - loop.decode_iteration_s, 0.0)

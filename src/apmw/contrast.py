@@ -6,7 +6,8 @@ Turned around, for power ``P``:
 
     agents/MW = (output tokens/s per MW) x (R / D)
 
-exactly. ``R / D`` -- seconds of task residence per output token -- is what
+exactly, for the analytic closed loop (the plans are ``apmw plan --analytic``'s; ``apmw plan``
+settles N* in the simulator, and can answer fewer agents). ``R / D`` -- seconds of task residence per output token -- is what
 tokens/s leaves out: tool waits, long contexts (slower tokens, more KV held) and
 many calls per task all stretch it. :func:`contrast` reports both factors for
 each workload and the ratio of each to the first workload, so the gap in
@@ -25,6 +26,7 @@ from apmw.capacity import Plan
 class ContrastRow:
     name: str
     agents_per_replica: int
+    agents_per_replica_source: str      # "analytic": the identity holds for the analytic closed loop
     agents_per_mw: float
     output_tokens_per_s: float
     output_tokens_per_s_per_mw: float
@@ -48,7 +50,8 @@ def contrast_row(name: str, p: Plan) -> ContrastRow:
     out_tok = float(p.sample.output_tokens.mean())
     r = d["task_latency_s"]["mean"]
     return ContrastRow(
-        name=name, agents_per_replica=d["agents_per_replica"], agents_per_mw=d["agents_per_mw"],
+        name=name, agents_per_replica=d["agents_per_replica"],
+        agents_per_replica_source=d["agents_per_replica_source"], agents_per_mw=d["agents_per_mw"],
         output_tokens_per_s=d["tokens_per_s"]["output"], output_tokens_per_s_per_mw=d["tokens_per_s"]["output"] / mw,
         output_tokens_per_task=out_tok, residence_s=r, residence_s_per_output_token=r / out_tok,
         calls_per_task=d["calls_per_session"],

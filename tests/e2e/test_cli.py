@@ -308,3 +308,12 @@ def test_fleet_refuses_a_replicas_scale_past_a_billion_tasks_an_hour():
     assert r.returncode == 1
     assert "--replicas-scale 1e+09 makes the busiest hour" in r.stderr and "use a scale of at most" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_contrast_says_its_agents_are_the_analytic_models():
+    # support-chat's analytic N* (20) is twice its checked one (10, README): contrast must not pass it off as plan's
+    args = [str(EXAMPLES / "coding-agent.yaml"), str(EXAMPLES / "support-chat.yaml")]
+    d = json.loads(run("contrast", *args, "--json").stdout)
+    assert {w["agents_per_replica_source"] for w in d["workloads"]} == {"analytic"}
+    text = run("contrast", *args).stdout
+    assert "analytic N*" in " ".join(text.split())

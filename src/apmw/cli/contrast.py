@@ -17,7 +17,7 @@ def contrast(
     specs: list[Path] = typer.Argument(..., help="two or more YAML specs"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Agents/MW = output tokens/s per MW x task seconds per output token, for each workload."""
+    """Agents/MW = output tokens/s per MW x task seconds per output token, for each workload, at the analytic N*."""
     from apmw.capacity import InfeasibleError, plan
     from apmw.contrast import contrast as build
     from apmw.spec import load_spec
@@ -34,7 +34,9 @@ def contrast(
     if as_json:
         emit_json(result)
         return
-    t = Table(title="agents/MW = (output tokens/s per MW) x (task seconds per output token)", title_justify="left")
+    t = Table(title="agents/MW = (output tokens/s per MW) x (task seconds per output token), at the analytic N*",
+              title_justify="left", caption="N* is the analytic model's, as `apmw plan --analytic`; `apmw plan SPEC` "
+              "settles it in the simulator and may answer fewer agents", caption_justify="left")
     for col in ("workload", "agents/MW", "out tok/s per MW", "s per out token", "calls/task", "prompt tok/call",
                 "KV tok/agent", "tool share", "binding"):
         t.add_column(col, justify="left" if col in ("workload", "binding") else "right")

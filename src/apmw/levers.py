@@ -54,7 +54,7 @@ class Lever:
     group: str
     relaxes: str
     description: str
-    change: Callable[[Spec, Plan], Spec | None]
+    change: Callable[[Spec, Plan], Spec | str]     # the changed spec, or why the lever does not apply
     detail: Callable[[Spec], str] | None = None   # what the changed spec chose (e.g. a searched split)
 
 
@@ -104,52 +104,60 @@ def _with(spec: Spec, section: str, **changes) -> Spec:
     return spec.model_copy(update={section: part})
 
 
-def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan], Spec | None]:
-    def change(spec: Spec, _: Plan) -> Spec | None:
+def _kv_dtype(target: str, lower_than: tuple[str, ...]) -> Callable[[Spec, Plan], Spec | str]:
+    def change(spec: Spec, _: Plan) -> Spec | str:
         if spec.model.kv_dtype not in lower_than:
-            return None
-        if kv_dtype_refusal(resolve_gpu(spec.hardware.gpu), target, spec.serving.engine):
-            return None
+            return f"the KV is already {spec.model.kv_dtype}"
+        refusal = kv_dtype_refusal(resolve_gpu(spec.hardware.gpu), target, spec.serving.engine)
+        if refusal:
+            return refusal
         return _with(spec, "model", kv_dtype=target)
     return change
 
 
-def _prefix_caching(spec: Spec, _: Plan) -> Spec | None:
-    return None if spec.serving.prefix_caching else _with(spec, "serving", prefix_caching=True)
+def _prefix_caching(spec: Spec, _: Plan) -> Spec | str:
+    return "prefix caching is already on" if spec.serving.prefix_caching else _with(spec, "serving", prefix_caching=True)
 
 
-def _policy(policy: str) -> Callable[[Spec, Plan], Spec | None]:
-    def change(spec: Spec, _: Plan) -> Spec | None:
-        if spec.serving.tool_wait_kv_policy == policy or not spec.serving.prefix_caching:
-            return None
+def _policy(policy: str) -> Callable[[Spec, Plan], Spec | str]:
+    def change(spec: Spec, _: Plan) -> Spec | str:
+        if spec.serving.tool_wait_kv_policy == policy:
+            return f"the tool-wait KV policy is already {policy}"
+        if not spec.serving.prefix_caching:
+            return "without prefix caching no context outlives its call, whatever the tool-wait policy"
         ttl = spec.workload.tool_wait_s.quantile(0.9) if policy == "ttl" else None
         if policy == "ttl" and ttl <= 0:
-            return None
+            return "the tool waits' p90 is 0 s: a ttl of it frees every context at once, as evict does"
         return _with(spec, "serving", tool_wait_kv_policy=policy, ttl_s=ttl)
     return change
 
 
-def _summarise(spec: Spec, p: Plan) -> Spec | None:
+def _summarise(spec: Spec, p: Plan) -> Spec | str:
     """Cap the history at half the mean peak context a session reaches (if that leaves room)."""
     s = p.sample
     mean_input_per_call = float(s.input_tokens.sum() / s.calls.sum())
     system = spec.workload.system_prompt_tokens
     peak_history = 2 * (mean_input_per_call - system)      # history grows ~linearly from 0 to its peak
     cap = int(system + peak_history / 2)
-    if spec.workload.summarize_at_tokens is not None or cap - spec.workload.system_prompt_tokens < 4 * SUMMARY_TOKENS:
-        return None
+    if spec.workload.summarize_at_tokens is not None:
+        return "the history is already summarised (workload.summarize_at_tokens)"
+    if cap - spec.workload.system_prompt_tokens < 4 * SUMMARY_TOKENS:
+        return (f"the history peaks at about {peak_history:,.0f} tokens: half of it leaves less than "
+                f"{4 * SUMMARY_TOKENS:,} tokens to summarise into {SUMMARY_TOKENS:,}")
     return _with(spec, "workload", summarize_at_tokens=cap, summary_tokens=SUMMARY_TOKENS)
 
 
-def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
+def _dp_attention(spec: Spec, p: Plan) -> Spec | str:
     """Only where tensor parallelism replicates KV (MLA, or fewer KV heads than GPUs): the same layout
     with its tp groups turned into attention data-parallel ranks. Only where the replica is priced on
     the roofline already: a DP layout is priced on the roofline (the tables compose TP replicas), so
     against a calibrated base the gain would be the estimator's, not the layout's."""
     if spec.serving.attention_data_parallel or p.replica.step.kv_replication <= 1:
-        return None
+        return "each sequence's KV is already held once (no tensor-parallel rank replicates it)"
     if p.replica.step.source != "roofline":
-        return None
+        return (f"the replica is priced from measured tables ({p.replica.step.source}), which compose "
+                "tensor-parallel replicas only: a data-parallel one would be priced on the roofline, and the gain "
+                "would be the estimator's, not the layout's")
     par = spec.serving.parallelism
     if par is None:
         return _with(spec, "serving", attention_data_parallel=True)
@@ -162,11 +170,12 @@ def _dp_attention(spec: Spec, p: Plan) -> Spec | None:
 PREFILL_SPLITS = (1, 2, 4, 8)
 
 
-def _disaggregate(spec: Spec, _: Plan) -> Spec | None:
+def _disaggregate(spec: Spec, _: Plan) -> Spec | str:
     """A separate prefill instance: the split (prefill GPUs) with the most agents per MW."""
     if spec.serving.disaggregation is not None:
-        return None
-    best, best_mw = None, -1.0
+        return "prefill is already disaggregated"
+    best: Spec | str = f"no prefill instance of {'/'.join(map(str, PREFILL_SPLITS))} GPUs gives a feasible plan"
+    best_mw = -1.0
     for n in PREFILL_SPLITS:
         candidate = _with(spec, "serving", disaggregation=Disaggregation(prefill_gpus=n))
         try:
@@ -179,22 +188,26 @@ def _disaggregate(spec: Spec, _: Plan) -> Spec | None:
     return best
 
 
-def _bigger_batch(spec: Spec, p: Plan) -> Spec | None:
+def _bigger_batch(spec: Spec, p: Plan) -> Spec | str:
     return _with(spec, "serving", max_batch=p.replica.policy.max_batch * 2)
 
 
-def _speculative(spec: Spec, _: Plan) -> Spec | None:
-    return None if spec.serving.speculative else _with(spec, "serving", speculative=SPECULATIVE_ASSUMED)
+def _speculative(spec: Spec, _: Plan) -> Spec | str:
+    return ("the spec already decodes speculatively" if spec.serving.speculative
+            else _with(spec, "serving", speculative=SPECULATIVE_ASSUMED))
 
 
-def _gpus(factor: float) -> Callable[[Spec, Plan], Spec | None]:
-    def change(spec: Spec, _: Plan) -> Spec | None:
+def _gpus(factor: float) -> Callable[[Spec, Plan], Spec | str]:
+    def change(spec: Spec, _: Plan) -> Spec | str:
         if spec.serving.parallelism is not None or spec.serving.attention_data_parallel:
-            return None         # a layout says how its GPUs split: halving them is another layout
+            return "the spec's layout says how its GPUs split: another GPU count is another layout"
         g = spec.hardware.gpus_per_replica * factor
         # tensor parallelism stays inside the scale-up domain (8 GPUs on an HGX node, 72 on an NVL72 rack)
-        if g < 1 or g != int(g) or g > scaleup_domain_gpus(resolve_gpu(spec.hardware.gpu)):
-            return None
+        domain = scaleup_domain_gpus(resolve_gpu(spec.hardware.gpu))
+        if g < 1 or g != int(g):
+            return f"{spec.hardware.gpus_per_replica} GPUs do not split in two"
+        if g > domain:
+            return f"{int(g)} GPUs of tensor parallelism would leave the {domain}-GPU scale-up domain"
         return _with(spec, "hardware", gpus_per_replica=int(g))
     return change
 
@@ -231,6 +244,11 @@ LEVERS: tuple[Lever, ...] = (
 )
 
 
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def _replan(spec: Spec) -> Plan | None:
     try:
         return plan(spec)
@@ -238,24 +256,29 @@ def _replan(spec: Spec) -> Plan | None:
         return None
 
 
-def evaluate_levers(spec: Spec, base: Plan | None = None,
-                    progress: Callable[[str], None] | None = None) -> list[LeverResult]:
-    """Every applicable lever on ``spec``, best gain first."""
+def evaluate_levers(spec: Spec, base: Plan | None = None, progress: Callable[[str], None] | None = None,
+                    not_applicable: dict[str, str] | None = None) -> list[LeverResult]:
+    """Every applicable lever on ``spec``, best gain first. ``not_applicable`` (if given) gets each other
+    lever's reason: already so in the spec, refused by it, or a change that cannot be planned."""
     base = base or plan(spec)
     before = base.to_dict()
     results = []
+    skipped = not_applicable if not_applicable is not None else {}
     for lever in LEVERS:
-        try:
-            changed = lever.change(spec, base)
-        except ValueError:         # not a valid spec for this engine (the section refuses it)
-            continue
         if progress:
             progress(lever.name)
-        if changed is None:
+        try:
+            changed = lever.change(spec, base)
+        except ValueError as exc:         # not a valid spec for this engine (the section refuses it)
+            skipped[lever.name] = f"the spec refuses the change: {_first_line(exc)}"
+            continue
+        if isinstance(changed, str):
+            skipped[lever.name] = changed
             continue
         try:
             after = _replan(changed)
-        except ApmwError:          # e.g. the model no longer fits on fewer GPUs
+        except ApmwError as exc:          # e.g. the model no longer fits on fewer GPUs
+            skipped[lever.name] = f"the changed spec cannot be planned: {_first_line(exc)}"
             continue
         a = after.to_dict() if after else None
         results.append(LeverResult(

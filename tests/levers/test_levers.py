@@ -130,4 +130,26 @@ def test_doubling_the_gpus_stays_inside_the_scale_up_domain(gpu, doubled):
     spec = spec_from_dict(d)
     (lever,) = [lv for lv in LEVERS if lv.name == "gpus_x2"]
     changed = lever.change(spec, None)
-    assert (None if changed is None else changed.hardware.gpus_per_replica) == doubled
+    assert (None if isinstance(changed, str) else changed.hardware.gpus_per_replica) == doubled
+
+
+def test_every_lever_left_out_says_why():
+    d = long_context_long_waits()
+    reasons: dict[str, str] = {}
+    results = evaluate_levers(spec_from_dict(d), not_applicable=reasons)
+    from apmw.levers import LEVERS
+    assert {r.lever for r in results} | set(reasons) == {lever.name for lever in LEVERS}
+    assert not {r.lever for r in results} & set(reasons)
+    assert reasons["policy_retain"] == "the tool-wait KV policy is already retain"
+    assert reasons["prefix_caching"] == "prefix caching is already on"
+    assert all(why.strip() for why in reasons.values())
+
+
+def test_levers_json_lists_the_levers_that_do_not_apply(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps(long_context_long_waits()))
+    r = subprocess.run([APMW, "levers", str(spec), "--json", "--no-elasticities"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "policy_retain" in d["not_applicable"] and "policy_retain" not in {x["lever"] for x in d["levers"]}

@@ -34,7 +34,8 @@ def levers(
         with Progress(console=out if not as_json else None, transient=True, disable=as_json) as bar:
             task = bar.add_task("re-planning", total=total)
             step = lambda name: bar.update(task, advance=1, description=name)  # noqa: E731
-            results = evaluate_levers(s, base, progress=step)
+            not_applicable: dict[str, str] = {}
+            results = evaluate_levers(s, base, progress=step, not_applicable=not_applicable)
             if verify:
                 results = verify_levers(results, top=2, progress=step)
             elastic = {} if no_elasticities else elasticities(s, progress=step)
@@ -48,6 +49,7 @@ def levers(
                    "binding_constraint": base.search.binding_constraint,
                    "levers": [r.to_dict() for r in results],
                    "top_two": [r.lever for r in best],
+                   "not_applicable": not_applicable,
                    "elasticities": elastic})
         return
     t = Table(title=f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
@@ -72,6 +74,8 @@ def levers(
     lowered = [r.lever for r in results if r.gain < 1]
     if lowered:
         out.print(f"[red]lower agents/MW here:[/] {', '.join(lowered)}")
+    for name, why in not_applicable.items():
+        out.print(f"not applicable: {name}: {why}", markup=False, highlight=False)
     if elastic:
         e = Table(title="elasticity of agents/MW (d ln agents/MW / d ln x, +-10%)", title_justify="left")
         e.add_column("input")

@@ -264,3 +264,56 @@ def test_a_session_id_that_is_a_list_costs_its_line_only(tmp_path, fixture, fiel
     assert d["skipped_lines"] == 1 and d["lines_read"] == len(lines)
     (reason,) = d["skipped"]
     assert f"{field} must be a string or a number, got list" in reason
+
+
+# Session 31's fuzzing run (about 935 hostile inputs over every verb): what ended in an internal error or
+# was read silently wrong.
+SUPPORT = (EXAMPLES / "support-chat.yaml").read_text()
+WAITS = "  tool_wait_s: {p50: 126, p95: 612}"
+
+
+@pytest.mark.parametrize("text,words", [
+    ("workload:\n  ? {x: 1}\n  : 2\n", "a key must be a name or a number, not a list or a map"),
+    (SUPPORT.replace(WAITS, "  tool_wait_s: {quantiles: {0.0: 0, 0.5: 26, 0.50: 9000, 0.9: 9000}}"),
+     "'0.50' is given twice"),
+    (SUPPORT.replace(WAITS, "  tool_wait_s: {mean: true, p95: 3}"), "mean: true is a yes/no, not a number"),
+    (SUPPORT.replace(WAITS, "  tool_wait_s: {quantiles: {true: 5, 0.5: 3}}"), "the key true is a yes/no"),
+    (CODING.replace("tasks_per_hour: [609,", "tasks_per_hour: [true,"), "tasks_per_hour[0]: true is a yes/no"),
+    (CODING.replace("gpu_hour_usd: 2.5", "gpu_hour_usd: 1.0e+9"), "cost.gpu_hour_usd: Input should be less than"),
+    (CODING.replace("pue: 1.3", "pue: 1.0e+300"), "power.pue: Input should be less than or equal to 10"),
+    (SUPPORT.replace("  first_call_input_tokens: {mean: 11523, p95: 39039}", "  first_call_input_tokens: 500000"),
+     "100.0% of the workload's calls hold more tokens (prompt and output) than meta-llama/Meta-Llama-3.1-70B's "
+     "context window of 131,072 tokens"),
+])
+def test_what_fuzzing_found_in_specs_is_refused_where_it_is(tmp_path, text, words):
+    assert words in _clean(_plan_text(tmp_path, text))
+
+
+def test_calls_past_the_context_window_are_noted_with_their_share(tmp_path):
+    # deep-research's tail of long sessions outgrows gpt-oss-120b's window: priced as if served, and said so
+    r = _run("plan", str(EXAMPLES / "deep-research.yaml"), "--analytic", "--json")
+    _clean(r, 0)
+    (note,) = [w for w in json.loads(r.stdout)["warnings"] if "context window" in w]
+    assert "of the sampled calls hold more tokens" in note and "summarize_at_tokens" in note
+
+
+@pytest.mark.parametrize("args,words", [
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "2", "--seed", "-1"], "'--seed'"),
+    (["plan", str(EXAMPLES / "support-chat.yaml"), "--agents", "100000000"], "less than or equal to 1000000"),
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "4", "--request-overhead-ms", "inf"], "--request-overhead-ms must be a non-negative number"),
+    (["bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://127.0.0.1:99999", "--model", "m",
+      "--duration-s", "1"], "give a port from 1 to 65535"),
+])
+def test_what_fuzzing_found_in_flags_is_refused(args, words):
+    r = _run(*args, timeout=60)
+    assert "Traceback" not in r.stderr and r.returncode in (1, 2), (r.returncode, r.stderr)
+    assert words in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("name,data,words", [
+    ("cr_only.csv", b"a,b\r1,2\r3,4\r", "not readable as CSV"),
+    ("trace.parquet", b"PAR1" + bytes(64) + b"PAR1", "a Parquet file; apmw reads traces as JSONL or CSV"),
+])
+def test_a_trace_that_is_not_text_lines_is_refused(tmp_path, name, data, words):
+    assert words in _clean(_fit(tmp_path, name, data))

@@ -109,7 +109,7 @@ class Plan:
             "single_agent_task_latency_p95_s": one.task_latency_p95_s,
             "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
                                      (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s))
-            + [w for w in (unpriced_overflow(self.spec, ev),) if w],
+            + [w for w in (unpriced_overflow(self.spec, ev), past_window_note(self.replica, self.sample)) if w],
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,
@@ -216,6 +216,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
                    else replica_from_spec(spec, efficiency, calibrated=False))
     model = closed_loop_model(spec, replica)
     sample = model.sample
+    refuse_past_window(spec, replica, sample)
     result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:
@@ -235,6 +236,33 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
         fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus + (stage.gpus if stage else 0),
                            econ.facility_power_w, econ.provisioned_power_w)
     return Plan(spec=spec, replica=replica, sample=sample, search=result, at=at, economics=econ, fleet=fleet)
+
+
+# Calls past the model's context window that a plan prices as if served (an engine refuses them; an agent
+# framework truncates or summarises first): any are noted with their share; where they are most calls, the
+# workload is not one this model runs, and the plan is refused.
+MAX_PAST_WINDOW_SHARE = 0.5
+
+
+def past_window_note(replica: Replica, sample: SessionSample) -> str | None:
+    """A warning where some sampled calls exceed the model's context window (None where none do)."""
+    share = sample.call_past_window_share
+    if share <= 0:
+        return None
+    return (f"{share:.2%} of the sampled calls hold more tokens (prompt and output) than {replica.arch.name}'s "
+            f"{replica.arch.max_context_tokens:,}-token context window; an engine refuses them, and apmw prices them "
+            "as if served: set workload.summarize_at_tokens below the window to model what the agent does instead")
+
+
+def refuse_past_window(spec: Spec, replica: Replica, sample: SessionSample) -> None:
+    """Refuse a workload whose calls exceed the model's context window more than rarely."""
+    share = sample.call_past_window_share
+    if share > MAX_PAST_WINDOW_SHARE:
+        raise ApmwError(
+            f"{share:.1%} of the workload's calls hold more tokens (prompt and output) than {replica.arch.name}'s "
+            f"context window of {replica.arch.max_context_tokens:,} tokens (max_position_embeddings in its "
+            "config.json), and an engine refuses such requests. Set workload.summarize_at_tokens below the window "
+            "(the agent summarises its history), shorten the workload's prompts, or use a model with a longer window")
 
 
 def sweep(result: Plan, agents: list[int]) -> list[Evaluation]:

@@ -88,6 +88,7 @@ class SessionSample:
     call_decode_attn_flops: float     # attention FLOPs per decode token, decode-token weighted
     call_prefill_kv_bytes: float      # cached context a prefill reads, per prefill iteration
     call_prefill_attn_flops: float    # attention FLOPs of one call's prefill
+    call_past_window_share: float     # calls whose prompt and output exceed the model's context window
     # speculative decoding: tokens each decoding sequence runs through the target per
     # iteration (k + 1) and the draft's extra time as a share of the iteration
     decode_tokens_per_iteration: float
@@ -397,6 +398,8 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         kv2_tool=per(kv_after**2 * hold_s),
         shared_prefix_kv_bytes=float(arch.kv_bytes_for_context(shared, kv_dtype)) if shared else 0.0,
         call_decode_iters=float(dec_iters.mean()),
+        call_past_window_share=(float(np.mean(prompt + out > arch.max_context_tokens)) if arch.max_context_tokens
+                                else 0.0),
         call_decode_kv_bytes=float((arch.kv_read_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
                                    / decode_weight),
         call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()

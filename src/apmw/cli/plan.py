@@ -11,6 +11,7 @@ from rich.table import Table
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
                               note_draft_memory, note_moe_exchange, out, warn)
 from apmw.errors import ApmwError
+from apmw.capacity.search import MAX_AGENTS
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
 
@@ -19,7 +20,8 @@ from apmw.spec import SpecError
 def plan(
     spec: Path = typer.Argument(..., help="YAML spec (see examples/)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in the README)"),
-    agents: Optional[int] = typer.Option(None, "--agents", min=1, help="evaluate exactly N agents instead of N*"),
+    agents: Optional[int] = typer.Option(None, "--agents", min=1, max=MAX_AGENTS,
+                                         help="evaluate exactly N agents instead of N*"),
     workload_from: Optional[Path] = typer.Option(
         None, "--workload-from", help="replace the spec's workload by one fitted from this trace (see apmw fit)"),
     trace_format: Optional[str] = typer.Option(None, "--trace-format", help="trace format (default: detected)"),

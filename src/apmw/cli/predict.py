@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional
 
@@ -135,7 +136,7 @@ def predict(
     from apmw.capacity.benchmark import DEFAULT_LENGTH_SPREAD, predict as run
     from apmw.capacity.open_loop import predict_rate
 
-    if request_overhead_ms is not None and not request_overhead_ms >= 0:
+    if request_overhead_ms is not None and not 0 <= request_overhead_ms < math.inf:
         fail(f"--request-overhead-ms must be a non-negative number of milliseconds (got {request_overhead_ms:g})")
     if (concurrency is None) == (request_rate is None):
         fail("give either --concurrency (clients, closed loop) or --request-rate (requests/s, Poisson), not "

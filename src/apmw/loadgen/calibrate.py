@@ -136,18 +136,104 @@ async def measure_calibration(endpoint: str, model: str, path: Path, api_key: st
     return cal
 
 
+# The range a measured time in a calibration row (a TTFT, a TPOT, a step) may take, in seconds. Every
+# step of a real server takes longer than a microsecond (one kernel launch alone takes several), and no
+# TTFT of a whole prompt on an idle server takes an hour; a time outside the range is no measurement, and
+# far outside it (1e300 s, 1e-300 s) overflows the fit's sums (numpy warnings, a plan that contradicts itself).
+MIN_TIME_S = 1e-6
+MAX_TIME_S = 3600.0
+# The most tokens (prompt, context, output) or sequences a row may count: a hundred times the longest
+# context window of any model (about 1e7 tokens), and still small enough that the fit's sums stay finite.
+MAX_COUNT = 1e9
+
+_TIME = ("time", MIN_TIME_S, MAX_TIME_S)        # a number of seconds
+_TOKENS = ("tokens", 0.0, MAX_COUNT)            # a number of tokens (a mean may be fractional)
+_PROMPT = ("tokens", 1.0, MAX_COUNT)            # a prompt of at least one token
+_SEQS = ("whole", 0.0, MAX_COUNT)               # a whole number of sequences
+_BATCH = ("whole", 1.0, MAX_COUNT)              # a whole number of requests at once, at least one
+
+# The fields of each table's rows that _points reads: what each must hold, and whether a row must have it.
+ROW_FIELDS: dict[str, dict[str, tuple[tuple[str, float, float], bool]]] = {
+    "ttft_vs_prompt_tokens": {"prompt_tokens": (_PROMPT, True), "ttft_s_p50": (_TIME, True)},
+    "tpot_vs_concurrency": {"concurrency": (_BATCH, True), "tpot_s_p50": (_TIME, True),
+                            "output_tokens": (_TOKENS, False)},
+    "steps_under_load": {"decode_seqs": (_SEQS, True), "context_tokens": (_TOKENS, True),
+                         "prefill_tokens": (_TOKENS, True), "prefill_context_tokens": (_TOKENS, True),
+                         "step_s_p50": (_TIME, True)},
+    "tpot_vs_context": {"prompt_tokens": (_PROMPT, True), "tpot_s_p50": (_TIME, True),
+                        "output_tokens": (_TOKENS, False)},
+}
+_REMEASURE = "re-run apmw bench --calibrate FILE to write the file again"
+
+
+def _value_error(value, kind: tuple[str, float, float]) -> str | None:
+    """Why ``value`` cannot be a field of ``kind`` (``_TIME`` ...), or None when it can."""
+    what, lo, hi = kind
+    need = {"time": f"a time in seconds from {lo:g} to {hi:g}",
+            "tokens": f"a number of tokens from {lo:g} to {hi:g}",
+            "whole": f"a whole number from {lo:g} to {hi:g}"}[what]
+    shown = json.dumps(value)       # as the file spells it: NaN, Infinity, "4", null
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is {shown} ({type(value).__name__}); it must be {need}"
+    # int and float compare exactly in Python, so a 400-digit int is out of range, not an overflow
+    if not (isinstance(value, int) or np.isfinite(value)) or not lo <= value <= hi \
+            or (what == "whole" and value != int(value)):
+        return f"is {shown}; it must be {need}"
+    return None
+
+
+def _check_row(path: Path, where: str, row, fields: dict) -> None:
+    """Refuse a calibration row (``where``: its table and index) whose fields _points cannot read as measured."""
+    if not isinstance(row, dict):
+        raise BenchError(f"{path}: {where} is {json.dumps(row)[:40]}, not an object with "
+                         f"{', '.join(repr(f) for f in fields)}; {_REMEASURE}")
+    for field, (kind, required) in fields.items():
+        if field not in row:
+            if required:
+                raise BenchError(f"{path}: {where}: '{field}' is missing; {_REMEASURE}")
+            continue
+        why = _value_error(row[field], kind)
+        if why is not None:
+            raise BenchError(f"{path}: {where}: '{field}' {why}; {_REMEASURE}")
+
+
 def read_calibration(path: Path) -> dict:
+    """The calibration file at ``path``, every row the fit reads checked (BenchError names the row and field)."""
     try:
-        cal = json.loads(Path(path).read_text())
+        cal = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BenchError(f"{path}: calibration file not found (write one with apmw bench --calibrate FILE)") from None
+    except IsADirectoryError:
+        raise BenchError(f"{path}: is a directory, not a calibration file (give the file apmw bench --calibrate "
+                         "FILE wrote)") from None
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read the calibration file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise BenchError(f"{path}: byte {exc.start} is not UTF-8 text -- not an apmw calibration file "
+                         f"({_REMEASURE})") from None
     except json.JSONDecodeError as exc:
         raise BenchError(f"{path}: line {exc.lineno}: not JSON ({exc.msg})") from None
+    except ValueError:      # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise BenchError(f"{path}: holds a number too long to read (thousands of digits) -- not an apmw "
+                         f"calibration file; {_REMEASURE}") from None
+    except RecursionError:
+        raise BenchError(f"{path}: JSON nested too deeply to be an apmw calibration file; {_REMEASURE}") from None
     if not isinstance(cal, dict) or cal.get("format") != FORMAT:
         raise BenchError(f"{path}: 'format' must be {FORMAT!r} -- not an apmw calibration file")
     for key in ("ttft_vs_prompt_tokens", "tpot_vs_concurrency"):
         if not isinstance(cal.get(key), list) or len(cal[key]) < 2:
             raise BenchError(f"{path}: '{key}' needs at least two rows")
+    for key in ("steps_under_load", "tpot_vs_context"):     # optional tables
+        if key in cal and not isinstance(cal[key], list):
+            raise BenchError(f"{path}: '{key}' must be a list of rows; {_REMEASURE}")
+    if "decode_prompt_tokens" in cal:
+        why = _value_error(cal["decode_prompt_tokens"], _TOKENS)
+        if why is not None:
+            raise BenchError(f"{path}: 'decode_prompt_tokens' {why}; {_REMEASURE}")
+    for table, fields in ROW_FIELDS.items():
+        for i, row in enumerate(cal.get(table, [])):
+            _check_row(path, f"'{table}' row {i} (counting from 0)", row, fields)
     return cal
 
 

@@ -12,6 +12,7 @@ Faults never raise out of :meth:`Client.call`: they come back as a :class:`CallR
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
 import asyncio
 import json
 import time
@@ -62,6 +63,12 @@ def normalise_endpoint(endpoint: str) -> str:
     e = endpoint.rstrip("/")
     if not e.startswith(("http://", "https://")):
         raise BenchError(f"--endpoint {endpoint!r}: give a URL such as http://127.0.0.1:8000 (with http:// or https://)")
+    try:
+        port, host = urlsplit(e).port, urlsplit(e).hostname
+    except ValueError as exc:          # a port that is not a number, or past 65535
+        raise BenchError(f"--endpoint {endpoint!r}: {exc}; give a port from 1 to 65535, e.g. http://127.0.0.1:8000") from None
+    if not host or port == 0:
+        raise BenchError(f"--endpoint {endpoint!r}: give a host and a port from 1 to 65535, e.g. http://127.0.0.1:8000")
     return e[:-3] if e.endswith("/v1") else e
 
 

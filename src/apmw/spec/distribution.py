@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from apmw.spec.section import refuse_yes_or_no
+
 # z-score of the 95th percentile of a standard normal (scipy.stats.norm.ppf(0.95)).
 Z95 = 1.6448536269514722
 
@@ -38,6 +40,12 @@ class Constant(BaseModel):
     """A quantity with no variation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_yes_or_no(cls, data: object) -> object:
+        return refuse_yes_or_no(data)
+
     value: float = Field(ge=0)
 
     @model_serializer
@@ -70,6 +78,12 @@ class Lognormal(BaseModel):
     """A lognormal given by its mean (or median) and its 95th percentile."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_yes_or_no(cls, data: object) -> object:
+        return refuse_yes_or_no(data)
+
     mean_: float | None = Field(default=None, alias="mean", gt=0)
     p50: float | None = Field(default=None, gt=0)
     p95: float = Field(gt=0)
@@ -136,6 +150,12 @@ class Empirical(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_yes_or_no(cls, data: object) -> object:
+        return refuse_yes_or_no(data)
+
     quantiles: dict[float, float]
 
     @field_validator("quantiles")

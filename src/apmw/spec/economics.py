@@ -9,25 +9,34 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from apmw.spec.section import Section
 
+# Bounds that keep every figure apmw derives finite, each far past anything real: a PUE of 10 (data
+# centres run 1.1-2), 100 kW per GPU for its host or nameplate (an NVL72 rack is about 1.9 kW per GPU all
+# in), $1,000 a kWh (retail power is well under $1) and $100,000 a GPU-hour (rentals are a few dollars).
+MAX_PUE = 10.0
+MAX_WATTS_PER_GPU = 1e5
+MAX_USD_PER_KWH = 1e3
+MAX_GPU_HOUR_USD = 1e5
+
+
 class Power(Section):
-    pue: float = Field(default=1.3, ge=1.0, description="facility / IT power")
+    pue: float = Field(default=1.3, ge=1.0, le=MAX_PUE, description="facility / IT power")
     host_power_w_per_gpu: float = Field(
         default=125.0,
-        ge=0,
+        ge=0, le=MAX_WATTS_PER_GPU,
         description="modelled draw of CPUs, DRAM, NICs and fans per GPU: 1.0 kW per 8-GPU node, checked against "
         "MLPerf node power (docs/accuracy.md)",
     )
     host_nameplate_w_per_gpu: float = Field(
         default=575.0,
-        ge=0,
+        ge=0, le=MAX_WATTS_PER_GPU,
         description="host nameplate per GPU for provisioned power: (10.2 kW DGX H100 max - 8 x 700 W GPUs) / 8, "
         "NVIDIA DGX H100 datasheet",
     )
     provisioned_kw_per_gpu: float | None = Field(
-        default=None, gt=0, description="all-in facility kW budgeted per GPU (nameplate incl. host and cooling)"
+        default=None, gt=0, le=MAX_WATTS_PER_GPU / 1e3, description="all-in facility kW budgeted per GPU (nameplate incl. host and cooling)"
     )
-    gpu_idle_power_w: float | None = Field(default=None, ge=0, description="overrides the catalogue")
-    gpu_busy_power_w: float | None = Field(default=None, gt=0, description="overrides the catalogue")
+    gpu_idle_power_w: float | None = Field(default=None, ge=0, le=MAX_WATTS_PER_GPU, description="overrides the catalogue")
+    gpu_busy_power_w: float | None = Field(default=None, gt=0, le=MAX_WATTS_PER_GPU, description="overrides the catalogue")
 
 
 class ApiPrice(Section):
@@ -81,8 +90,8 @@ class Capex(Section):
 class Cost(Section):
     """Prices have no defaults: they differ by site and contract, and a silent guess would be a wrong answer."""
 
-    electricity_usd_per_kwh: float = Field(ge=0)
-    gpu_hour_usd: float = Field(ge=0, description="price of one GPU-hour as billed (rental, or all-in owned); "
+    electricity_usd_per_kwh: float = Field(ge=0, le=MAX_USD_PER_KWH)
+    gpu_hour_usd: float = Field(ge=0, le=MAX_GPU_HOUR_USD, description="price of one GPU-hour as billed (rental, or all-in owned); "
                                 "required unless capex is given, which then sets it to the amortised purchase alone")
     capex: Capex | None = Field(default=None, description="the purchase price of the GPUs and the years it is "
                                 "amortised over: the owned fleet's cost beside the hourly price (apmw fleet)")

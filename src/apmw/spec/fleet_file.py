@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from apmw.spec.load import SpecError, _clean_loc, _describe, _key_lines, _line_for, _read_yaml
+from apmw.spec.economics import MAX_GPU_HOUR_USD
 from apmw.spec.model import GpuOverride, Spec
 from apmw.spec.section import Section
 
@@ -72,7 +73,7 @@ class FleetHardware(Section):
                              description="label in the tables (default: GPU x GPUs per replica, e.g. H200x8)")
     gpu: str | GpuOverride
     gpus_per_replica: int = Field(ge=1, le=1024)
-    gpu_hour_usd: float = Field(ge=0, description="all-in price of one GPU-hour of this GPU")
+    gpu_hour_usd: float = Field(ge=0, le=MAX_GPU_HOUR_USD, description="all-in price of one GPU-hour of this GPU")
 
     @property
     def label(self) -> str:

@@ -170,9 +170,13 @@ class _SpecLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
-            key = key_node.value
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Refused(key_node.start_mark, "a key must be a name or a number, not a list or a map "
+                               "(a '?' entry or a {...} / [...] before the colon): write it as a plain key")
+            # compared as read, so that 0.5 and 0.50 (one quantile written twice) are the same key
+            key = self.construct_object(key_node)
             if key in seen:
-                raise _Refused(key_node.start_mark, f"'{key}' is given twice (first on line {seen[key]}); "
+                raise _Refused(key_node.start_mark, f"'{key_node.value}' is given twice (first on line {seen[key]}); "
                                "YAML would keep the last silently: keep one")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)

@@ -20,13 +20,43 @@ class Section(BaseModel):
                 value = data.get(field.alias or name)
                 if isinstance(value, bool) and _numeric(field.annotation):
                     raise ValueError(f"{name}: {str(value).lower()} is a yes/no, not a number; write the number")
+                if isinstance(value, (list, tuple)) and _holds_numbers(field.annotation):
+                    for i, item in enumerate(value):
+                        if isinstance(item, bool):
+                            raise ValueError(f"{name}[{i}]: {str(item).lower()} is a yes/no, not a number; "
+                                             "write the number")
         return data
+
+
+def refuse_yes_or_no(data: object) -> object:
+    """A quantity's numbers (a distribution's mean, p95, quantile keys and values) given ``true``/``false``
+    are refused, not read as 1 or 0; for ``mode="before"`` validators of models that take only numbers."""
+    if isinstance(data, bool):
+        raise ValueError(f"{str(data).lower()} is a yes/no, not a number; write the number")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, bool):
+                raise ValueError(f"the key {str(key).lower()} is a yes/no, not a number; write the number")
+            if isinstance(value, bool):
+                raise ValueError(f"{key}: {str(value).lower()} is a yes/no, not a number; write the number")
+            refuse_yes_or_no(value)
+    return data
+
+
+def _kinds(annotation: object) -> tuple:
+    return get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
 
 
 def _numeric(annotation: object) -> bool:
     """Whether a field takes a number and not a yes/no (``int``, ``float``, either or None)."""
-    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    kinds = _kinds(annotation)
     return bool not in kinds and any(k in (int, float) for k in kinds)
+
+
+def _holds_numbers(annotation: object) -> bool:
+    """Whether a field takes a list or tuple of numbers (``list[float]``, or None)."""
+    return any(get_origin(k) in (list, tuple) and any(_numeric(a) for a in get_args(k) if a is not Ellipsis)
+               for k in _kinds(annotation))
 
 
 def settle(section: BaseModel, **resolved: object) -> None:

@@ -215,7 +215,7 @@ class Serving(Section):
     )
     workspace_bytes_per_gpu: float = Field(
         default=3758096384,
-        ge=0,
+        ge=0, le=1e15,     # a petabyte: past any GPU's memory, so a typo is refused rather than printed
         description="activations, CUDA graphs, NCCL buffers; 3.5 GiB is aiconfigurator's 'other_mem' "
         "(systems/h200_sxm.yaml) -- read yours from vLLM's 'Available KV cache memory' log line",
     )

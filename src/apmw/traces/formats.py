@@ -89,7 +89,14 @@ def detect(path: str | Path) -> str:
                     return module.NAME
             raise TraceError(f"{path}:1: a JSON object with keys {', '.join(list(obj)[:12])} is not a format "
                              f"apmw recognises; give --format jsonl --map field=key,... or use one of: {accepted()}")
-    header = next(csv.reader(io.StringIO(first.decode("utf-8-sig", errors="replace"))), [])
+    if _head(p, 4) == b"PAR1":
+        raise TraceError(f"{path}: a Parquet file; apmw reads traces as JSONL or CSV: write it out with "
+                         f"pandas.read_parquet(...).to_csv(...) or .to_json(..., orient='records', lines=True); "
+                         f"accepted formats: {accepted()}")
+    try:
+        header = next(csv.reader(io.StringIO(first.decode("utf-8-sig", errors="replace"))), [])
+    except csv.Error as exc:      # e.g. lines that end in a bare carriage return (old Mac text)
+        raise TraceError(f"{path}:1: not readable as CSV ({exc}); save it with \\n line endings") from None
     for module in (mini_swe, azure):
         if module.matches_header(header):
             return module.NAME

@@ -284,6 +284,8 @@ WAITS = "  tool_wait_s: {p50: 126, p95: 612}"
     (SUPPORT.replace("  first_call_input_tokens: {mean: 11523, p95: 39039}", "  first_call_input_tokens: 500000"),
      "100.0% of the workload's calls hold more tokens (prompt and output) than meta-llama/Meta-Llama-3.1-70B's "
      "context window of 131,072 tokens"),
+    (CODING.replace("  gpu: H200", "  gpu: {name: H200, bf16_flops: 1.0e-300}"),
+     "hardware.gpu.bf16_flops: Input should be greater than or equal to 1000000"),
 ])
 def test_what_fuzzing_found_in_specs_is_refused_where_it_is(tmp_path, text, words):
     assert words in _clean(_plan_text(tmp_path, text))
@@ -304,6 +306,8 @@ def test_calls_past_the_context_window_are_noted_with_their_share(tmp_path):
       "--concurrency", "4", "--request-overhead-ms", "inf"], "--request-overhead-ms must be a non-negative number"),
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://127.0.0.1:99999", "--model", "m",
       "--duration-s", "1"], "give a port from 1 to 65535"),
+    (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "--export", "aiperf",
+      "--export-from", "fitted", "--export-sessions", "100000000"], "less than or equal to 100000"),
 ])
 def test_what_fuzzing_found_in_flags_is_refused(args, words):
     r = _run(*args, timeout=60)

@@ -27,6 +27,11 @@ QUANTITIES = (
 )
 
 
+
+# Sessions a fitted export may write: a benchmark replays a few thousand; 100,000 coding-agent sessions are
+# already gigabytes of JSONL, and a typo past it would fill the disk.
+MAX_EXPORT_SESSIONS = 100_000
+
 @app.command()
 def fit(
     trace: Path = typer.Argument(..., help="trace file (format recognised from its name and first line)"),
@@ -43,9 +48,9 @@ def fit(
     export_path: Optional[Path] = typer.Option(None, "--export-path", help="where (default: STEM.aiperf.jsonl in the current folder)"),
     export_from: str = typer.Option("measured", "--export-from", help="measured (the trace's calls) | fitted "
                                     "(sessions sampled from the fit)"),
-    export_sessions: Optional[int] = typer.Option(None, "--export-sessions", min=1,
+    export_sessions: Optional[int] = typer.Option(None, "--export-sessions", min=1, max=MAX_EXPORT_SESSIONS,
                                                   help="sessions to sample with --export-from fitted "
-                                                  "(default: as many as the trace has)"),
+                                                  "(default: as many as the trace has; at most 100,000)"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of --export-from fitted"),
     weekly: bool = typer.Option(False, "--weekly", help="fit fleet.tasks_per_hour per hour of the week (168 values "
                                 "from Monday 00:00 UTC; the trace must cover a week) instead of the day"),

@@ -120,19 +120,27 @@ class Model(Section):
     _spellings = field_validator("weight_dtype", "kv_dtype", "moe_dtype", mode="before")(dtype_field)
 
 
+# What a described GPU may be, each bound far past any real part on both sides (a CPU core, which the tests
+# describe as a GPU, has about 50 MB, 20 GB/s and 80 GFLOP/s; a GB300 288 GB, 8 TB/s and 5 PFLOP/s dense FP4):
+# a value outside is a typo, and would print infinities or divide by almost nothing.
+GPU_BYTES = {"ge": 1e6, "le": 1e15}           # a megabyte to a petabyte of memory
+GPU_RATE = {"ge": 1e6, "le": 1e18}            # per second: bytes over a link or memory, or FLOPs
+GPU_WATTS = {"le": 1e5}
+
+
 class GpuOverride(Section):
     """A catalogue GPU with fields overridden, or (without ``name``) a custom GPU."""
 
     name: str | None = None
-    hbm_bytes: float | None = Field(default=None, gt=0)
-    hbm_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
-    bf16_flops: float | None = Field(default=None, gt=0)
-    fp8_flops: float | None = Field(default=None, gt=0)
-    fp4_flops: float | None = Field(default=None, gt=0)
-    tdp_w: float | None = Field(default=None, gt=0)
-    idle_power_w: float | None = Field(default=None, ge=0)
-    busy_power_w: float | None = Field(default=None, gt=0)
-    scaleup_bw_bytes_per_s: float | None = Field(default=None, gt=0)
+    hbm_bytes: float | None = Field(default=None, **GPU_BYTES)
+    hbm_bandwidth_bytes_per_s: float | None = Field(default=None, **GPU_RATE)
+    bf16_flops: float | None = Field(default=None, **GPU_RATE)
+    fp8_flops: float | None = Field(default=None, **GPU_RATE)
+    fp4_flops: float | None = Field(default=None, **GPU_RATE)
+    tdp_w: float | None = Field(default=None, gt=0, **GPU_WATTS)
+    idle_power_w: float | None = Field(default=None, ge=0, **GPU_WATTS)
+    busy_power_w: float | None = Field(default=None, gt=0, **GPU_WATTS)
+    scaleup_bw_bytes_per_s: float | None = Field(default=None, **GPU_RATE)
 
 
 class Hardware(Section):

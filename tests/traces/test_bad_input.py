@@ -61,7 +61,7 @@ def test_empty_file_lists_the_formats(tmp_path):
 def test_unrecognised_json_lists_the_formats(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"foo": 1, "bar": 2}\n')
-    with pytest.raises(TraceError, match="keys foo, bar.*--format jsonl --map"):
+    with pytest.raises(TraceError, match=r"keys foo, bar.*--format csv \(or jsonl\) --map.*apmw simulate --trace"):
         fit_trace(p)
 
 
@@ -90,7 +90,7 @@ def test_generic_mapping_errors(tmp_path):
 
 
 def test_unknown_format_name():
-    with pytest.raises(TraceError, match="unknown --format 'parquet'"):
+    with pytest.raises(TraceError, match="unknown trace format 'parquet'"):
         fit_trace(FIXTURES / "otel_genai.jsonl", "parquet")
 
 

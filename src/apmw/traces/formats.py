@@ -50,7 +50,7 @@ def canonical(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in NAMES:
-        raise TraceError(f"unknown --format {name!r}; accepted: {', '.join(NAMES + sorted(ALIASES))}")
+        raise TraceError(f"unknown trace format {name!r}; accepted: {', '.join(NAMES + sorted(ALIASES))}")
     return key
 
 
@@ -65,6 +65,12 @@ def _first_line(path: Path) -> bytes:
 def _head(path: Path, size: int = 1 << 16) -> bytes:
     with open_binary(path) as f:
         return f.read(size)
+
+
+# How to read a trace in no known format: only apmw fit maps its columns; the other verbs read what fit fitted.
+MAPPED = ("map its columns with apmw fit TRACE --format csv (or jsonl) --map input_tokens=...,output_tokens=... "
+          "(apmw simulate --trace and apmw plan --workload-from read the known formats only; plan the fitted "
+          "workload with apmw fit ... -o SPEC)")
 
 
 def detect(path: str | Path) -> str:
@@ -88,7 +94,7 @@ def detect(path: str | Path) -> str:
                 if module.matches_record(obj):
                     return module.NAME
             raise TraceError(f"{path}:1: a JSON object with keys {', '.join(list(obj)[:12])} is not a format "
-                             f"apmw recognises; give --format jsonl --map field=key,... or use one of: {accepted()}")
+                             f"apmw recognises; {MAPPED} or use one of: {accepted()}")
     if _head(p, 4) == b"PAR1":
         raise TraceError(f"{path}: a Parquet file; apmw reads traces as JSONL or CSV: write it out with "
                          f"pandas.read_parquet(...).to_csv(...) or .to_json(..., orient='records', lines=True); "
@@ -101,7 +107,7 @@ def detect(path: str | Path) -> str:
         if module.matches_header(header):
             return module.NAME
     raise TraceError(f"{path}: format not recognised (first line: {first[:120].decode(errors='replace')!r}); "
-                     f"give --format, e.g. --format csv --map input_tokens=...,output_tokens=...; "
+                     f"{MAPPED}; "
                      f"accepted formats: {accepted()}")
 
 

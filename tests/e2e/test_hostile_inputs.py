@@ -321,3 +321,12 @@ def test_what_fuzzing_found_in_flags_is_refused(args, words):
 ])
 def test_a_trace_that_is_not_text_lines_is_refused(tmp_path, name, data, words):
     assert words in _clean(_fit(tmp_path, name, data))
+
+
+def test_search_explain_gives_each_pruned_points_reason_on_its_line(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.max_batch: [0, 64]\n")
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--explain", timeout=300)
+    _clean(r, 2) if r.returncode == 2 else _clean(r, 0)
+    (line,) = [x for x in r.stdout.splitlines() if "max_batch=0" in x]
+    assert "invalid spec; serving.max_batch: Input should be greater than or equal to 1" in line

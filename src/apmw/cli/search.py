@@ -165,4 +165,5 @@ def search(
                   highlight=False, markup=False, soft_wrap=True)
     if explain:
         for p in d.get("pruned_points", []):
-            out.print(f"  {settings_text(p['settings'])}: {p['message']}", highlight=False, markup=False, soft_wrap=True)
+            why = "; ".join(line.strip() for line in p["message"].splitlines() if line.strip())
+            out.print(f"  {settings_text(p['settings'])}: {why}", highlight=False, markup=False, soft_wrap=True)

@@ -17,6 +17,7 @@ Anything else is refused with the fields named (:class:`apmw.errors.ConfigError`
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 # model_type -> what apmw reads it as (the wrapper and text model of multimodal configs both listed)
@@ -97,7 +98,12 @@ VALUES: dict[str, tuple[Any, ...]] = {"hidden_act": ("silu",), "qkv_bias": (Fals
 def refusal(cfg: dict[str, Any], text: dict[str, Any]) -> str | None:
     """Why apmw will not read this config (``cfg`` the whole file, ``text`` its language model), or None."""
     model_type = str(text.get("model_type", cfg.get("model_type", "")))
-    family = ", ".join(map(str, cfg.get("architectures") or text.get("architectures") or ["?"]))
+    malformed = next((names for names in (cfg.get("architectures"), text.get("architectures"))
+                      if names is not None and not _names(names)), None)
+    if malformed is not None:
+        return (f"'architectures' is {reprlib.repr(malformed)}; expected a list of model class names such as "
+                '["LlamaForCausalLM"]. Fix the value in the config.json')
+    family = ", ".join(cfg.get("architectures") or text.get("architectures") or ["?"])
     fields = set(cfg) | set(text)
     own = FAMILY_READ.get(model_type, frozenset()) | FAMILY_NO_COST.get(model_type, frozenset())
     unknown = sorted(str(f) for f in fields - READ - NO_COST - own)
@@ -115,6 +121,11 @@ def refusal(cfg: dict[str, Any], text: dict[str, Any]) -> str | None:
     for name, allowed in VALUES.items():
         value = text.get(name, cfg.get(name))
         if name in fields and value not in allowed:
-            return (f"'{name}' is {value!r}; apmw models only {', '.join(map(repr, allowed))} for it (a gated SiLU "
+            return (f"'{name}' is {reprlib.repr(value)}; apmw models only {', '.join(map(repr, allowed))} for it (a gated SiLU "
                     "MLP and no separate QKV bias)")
     return None
+
+
+def _names(value: Any) -> bool:
+    """Whether ``value`` is what ``architectures`` holds: a list of class names."""
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)

@@ -245,7 +245,8 @@ class Architecture:
         sliding windows, linear-attention state, V4's window and compressor state."""
         if self.compressed is not None:
             c = self.compressed
-            return float(c.window_elements(c.window_tokens) * kv_storage_bytes(kv_dtype) + c.compressor_state_bytes)
+            window = c.window_elements(float(c.window_tokens))     # in floats: numpy's int64 wraps past 2**63
+            return float(window * kv_storage_bytes(kv_dtype) + c.compressor_state_bytes)
         window = self.sliding_window_layers * (self.sliding_window or 0) * self._kv_bytes_per_layer_token(kv_dtype)
         return float(window + self.linear_state_bytes_per_sequence)
 

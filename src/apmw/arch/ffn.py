@@ -7,11 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apmw.arch.config import Cfg
+from apmw.arch.config import Cfg, check_layer_count
 from apmw.errors import ConfigError
 
 # Model families whose routed experts' width is moe_intermediate_size, beside a dense intermediate_size.
 MOE_WIDTH_FAMILIES = ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "deepseek", "kimi", "glm")
+# each family's spelling of the routed experts per MoE layer, and of the experts a token routes to
+_EXPERT_COUNTS = ("n_routed_experts", "num_local_experts", "num_experts")
+_TOP_K = ("num_experts_per_tok", "experts_per_token")
 
 
 @dataclass(frozen=True)
@@ -23,12 +26,13 @@ class _Ffn:
 
 def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, int]:
     """Per-layer MLP/MoE parameters, the number of routed experts and top-k."""
-    n_experts = c.first(("n_routed_experts", "num_local_experts", "num_experts"))
+    check_layer_count(c, num_layers)
+    top_k = c.first(_TOP_K)
+    n_experts = _routed_experts(c, top_k)
     dense_inter = c.first(("intermediate_size_mlp", "intermediate_size"))
-    bias = bool(c.get("mlp_bias") or c.model_type == "gpt_oss")
+    bias = c.flag("mlp_bias") or c.model_type == "gpt_oss"
     if not n_experts:
         return [_dense_ffn(hidden, c.req("intermediate_size", "the MLP"), bias)] * num_layers, 0, 0
-    top_k = c.first(("num_experts_per_tok", "experts_per_token"))
     if not top_k:
         c.req("num_experts_per_tok", "MoE routing (experts per token)")
     if top_k > n_experts:
@@ -36,8 +40,20 @@ def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, 
                           "a token routes to that many distinct experts. Fix the value in the config.json.")
     moe = _moe_layer(c, hidden, n_experts, top_k, bias)
     dense = _dense_ffn(hidden, dense_inter, bias)
-    layers = [moe if _is_moe_layer(c, i, num_layers) else dense for i in range(num_layers)]
+    layers = [moe if is_moe else dense for is_moe in _moe_layer_flags(c, num_layers)]
     return layers, n_experts, top_k
+
+
+def _routed_experts(c: Cfg, top_k: int) -> int:
+    """The routed experts per MoE layer (0: a dense model); 0 beside a top-k is a MoE config without experts."""
+    n_experts = c.first(_EXPERT_COUNTS)
+    if n_experts == 0 and top_k:
+        key = next((k for k in _EXPERT_COUNTS if c.data.get(k) is not None), _EXPERT_COUNTS[0])
+        routing = next(k for k in _TOP_K if c.data.get(k) is not None)
+        raise ConfigError(f"{c.name}: '{key}' is {c.data.get(key, 0)!r} but '{routing}' is {top_k}: a MoE config "
+                          f"needs at least one routed expert. Set '{key}' to the model's expert count, or for a "
+                          f"dense model remove '{routing}' from the config.json.")
+    return n_experts
 
 
 def _mlp_params(hidden: int, inter: int, bias: bool) -> int:
@@ -67,7 +83,7 @@ def _moe_layer(c: Cfg, hidden: int, n_experts: int, top_k: int, bias: bool) -> _
     expert = _mlp_params(hidden, inter, bias)
     shared, gate = _shared_expert(c, hidden, inter)
     router_bias = (c.model_type == "gpt_oss" or c.get("topk_method") == "noaux_tc"
-                   or bool(c.get("use_routing_bias")))
+                   or c.flag("use_routing_bias"))
     router = hidden * n_experts + (n_experts if router_bias else 0) + gate
     return _Ffn(total=n_experts * expert + shared + router,
                 active=top_k * expert + shared + router, router=router)
@@ -75,28 +91,33 @@ def _moe_layer(c: Cfg, hidden: int, n_experts: int, top_k: int, bias: bool) -> _
 
 def _shared_expert(c: Cfg, hidden: int, expert_inter: int) -> tuple[int, int]:
     """(shared-expert parameters, its gate parameters) for the families that have one."""
-    if c.get("n_shared_experts"):                      # DeepSeek / Kimi / GLM
-        return 3 * hidden * expert_inter * c.get("n_shared_experts"), 0
-    if c.get("shared_expert_intermediate_size"):       # Qwen MoE: shared expert + sigmoid gate
-        return 3 * hidden * c.get("shared_expert_intermediate_size"), hidden
-    if c.get("shared_intermediate_size"):              # MiniMax
-        return 3 * hidden * c.get("shared_intermediate_size"), 0
+    if n_shared := c.first(("n_shared_experts",)):                  # DeepSeek / Kimi / GLM
+        return 3 * hidden * expert_inter * n_shared, 0
+    if gated := c.first(("shared_expert_intermediate_size",)):      # Qwen MoE: shared expert + sigmoid gate
+        return 3 * hidden * gated, hidden
+    if width := c.first(("shared_intermediate_size",)):             # MiniMax
+        return 3 * hidden * width, 0
     if c.model_type.startswith("llama4"):              # one shared expert, expert-sized
         return 3 * hidden * c.req("intermediate_size", "the Llama 4 shared expert"), 0
     return 0, 0
 
 
-def _is_moe_layer(c: Cfg, i: int, num_layers: int) -> bool:
-    """Which layers are MoE, following each family's HF modelling code."""
+def _moe_layer_flags(c: Cfg, num_layers: int) -> list[bool]:
+    """Whether each layer is MoE, following each family's HF modelling code."""
     if "first_k_dense_replace" in c.data or "moe_layer_freq" in c.data:   # DeepSeek-style
-        return i >= c.get("first_k_dense_replace", 0) and i % c.get("moe_layer_freq", 1) == 0
+        first_moe, freq = c.first(("first_k_dense_replace",)), c.positive(("moe_layer_freq",), 1)
+        return [i >= first_moe and i % freq == 0 for i in range(num_layers)]
     if c.model_type.startswith("llama4"):
-        step = c.get("interleave_moe_layer_step", 1)
-        return i in (c.get("moe_layers") or range(step - 1, num_layers, step))
+        moe = set(c.layer_indices("moe_layers", num_layers))
+        if not moe:
+            step = c.positive(("interleave_moe_layer_step",), 1)
+            moe = set(range(step - 1, num_layers, step))
+        return [i in moe for i in range(num_layers)]
     if "decoder_sparse_step" in c.data or "mlp_only_layers" in c.data:    # Qwen MoE
-        step = c.get("decoder_sparse_step", 1)
-        return i not in c.get("mlp_only_layers", []) and (i + 1) % step == 0
-    return True
+        step = c.positive(("decoder_sparse_step",), 1)
+        dense = set(c.layer_indices("mlp_only_layers", num_layers))
+        return [i not in dense and (i + 1) % step == 0 for i in range(num_layers)]
+    return [True] * num_layers
 
 
 @dataclass(frozen=True)
@@ -113,14 +134,15 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
     ffn, n_experts, top_k = _ffn_layers(c, hidden, num_layers)
     if c.model_type == "deepseek_v4":        # hash-routed layers have no routing bias
         unbiased = _Ffn(total=-n_experts, active=-n_experts, router=-n_experts)
-        ffn = [_add(f, unbiased) if i < c.get("num_hash_layers", 0) else f for i, f in enumerate(ffn)]
+        hashed = _hash_layers(c, num_layers)
+        ffn = [_add(f, unbiased) if i < hashed else f for i, f in enumerate(ffn)]
     moe = [f for f in ffn if f.router > 0]
     expert_inter = _expert_width(c) if moe else 0
     dense_inter = c.first(("intermediate_size_mlp", "intermediate_size")) or 0 if len(moe) < num_layers else 0
     shared_expert, _ = _shared_expert(c, hidden, expert_inter) if moe else (0, 0)
-    bias = bool(c.get("mlp_bias") or c.model_type == "gpt_oss")
+    bias = c.flag("mlp_bias") or c.model_type == "gpt_oss"
     expert = _mlp_params(hidden, expert_inter, bias) if moe else 0
-    tied = bool(c.get("tie_word_embeddings", False))
+    tied = c.flag("tie_word_embeddings")
     lookup = 0 if tied else vocab * hidden          # input table (only looked up)
     head = vocab * hidden                           # lm_head (shared with input if tied)
     norms = 2 * hidden * num_layers + hidden
@@ -135,9 +157,25 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
             dense_ffn_params=sum(f.total - f.router for f in ffn) - len(moe) * n_experts * expert,
             active_routed_expert_params=len(moe) * top_k * expert,
             expert_dtype_in_checkpoint=_checkpoint_expert_dtype(c) if moe else None,
-            mxfp4_experts=bool(moe) and str((c.get("quantization_config") or {}).get("quant_method", "")).lower() == "mxfp4",
-            max_context_tokens=c.get("max_position_embeddings"),
+            mxfp4_experts=bool(moe) and str(_quant_method(c) or "").lower() == "mxfp4",
+            max_context_tokens=c.optional_positive("max_position_embeddings"),
             mtp_modules=c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))))
+
+
+def _hash_layers(c: Cfg, num_layers: int) -> int:
+    """DeepSeek-V4's hash-routed layers (the first ones): a count no larger than the model's layers."""
+    hashed = c.first(("num_hash_layers",))
+    if hashed > num_layers:
+        c.refuse("num_hash_layers", hashed, f"at most num_hidden_layers ({num_layers})")
+    return hashed
+
+
+def _quant_method(c: Cfg) -> Any:
+    """The text model's ``quantization_config.quant_method``, or None where it has none."""
+    quantisation = c.get("quantization_config", {})
+    if not isinstance(quantisation, dict):
+        c.refuse("quantization_config", quantisation, "an object (the checkpoint's quantisation settings)")
+    return quantisation.get("quant_method")
 
 
 def _add(a: _Ffn, b: _Ffn) -> _Ffn:
@@ -162,7 +200,7 @@ def _checkpoint_expert_dtype(c: Cfg) -> str | None:
     if spelled is None and c.get("compress_ratios") is not None:
         spelled = V4_EXPERT_DTYPE
     if spelled is None:
-        spelled = (c.get("quantization_config") or {}).get("quant_method")
+        spelled = _quant_method(c)
     if spelled is None:
         spelled = c.get("torch_dtype", c.get("dtype"))
     return _CHECKPOINT_DTYPES.get(str(spelled).lower()) if spelled is not None else None

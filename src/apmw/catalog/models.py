@@ -20,8 +20,9 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
+from typing import Any
 
 from apmw.catalog.checkpoint_formats import CheckpointFormat, compressed_tensors_format, quantization_config
 from apmw.errors import ConfigError, UnknownNameError
@@ -272,7 +273,7 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=partial(_unique_keys, path))
     except json.JSONDecodeError as err:
         raise ConfigError(
             f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}. "
@@ -281,9 +282,26 @@ def _read_json(path: Path) -> dict:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason}); "
                           "pass a HuggingFace config.json file.") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply to read (lists or objects inside one another thousands "
+                          "deep); pass a HuggingFace config.json file.") from None
+    except (ValueError, OverflowError) as err:     # a number past Python's limits, such as a 5,000-digit integer
+        raise ConfigError(f"{path}: a number in it is too long to read ({str(err).split(';')[0]}); no config.json "
+                          "field needs one. Fix the file so it is a valid HuggingFace config.json.") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level is a JSON {type(data).__name__}, expected an "
                           "object; pass a HuggingFace config.json file.")
+    return data
+
+
+def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """One JSON object, refused where it has a key twice (a JSON reader would keep the last one silently)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ConfigError(f"{path}: key '{key}' appears twice in one JSON object; the file does not say which "
+                              "value it means. Keep one and delete the other.")
+        data[key] = value
     return data
 
 

@@ -1,0 +1,141 @@
+"""Hostile HuggingFace ``config.json`` files (from a fuzzing run): each is refused with a
+:class:`apmw.errors.ConfigError` naming the field (or, for a file that cannot be read, the file),
+and ``apmw model FILE`` exits 1 with that message, never 70 (a bug) with a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from apmw.arch import load_architecture
+from apmw.cli import USER_ERROR_EXIT, main
+from apmw.errors import ConfigError
+from tests.conftest import ROOT
+
+MODELS = ROOT / "src" / "apmw" / "catalog" / "data" / "models"
+LLAMA = "meta-llama--Meta-Llama-3.1-8B"
+DEEPSEEK = "deepseek-ai--DeepSeek-V3"
+V4 = "deepseek-ai--DeepSeek-V4-Pro"
+QWEN_MOE = "Qwen--Qwen3-30B-A3B"
+SCOUT = "meta-llama--Llama-4-Scout-17B-16E-Instruct"
+
+_RAW = "__raw__"    # replaced by JSON text json.dumps cannot write (Infinity, NaN)
+
+# (bundled config, field, value written into its text model)
+FIELDS = [
+    pytest.param(LLAMA, "num_hidden_layers", 10 ** 12, id="num_hidden_layers-1e12"),
+    pytest.param(DEEPSEEK, "moe_layer_freq", 0, id="moe_layer_freq-0"),
+    pytest.param(QWEN_MOE, "decoder_sparse_step", 0, id="decoder_sparse_step-0"),
+    pytest.param(SCOUT, "no_rope_layer_interval", 0, id="no_rope_layer_interval-0"),
+    pytest.param(SCOUT, "interleave_moe_layer_step", 0, id="interleave_moe_layer_step-0"),
+    pytest.param(DEEPSEEK, "first_k_dense_replace", "3", id="first_k_dense_replace-str"),
+    pytest.param(DEEPSEEK, "n_shared_experts", "1", id="n_shared_experts-str"),
+    pytest.param(QWEN_MOE, "mlp_only_layers", 5, id="mlp_only_layers-int"),
+    pytest.param(QWEN_MOE, "mlp_only_layers", [48], id="mlp_only_layers-past-last-layer"),
+    pytest.param(SCOUT, "moe_layers", 5, id="moe_layers-int"),
+    pytest.param(SCOUT, "no_rope_layers", "x", id="no_rope_layers-str"),
+    pytest.param(SCOUT, "no_rope_layers", [1, 0], id="no_rope_layers-too-short"),
+    pytest.param(SCOUT, "attention_chunk_size", "8192", id="attention_chunk_size-str"),
+    pytest.param(QWEN_MOE, "layer_types", 5, id="layer_types-int"),
+    pytest.param(QWEN_MOE, "layer_types", [["x"]] * 48, id="layer_types-nested"),
+    pytest.param(QWEN_MOE, "layer_types", "full_attention", id="layer_types-str"),
+    pytest.param(LLAMA, "architectures", 5, id="architectures-int"),
+    pytest.param(LLAMA, "vocab_size", 10 ** 400, id="vocab_size-1e400"),
+    pytest.param(V4, "num_hash_layers", -1, id="num_hash_layers-negative"),
+    pytest.param(DEEPSEEK, "n_routed_experts", 0, id="n_routed_experts-0"),
+    pytest.param(SCOUT, "num_local_experts", 0, id="num_local_experts-0"),
+    pytest.param(QWEN_MOE, "num_experts", 0, id="num_experts-0"),
+    pytest.param(LLAMA, "tie_word_embeddings", "false", id="tie_word_embeddings-str"),
+    pytest.param(LLAMA, "max_position_embeddings", "131072", id="max_position_embeddings-str"),
+]
+# JSON literals json.dumps does not write: (bundled config, field, literal)
+LITERALS = [
+    pytest.param(LLAMA, "num_hidden_layers", "Infinity", id="num_hidden_layers-Infinity"),
+    pytest.param(LLAMA, "num_hidden_layers", "NaN", id="num_hidden_layers-NaN"),
+    pytest.param(LLAMA, "vocab_size", "1e999", id="vocab_size-1e999"),
+]
+
+
+def _write(tmp_path: Path, model: str, field: str, value: object) -> Path:
+    """A copy of a bundled config with ``field`` of its text model set to ``value``."""
+    cfg = json.loads((MODELS / f"{model}.json").read_text())
+    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) and field != "architectures" else cfg
+    text[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _literal(tmp_path: Path, model: str, field: str, literal: str) -> Path:
+    path = _write(tmp_path, model, field, _RAW)
+    path.write_text(path.read_text().replace(f'"{_RAW}"', literal))
+    return path
+
+
+def _whole_file(tmp_path: Path, text: str) -> Path:
+    """A Llama config with ``text`` added as the object's last member."""
+    body = (MODELS / f"{LLAMA}.json").read_text().rstrip().removesuffix("}")
+    path = tmp_path / "config.json"
+    path.write_text(f"{body}, {text}}}")
+    return path
+
+
+def _refused(path: Path) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_architecture(str(path))
+    return str(err.value)
+
+
+@pytest.mark.parametrize("model,field,value", FIELDS)
+def test_a_hostile_field_is_refused_by_name(tmp_path, model, field, value):
+    message = _refused(_write(tmp_path, model, field, value))
+    assert f"'{field}'" in message
+
+
+@pytest.mark.parametrize("model,field,literal", LITERALS)
+def test_a_non_finite_number_is_refused_by_name(tmp_path, model, field, literal):
+    message = _refused(_literal(tmp_path, model, field, literal))
+    assert f"'{field}'" in message and "whole number" in message
+
+
+@pytest.mark.parametrize("text,named", [
+    pytest.param('"x": ' + "[" * 100_000 + "]" * 100_000, "nested too deeply", id="nested-100000"),
+    pytest.param('"x": ' + "9" * 5_000, "too long", id="integer-5000-digits"),
+    pytest.param('"vocab_size": 128256', "'vocab_size' appears twice", id="duplicate-key"),
+])
+def test_an_unreadable_file_is_refused_naming_it(tmp_path, text, named):
+    path = _whole_file(tmp_path, text)
+    message = _refused(path)
+    assert str(path) in message and named in message
+
+
+def test_a_duplicate_key_inside_a_nested_object_is_refused(tmp_path):
+    path = _whole_file(tmp_path, '"rope_scaling": {"factor": 8.0, "factor": 4.0}')
+    assert "'factor' appears twice" in _refused(path)
+
+
+def _exit_code(path: Path, capsys) -> tuple[int, str]:
+    with mock.patch.object(sys, "argv", ["apmw", "model", str(path)]), pytest.raises(SystemExit) as done:
+        main()
+    return int(done.value.code or 0), capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model,field,value", FIELDS)
+def test_apmw_model_exits_as_a_user_error(tmp_path, capsys, model, field, value):
+    code, err = _exit_code(_write(tmp_path, model, field, value), capsys)
+    assert code == USER_ERROR_EXIT and "internal error" not in err and field in err
+
+
+@pytest.mark.parametrize("model,field,value", [
+    pytest.param(QWEN_MOE, "mlp_only_layers", [0, 47], id="mlp_only_layers"),
+    pytest.param(SCOUT, "moe_layers", [1, 3], id="moe_layers"),
+    pytest.param(SCOUT, "no_rope_layers", [1, 1, 1, 0] * 12, id="no_rope_layers"),
+    pytest.param(LLAMA, "num_hidden_layers", 32.0, id="whole-float"),
+])
+def test_well_formed_values_are_still_read(tmp_path, model, field, value):
+    arch = load_architecture(str(_write(tmp_path, model, field, value)))
+    assert arch.params > 0

@@ -240,8 +240,8 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
 
 # Calls past the model's context window that a plan prices as if served (an engine refuses them; an agent
 # framework truncates or summarises first): any are noted with their share; where they are most calls, the
-# workload is not one this model runs, and the plan is refused.
-MAX_PAST_WINDOW_SHARE = 0.5
+# workload is not one this model runs (nine calls in ten), and the plan is refused.
+MAX_PAST_WINDOW_SHARE = 0.9
 
 
 def past_window_note(replica: Replica, sample: SessionSample) -> str | None:

@@ -156,10 +156,10 @@ def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():
     from apmw.design_search import check_front
 
     spec = load_spec(EXAMPLES / "support-chat.yaml")
-    found = search(spec, {"workload.summarize_at_tokens": [6000]})
+    found = search(spec, {"serving.disaggregation": [{"prefill_gpus": 2}], "serving.tool_wait_kv_policy": ["retain"]})
     assert found.points, found.pruned
     checked = check_front(spec, found, 1)
-    assert "summarisation" in checked.front()[0].checked["not_checked"]
+    assert "disaggregated prefill" in checked.front()[0].checked["not_checked"]
 
 
 @pytest.mark.parametrize("engine,worker", [("vllm", "dynamo.vllm --model"), ("sglang", "dynamo.sglang --model-path"),

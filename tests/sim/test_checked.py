@@ -117,8 +117,8 @@ def test_cli_checks_by_default_and_analytic_skips_it():
 
 
 def test_a_spec_the_simulator_cannot_run_keeps_the_analytic_answer_and_says_why(tmp_path):
-    text = (EXAMPLES / "coding-agent.yaml").read_text().replace(
-        "workload:\n", "workload:\n  summarize_at_tokens: 60000\n", 1)
+    text = (EXAMPLES / "support-chat.yaml").read_text().replace(
+        "serving:\n", "serving:\n  disaggregation: {prefill_gpus: 2}\n", 1).replace("policy: evict", "policy: retain")
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     r = subprocess.run([APMW, "plan", str(path), "--json"], capture_output=True, text=True, timeout=120)

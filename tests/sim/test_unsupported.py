@@ -11,7 +11,6 @@ from tests.conftest import small_spec_dict
 
 
 @pytest.mark.parametrize("section,field,value,words", [
-    ("workload", "summarize_at_tokens", 8000, "summarisation"),
     ("serving", "disaggregation", {"prefill_gpus": 1}, "disaggregated prefill"),
 ])
 def test_unmodelled_features_are_refused(section, field, value, words):

@@ -277,8 +277,10 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     # context restarts from system prompt + summary (resets counted per call)
     resets = np.zeros(n_calls)
     if w.summarize_at_tokens is not None:
-        history, resets = _summarised(history, w.summarize_at_tokens - w.system_prompt_tokens, w.summary_tokens)
-        prompt = w.system_prompt_tokens + history + new
+        past, resets = _summarised(history - w.system_prompt_tokens, w.summarize_at_tokens - w.system_prompt_tokens,
+                                   w.summary_tokens)
+        history = w.system_prompt_tokens + past
+        prompt = history + new
     new_resets = np.diff(resets, prepend=0.0)
     new_resets[session_start] = 0.0
 
@@ -325,14 +327,14 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
 
     session_of_row = session_of_call
     if w.summarize_at_tokens is not None:
-        # one summary call per reset: it reads the full context (retained, so only an
-        # instruction token is prefilled) and writes summary_tokens
+        # one summary call per reset: it reads the full context at the cap and one instruction token
+        # (the context retained, only that token is prefilled) and writes summary_tokens
         summaries = resets[np.cumsum(calls_per_session) - 1].astype(np.int64)
         extra = int(summaries.sum())
-        at = float(w.summarize_at_tokens - w.system_prompt_tokens)
+        at = float(w.summarize_at_tokens)
         session_of_row = np.concatenate((session_of_call, np.repeat(np.arange(sessions), summaries)))
         history = np.concatenate((history, np.full(extra, at)))
-        prompt = np.concatenate((prompt, np.full(extra, w.system_prompt_tokens + at)))
+        prompt = np.concatenate((prompt, np.full(extra, at + 1)))
         out = np.concatenate((out, np.full(extra, float(w.summary_tokens))))
         hold_s = np.concatenate((hold_s, np.zeros(extra)))
         offload_s = np.concatenate((offload_s, np.zeros(extra)))

@@ -19,6 +19,13 @@ context does while the agent waits (the table in ``capacity/sessions.py``):
 
 Calls inside one step follow each other with no wait: the context is pinned. Without
 ``prefix_caching`` nothing is reused: every call prefills its whole prompt.
+
+History summarisation (``workload.summarize_at_tokens``), as :mod:`apmw.capacity.sessions` prices it:
+before a call whose history (the context past the system prompt) has reached
+``summarize_at_tokens - system_prompt_tokens``, the agent makes one extra call with no wait: the
+whole context plus one instruction token as its prompt, ``summary_tokens`` out. The context then
+restarts as system prompt + summary under a new prefix-cache key (the old context is freed and never
+reused), so the call that follows re-prefills the summary with its new tokens.
 """
 
 from __future__ import annotations
@@ -82,6 +89,10 @@ class ClosedLoopAgents:
         self.task_start = [0.0] * agents
         self.task_ctx = [0] * agents
         self.tracked = [False] * agents
+        self.summarising = [False] * agents
+        # history (past the system prompt) at which an agent summarises first; None: never
+        self.summary_room = (None if self.w.summarize_at_tokens is None
+                             else self.w.summarize_at_tokens - self.w.system_prompt_tokens)
         self._ctx = 0
         self.task_latency_s: list[float] = []
         self.task_tool_s: list[float] = []       # each recorded task's own tool waits (exogenous; a control variate)
@@ -128,15 +139,25 @@ class ClosedLoopAgents:
         self.call_idx[a] = 0
         self.context[a] = self.w.system_prompt_tokens
         self.task_start[a] = t
-        self._ctx += 1
-        self.task_ctx[a] = self._ctx
+        self.summarising[a] = False
+        self._new_context(a)
         self.tasks_started += 1
         tracked = self.warmup_s <= t < self.duration_s
         self.tracked[a] = tracked
         self.open_tracked += tracked
         self._issue(a, t, 0)
 
+    def _new_context(self, a: int) -> None:
+        """Give agent ``a`` a fresh prefix-cache key: nothing cached under the old one is reused."""
+        self._ctx += 1
+        self.task_ctx[a] = self._ctx
+
     def _issue(self, a: int, t: float, host_tokens: int) -> None:
+        if self.summary_room is not None and self.context[a] - self.w.system_prompt_tokens >= self.summary_room:
+            # the summary call: the whole context and one instruction token in, the summary out
+            self.summarising[a] = True
+            self.engine.submit(Seq(a, self.task_ctx[a], self.context[a] + 1, self.w.summary_tokens, t, host_tokens), t)
+            return
         new, out, _ = self.calls[a]
         i = self.call_idx[a]
         # a call carries at least one token past the shared system prompt (its own message), so
@@ -158,6 +179,14 @@ class ClosedLoopAgents:
             self.ttft_s.append(seq.first_s - seq.ready_s)
             if seq.out > 1:
                 self.tpot_s.append((now - seq.first_s) / (seq.out - 1))
+        if self.summarising[a]:
+            # the history becomes the summary: the old context is freed, the next call follows at once
+            self.summarising[a] = False
+            ledger.release(seq)
+            self.context[a] = self.w.system_prompt_tokens + self.w.summary_tokens
+            self._new_context(a)
+            self._issue(a, now, 0)
+            return
         new, _, wait_after = self.calls[a]
         i = self.call_idx[a]
         wait = wait_after[i]

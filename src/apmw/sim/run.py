@@ -90,8 +90,6 @@ def unsupported(spec: Spec) -> str | None:
     Simulating such a spec anyway would silently drop the feature: a wrong answer.
     """
     missing = []
-    if spec.workload.summarize_at_tokens is not None:
-        missing.append("history summarisation (workload.summarize_at_tokens)")
     if spec.serving.disaggregation is not None:
         missing.append("disaggregated prefill (serving.disaggregation)")
     if layout_of(spec.serving, spec.hardware.gpus_per_replica).dp > 1:

@@ -99,6 +99,13 @@ def test_missing_file():
     assert r.returncode == 1 and "file not found" in r.stderr
 
 
+def test_a_directory_given_as_the_spec_is_named_as_one_with_the_specs_in_it():
+    r = run("plan", "examples")
+    _no_traceback(r)
+    text = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "is a directory, not a file" in text and "examples/coding-agent.yaml" in text
+
+
 def test_infeasible_slo_exits_2_with_best_p95(tmp_path):
     r = run("plan", str(_spec_with(tmp_path, "task_latency_p95_s: 1800", "task_latency_p95_s: 60")))
     _no_traceback(r)

@@ -292,11 +292,29 @@ def test_what_fuzzing_found_in_specs_is_refused_where_it_is(tmp_path, text, word
 
 
 def test_calls_past_the_context_window_are_noted_with_their_share(tmp_path):
-    # deep-research's tail of long sessions outgrows gpt-oss-120b's window: priced as if served, and said so
-    r = _run("plan", str(EXAMPLES / "deep-research.yaml"), "--analytic", "--json")
+    # deep-research without its summaries: its tail of long sessions outgrows gpt-oss-120b's window, priced
+    # as if served, and said so; the bundled example summarises and stays inside it
+    text = (EXAMPLES / "deep-research.yaml").read_text()
+    spec = tmp_path / "no-summaries.yaml"
+    spec.write_text(text.replace("  summarize_at_tokens: 96000\n", ""))
+    r = _run("plan", str(spec), "--analytic", "--json")
     _clean(r, 0)
     (note,) = [w for w in json.loads(r.stdout)["warnings"] if "context window" in w]
-    assert "of the sampled calls hold more tokens" in note and "summarize_at_tokens" in note
+    assert re.match(r"\d+\.\d\d% of the sampled calls hold more tokens", note) and "summarize_at_tokens" in note
+    bundled = _run("plan", str(EXAMPLES / "deep-research.yaml"), "--analytic", "--json")
+    _clean(bundled, 0)
+    assert not [w for w in json.loads(bundled.stdout)["warnings"] if "context window" in w]
+
+
+def test_a_share_past_the_window_too_small_for_two_decimals_is_not_printed_as_zero():
+    from dataclasses import replace
+
+    from apmw.capacity.plan import past_window_note, plan
+    from apmw.spec import load_spec
+
+    p = plan(load_spec(EXAMPLES / "deep-research.yaml"))
+    note = past_window_note(p.replica, replace(p.sample, call_past_window_share=3e-6))
+    assert note.startswith("under 0.01% of the sampled calls")
 
 
 @pytest.mark.parametrize("args,words", [

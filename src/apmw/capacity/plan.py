@@ -249,7 +249,8 @@ def past_window_note(replica: Replica, sample: SessionSample) -> str | None:
     share = sample.call_past_window_share
     if share <= 0:
         return None
-    return (f"{share:.2%} of the sampled calls hold more tokens (prompt and output) than {replica.arch.name}'s "
+    amount = f"{share:.2%}" if share >= 0.0001 else "under 0.01%"
+    return (f"{amount} of the sampled calls hold more tokens (prompt and output) than {replica.arch.name}'s "
             f"{replica.arch.max_context_tokens:,}-token context window; an engine refuses them, and apmw prices them "
             "as if served: set workload.summarize_at_tokens below the window to model what the agent does instead")
 

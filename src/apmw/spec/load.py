@@ -221,6 +221,10 @@ def _read_text(p: Path) -> str:
 def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
     """(data, its node) of a YAML file read safely: UTF-8, no key twice, no alias bombs or recursion."""
     p = Path(path)
+    if p.is_dir():
+        yamls = sorted(q.name for q in p.glob("*.y*ml"))[:3]
+        hint = f" (in it: {', '.join(str(p / n) for n in yamls)})" if yamls else ""
+        raise SpecError(str(path), [f"is a directory, not a file{hint}: give the path of a YAML {what}"])
     if not p.is_file():
         raise SpecError(str(path), [f"file not found (give the path of a YAML {what})"])
     text = _read_text(p)

@@ -77,7 +77,37 @@ def test_unknown_key_is_rejected_with_path():
 def test_zero_output_tokens_rejected():
     data = small_spec_dict()
     data["workload"]["output_tokens_per_call"] = 0
-    assert "output_tokens_per_call must be > 0" in _problems(data)
+    assert "output_tokens_per_call averages 0; it must average at least 1" in _problems(data)
+
+
+@pytest.mark.parametrize("field,value", [("output_tokens_per_call", 0.4), ("steps_per_task", 0.5),
+                                         ("calls_per_step", {"mean": 0.8, "p95": 2})])
+def test_a_count_averaging_under_one_is_refused_not_rounded_up(field, value):
+    data = small_spec_dict()
+    data["workload"][field] = value
+    assert f"{field} averages" in _problems(data) and "must average at least 1" in _problems(data)
+
+
+def test_a_fixed_count_between_two_whole_numbers_keeps_its_mean():
+    from apmw.spec.distribution import sample_whole
+
+    rng = np.random.default_rng(0)
+    draws = sample_whole(Constant(value=2.5), rng, 100_000, 1)
+    assert set(draws.tolist()) == {2, 3} and draws.mean() == pytest.approx(2.5, abs=0.01)
+    # whole values and distributions round each draw, as before (no draw consumed for the split)
+    lognormal = Lognormal.model_validate({"mean": 300, "p95": 900})
+    a, b = np.random.default_rng(1), np.random.default_rng(1)
+    assert (sample_whole(lognormal, a, 1000) == np.rint(lognormal.sample(b, 1000)).astype(np.int64)).all()
+    assert (sample_whole(Constant(value=3.0), a, 5, 1) == 3).all() and a.random() == b.random()
+
+
+def test_a_task_of_two_and_a_half_steps_is_planned_as_one():
+    from apmw.capacity import plan
+
+    data = small_spec_dict()
+    data["workload"]["steps_per_task"] = 2.5
+    calls = plan(spec_from_dict(data), agents=4).to_dict()["calls_per_session"]
+    assert calls == pytest.approx(2.5, abs=0.05)      # 2.0 while each task's 2.5 steps were rounded to even
 
 
 def test_negative_tokens_rejected_with_field_path():

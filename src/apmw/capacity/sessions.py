@@ -44,6 +44,7 @@ from apmw.capacity.routing import check_routable, routing_of, routing_sources
 from apmw.perf import Replica
 from apmw.errors import ApmwError
 from apmw.spec import Spec
+from apmw.spec.distribution import sample_whole
 
 # Sessions drawn per plan: at least SESSION_SAMPLES, and enough to hold about
 # TARGET_CALLS calls (short sessions need more of them for stable per-call means),
@@ -119,10 +120,6 @@ class SessionSample:
     @property
     def mean_calls(self) -> float:
         return float(self.calls.mean())
-
-
-def _rounded(x: np.ndarray, minimum: int) -> np.ndarray:
-    return np.maximum(np.rint(x), minimum).astype(np.int64)
 
 
 def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -233,9 +230,9 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     rng = np.random.default_rng(seed)
     kv_dtype = spec.model.kv_dtype
 
-    steps = _rounded(w.steps_per_task.sample(rng, sessions), 1)
+    steps = sample_whole(w.steps_per_task, rng, sessions, 1)
     total_steps = int(steps.sum())
-    calls_in_step = _rounded(w.calls_per_step.sample(rng, total_steps), 1)
+    calls_in_step = sample_whole(w.calls_per_step, rng, total_steps, 1)
     wait_after_step = w.tool_wait_s.sample(rng, total_steps)
     n_calls = int(calls_in_step.sum())
     if n_calls > 5e7:
@@ -256,10 +253,10 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     first_in_session = np.zeros(n_calls, dtype=bool)
     first_in_session[session_start] = True
 
-    new = _rounded(w.new_input_tokens_per_call.sample(rng, n_calls), 0).astype(float)
+    new = sample_whole(w.new_input_tokens_per_call, rng, n_calls).astype(float)
     if w.first_call_input_tokens is not None:
-        new[session_start] = _rounded(w.first_call_input_tokens.sample(rng, sessions), 0)
-    out = _rounded(w.output_tokens_per_call.sample(rng, n_calls), 1).astype(float)
+        new[session_start] = sample_whole(w.first_call_input_tokens, rng, sessions)
+    out = sample_whole(w.output_tokens_per_call, rng, n_calls, 1).astype(float)
 
     # prompt_i = system + new_1..new_i + out_1..out_{i-1}, cumulated within each session
     grown = np.cumsum(new + out) - out

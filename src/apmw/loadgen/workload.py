@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apmw.spec import Workload
+from apmw.spec.distribution import Constant, Empirical, Lognormal, sample_whole
 
 
 @dataclass(frozen=True)
@@ -39,22 +40,22 @@ class TaskShape:
         return sum(len(s.calls) for s in self.steps)
 
 
-def _count(x: float, minimum: int) -> int:
-    return max(int(np.rint(x)), minimum)
+def _count(d: Constant | Lognormal | Empirical, rng: np.random.Generator, minimum: int) -> int:
+    return int(sample_whole(d, rng, 1, minimum)[0])
 
 
 def sample_task(workload: Workload, rng: np.random.Generator) -> TaskShape:
     """One task drawn with ``rng`` (each agent owns a generator seeded from the run's seed)."""
-    n_steps = _count(workload.steps_per_task.sample(rng, 1)[0], 1)
+    n_steps = _count(workload.steps_per_task, rng, 1)
     steps = []
     for k in range(n_steps):
-        n_calls = _count(workload.calls_per_step.sample(rng, 1)[0], 1)
+        n_calls = _count(workload.calls_per_step, rng, 1)
         calls = []
         for i in range(n_calls):
             first = k == 0 and i == 0
             dist = workload.first_call_input_tokens if first and workload.first_call_input_tokens else \
                 workload.new_input_tokens_per_call
-            calls.append(CallShape(new_tokens=_count(dist.sample(rng, 1)[0], 1 if first else 0),  # the task's message
-                                   output_tokens=_count(workload.output_tokens_per_call.sample(rng, 1)[0], 1)))
+            calls.append(CallShape(new_tokens=_count(dist, rng, 1 if first else 0),  # the task's message
+                                   output_tokens=_count(workload.output_tokens_per_call, rng, 1)))
         steps.append(StepShape(calls=tuple(calls), tool_wait_s=float(workload.tool_wait_s.sample(rng, 1)[0])))
     return TaskShape(steps=tuple(steps))

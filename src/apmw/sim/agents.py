@@ -39,6 +39,7 @@ from apmw.errors import ApmwError
 from apmw.sim.batch import Seq
 from apmw.sim.engine import Engine
 from apmw.spec import Spec
+from apmw.spec.distribution import sample_whole
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,6 @@ class TaskShape:
         if min(self.output_tokens) < 1 or min(self.new_input_tokens) < 0 or min(self.wait_after_s) < 0:
             raise ApmwError(f"replayed task {index}: output tokens must be >= 1, new tokens and waits >= 0")
         return self
-
-
-def _rint(x: np.ndarray, minimum: int) -> list[int]:
-    return np.maximum(np.rint(x), minimum).astype(np.int64).tolist()
 
 
 class ClosedLoopAgents:
@@ -122,14 +119,14 @@ class ClosedLoopAgents:
             return [int(x) for x in t.new_input_tokens], [int(x) for x in t.output_tokens], \
                 [float(x) for x in t.wait_after_s]
         w, rng = self.w, self.rng
-        steps = _rint(w.steps_per_task.sample(rng, 1), 1)[0]
-        per_step = _rint(w.calls_per_step.sample(rng, steps), 1)
+        steps = int(sample_whole(w.steps_per_task, rng, 1, 1)[0])
+        per_step = sample_whole(w.calls_per_step, rng, steps, 1).tolist()
         waits = w.tool_wait_s.sample(rng, steps)
         n = int(sum(per_step))
-        new = _rint(w.new_input_tokens_per_call.sample(rng, n), 0)
+        new = sample_whole(w.new_input_tokens_per_call, rng, n).tolist()
         if w.first_call_input_tokens is not None:
-            new[0] = _rint(w.first_call_input_tokens.sample(rng, 1), 0)[0]
-        out = _rint(w.output_tokens_per_call.sample(rng, n), 1)
+            new[0] = int(sample_whole(w.first_call_input_tokens, rng, 1)[0])
+        out = sample_whole(w.output_tokens_per_call, rng, n, 1).tolist()
         wait_after = np.zeros(n)
         wait_after[np.cumsum(per_step) - 1] = waits
         return new, out, wait_after.tolist()

@@ -207,6 +207,19 @@ def reach(d: "Constant | Lognormal | Empirical") -> float:
     return d.quantile(ONE_IN_A_RUN) if isinstance(d, Lognormal) else d.mean
 
 
+def sample_whole(d: "Constant | Lognormal | Empirical", rng: np.random.Generator, size: int,
+                 minimum: int = 0) -> np.ndarray:
+    """Whole counts (steps, calls, tokens) drawn from ``d``, at least ``minimum``: each draw rounded to the nearest
+    whole number, except that a fixed value between two whole numbers is each of them as often as keeps its
+    mean (2.5 steps: 2 or 3, half the time each), where rounding would change it."""
+    if isinstance(d, Constant) and d.value != np.floor(d.value):
+        low = np.floor(d.value)
+        x = low + (rng.random(size) < d.value - low)
+    else:
+        x = np.rint(d.sample(rng, size))
+    return np.maximum(x, minimum).astype(np.int64)
+
+
 def parse_distribution(v: object) -> Constant | Lognormal | Empirical:
     """Turn what a user wrote into a distribution, with a message that says how to fix it."""
     if isinstance(v, (Constant, Lognormal, Empirical)):

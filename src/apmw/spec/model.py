@@ -71,8 +71,10 @@ class Workload(Section):
     @model_validator(mode="after")
     def _positive(self) -> "Workload":
         for name in ("steps_per_task", "calls_per_step", "output_tokens_per_call"):
-            if getattr(self, name).mean <= 0:
-                raise ValueError(f"{name} must be > 0: an agent task makes at least one call with some output")
+            if getattr(self, name).mean < 1:
+                raise ValueError(f"{name} averages {getattr(self, name).mean:g}; it must average at least 1: an agent "
+                                 "task makes at least one step of at least one call, and a call generates at least "
+                                 "one token")
         calls = self.steps_per_task.mean * self.calls_per_step.mean
         if calls > MAX_MEAN_CALLS_PER_TASK:
             raise ValueError(f"steps_per_task x calls_per_step averages {_big(calls)} calls per task; apmw samples "

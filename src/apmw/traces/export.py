@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from apmw.spec import Workload
+from apmw.spec.distribution import sample_whole
 from apmw.traces.fit import Columns
 from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS
 
@@ -89,17 +90,17 @@ def write_fitted(w: Workload, path: str | Path, sessions: int, seed: int,
     lines = 0
     with open(path, "w", encoding="utf-8") as f:
         for s in range(sessions):
-            steps = max(int(round(w.steps_per_task.sample(rng, 1)[0])), 1)
+            steps = int(sample_whole(w.steps_per_task, rng, 1, 1)[0])
             delay = None
             for k in range(steps):
-                calls = max(int(round(w.calls_per_step.sample(rng, 1)[0])), 1)
+                calls = int(sample_whole(w.calls_per_step, rng, 1, 1)[0])
                 for j in range(calls):
-                    out = max(round(float(w.output_tokens_per_call.sample(rng, 1)[0])), 1)
+                    out = int(sample_whole(w.output_tokens_per_call, rng, 1, 1)[0])
                     if k == 0 and j == 0:
-                        new = w.system_prompt_tokens + max(round(float(first_dist.sample(rng, 1)[0])), 0)
+                        new = w.system_prompt_tokens + int(sample_whole(first_dist, rng, 1)[0])
                         ids = blocks.first_turn(new)
                     else:
-                        new = max(round(float(w.new_input_tokens_per_call.sample(rng, 1)[0])), 1)
+                        new = int(sample_whole(w.new_input_tokens_per_call, rng, 1, 1)[0])
                         ids = blocks.delta(new)
                     f.write(_line(f"s{s}", new, out, ids, delay) + "\n")
                     lines += 1

@@ -78,13 +78,14 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
 def test_unknown_gpu_suggests_names(tmp_path):
     r = run("plan", str(_spec_with(tmp_path, "gpu: H200", "gpu: H20O")))
     _no_traceback(r)
-    assert r.returncode == 1 and "unknown GPU" in r.stderr and "H200" in r.stderr
+    assert r.returncode == 1 and "hardware.gpu: unknown GPU 'H20O'" in r.stderr and "H200" in r.stderr
 
 
 def test_unknown_model_suggests_names(tmp_path):
-    r = run("plan", str(_spec_with(tmp_path, "config: deepseek-ai/DeepSeek-V3", "config: deepseek-ai/DeepSeek-V4")))
+    r = run("plan", str(_spec_with(tmp_path, "config: deepseek-ai/DeepSeek-V3", "config: deepseek-ai/DeepSeek-V9")))
     _no_traceback(r)
-    assert r.returncode == 1 and "DeepSeek-V3" in r.stderr
+    assert r.returncode == 1 and "model.config: unknown model 'deepseek-ai/DeepSeek-V9'" in r.stderr
+    assert "DeepSeek-V3" in r.stderr
 
 
 def test_yaml_syntax_error_line_and_column(tmp_path):

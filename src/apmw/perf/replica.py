@@ -11,11 +11,13 @@ validated spec and :func:`benchmark_replica` for a serving benchmark's handful o
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from apmw.arch import Architecture, canonical_dtype, load_architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
-from apmw.errors import ApmwError
+from apmw.errors import ApmwError, ConfigError, UnknownNameError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap, covering_tables
@@ -30,6 +32,8 @@ from apmw.perf.serving_policy import (DEFAULT_ENGINE, KV_CACHE_DTYPES, ROOFLINE_
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
+
+T = TypeVar("T")
 
 _GPU_FIELDS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "fp8_flops", "fp4_flops", "tdp_w",
                "idle_power_w", "busy_power_w", "scaleup_bw_bytes_per_s")
@@ -301,8 +305,8 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     model already built for the spec's model and GPUs (a server's measured one,
     :mod:`apmw.perf.measured`).
     """
-    arch = load_architecture(spec.model.config)
-    gpu = resolve_gpu(spec.hardware.gpu)
+    arch = _named_in(spec_field="model.config", resolve=lambda: load_architecture(spec.model.config))
+    gpu = _named_in(spec_field="hardware.gpu", resolve=lambda: resolve_gpu(spec.hardware.gpu))
     g = spec.hardware.gpus_per_replica
     layout = layout_of(spec.serving, g)
     if layout.gpus != g:
@@ -325,6 +329,14 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
+
+
+def _named_in(spec_field: str, resolve: Callable[[], T]) -> T:
+    """``resolve()``, an unknown name or unreadable config refused with the spec field that gave it."""
+    try:
+        return resolve()
+    except (UnknownNameError, ConfigError) as exc:
+        raise type(exc)(f"{spec_field}: {exc}") from None
 
 
 # Step models recently built, by everything :func:`build_step_model` reads: a design-space search re-plans one

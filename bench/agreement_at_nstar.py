@@ -10,7 +10,7 @@ tasks have started in its measurement window. Printed per spec: the analytic N* 
 constraint, each seed's analytic / simulated p95 and the simulated run's own 95 % interval, and
 the p95 of all seeds' tasks pooled (the analytic samples pooled alike) with their ratio; then the
 TTFT p95 (each model's calls pooled over the seeds) and TPOT p95 (analytic: the mean over seeds of the
-token-weighted iteration p95; simulated: every recorded call's time per output token pooled).
+plan's per-call p95, ``tpot_p95_s``; simulated: every recorded call's time per output token pooled).
 
 Why per seed: near the KV limit one seed's sampled sessions (about 1,000 tasks) can hold a few per
 cent more context than another's, which moves the share of time the pool overflows and so the p95

@@ -325,3 +325,11 @@ def test_contrast_says_its_agents_are_the_analytic_models():
     assert {w["agents_per_replica_source"] for w in d["workloads"]} == {"analytic"}
     text = run("contrast", *args).stdout
     assert "analytic N*" in " ".join(text.split())
+
+
+def test_check_tasks_with_analytic_is_said_to_do_nothing():
+    r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--check-tasks", "50", "--json")
+    _no_traceback(r)
+    assert r.returncode == 0 and "--check-tasks has no effect with --analytic" in " ".join(r.stderr.split())
+    quiet = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--json")
+    assert "--check-tasks" not in quiet.stderr

@@ -31,9 +31,9 @@ def plan(
         None, "--calibration", help="step-time calibration measured by apmw bench --calibrate FILE"),
     analytic: bool = typer.Option(False, "--analytic", help="answer from the analytic model alone (milliseconds; "
                                   "the default settles N* in the simulator)"),
-    check_tasks: int = typer.Option(CHECK_TASKS_PER_POINT, "--check-tasks", min=1, max=10_000,
-                                    help="tasks simulated per agent count when checking N* (more: a tighter "
-                                    "interval, a longer run)"),
+    check_tasks: Optional[int] = typer.Option(None, "--check-tasks", min=1, max=10_000,
+                                              help="tasks simulated per agent count when checking N* (default "
+                                              f"{CHECK_TASKS_PER_POINT}; more: a tighter interval, a longer run)"),
 ) -> None:
     """Size one replica by the task-latency SLO: agents per replica, per MW, cost per session.
 
@@ -51,6 +51,10 @@ def plan(
     from apmw.traces import fit_trace
 
     fit_notes: list[str] = []
+    if check_tasks is not None and (analytic or agents is not None):
+        note(f"--check-tasks has no effect with {'--analytic' if analytic else '--agents'}: nothing is checked "
+             "in the simulator")
+    check_tasks = CHECK_TASKS_PER_POINT if check_tasks is None else check_tasks
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)

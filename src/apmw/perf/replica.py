@@ -11,9 +11,9 @@ validated spec and :func:`benchmark_replica` for a serving benchmark's handful o
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from apmw.arch import Architecture, canonical_dtype, load_architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
@@ -32,8 +32,6 @@ from apmw.perf.serving_policy import (DEFAULT_ENGINE, KV_CACHE_DTYPES, ROOFLINE_
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
-
-T = TypeVar("T")
 
 _GPU_FIELDS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "fp8_flops", "fp4_flops", "tdp_w",
                "idle_power_w", "busy_power_w", "scaleup_bw_bytes_per_s")
@@ -305,8 +303,10 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     model already built for the spec's model and GPUs (a server's measured one,
     :mod:`apmw.perf.measured`).
     """
-    arch = _named_in(spec_field="model.config", resolve=lambda: load_architecture(spec.model.config))
-    gpu = _named_in(spec_field="hardware.gpu", resolve=lambda: resolve_gpu(spec.hardware.gpu))
+    with _named_in("model.config"):
+        arch = load_architecture(spec.model.config)
+    with _named_in("hardware.gpu"):
+        gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
     layout = layout_of(spec.serving, g)
     if layout.gpus != g:
@@ -331,10 +331,11 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
 
 
-def _named_in(spec_field: str, resolve: Callable[[], T]) -> T:
-    """``resolve()``, an unknown name or unreadable config refused with the spec field that gave it."""
+@contextmanager
+def _named_in(spec_field: str) -> Iterator[None]:
+    """An unknown name or unreadable config refused with the spec field that gave it."""
     try:
-        return resolve()
+        yield
     except (UnknownNameError, ConfigError) as exc:
         raise type(exc)(f"{spec_field}: {exc}") from None
 

@@ -87,9 +87,6 @@ class ClosedLoopAgents:
         self.task_ctx = [0] * agents
         self.tracked = [False] * agents
         self.summarising = [False] * agents
-        # history (past the system prompt) at which an agent summarises first; None: never
-        self.summary_room = (None if self.w.summarize_at_tokens is None
-                             else self.w.summarize_at_tokens - self.w.system_prompt_tokens)
         self._ctx = 0
         self.task_latency_s: list[float] = []
         self.task_tool_s: list[float] = []       # each recorded task's own tool waits (exogenous; a control variate)
@@ -150,7 +147,7 @@ class ClosedLoopAgents:
         self.task_ctx[a] = self._ctx
 
     def _issue(self, a: int, t: float, host_tokens: int) -> None:
-        if self.summary_room is not None and self.context[a] - self.w.system_prompt_tokens >= self.summary_room:
+        if self.w.summarize_at_tokens is not None and self.context[a] >= self.w.summarize_at_tokens:
             # the summary call: the whole context and one instruction token in, the summary out
             self.summarising[a] = True
             self.engine.submit(Seq(a, self.task_ctx[a], self.context[a] + 1, self.w.summary_tokens, t, host_tokens), t)

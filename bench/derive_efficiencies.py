@@ -6,7 +6,9 @@ Run:  python bench/derive_efficiencies.py [--profiles ../shared/data/profiles]
 From aiconfigurator's measured vLLM 0.24.0 GEMM tables for H100-SXM and H200-SXM:
 
 * bandwidth efficiency: achieved HBM bandwidth of weight-streaming GEMMs (m <= 8,
-  n*k >= 4096^2; bytes = n*k*dtype + activations) over the spec-sheet bandwidth, median;
+  n*k >= 4096^2; bytes = n*k*dtype + activations) over the spec-sheet bandwidth, median, with each
+  GEMM's launch latency (``Efficiency.gemm_launch_s``, which the roofline charges per GEMM) taken off
+  its time first; ``--launch-intercept`` fits that latency instead (the affine form's intercept);
 * compute efficiency: achieved rate of large GEMMs (m, n, k >= 4096; 2*m*n*k FLOPs) over
   the dense spec peak, median, per dtype;
 * decode attention bandwidth: KV bytes read per decode-attention call over latency
@@ -28,12 +30,16 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from apmw.catalog.gpus import get_gpu  # noqa: E402
+from apmw.perf.efficiency import DEFAULT_EFFICIENCY  # noqa: E402
+
+LAUNCH_S = DEFAULT_EFFICIENCY.gemm_launch_s
 
 GPUS = {"h100_sxm": "H100", "h200_sxm": "H200"}
 DTYPE = {"bfloat16": ("bf16", 2.0), "fp8": ("fp8", 1.0)}
@@ -47,11 +53,26 @@ def gemm_efficiencies(path: Path, gpu) -> dict[str, float]:
         s = d.latency * 1e-3
         stream = d[(d.m <= 8) & (d.n * d.k >= 4096 ** 2)]
         bytes_ = stream.n * stream.k * size + 2 * stream.m * (stream.n + stream.k)
-        out[f"bandwidth_{name}"] = float((bytes_ / (stream.latency * 1e-3)).median() / gpu.hbm_bandwidth_bytes_per_s)
+        out[f"bandwidth_{name}"] = float((bytes_ / (stream.latency * 1e-3 - LAUNCH_S)).median()
+                                         / gpu.hbm_bandwidth_bytes_per_s)
         big = d[(d.m >= 4096) & (d.n >= 4096) & (d.k >= 4096)]
         flops = 2.0 * big.m * big.n * big.k / (big.latency * 1e-3)
         out[f"flops_{name}"] = float(flops.median() / gpu.flops_for(name))
         del s
+    return out
+
+
+def launch_intercept(path: Path, gpu) -> dict[str, float]:
+    """The affine fit ``latency = launch + bytes / (efficiency x bandwidth)`` over weight-streaming GEMMs
+    (m <= 8, n*k >= 1024^2): its intercept (us) and efficiency, per dtype."""
+    g = pd.read_parquet(path)
+    out = {}
+    for src, (name, size) in DTYPE.items():
+        d = g[(g.gemm_dtype == src) & (g.m <= 8) & (g.n * g.k >= 1024 ** 2)]
+        bytes_ = d.n * d.k * size + 2 * d.m * (d.n + d.k)
+        slope, intercept = np.polyfit(bytes_.to_numpy(float), d.latency.to_numpy(float) * 1e-3, 1)
+        out[f"launch_us_{name}"] = intercept * 1e6
+        out[f"bandwidth_{name}"] = 1.0 / slope / gpu.hbm_bandwidth_bytes_per_s
     return out
 
 
@@ -88,7 +109,7 @@ def vidur_linear_efficiencies(gpu_dir: Path, gpu) -> dict[str, float]:
                 k / d.num_tensor_parallel_workers if op in ("attn_post_proj", "mlp_down_proj") else k
             small = d.num_tokens <= 8
             bytes_ = 2.0 * n * k + 2.0 * d.num_tokens * (n + k)
-            bw += list((bytes_ / t)[small & (n * k >= 4096 ** 2 / 8)] / gpu.hbm_bandwidth_bytes_per_s)
+            bw += list((bytes_ / (t - LAUNCH_S))[small & (n * k >= 4096 ** 2 / 8)] / gpu.hbm_bandwidth_bytes_per_s)
             big = d.num_tokens >= 4096
             fl += list((2.0 * d.num_tokens * n * k / t)[big & (n * k >= 4096 ** 2 / 8)] / gpu.flops_for("bf16"))
     return {"bandwidth_bf16": float(pd.Series(bw).median()), "flops_bf16": float(pd.Series(fl).median()),
@@ -120,7 +141,15 @@ def main() -> None:
     ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
     ap.add_argument("--by-size", action="store_true",
                     help="weight-streaming efficiency by GEMM size on Hopper and Blackwell (vLLM 0.24.0 tables)")
+    ap.add_argument("--launch-intercept", action="store_true",
+                    help="fit each GEMM's launch latency on Hopper (the affine form's intercept) instead")
     args = ap.parse_args()
+    if args.launch_intercept:
+        for stem, name in GPUS.items():
+            eff = launch_intercept(args.profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet",
+                                   get_gpu(name))
+            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+        return
     if args.by_size:
         for stem, name in BY_SIZE_GPUS.items():
             eff = streaming_by_size(args.profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet",

@@ -164,12 +164,12 @@ def test_the_ratio_is_taken_over_the_rows_a_cuda_graph_computes():
 def test_a_4bit_moe_runs_its_attention_and_dense_gemms_at_the_bf16_rate():
     # gpt-oss-120b quantises only its experts (MXFP4); Hopper runs them as W4A16 at the bf16 rate,
     # Blackwell natively at fp4. Priced wholly at fp4, an 8192-token prefill would run 5.8x faster
-    # on a B200 than on an H200; with attention and the dense GEMMs at bf16 it is 3.7x.
+    # on a B200 than on an H200; with attention and the dense GEMMs at bf16 it is 3.9x.
     arch = load_architecture("openai/gpt-oss-120b")
     step = _from_h200(arch, "B200", 1, "fp4", "bf16")
     load = iteration_load(step, 0.0, 8192.0, 0.0)
     ratio = float(step.iteration_parts_s(load)[2] / step.reference.iteration_parts_s(load)[2])
-    assert 1 / ratio == pytest.approx(3.7, rel=0.03)
+    assert 1 / ratio == pytest.approx(3.87, rel=0.03)
 
 
 def test_a_scaled_model_needs_its_reference():

@@ -402,7 +402,7 @@ class CalibratedStepModel(RooflineFigures):
             raise UnknownNameError(f"unknown engine '{self.engine}'; "
                                    f"use one of: {', '.join(ENGINE_OVERHEAD_S_PER_LAYER)}")
         object.__setattr__(self, "curves", _curves(tables, self.arch, self.gpu, self.gpus, self.weight_dtype,
-                                                   self.kv_dtype, self.efficiency.bandwidth, self.engine,
+                                                   self.kv_dtype, self.efficiency.elementwise_bandwidth, self.engine,
                                                    self.mxfp4_moe_activations))
 
     @property

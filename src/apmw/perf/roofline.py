@@ -1,6 +1,6 @@
 """The plain roofline estimator: one iteration's time from spec sheets and fitted efficiencies.
 
-    t = fixed + comm + max(memory_s, compute_s as served)
+    t = fixed + comm + max(memory_s, compute_s as served) + GEMM launches x gemm_launch_s
 
 (:class:`apmw.perf.step.RooflineFigures` gives the terms). The fixed cost, bandwidth and FLOP
 efficiencies are :class:`apmw.perf.efficiency.Efficiency`'s, each with its provenance; the
@@ -36,5 +36,5 @@ class RooflineStepModel(RooflineFigures):
         """Seconds for one engine iteration carrying ``load``."""
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         memory_s, compute_s, served_extra = self._terms(load)
-        kernels = np.maximum(memory_s, compute_s + served_extra)
+        kernels = np.maximum(memory_s, compute_s + served_extra) + self.gemm_launches * self.efficiency.gemm_launch_s
         return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(kernels, self.overlapped_comm_s(tokens))

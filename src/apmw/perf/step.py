@@ -238,6 +238,20 @@ class RooflineFigures:
         attention, rest, experts = self._weight_reads_per_gpu(tokens)
         return attention + rest + experts
 
+    @cached_property
+    def gemm_launches(self) -> float:
+        """GEMMs one step launches on each GPU, in sequence: per layer the attention projections (fused qkv
+        and output; MLA's fused down-projection, query up-projection, the two absorbed key/value products and
+        output; a sparse-attention indexer's two), then the MLP (gate/up and down; a MoE layer's router, its
+        fused routed-expert pair and a shared expert's pair), and the lm_head. Pipeline stages each run their
+        own share of the layers. Other attention (DeepSeek-V4's compressed, linear attention) counts as GQA's
+        two: a floor, since their extra projections are not counted."""
+        a = self.arch
+        attention = (5 if a.attention == "mla" else 2) + (2 if a.attention_topk else 0)
+        moe = 3 + (2 if a.shared_expert_params else 0)
+        per_step = a.num_layers * attention + (a.num_layers - a.moe_layers) * 2 + a.moe_layers * moe
+        return per_step / self.parallel.pp + 1
+
     def weight_read_s(self, tokens: np.ndarray | float) -> np.ndarray:
         """Seconds each GPU streams :meth:`weight_read_bytes_per_gpu` for, each part at its dtype's
         bandwidth: a 4-bit MoE's 16-bit attention, a 16-bit dense FFN beside 4-bit experts."""

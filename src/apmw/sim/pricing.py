@@ -74,7 +74,7 @@ class _RooflineParts:
     """A roofline step model's iteration time from its parts, tabulated by the iteration's tokens.
 
     :class:`apmw.perf.roofline.RooflineStepModel` prices an iteration as
-    ``fixed + comm(tokens) + max(max(memory, compute as served), overlapped comm(tokens))``, where,
+    ``fixed + comm(tokens) + max(max(memory, compute as served) + launches, overlapped comm(tokens))``, where,
     without attention data parallelism (which the simulator does not run), the memory term is the
     weights' read at ``tokens`` plus the KV bytes read times a constant and the compute term the
     GEMMs' at ``tokens`` plus the attention FLOPs times a constant
@@ -85,7 +85,8 @@ class _RooflineParts:
     the step model, not to a wrong time.
     """
 
-    __slots__ = ("base", "memory", "compute", "overlap", "kv_s_per_byte", "attn_s_per_flop", "max_tokens", "_lists")
+    __slots__ = ("base", "memory", "compute", "overlap", "launch", "kv_s_per_byte", "attn_s_per_flop", "max_tokens",
+                 "_lists")
 
     @classmethod
     def build(cls, step, max_tokens: int, max_batch: int) -> "_RooflineParts | None":
@@ -102,6 +103,7 @@ class _RooflineParts:
         self.memory = np.asarray(step.roofline_terms(bare)[0], dtype=float) + zero
         self.compute = np.asarray(step.served_compute_s(bare), dtype=float) + zero
         self.overlap = np.asarray(step.overlapped_comm_s(tokens), dtype=float) + zero
+        self.launch = step.gemm_launches * step.efficiency.gemm_launch_s
         probe = 1e15
         one = IterationLoad(0.0, 1.0, probe, probe)
         mem1, comp1 = (float(x) for x in step.roofline_terms(one))
@@ -128,13 +130,13 @@ class _RooflineParts:
         base, memory, compute, overlap = self._lists
         m = memory[tokens] + self.kv_s_per_byte * kv_bytes
         c = compute[tokens] + self.attn_s_per_flop * attn_flops
-        kernels = m if m >= c else c
+        kernels = (m if m >= c else c) + self.launch
         o = overlap[tokens]
         return base[tokens] + (kernels if kernels >= o else o)
 
     def times(self, tokens, kv_bytes: np.ndarray, attn_flops: np.ndarray) -> np.ndarray:
         kernels = np.maximum(self.memory[tokens] + self.kv_s_per_byte * kv_bytes,
-                             self.compute[tokens] + self.attn_s_per_flop * attn_flops)
+                             self.compute[tokens] + self.attn_s_per_flop * attn_flops) + self.launch
         return self.base[tokens] + np.maximum(kernels, self.overlap[tokens])
 
 

@@ -51,6 +51,12 @@ FIELDS = [
     pytest.param(QWEN_MOE, "num_experts", 0, id="num_experts-0"),
     pytest.param(LLAMA, "tie_word_embeddings", "false", id="tie_word_embeddings-str"),
     pytest.param(LLAMA, "max_position_embeddings", "131072", id="max_position_embeddings-str"),
+    pytest.param(DEEPSEEK, "q_lora_rank", "abc", id="q_lora_rank-str"),
+    pytest.param(DEEPSEEK, "q_lora_rank", -5, id="q_lora_rank-negative"),
+    pytest.param(LLAMA, "attention_bias", "false", id="attention_bias-str"),
+    pytest.param(V4, "attention_bias", "false", id="v4-attention_bias-str"),
+    pytest.param(LLAMA, "text_config", 5, id="text_config-int"),
+    pytest.param(LLAMA, "text_config", [], id="text_config-list"),
 ]
 # JSON literals json.dumps does not write: (bundled config, field, literal)
 LITERALS = [

@@ -74,6 +74,9 @@ def test_infeasible_points_are_pruned_and_counted_by_reason():
     ([1, 2], "a space is a mapping with 'axes'"),
     ({"axes": {"engine": ["vllm"]}}, "not a dotted spec path"),
     ({"axes": {"serving.engine": []}}, "needs a non-empty list"),
+    ({"axes": {"...": [1, 2]}}, "'' is not a field of the spec's top level"),
+    ({"axes": {"hardware.gpu_count": [1]}}, "'gpu_count' is not a field of hardware .fields: gpu, gpus_per_replica"),
+    ({"axes": {"serving.engine.name": ["vllm"]}}, "serving.engine is a value, not a section"),
     ({"axes": {"serving.max_batch": list(range(1, 1002)), "hardware.gpus_per_replica": list(range(1, 101))}},
      f"at most {MAX_POINTS:,} are evaluated"),
 ])

@@ -327,6 +327,15 @@ def test_contrast_says_its_agents_are_the_analytic_models():
     assert "analytic N*" in " ".join(text.split())
 
 
+def test_contrast_names_the_spec_no_agent_count_serves(tmp_path):
+    text = (EXAMPLES / "support-chat.yaml").read_text()
+    strict = tmp_path / "strict-chat.yaml"
+    strict.write_text(text.replace("ttft_p95_s:", "ttft_p95_s: 0.001  # was", 1))
+    r = run("contrast", str(EXAMPLES / "deep-research.yaml"), str(strict))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.lstrip().startswith(f"error: {strict}: no number of agents meets the SLO")
+
+
 def test_check_tasks_with_analytic_is_said_to_do_nothing():
     r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--check-tasks", "50", "--json")
     _no_traceback(r)

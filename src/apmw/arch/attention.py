@@ -54,10 +54,10 @@ def _gqa_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
                           "grouped-query attention shares each KV head among a whole number of query heads. "
                           "Fix the value in the config.json.")
     head_dim = c.positive(("head_dim",), hidden // heads)
-    q_out = heads * head_dim * (2 if c.get("attn_output_gate") else 1)
+    q_out = heads * head_dim * (2 if c.flag("attn_output_gate") else 1)
     params = hidden * q_out + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
     output = heads * head_dim * hidden
-    if c.get("attention_bias"):
+    if c.flag("attention_bias"):
         params += q_out + 2 * kv_heads * head_dim + hidden
         output += hidden
     return _Attn(kind="mha" if kv_heads == heads else "gqa", params=params,
@@ -78,7 +78,7 @@ def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
     nope = c.req("qk_nope_head_dim", why)
     v_dim = c.req("v_head_dim", why)
     kv_rank = c.req("kv_lora_rank", why)
-    q_rank = c.get("q_lora_rank")
+    q_rank = c.first(("q_lora_rank",))      # 0 or null: queries straight from the hidden state
     qk_dim = nope + rope
     q = (hidden * q_rank + q_rank + q_rank * heads * qk_dim) if q_rank else hidden * heads * qk_dim
     kv = hidden * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v_dim)

@@ -162,7 +162,7 @@ def _v4_ratios(c: Cfg, num_layers: int, mtp: int) -> list[int]:
 
 def deepseek_v4(c: Cfg, hidden: int, heads: int, num_layers: int) -> _V4:
     """Attention, compressed-KV shape and mHC of a DeepSeek-V4 config (docs/models.md)."""
-    if c.get("attention_bias"):
+    if c.flag("attention_bias"):
         raise ConfigError(f"{c.name}: attention_bias is true; DeepSeek-V4's attention has no biases.")
     if c.first(("num_key_value_heads",), 1) != 1:
         raise ConfigError(f"{c.name}: num_key_value_heads must be 1 for DeepSeek-V4 (one shared KV entry).")

@@ -128,14 +128,18 @@ class Cfg:
         return int(value)
 
 
-def text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The language-model part of a config; multimodal wrappers nest it in text_config."""
+def text_config(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
+    """The language-model part of a config; multimodal wrappers nest it in text_config (an object: any
+    other value is refused, not read as a text-only config)."""
     notes = []
     if "vision_config" in cfg:
         notes.append("vision tower ignored (text model only)")
     text = cfg.get("text_config")
-    if not isinstance(text, dict):
+    if text is None:
         return cfg, notes
+    if not isinstance(text, dict):
+        raise ConfigError(f"{name}: 'text_config' is {shown(text)}; expected an object (the language model's "
+                          "config, as multimodal checkpoints nest it). Fix the value in the config.json.")
     inherited = {k: cfg[k] for k in ("tie_word_embeddings", "torch_dtype", "dtype") if k in cfg}
     return {**inherited, **text}, notes
 

@@ -20,7 +20,7 @@ from apmw.errors import ConfigError
 
 def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
     """Build an Architecture from a HuggingFace config dict (see the :mod:`apmw.arch` docstring)."""
-    text, notes = text_config(cfg)
+    text, notes = text_config(cfg, name)
     quantisation = quantization_config(cfg, name)    # a malformed one is refused before any family reads it
     why = refusal(cfg, text)
     if why:

@@ -24,12 +24,18 @@ def contrast(
 
     if len(specs) < 2:
         fail("give at least two specs to contrast")
-    try:
-        plans = {str(p): plan(load_spec(p)) for p in specs}
-    except InfeasibleError as exc:
-        fail(str(exc), exc.exit_code)
-    except (ApmwError, SpecError) as exc:
-        fail(str(exc))
+    plans = {}
+    for p in specs:
+        try:
+            spec = load_spec(p)
+        except (ApmwError, SpecError) as exc:      # a spec's own errors name its file, line and field
+            fail(str(exc))
+        try:
+            plans[str(p)] = plan(spec)
+        except InfeasibleError as exc:
+            fail(f"{p}: {exc}", exc.exit_code)
+        except ApmwError as exc:
+            fail(f"{p}: {exc}")
     result = build(plans)
     if as_json:
         emit_json(result)

@@ -16,7 +16,10 @@ import copy
 import hashlib
 import itertools
 import json
+import typing
 from typing import Iterator
+
+from pydantic import BaseModel
 
 from apmw.errors import ApmwError
 
@@ -38,6 +41,7 @@ def read_space(data: object, where: str) -> dict[str, list]:
     for path, values in axes.items():
         if not isinstance(path, str) or path.count(".") < 1:
             raise ApmwError(f"{where}: axis {path!r} is not a dotted spec path such as serving.engine")
+        _check_spec_path(path, where)
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
         seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
@@ -50,6 +54,41 @@ def read_space(data: object, where: str) -> dict[str, list]:
         raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
                         "(about a plan each): drop values or axes")
     return axes
+
+
+def _check_spec_path(path: str, where: str) -> None:
+    """Refuse an axis whose path names no field of the spec (``apmw.spec.Spec``), naming the first part that
+    is not one and the fields that are there; a path may go on inside a field holding a mapping."""
+    from apmw.spec import Spec
+
+    models: list[type[BaseModel]] = [Spec]
+    walked: list[str] = []
+    for part in path.split("."):
+        if not models:
+            return                      # inside a free-form mapping: its keys are the spec loader's to check
+        fields = {name: f for m in models for name, f in m.model_fields.items()}
+        fields |= {f.alias: f for m in models for f in m.model_fields.values() if f.alias}
+        if part not in fields:
+            inside = ".".join(walked) or "the spec's top level"
+            raise ApmwError(f"{where}: axis {path!r}: {part!r} is not a field of {inside} (fields: "
+                            f"{', '.join(sorted(n for m in models for n in m.model_fields))})")
+        walked.append(part)
+        models = _models_in(fields[part].annotation)
+        if not models and _is_plain(fields[part].annotation) and part != path.split(".")[-1]:
+            raise ApmwError(f"{where}: axis {path!r}: {'.'.join(walked)} is a value, not a section; the axis "
+                            f"ends there ({'.'.join(walked)}: [values])")
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    """The pydantic models a field's type may hold (a section, or one of a union's sections)."""
+    args = typing.get_args(annotation) or (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _is_plain(annotation: object) -> bool:
+    """Whether a field holds a value with no fields inside (a number, a name, a list), not a mapping."""
+    args = typing.get_args(annotation) or (annotation,)
+    return not any(a is dict or typing.get_origin(a) is dict or a is typing.Any for a in args)
 
 
 def default_space(base: dict) -> dict[str, list]:

@@ -136,6 +136,13 @@ def streaming_by_size(path: Path, gpu) -> dict[str, float]:
     return out
 
 
+def print_gemm_figures(figures, gpus: dict[str, str], profiles: Path) -> None:
+    """One line per GPU of what ``figures(gemm table, gpu)`` derives from its vLLM 0.24.0 GEMM table."""
+    for stem, name in gpus.items():
+        eff = figures(profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet", get_gpu(name))
+        print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=Path, default=ROOT.parent / "shared" / "data" / "profiles")
@@ -145,16 +152,10 @@ def main() -> None:
                     help="fit each GEMM's launch latency on Hopper (the affine form's intercept) instead")
     args = ap.parse_args()
     if args.launch_intercept:
-        for stem, name in GPUS.items():
-            eff = launch_intercept(args.profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet",
-                                   get_gpu(name))
-            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+        print_gemm_figures(launch_intercept, GPUS, args.profiles)
         return
     if args.by_size:
-        for stem, name in BY_SIZE_GPUS.items():
-            eff = streaming_by_size(args.profiles / "aiconfigurator" / stem / "gemm/vllm/0.24.0/gemm_perf.parquet",
-                                    get_gpu(name))
-            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in eff.items()))
+        print_gemm_figures(streaming_by_size, BY_SIZE_GPUS, args.profiles)
         return
     for stem, name in GPUS.items():
         gpu = get_gpu(name)

@@ -336,6 +336,20 @@ def test_contrast_names_the_spec_no_agent_count_serves(tmp_path):
     assert r.stderr.lstrip().startswith(f"error: {strict}: no number of agents meets the SLO")
 
 
+@pytest.mark.parametrize("flag,value,words", [
+    ("--slo-p95-s", "-5", "--slo-p95-s -5.0: give the task-latency p95 SLO as a positive number of seconds"),
+    ("--slo-p95-s", "nan", "--slo-p95-s nan: give the task-latency p95 SLO as a positive number of seconds"),
+    ("--compare-plan", "no-such-spec.yaml", "no-such-spec.yaml"),
+])
+def test_bench_checks_its_slo_and_comparison_before_any_load(tmp_path, flag, value, words):
+    # port 9 (discard) has no server: an error about the flag, not about the connection, shows it was checked first
+    r = run("bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://127.0.0.1:9", "--model", "m",
+            "--out", str(tmp_path / "r.jsonl"), "--no-live", flag, value)
+    _no_traceback(r)
+    assert r.returncode == 1 and words in r.stderr, r.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
 def test_check_tasks_with_analytic_is_said_to_do_nothing():
     r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--check-tasks", "50", "--json")
     _no_traceback(r)

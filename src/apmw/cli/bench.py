@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import sys
 from pathlib import Path
@@ -104,6 +105,11 @@ def bench(
             _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
             return
         output_path(results, "--out")
+        if slo_p95_s is not None and not (math.isfinite(slo_p95_s) and slo_p95_s > 0):
+            fail(f"--slo-p95-s {slo_p95_s}: give the task-latency p95 SLO as a positive number of seconds, e.g. 1800")
+        # what the run is compared with is checked before the run, not after its minutes of load
+        compare_spec = load_spec(compare_plan) if compare_plan is not None else None
+        compare_step = _calibrated_step(compare_spec, calibration) if compare_spec is not None else None
         if resume:
             base = config_from_file(results)
             levels = (base.levels or [base.agents]) if agents_sweep is None else parse_sweep(agents_sweep)
@@ -127,8 +133,9 @@ def bench(
                              trace=None if trace is None else {"path": str(trace), "format": trace_format})
         outcome = asyncio.run(_run(base, levels, results, api_key, resume, live and not as_json))
         comparison = None
-        if compare_plan is not None:
-            comparison = _compare(load_spec(compare_plan), outcome.summary, calibration)
+        if compare_spec is not None:
+            from apmw.loadgen.compare import compare
+            comparison = compare(compare_spec, outcome.summary, compare_step)
     except (ApmwError, SpecError) as exc:
         fail(str(exc))
     doc = {**outcome.summary, "end_reason": outcome.reason, "results_file": str(outcome.path),
@@ -166,12 +173,11 @@ async def _run(base, levels, results, api_key, resume, live):
                                on_tick=lambda s: view.update(live_table(s)))
 
 
-def _compare(spec, summary, calibration):
+def _calibrated_step(spec, calibration: Path | None):
+    """The step model --compare-plan predicts with: the calibration file's, or None for apmw's own."""
     from apmw.loadgen.calibrate import read_calibration, step_model_from_calibration
-    from apmw.loadgen.compare import compare
 
-    step = None if calibration is None else step_model_from_calibration(read_calibration(calibration), spec)
-    return compare(spec, summary, step)
+    return None if calibration is None else step_model_from_calibration(read_calibration(calibration), spec)
 
 
 def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, loop_results=None):

@@ -63,7 +63,8 @@ def _check_spec_path(path: str, where: str) -> None:
 
     models: list[type[BaseModel]] = [Spec]
     walked: list[str] = []
-    for part in path.split("."):
+    parts = path.split(".")
+    for i, part in enumerate(parts):
         if not models:
             return                      # inside a free-form mapping: its keys are the spec loader's to check
         fields = {name: f for m in models for name, f in m.model_fields.items()}
@@ -74,7 +75,7 @@ def _check_spec_path(path: str, where: str) -> None:
                             f"{', '.join(sorted(n for m in models for n in m.model_fields))})")
         walked.append(part)
         models = _models_in(fields[part].annotation)
-        if not models and _is_plain(fields[part].annotation) and part != path.split(".")[-1]:
+        if not models and _is_plain(fields[part].annotation) and i < len(parts) - 1:
             raise ApmwError(f"{where}: axis {path!r}: {'.'.join(walked)} is a value, not a section; the axis "
                             f"ends there ({'.'.join(walked)}: [values])")
 

@@ -32,9 +32,14 @@ class RooflineStepModel(RooflineFigures):
         exchange = f"; {self.moe_exchange_source}" if self.moe_exchange_source else ""
         return f"roofline: {self.efficiency.source}{served}{exchange}"
 
+    @property
+    def launch_s(self) -> float:
+        """Seconds of GEMM launches in one step (:attr:`gemm_launches` x ``Efficiency.gemm_launch_s``)."""
+        return self.gemm_launches * self.efficiency.gemm_launch_s
+
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         memory_s, compute_s, served_extra = self._terms(load)
-        kernels = np.maximum(memory_s, compute_s + served_extra) + self.gemm_launches * self.efficiency.gemm_launch_s
+        kernels = np.maximum(memory_s, compute_s + served_extra) + self.launch_s
         return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(kernels, self.overlapped_comm_s(tokens))

@@ -103,7 +103,7 @@ class _RooflineParts:
         self.memory = np.asarray(step.roofline_terms(bare)[0], dtype=float) + zero
         self.compute = np.asarray(step.served_compute_s(bare), dtype=float) + zero
         self.overlap = np.asarray(step.overlapped_comm_s(tokens), dtype=float) + zero
-        self.launch = step.gemm_launches * step.efficiency.gemm_launch_s
+        self.launch = step.launch_s
         probe = 1e15
         one = IterationLoad(0.0, 1.0, probe, probe)
         mem1, comp1 = (float(x) for x in step.roofline_terms(one))

@@ -421,7 +421,7 @@ def test_a_lone_sequence_on_an_attention_dp_rank_reads_its_kv_there():
     step = _ep_step(get_gpu("H200"), gpus=8)
     c = step._rates
     for seqs, share in ((1.0, 8.0), (8.0, 1.0), (9.0, 8 * 2 / 9)):
-        assert float(step._busiest_rank_share(np.array(seqs))) == pytest.approx(share)
+        assert float(step.busiest_rank_share(np.array(seqs))) == pytest.approx(share)
     one = _decode(step, 1.0, ctx=100_000)
     memory_s, _ = step.roofline_terms(one)
     weights_s = float(step.weight_read_bytes_per_gpu(1.0)) / c.weight_bw

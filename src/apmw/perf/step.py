@@ -376,7 +376,7 @@ class RooflineFigures:
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
         # attention DP: each rank reads its own sequences' KV and computes their attention, and the busiest
         # rank holds ceil(seqs / dp) of them (a lone sequence's KV is read by one rank, not spread over all)
-        per_rank = self._busiest_rank_share(np.asarray(load.decode_seqs, dtype=float))
+        per_rank = self.busiest_rank_share(np.asarray(load.decode_seqs, dtype=float))
         # pipeline stages: with fewer sequences than stages the stages' per-token work does not overlap
         idle = self._pipeline_idle_share(load)
         per_rank = per_rank * idle
@@ -412,7 +412,7 @@ class RooflineFigures:
         per_rank = np.ceil(decode / dp)           # each attention-DP rank pipelines its own sequences
         return pp / np.clip(per_rank + prompts, 1.0, pp)
 
-    def _busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
+    def busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
         """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``
         (1 without attention DP, or when the sequences divide evenly)."""
         dp = self.parallel.dp

@@ -161,12 +161,12 @@ class ClosedLoopAgents:
 
     # ---- engine callbacks ------------------------------------------------------------------------------
     def on_arrival(self, seq: Seq) -> None:
-        self.engine.ledger.unpin_into(seq.agent, seq)
+        self.engine.ledger_for(seq).unpin_into(seq.agent, seq)
 
     def on_done(self, seq: Seq, now: float) -> None:
         a = seq.agent
         eng = self.engine
-        ledger = eng.ledger
+        ledger = eng.ledger_for(seq)
         self.calls_done += 1
         self.output_tokens_done += seq.out
         if self.warmup_s <= seq.ready_s < self.duration_s:
@@ -259,7 +259,7 @@ class OpenLoopRequests:
         pass
 
     def on_done(self, seq: Seq, now: float) -> None:
-        self.engine.ledger.release(seq)
+        self.engine.ledger_for(seq).release(seq)
         self.pending -= 1
         self.output_tokens_done += seq.out
         self.latency_s.append(now - seq.ready_s)

@@ -1,7 +1,7 @@
 """One replica as a continuous-batching engine, iteration by iteration (vLLM V1's scheduler).
 
 Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V1
-``Scheduler.schedule``):
+``Scheduler.schedule``; rules 1 and 2 are :class:`apmw.sim.scheduler.Scheduler`'s):
 
 1. **Running sequences first**, in admission order. Each asks for the tokens it
    still has to compute (a decode asks for 1, a prefill for the rest of its prompt)
@@ -21,6 +21,11 @@ Each iteration (docs.vllm.ai, "Optimization and Tuning: chunked prefill"; vLLM V
    (:meth:`apmw.perf.StepModel.iteration_time_s`, the same function ``apmw plan``
    uses) for its decode sequences, prefill tokens, KV bytes read and attention FLOPs
    (:mod:`apmw.sim.pricing` asks it, or reads the answer it gave before).
+
+**Attention data-parallel ranks** (``serving.parallelism.dp_attention``): each rank is a scheduler of its
+own (:mod:`apmw.sim.scheduler`: its queue, its share of the KV pool, its batch limit and token budget),
+an agent's calls always go to its rank, and every rank's iteration runs together, priced as one at the
+pace of the rank whose attention reads the most (:meth:`Engine._busiest_rank_loads`).
 
 **Prefill first** (SGLang's default, ``serving.engine: sglang`` unless
 ``serving.mixed_prefill``): an iteration carries either prompts (rule 1 for sequences still
@@ -63,7 +68,9 @@ of its contexts, so the times come from the tables of :class:`apmw.sim.pricing.P
 pieces reach the next event). The result equals the plain loop (``fast=False``) up to floating-point
 rounding; ``tests/sim/test_fast_path.py`` checks it.
 
-The engine owns the clock and the queues. Where the KV blocks go (shared prefix, held
+The fast path runs a replica with one scheduler; ranks take the plain loop.
+
+The engine owns the clock and the arrivals; each scheduler its queue and batch. Where the KV blocks go (shared prefix, held
 contexts, pins and their spills) is :class:`apmw.sim.kv_ledger.KvLedger`'s account, what an
 iteration costs is :class:`apmw.sim.pricing.Pricer`'s (the step model's times, asked as seldom
 as possible), and what the run measures is :class:`apmw.sim.stats.Meter`'s.
@@ -78,12 +85,12 @@ from collections import deque
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
-from apmw.perf.serving_policy import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
-                                  SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS)
+from apmw.perf.serving_policy import SGLANG_MIN_NEW_TOKEN_RATIO
 from apmw.sim.batch import Batch, Seq
-from apmw.sim.drafts import cut, kept_tokens, next_cut, tokens_per_iteration
+from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
 from apmw.sim.pricing import pricer_for
+from apmw.sim.scheduler import Scheduler
 from apmw.sim.slots import SlotPromptCache
 from apmw.sim.stats import Meter
 from apmw.spec import Serving
@@ -100,7 +107,8 @@ FIRST_PIECE = 32
 
 
 class Engine:
-    """The scheduler and clock of one replica, with its KV ledger and meter; a driver feeds it calls."""
+    """The clock of one replica and its schedulers (one, or one per attention data-parallel rank), with their
+    KV ledgers and the meter; a driver feeds it calls."""
 
     def __init__(self, replica: Replica, serving: Serving, shared_tokens: int, driver, *, fast: bool = True,
                  window: tuple[float, float] = (0.0, float("inf")), sample_dt_s: float = float("inf"),
@@ -110,15 +118,7 @@ class Engine:
         self.arch = step.arch
         self.kv_dtype = step.kv_dtype
         policy = replica.policy
-        self.max_batch = policy.max_batch
-        self.max_tokens = policy.token_budget
         self.prefill_first = not policy.mixed_prefill
-        # the share of the running sequences' remaining output kept back at admission; SGLang's
-        # adapts (new_token_ratio): from 0.7 down a step per decode iteration, reset on retraction
-        self.adaptive_share = serving.engine == "sglang"
-        self.reserved_share = policy.reserved_output_share
-        if self.adaptive_share:
-            self.share_decay = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_MIN_NEW_TOKEN_RATIO) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
         self.ahead = policy.iterations_ahead
         # speculative decoding: tokens a decoding sequence computes per iteration (its pending token and the
         # drafts), each draft's acceptance, and what the draft multiplies an iteration's time by
@@ -134,10 +134,6 @@ class Engine:
         self._decodes_since_poll = 0
         slots = (SlotPromptCache(policy.max_batch, shared_tokens)
                  if policy.slot_prompt_cache and serving.prefix_caching else None)
-        self.ledger = KvLedger(replica.kv_capacity_bytes, step.kv_bytes_per_token, serving.prefix_caching,
-                               shared_tokens, slots)
-        self.running = Batch()
-        self.waiting: deque[Seq] = deque()
         self.arrivals: list = []          # heap of (time, n, seq)
         self._n = 0
         self.now = 0.0
@@ -150,6 +146,59 @@ class Engine:
         self.stats = self.meter.stats
         # contexts below this many tokens make KV bytes / attention FLOPs non-linear (sliding window, top-k)
         self.linear_from = self.pricer.linear_from
+        # one scheduler, or one per attention data-parallel rank with its share of the pool, the batch limit
+        # and the token budget (the policy's are the replica's totals: apmw.perf.serving_policy)
+        ranks = step.parallel.dp
+        self.ranks = [Scheduler(KvLedger(replica.kv_capacity_bytes / ranks, step.kv_bytes_per_token,
+                                         serving.prefix_caching, shared_tokens, slots),
+                                policy.max_batch // ranks, policy.token_budget // ranks, self.verify,
+                                policy.reserved_output_share, serving.engine == "sglang", self.stats,
+                                self._admitted)
+                      for _ in range(ranks)]
+        self._batches = [sched.running for sched in self.ranks]     # each scheduler keeps its batch object
+        self._only = self.ranks[0] if ranks == 1 else None           # the one scheduler, without ranks
+
+    # Told of every admission (seq, plan) before it is made: None, or a method of a subclass (apmw.sim.fleet).
+    _admitted = None
+
+    @property
+    def running(self) -> Batch:
+        """The running batch of the replica's scheduler (rank 0's under attention data parallelism)."""
+        return self.ranks[0].running
+
+    @property
+    def waiting(self) -> deque[Seq]:
+        """The waiting queue of the replica's scheduler (rank 0's under attention data parallelism)."""
+        return self.ranks[0].waiting
+
+    @property
+    def ledger(self) -> KvLedger:
+        """The KV ledger of the replica's scheduler (rank 0's under attention data parallelism)."""
+        return self.ranks[0].ledger
+
+    def scheduler_for(self, seq: Seq) -> Scheduler:
+        """The scheduler a call goes to: under attention data parallelism, its agent's rank, so that an agent's
+        calls find its context where they left it (ASSUMPTION: session-affine routing, as ``apmw plan``
+        prices it; a benchmark's independent requests go round the ranks in turn)."""
+        ranks = self.ranks
+        if len(ranks) == 1:
+            return ranks[0]
+        return ranks[seq.agent % len(ranks)] if seq.agent >= 0 else ranks[(-seq.ctx - 1) % len(ranks)]
+
+    def ledger_for(self, seq: Seq) -> KvLedger:
+        """The KV ledger holding ``seq``'s context (:meth:`scheduler_for`)."""
+        return self.scheduler_for(seq).ledger
+
+    def kv_tokens(self) -> int:
+        """Resident KV tokens over every rank's pool."""
+        if self._only is not None:
+            return self._only.ledger.kv_tokens
+        return sum(s.ledger.kv_tokens for s in self.ranks)
+
+    def used_blocks(self) -> int:
+        if self._only is not None:
+            return self._only.ledger.pool.used
+        return sum(s.ledger.pool.used for s in self.ranks)
 
     # ---- what drivers call -------------------------------------------------------------------------------
     def submit(self, seq: Seq, at_s: float) -> None:
@@ -158,13 +207,20 @@ class Engine:
 
     # ---- internals ------------------------------------------------------------------------------------
     def _process_events(self) -> None:
-        self.ledger.expire(self.now)
+        for sched in self.ranks:
+            sched.ledger.expire(self.now)
         cutoff = self._arrival_cutoff_s()
         while self.arrivals and self.arrivals[0][0] <= cutoff:
             seq = heapq.heappop(self.arrivals)[2]
+            sched = self._only or self.scheduler_for(seq)
             self.driver.on_arrival(seq)
-            self.ledger.queued(seq)
-            self.waiting.append(seq)
+            sched.ledger.queued(seq)
+            sched.waiting.append(seq)
+
+    def _busy(self) -> bool:
+        if self._only is not None:
+            return bool(self._only.running.seqs)
+        return any(sched.running.seqs for sched in self.ranks)
 
     def _arrival_cutoff_s(self) -> float:
         """Arrivals up to this time can join the next iteration. A busy engine that schedules
@@ -172,169 +228,96 @@ class Engine:
         idle case is also what keeps the loop live: with nothing running, no iteration would
         ever move the cutoff past an arrival.) A busy scheduler that polls for new calls every
         ``recv_interval`` decode iterations keeps the cutoff of its last poll until the next one."""
-        busy = bool(self.running.seqs)
+        busy = self._busy()
         if self.recv_interval > 1 and busy and self._decodes_since_poll < self.recv_interval:
             return self._received_s
         self._decodes_since_poll = 0
         self._received_s = self._last_start_s if self.ahead and busy else self.now
         return self._received_s
 
-    def _admission(self, seq: Seq, budget: int):
-        """(kv_len after the hit, cached blocks reused, new blocks, tokens this iteration), or None."""
-        ledger = self.ledger
-        kv, reuse = ledger.cached_prefix(seq)
-        n = min(seq.total - kv, budget)
-        held = seq.own if seq.retained else reuse
-        new = ledger.blocks_for(kv + n) - held
-        free = ledger.pool.available - reuse
-        if new > free:
-            return None
-        share = self.reserved_share
-        if share and (ledger.blocks_for(seq.total + int(share * (seq.out - seq.generated))) - held
-                      + ledger.reserved_blocks(self.running, share) > free):
-            return None         # TensorRT-LLM, SGLang: room kept back for the running sequences' output
-        return kv, reuse, new, n
-
-    def _admit(self, seq: Seq, plan) -> int:
-        kv, reuse, new, n = plan
-        if not seq.retained:
-            st = self.stats
-            st.lookup_tokens += seq.total
-            st.hit_tokens += self.ledger.hit_tokens(kv, reuse)
-        self.ledger.admit(seq, kv, reuse, new)
-        return n
-
-    def _preempt(self, seq: Seq) -> None:
-        self.ledger.release(seq)
-        seq.prefill = True
-        self.stats.preemptions += 1
-        self.waiting.appendleft(seq)
-
-    def _schedule_running(self, budget: int, prompts: bool = True, decodes: bool = True
-                          ) -> tuple[np.ndarray, int, bool]:
-        """Tokens each running sequence computes this iteration (in order, within the budget), its blocks
-        allocated; spills pins, then preempts from the back, when the pool runs short. ``prompts`` and
-        ``decodes`` say which running sequences this iteration may carry (both when mixed)."""
-        r, ledger = self.running, self.ledger
-        b = len(r.seqs)
-        v = self.verify
-        if decodes and b * v <= budget and not np.count_nonzero(r.pre):
-            # the common case: every running sequence decodes (a token, or its pending token and the drafts),
-            # and the pool has the blocks
-            need = ledger.blocks_for(r.kv + v) - r.own
-            total_need = int(need.sum())
-            if ledger.fits(total_need):
-                ledger.take(total_need)
-                r.own += need
-                return np.full(b, v, dtype=np.int64), budget - b * v, False
-        want = np.where(r.pre, r.total - r.kv if prompts else 0, v if decodes else 0)
-        before = np.cumsum(want) - want
-        n = np.clip(budget - before, 0, want)
-        need = np.where(n > 0, ledger.blocks_for(r.kv + n) - r.own, 0)
-        total_need = int(need.sum())
-        if ledger.fits(total_need):                        # the common case: everything fits
-            ledger.take(total_need)
-            r.own += need
-            return n, budget - int(n.sum()), False
-        preempted = False                                  # memory is short: vLLM's sequential loop
-        i = 0
-        n = np.zeros(len(r), dtype=np.int64)
-        while i < len(r):
-            if (r.pre[i] and not prompts) or (not r.pre[i] and not decodes):
-                i += 1
-                continue
-            ni = min(int(r.total[i] - r.kv[i]) if r.pre[i] else v, budget)
-            if ni <= 0:
-                break
-            need_i = ledger.blocks_for(int(r.kv[i]) + ni) - int(r.own[i])
-            while not ledger.fits(need_i):
-                if self._spill_one():
-                    continue
-                last = len(r) - 1
-                self._preempt(r.pop_last())
-                preempted = True
-                if last == i:
-                    break
-            else:
-                ledger.take(need_i)
-                r.own[i] += need_i
-                n[i] = ni
-                budget -= ni
-                i += 1
-                continue
-            break
-        if preempted and self.adaptive_share and len(r):
-            # SGLang's retract_decode: reserve what the survivors have shown they decode
-            self.reserved_share = min(1.0, float(r.gen.sum() + SGLANG_RETRACT_DECODE_STEPS * len(r))
-                                      / max(float(r.out.sum()), 1.0))
-        return n[:len(r)], budget, preempted
-
-    def _schedule(self, prompts: bool = True, decodes: bool = True, admit: bool = True) -> np.ndarray:
-        """Tokens per running sequence this iteration (rule 1), then admissions (rule 2) appended."""
-        r = self.running
-        budget = self.max_tokens
-        n, budget, preempted = (self._schedule_running(budget, prompts, decodes) if r.seqs
-                                else (np.zeros(0, np.int64), budget, False))
-        if not preempted and admit:
-            added = []
-            while self.waiting and budget > 0 and len(r.seqs) < self.max_batch:
-                plan = self._admission(self.waiting[0], budget)
-                while plan is None and self._spill_one():
-                    plan = self._admission(self.waiting[0], budget)
-                if plan is None:
-                    break
-                seq = self.waiting.popleft()
-                ni = self._admit(seq, plan)
-                r.append(seq)
-                added.append(ni)
-                budget -= ni
-            if added:
-                n = np.concatenate((n, np.array(added, dtype=np.int64)))
-        return n
-
     def step_once(self) -> bool:
-        """One iteration by the rules above; False when nothing could be scheduled."""
-        r = self.running
-        if self.prefill_first:
-            # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is
-            # one, decoding only when there is none (apmw.perf.serving_policy)
-            n = self._schedule(decodes=False)
-            if not np.count_nonzero(n):
-                n = self._schedule(prompts=False, admit=False)
-        else:
-            n = self._schedule()
-        computed = int(n.sum())
+        """One iteration by the rules above, every rank's together; False when nothing could be scheduled."""
+        computed = decode = running = decode_tokens = 0
+        kv_bytes = attn = 0.0
+        parts = []
+        for sched in self.ranks:
+            if self.prefill_first:
+                # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is one,
+                # decoding only when there is none (apmw.perf.serving_policy)
+                n = sched.schedule(decodes=False)
+                if not np.count_nonzero(n):
+                    n = sched.schedule(prompts=False, admit=False)
+            else:
+                n = sched.schedule()
+            c = int(n.sum())
+            if not c:
+                continue
+            computed += c
+            r = sched.running
+            active = n > 0
+            if int(np.count_nonzero(active)) == len(n):      # the common case: every running sequence computes
+                kv, n_act, pre = r.kv, n, r.pre
+            else:
+                kv, n_act, pre = r.kv[active], n[active], r.pre[active]
+            kv_r, attn_r = self.pricer.loads(kv, n_act, pre)
+            kv_bytes += kv_r
+            attn += attn_r
+            decode_r = int(len(kv) - np.count_nonzero(pre))
+            if decode_r:
+                sched.decay_share(1)
+            decoding = active & ~r.pre
+            # a decoding sequence computes one token, or its pending token and the drafts
+            decode_tokens += int(n[decoding].sum()) if self.verify > 1 else decode_r
+            decode += decode_r
+            running += len(kv)
+            parts.append((sched, n, active, decoding, decode_r, kv_r, attn_r))
         if not computed:
             return False
-        self.meter.sample(self.now, r, self.ledger.kv_tokens)
-        active = n > 0
-        if int(np.count_nonzero(active)) == len(n):      # the common case: every running sequence computes
-            kv, n_act, pre = r.kv, n, r.pre
-        else:
-            kv, n_act, pre = r.kv[active], n[active], r.pre[active]
-        kv_bytes, attn = self.pricer.loads(kv, n_act, pre)
-        decode = int(len(kv) - np.count_nonzero(pre))
-        if decode:
-            self._decay_share(1)
-        decoding = active & ~r.pre
-        # a decoding sequence computes one token, or its pending token and the drafts
-        decode_tokens = int(n[decoding].sum()) if self.verify > 1 else decode
+        kv_tokens = self.kv_tokens()
+        self.meter.sample(self.now, self._batches, kv_tokens)
         prefill_tokens = computed - decode_tokens
         # SGLang weighs an iteration with prompt tokens past any interval: the next loop polls
         self._decodes_since_poll = self.recv_interval if prefill_tokens else self._decodes_since_poll + 1
+        if self._only is None:
+            kv_bytes, attn = self._busiest_rank_loads(decode_tokens, [p[5] for p in parts], [p[6] for p in parts])
         load = IterationLoad(decode_tokens, prefill_tokens, kv_bytes, attn)
         t = self.pricer.time_s(load) * self.draft_factor
-        self.meter.iteration(self.now, t, decode, len(kv), t * self.ledger.kv_tokens, self.ledger.pool.used, load)
+        self.meter.iteration(self.now, t, decode, running, t * kv_tokens, self.used_blocks(), load)
         self._last_start_s = self.now
         self.now += t
-        st = self.stats
-        st.prefill_tokens += prefill_tokens
+        self.stats.prefill_tokens += prefill_tokens
+        for sched, n, active, decoding, decode_r, _, _ in parts:
+            self._advance(sched, n, active, decoding, decode_r)
+        return True
+
+    def _busiest_rank_loads(self, decode_seqs: int, kv_by_rank: list[float], attn_by_rank: list[float]
+                            ) -> tuple[float, float]:
+        """(KV bytes read, attention FLOPs) to price an iteration of attention data-parallel ranks by: every
+        rank waits for the busiest in the MoE layers, so its attention sets the pace. The step model prices a
+        replica's load with the busiest rank's share of an even split of ``decode_seqs``
+        (:meth:`apmw.perf.step.RooflineFigures.busiest_rank_share`, what ``apmw plan`` can know); here the ranks'
+        own loads are known, so the load handed to it is scaled to make that share the busiest rank's."""
+        ranks = len(self.ranks)         # a rank that computed nothing this iteration reads nothing
+        even = float(self.step.busiest_rank_share(np.asarray(float(decode_seqs))))
+
+        def scaled(by_rank: list[float]) -> float:
+            total = sum(by_rank)
+            return ranks * max(by_rank) / even if total > 0 else 0.0
+
+        return scaled(kv_by_rank), scaled(attn_by_rank)
+
+    def _advance(self, sched: Scheduler, n: np.ndarray, active: np.ndarray, decoding: np.ndarray,
+                 decode: int) -> None:
+        """``sched``'s sequences after an iteration that computed ``n`` tokens each: prompts that finished
+        their prefill emit their first token, decodes theirs (or what their drafts kept), and finished calls
+        go back to the driver."""
+        r, st = sched.running, self.stats
         if self.verify > 1 and decode:
-            n = self._keep_accepted(n, decoding)
+            n = sched.keep_accepted(n, decoding, self.acceptance)
         else:
             st.decode_tokens += decode
         r.kv += n
-        self.ledger.computed(int(n.sum()))
+        sched.ledger.computed(int(n.sum()))
         gen = active & (r.kv == r.total)          # a prompt's last chunk, or a decode step without drafts
         r.gen += gen
         r.total += gen
@@ -348,40 +331,22 @@ class Engine:
             r.pre = r.pre & ~first
         done = (gen | decoding) & (r.gen == r.out)
         if np.count_nonzero(done):
-            self._finish(done)
-        return True
+            self._finish(sched, done)
 
-    def _keep_accepted(self, n: np.ndarray, decoding: np.ndarray) -> np.ndarray:
-        """Speculative decoding: ``n`` with each decoding sequence's computed tokens cut to the ones it keeps.
-        Those sequences' generated tokens are counted here (their pending token's KV and the accepted drafts'
-        are kept, so each stays one token short of its total) and the blocks of rejected drafts freed."""
-        r, st = self.running, self.stats
-        kept = np.minimum(kept_tokens(r.gen[decoding], n[decoding], self.acceptance),
-                          r.out[decoding] - r.gen[decoding])
-        n = n.copy()
-        n[decoding] = kept
-        r.gen[decoding] += kept
-        r.total[decoding] += kept
-        st.decode_tokens += int(kept.sum())
-        st.generated_tokens += int(kept.sum())
-        own = self.ledger.blocks_for(r.kv[decoding] + kept)
-        self.ledger.give_back(int((r.own[decoding] - own).sum()))
-        r.own[decoding] = own
-        return n
-
-    def _finish(self, done: np.ndarray) -> None:
+    def _finish(self, sched: Scheduler, done: np.ndarray) -> None:
         if not np.count_nonzero(done):
             return
-        for seq in self.running.remove(done):
+        for seq in sched.running.remove(done):
             self.driver.on_done(seq, self.now)
 
     def _stop_times(self) -> tuple[float, float]:
         """When the plain loop would next do something other than decode: (the first iteration
         ending at or after this time is the last of the segment, an arrival that may join: the
         segment ends with the iteration whose batch takes it)."""
-        t = min(self.driver.stop_time_s, self.ledger.next_expiry_s(), self.meter.next_due_s(self.now))
+        sched = self.ranks[0]
+        t = min(self.driver.stop_time_s, sched.ledger.next_expiry_s(), self.meter.next_due_s(self.now))
         joins = np.inf
-        if self.arrivals and not self.waiting and len(self.running.seqs) < self.max_batch:
+        if self.arrivals and not sched.waiting and len(sched.running.seqs) < sched.max_batch:
             joins = self.arrivals[0][0]
         return t, joins
 
@@ -404,29 +369,28 @@ class Engine:
             k = min(k, self.recv_interval - self._decodes_since_poll)
         return k
 
-    def _decay_share(self, steps: int) -> None:
-        """SGLang's new_token_ratio falls a step per decode iteration, to its floor."""
-        if self.adaptive_share:
-            self.reserved_share = max(self.reserved_share - steps * self.share_decay, SGLANG_MIN_NEW_TOKEN_RATIO)
-
     def _fast_forward(self) -> bool:
-        """Advance many all-decode iterations in one step; False when the plain step must run."""
-        r = self.running
+        """Advance many all-decode iterations in one step; False when the plain step must run (always under
+        attention data parallelism, whose ranks' iterations the plain step prices together)."""
+        if len(self.ranks) > 1:
+            return False
+        sched = self.ranks[0]
+        r = sched.running
         b = len(r.seqs)
         v = self.verify
-        if b == 0 or b * v > self.max_tokens or np.count_nonzero(r.pre):
+        if b == 0 or b * v > sched.max_tokens or np.count_nonzero(r.pre):
             return False
-        if self.adaptive_share and self.waiting and self.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
+        if sched.adaptive_share and sched.waiting and sched.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
             return False    # the share falls every iteration, so the queue head may fit at any one
-        budget = self.max_tokens if self.prefill_first else self.max_tokens - b * v
-        if self.waiting and b < self.max_batch and budget > 0 and (
-                self._admission(self.waiting[0], budget) or self.ledger.spillable(self.waiting)):
+        budget = sched.max_tokens if self.prefill_first else sched.max_tokens - b * v
+        if sched.waiting and b < sched.max_batch and budget > 0 and (
+                sched.admission(sched.waiting[0], budget) or sched.ledger.spillable(sched.waiting)):
             return False
         if v > 1:
             return self._speculative_segment()
         kv = r.kv
         k = min(int((r.out - r.gen).min()), MAX_SEGMENT_ITERATIONS)
-        ledger = self.ledger
+        ledger = sched.ledger
         pool = ledger.pool
         if pool.capacity - pool.used < b * (k // BLOCK_TOKENS + 1):    # else every block k tokens need is free
             k = ledger.decode_room(kv, k)
@@ -462,12 +426,12 @@ class Engine:
                 m += more
             k = min(m, self._segment_length(ends, stops))
         t = t[:k]
-        self.meter.sample(self.now, r, ledger.kv_tokens)
+        self.meter.sample(self.now, [r], ledger.kv_tokens)
         kv = kv + k
         own = ledger.blocks_for(kv)
         pool.take(int(own.sum()) - int(r.own.sum()))
         self.meter.segment(self.now, t, j, load, b, ledger.kv_tokens, pool.used, total)
-        self._decay_share(k)
+        sched.decay_share(k)
         self._decodes_since_poll += k
         self.now = float(ends[k - 1])
         self._last_start_s = self.now - float(t[k - 1])
@@ -478,7 +442,7 @@ class Engine:
         r.own = own
         done = r.gen == r.out
         if np.count_nonzero(done):
-            self._finish(done)
+            self._finish(sched, done)
         return True
 
     def _speculative_segment(self) -> bool:
@@ -489,7 +453,8 @@ class Engine:
         ends at the first finish, before the first iteration whose drafts' blocks the pool cannot supply,
         or at the plain loop's next event (:meth:`_segment_length`). Contexts must be past the model's
         non-linear part (a sliding window, a top-k), where an iteration's load is affine in their sum."""
-        r, ledger, pricer = self.running, self.ledger, self.pricer
+        sched = self.ranks[0]
+        r, ledger, pricer = sched.running, sched.ledger, self.pricer
         pool = ledger.pool
         b, v = len(r.seqs), self.verify
         if pricer.lines is None or (self.linear_from and int(r.kv.min()) < self.linear_from):
@@ -523,13 +488,13 @@ class Engine:
         ends = np.cumsum(np.concatenate(((self.now,), t)))[1:]
         k = min(k, self._segment_length(ends))
         t, load = t[:k], IterationLoad(load.decode_seqs, 0.0, load.kv_read_bytes[:k], load.attention_flops[:k])
-        self.meter.sample(self.now, r, ledger.kv_tokens)
+        self.meter.sample(self.now, [r], ledger.kv_tokens)
         grown = (total[:k] - total[0])
         kept = pos[k - 1] - r.gen
         used_peak = pool.used - int(r.own.sum()) + int(peak[:k].max())
         self.meter.segment(self.now, t, None, load, b, ledger.kv_tokens, used_peak, grown=grown,
                            kept=int(kept.sum()))
-        self._decay_share(k)
+        sched.decay_share(k)
         self._decodes_since_poll += k
         self.now = float(ends[k - 1])
         self._last_start_s = self.now - float(t[k - 1])
@@ -546,47 +511,26 @@ class Engine:
         r.own = own
         done = r.gen == r.out
         if np.count_nonzero(done):
-            self._finish(done)
+            self._finish(sched, done)
         return True
 
-    def _spill_one(self) -> bool:
-        """Memory is short: the ledger releases one pinned context (:meth:`KvLedger.spill_one`)."""
-        if self.ledger.spill_one(self.waiting):
-            self.stats.spills += 1
-            return True
-        return False
-
-    def _break_deadlock(self) -> bool:
-        """Nothing runs and the queue head cannot be admitted even with every pin spilled.
-
-        Its own retained context is released first (it may still hit); a call that
-        cannot fit even in an empty pool is rejected and its task ended (counted in
-        ``rejected_calls``).
-        """
-        if self._spill_one():
-            return True
-        head = self.waiting[0]
-        if head.retained:
-            self.ledger.release(head)
-            self.stats.spills += 1
-            return True
-        head = self.waiting.popleft()
-        self.ledger.release(head)
-        self.stats.rejected_calls += 1
-        self.driver.on_rejected(head, self.now)
-        return True
+    def _break_deadlock(self, sched: Scheduler) -> None:
+        """Nothing runs on ``sched`` and its queue head cannot be admitted even with every pin spilled
+        (:meth:`Scheduler.break_deadlock`); a call that cannot fit even in an empty pool is rejected and its
+        task ended."""
+        head = sched.break_deadlock()
+        if head is not None:
+            self.driver.on_rejected(head, self.now)
 
     def check_invariants(self) -> None:
         """Block and token accounting agree (tests run with ``check=True``; raises AssertionError)."""
-        self.running.sync_all()
-        held = list(self.running.seqs) + [s for s in self.waiting if s.retained]
-        self.ledger.check_invariants(held, self.waiting)
-        for s in held:
-            assert s.kv_len < s.total and 0 <= s.generated <= s.out
+        for sched in self.ranks:
+            sched.check_invariants()
 
     def run(self, progress=None) -> None:
         """Run until the driver says stop; ``progress(now_s)`` is called now and then."""
         tick = 0
+        ranks = self.ranks
         while True:
             self._process_events()
             if self.check:
@@ -596,16 +540,24 @@ class Engine:
             tick += 1
             if progress is not None and tick % 2048 == 0:
                 progress(self.now)
-            if self.running.seqs:
-                if not (self.fast and self._fast_forward()):
-                    self.step_once()
-                continue
-            if self.waiting:
-                if self.step_once():
+            if len(ranks) == 1:
+                sched = ranks[0]
+                if sched.running.seqs:
+                    if not (self.fast and self._fast_forward()):
+                        self.step_once()
                     continue
-                self._break_deadlock()
+                if sched.waiting:
+                    if not self.step_once():
+                        self._break_deadlock(sched)
+                    continue
+            elif any(sched.running.seqs or sched.waiting for sched in ranks):
+                self.step_once()
+                for sched in ranks:       # a rank left idle with a queue: its head cannot be admitted
+                    if sched.waiting and not sched.running.seqs:
+                        self._break_deadlock(sched)
                 continue
-            nxt = min(self.arrivals[0][0] if self.arrivals else np.inf, self.ledger.next_expiry_s())
+            nxt = min(self.arrivals[0][0] if self.arrivals else np.inf,
+                      min(sched.ledger.next_expiry_s() for sched in ranks))
             if self.driver.stop_time_s > self.now:
                 nxt = min(nxt, self.driver.stop_time_s)
             if not np.isfinite(nxt):
@@ -615,5 +567,5 @@ class Engine:
 
     def _idle_until(self, t: float) -> None:
         """No iteration runs until ``t``: pinned and shared KV still count as resident."""
-        self.meter.idle(self.now, t, self.ledger.kv_tokens)
+        self.meter.idle(self.now, t, self.kv_tokens())
         self.now = t

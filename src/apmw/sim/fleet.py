@@ -41,6 +41,7 @@ import numpy as np
 from apmw.capacity.routing import POLICIES
 from apmw.errors import ApmwError
 from apmw.perf import Replica, replica_from_spec
+from apmw.perf.parallelism import layout_of
 from apmw.sim.agents import ClosedLoopAgents
 from apmw.sim.batch import Seq
 from apmw.sim.engine import Engine
@@ -61,13 +62,12 @@ class _RoutedEngine(Engine):
     hit_tokens = 0
     admissions = 0
 
-    def _admit(self, seq: Seq, plan) -> int:
+    def _admitted(self, seq: Seq, plan) -> None:
         if self.meter.in_window(self.now):
             kv, reuse = plan[0], plan[1]
             self.lookup_tokens += seq.total
             self.hit_tokens += kv if seq.retained else self.ledger.hit_tokens(kv, reuse)
             self.admissions += 1
-        return super()._admit(seq, plan)
 
 
 class _Port:
@@ -92,6 +92,15 @@ class _Port:
 
     def finished(self, now: float) -> bool:
         return self.fleet.finished(now)
+
+
+def _unsupported_in_fleet(spec: Spec) -> str | None:
+    """What the multi-replica simulation does not model beyond :func:`apmw.sim.run.unsupported`: its replicas
+    step with one scheduler each."""
+    if layout_of(spec.serving, spec.hardware.gpus_per_replica).dp > 1:
+        return ("attention data-parallel ranks in a multi-replica simulation (serving.parallelism.dp_attention; "
+                "apmw simulate and apmw plan run them on one replica)")
+    return None
 
 
 def _next_event_s(e: Engine) -> float:
@@ -202,7 +211,7 @@ def simulate_fleet(spec: Spec, replicas: int, agents_per_replica: int, policy: s
     agents = replicas * agents_per_replica
     if not 1 <= agents <= MAX_AGENTS:
         raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} in all, got {agents:,}")
-    gap = unsupported(spec)
+    gap = unsupported(spec) or _unsupported_in_fleet(spec)
     if gap:
         raise ApmwError(f"the simulator does not model {gap} yet")
     if not duration_s > 0:

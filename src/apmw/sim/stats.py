@@ -151,10 +151,11 @@ class Meter:
         if hi > lo:
             self.stats.kv_tokens_s += (hi - lo) * kv_tokens
 
-    def sample(self, now: float, running: Batch, kv_tokens: int) -> None:
-        """Record the time series point that is due by ``now`` (if any, and inside the window)."""
+    def sample(self, now: float, running: list[Batch], kv_tokens: int) -> None:
+        """Record the time series point that is due by ``now`` (if any, and inside the window): the sequences
+        decoding in the ``running`` batches (one per scheduler) and ``kv_tokens``."""
         if now >= self.next_sample_s and now < self.window[1]:
-            decode = int(len(running) - running.pre.sum())
+            decode = sum(int(len(r) - r.pre.sum()) for r in running)
             self.stats.samples.append((now, decode, kv_tokens))
             self.next_sample_s = now + self.sample_dt_s
 

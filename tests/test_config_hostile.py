@@ -22,6 +22,7 @@ DEEPSEEK = "deepseek-ai--DeepSeek-V3"
 V4 = "deepseek-ai--DeepSeek-V4-Pro"
 QWEN_MOE = "Qwen--Qwen3-30B-A3B"
 SCOUT = "meta-llama--Llama-4-Scout-17B-16E-Instruct"
+GLM = "zai-org--GLM-5"
 
 _RAW = "__raw__"    # replaced by JSON text json.dumps cannot write (Infinity, NaN)
 
@@ -57,6 +58,13 @@ FIELDS = [
     pytest.param(V4, "attention_bias", "false", id="v4-attention_bias-str"),
     pytest.param(LLAMA, "text_config", 5, id="text_config-int"),
     pytest.param(LLAMA, "text_config", [], id="text_config-list"),
+    # read as "no indexer", "no chunking" or "no window" before session 34: the model changed without a word
+    pytest.param(GLM, "index_topk", [], id="index_topk-empty-list"),
+    pytest.param(GLM, "index_topk", 0, id="index_topk-0"),
+    pytest.param(SCOUT, "attention_chunk_size", 0, id="attention_chunk_size-0"),
+    pytest.param(QWEN_MOE, "use_sliding_window", "abc", id="use_sliding_window-str-window-off"),
+    pytest.param(QWEN_MOE, "max_window_layers", [], id="max_window_layers-list"),
+    pytest.param(QWEN_MOE, "sliding_window", [], id="sliding_window-list-window-off"),
 ]
 # JSON literals json.dumps does not write: (bundled config, field, literal)
 LITERALS = [

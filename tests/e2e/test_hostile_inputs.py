@@ -348,3 +348,42 @@ def test_search_explain_gives_each_pruned_points_reason_on_its_line(tmp_path):
     _clean(r, 2) if r.returncode == 2 else _clean(r, 0)
     (line,) = [x for x in r.stdout.splitlines() if "max_batch=0" in x]
     assert "invalid spec; serving.max_batch: Input should be greater than or equal to 1" in line
+
+
+# Session 34's fuzzing run (9,331 inputs): four exited 70 (a bug) and several were read silently wrong.
+@pytest.mark.parametrize("text,words", [
+    (CODING.replace("  pue: 1.3", "  pue: 1.3\n  gpu_idle_power_w: 0\n  gpu_busy_power_w: 5.0e-324\n"
+                    "  host_power_w_per_gpu: 0"), "power.gpu_busy_power_w: Input should be greater than or equal to 1"),
+    (CODING.replace("  pue: 1.3", "  pue: 1.3\n  gpu_idle_power_w: 5000\n  gpu_busy_power_w: 1"),
+     "the GPU's idle draw (5000 W, power.gpu_idle_power_w) exceeds its busy draw (1 W, power.gpu_busy_power_w)"),
+    (CODING.replace("  pue: 1.3", "  pue: 1.3\n  gpu_idle_power_w: 5000"),
+     "the GPU's idle draw (5000 W, power.gpu_idle_power_w) exceeds its busy draw (700 W, H200-SXM-141GB's)"),
+    (CODING.replace("  gpu: H200", "  gpu: {name: H200, idle_power_w: 1000, busy_power_w: 10}"),
+     "hardware.gpu: idle_power_w 1000 W is not below busy_power_w 10 W"),
+    (CODING.replace("  max_batched_tokens: 8192", "  max_batched_tokens: 1000000000000000000000000000000"),
+     "serving.max_batched_tokens: Input should be less than or equal to 1048576"),
+    (CODING.replace("  tool_wait_kv_policy: retain", "  tool_wait_kv_policy: offload\n"
+                    "  offload_bandwidth_bytes_per_s: 1.0e-300"),
+     "serving.offload_bandwidth_bytes_per_s: Input should be greater than or equal to 1000000"),
+])
+def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, text, words):
+    assert words in _clean(_plan_text(tmp_path, text))
+
+
+@pytest.mark.parametrize("args,words", [
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents-sweep", "1:1000000000:1"],
+     "at most 200,000 agents are simulated"),
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents-sweep", "1:1000:1"],
+     "has 1,000 points; at most 100 are simulated (each is a full run): use a step of at least 10"),
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "4", "--token-budget", "99999999999999999999"], "--token-budget: Input should be less than"),
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "4", "--disagg", "--kv-transfer-gb-per-s", "1e-300"], "(--kv-transfer-gb-per-s 0.001 to 100000)"),
+    (["fit", "/tmp"], "/tmp: is a directory; give one trace file"),
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "3", "--trace", "/dev/null"],
+     "/dev/null: not a regular file"),
+])
+def test_what_fuzzing_found_in_session_34s_flags_is_refused(args, words):
+    r = _run(*args, timeout=60)
+    assert "Traceback" not in r.stderr and r.returncode == 1, (r.returncode, r.stderr)
+    assert words in " ".join(r.stderr.split())

@@ -89,7 +89,8 @@ def _mla_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
                  mla=MlaShape(q_lora_rank=q_rank or 0, kv_lora_rank=kv_rank, qk_nope_head_dim=nope,
                               qk_rope_head_dim=rope, v_head_dim=v_dim),
                  output_params=heads * v_dim * hidden)
-    return _with_indexer(c, attn, hidden, q_rank or hidden) if c.get("index_topk") else attn
+    # given at all, the indexer's top-k must be a positive count (an empty or zero one is refused, not read as none)
+    return _with_indexer(c, attn, hidden, q_rank or hidden) if c.get("index_topk") is not None else attn
 
 
 def _with_indexer(c: Cfg, attn: _Attn, hidden: int, q_in: int) -> _Attn:

@@ -151,13 +151,17 @@ def layer_kinds(c: Cfg, num_layers: int) -> tuple[list[str], int | None]:
     if types is not None:
         kinds = _kinds_from_layer_types(c, types, num_layers)
         return kinds, _window(c) if "sliding" in kinds else None
-    chunk = c.first(("attention_chunk_size",)) if c.model_type.startswith("llama4") else 0
+    chunk = c.optional_positive("attention_chunk_size") if c.model_type.startswith("llama4") else None
     if chunk:
         return _llama4_kinds(c, num_layers), chunk
-    if c.get("sliding_window") and c.flag("use_sliding_window", True):
-        window = c.positive(("sliding_window",), 0)
-        start = c.first(("max_window_layers",)) if "use_sliding_window" in c.data else 0
-        return ["sliding" if i >= start else "full" for i in range(num_layers)], window
+    # read (and so checked) whether or not a window is in use: a malformed value is refused, not skipped
+    use = c.flag("use_sliding_window", True)
+    start = c.first(("max_window_layers",))
+    # null or 0: no window, as HF configs write it
+    window = c.positive(("sliding_window",), 0) if c.get("sliding_window", 0) != 0 else None
+    if window and use:
+        return ["sliding" if i >= (start if "use_sliding_window" in c.data else 0) else "full"
+                for i in range(num_layers)], window
     return ["full"] * num_layers, None
 
 
@@ -210,7 +214,7 @@ def ignored_notes(c: Cfg) -> list[str]:
         notes.append(f"{mtp} multi-token-prediction module(s) not in params (serving.speculative draft: mtp uses them)")
     if c.model_type == "gpt_oss":
         notes.append("attention sinks ignored (one scalar per head)")
-    if c.get("index_topk"):
+    if c.get("index_topk") is not None:
         notes.append(("V4" if c.model_type == "deepseek_v4" else "DSA")
                      + " indexer keys counted in the KV cache at the KV dtype")
     return notes

@@ -40,6 +40,7 @@ from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, 
 from apmw.capacity.disaggregation import batched_prefill_wait_s
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica
+from apmw.spec.serving import MAX_LINK_BYTES_PER_S, MIN_LINK_BYTES_PER_S
 
 # Bisection steps on the request rate: 2^-60 of the bracket, far below any printed digit.
 _BISECTION_STEPS = 60
@@ -71,8 +72,10 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     for side, w in (("prefill_workers", prefill), ("decode_workers", decode)):
         if w.count < 1:
             raise PredictError(f"{side} must be at least 1 (got {w.count})")
-    if not kv_transfer_bandwidth_bytes_per_s > 0:
-        raise PredictError("kv_transfer_bandwidth_bytes_per_s must be positive")
+    if not MIN_LINK_BYTES_PER_S <= kv_transfer_bandwidth_bytes_per_s <= MAX_LINK_BYTES_PER_S:
+        raise PredictError(f"kv_transfer_bandwidth_bytes_per_s must be {MIN_LINK_BYTES_PER_S:g} to "
+                           f"{MAX_LINK_BYTES_PER_S:g} bytes/s (--kv-transfer-gb-per-s {MIN_LINK_BYTES_PER_S / 1e9:g} to "
+                           f"{MAX_LINK_BYTES_PER_S / 1e9:g}), got {kv_transfer_bandwidth_bytes_per_s:g}")
     common = dict(engine=engine, calibrated=calibrated, token_budget=token_budget, max_batch=max_batch,
                   kv_memory_fraction=kv_memory_fraction, request_overhead_s=request_overhead_s, moe_dtype=moe_dtype,
                   engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations,

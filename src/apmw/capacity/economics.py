@@ -65,7 +65,8 @@ def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: fl
         replica_power_w=replica_w,
         facility_power_w=facility_w,
         provisioned_power_w=provisioned_w,
-        agents_per_mw=agents / (facility_w / 1e6),
+        # no draw at all only with no agents (a busy GPU draws at least apmw.spec.economics.MIN_BUSY_WATTS)
+        agents_per_mw=agents / (facility_w / 1e6) if facility_w > 0 else 0.0,
         agents_per_mw_provisioned=agents / (provisioned_w / 1e6),
         energy_per_session_j=it_j,
         facility_energy_per_session_j=facility_j,

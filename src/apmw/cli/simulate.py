@@ -33,6 +33,8 @@ def auto_sweep(spec) -> list[int]:
 
 def parse_sweep(text: str) -> list[int]:
     """``a:b:step`` -> [a, a+step, ..., <= b]; a clear error otherwise."""
+    from apmw.sim.run import MAX_AGENTS, MAX_SWEEP_POINTS
+
     parts = text.split(":")
     try:
         a, b, step = (int(p) for p in parts) if len(parts) == 3 else (None, None, None)
@@ -41,6 +43,12 @@ def parse_sweep(text: str) -> list[int]:
     if a is None or a < 1 or b < a or step < 1:
         raise ApmwError(f"--agents-sweep {text!r}: give a:b:step with integers 1 <= a <= b and step >= 1, "
                         "e.g. 10:100:10, or auto")
+    if b > MAX_AGENTS:
+        raise ApmwError(f"--agents-sweep {text!r}: at most {MAX_AGENTS:,} agents are simulated; lower b")
+    points = (b - a) // step + 1
+    if points > MAX_SWEEP_POINTS:
+        raise ApmwError(f"--agents-sweep {text!r} has {points:,} points; at most {MAX_SWEEP_POINTS} are simulated "
+                        f"(each is a full run): use a step of at least {-(-(b - a + 1) // MAX_SWEEP_POINTS)}")
     return list(range(a, b + 1, step))
 
 

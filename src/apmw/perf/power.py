@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.catalog.gpus import GpuSpec
 from apmw.catalog.systems import system_for_gpu
-from apmw.errors import UnknownNameError
+from apmw.errors import ApmwError, UnknownNameError
 from apmw.spec import Power
 
 # Share of the idle-to-busy range a GPU draws when it is busy but memory-bound (decode at
@@ -77,8 +77,14 @@ class PowerModel:
         nameplate, source = p.host_nameplate_w_per_gpu, "spec power.host_nameplate_w_per_gpu"
         if "host_nameplate_w_per_gpu" not in p.model_fields_set:
             nameplate, source = _system_host_nameplate(gpu, nameplate)
-        return cls(gpu_idle_w=gpu.idle_power_w if p.gpu_idle_power_w is None else p.gpu_idle_power_w,
-                   gpu_busy_w=gpu.busy_power_w if p.gpu_busy_power_w is None else p.gpu_busy_power_w,
+        idle = gpu.idle_power_w if p.gpu_idle_power_w is None else p.gpu_idle_power_w
+        busy = gpu.busy_power_w if p.gpu_busy_power_w is None else p.gpu_busy_power_w
+        if idle > busy:
+            said = lambda field: "power." + field if getattr(p, field) is not None else f"{gpu.name}'s"  # noqa: E731
+            raise ApmwError(f"the GPU's idle draw ({idle:g} W, {said('gpu_idle_power_w')}) exceeds its busy draw "
+                            f"({busy:g} W, {said('gpu_busy_power_w')}); a GPU draws at least as much busy as idle, "
+                            "so give an idle figure at most the busy one")
+        return cls(gpu_idle_w=idle, gpu_busy_w=busy,
                    gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
                    host_nameplate_w_per_gpu=nameplate, pue=p.pue,
                    provisioned_kw_per_gpu=p.provisioned_kw_per_gpu, nameplate_source=source)

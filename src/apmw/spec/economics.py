@@ -16,6 +16,9 @@ MAX_PUE = 10.0
 MAX_WATTS_PER_GPU = 1e5
 MAX_USD_PER_KWH = 1e3
 MAX_GPU_HOUR_USD = 1e5
+# A busy GPU draws at least this: below it agents per MW run off to absurd figures (a datacentre GPU
+# idles at 60-130 W; the smallest accelerators draw a few watts busy).
+MIN_BUSY_WATTS = 1.0
 
 
 class Power(Section):
@@ -36,7 +39,8 @@ class Power(Section):
         default=None, gt=0, le=MAX_WATTS_PER_GPU / 1e3, description="all-in facility kW budgeted per GPU (nameplate incl. host and cooling)"
     )
     gpu_idle_power_w: float | None = Field(default=None, ge=0, le=MAX_WATTS_PER_GPU, description="overrides the catalogue")
-    gpu_busy_power_w: float | None = Field(default=None, gt=0, le=MAX_WATTS_PER_GPU, description="overrides the catalogue")
+    gpu_busy_power_w: float | None = Field(default=None, ge=MIN_BUSY_WATTS, le=MAX_WATTS_PER_GPU,
+                                           description="overrides the catalogue")
 
 
 class ApiPrice(Section):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from apmw.spec.distribution import Constant, Distribution, Empirical, reach
-from apmw.spec.economics import Cost, Fleet, Power
+from apmw.spec.economics import MIN_BUSY_WATTS, Cost, Fleet, Power
 from apmw.spec.section import Section, settle
 from apmw.spec.serving import Serving
 from apmw.spec.spellings import Dtype, dtype_field
@@ -141,7 +141,7 @@ class GpuOverride(Section):
     fp4_flops: float | None = Field(default=None, **GPU_RATE)
     tdp_w: float | None = Field(default=None, gt=0, **GPU_WATTS)
     idle_power_w: float | None = Field(default=None, ge=0, **GPU_WATTS)
-    busy_power_w: float | None = Field(default=None, gt=0, **GPU_WATTS)
+    busy_power_w: float | None = Field(default=None, ge=MIN_BUSY_WATTS, **GPU_WATTS)
     scaleup_bw_bytes_per_s: float | None = Field(default=None, **GPU_RATE)
 
 

@@ -13,6 +13,14 @@ from apmw.spec.spellings import engine_key
 # Running sequences per iteration apmw models at most: engines cap theirs in the thousands
 # (TensorRT-LLM's default max_batch_size is 2048), and the closed loop sizes arrays by it.
 MAX_BATCH_LIMIT = 65536
+# Tokens one iteration may carry: 2^20, sixteen times the largest chunked-prefill budget engines' recipes set
+# (65,536); larger only overflows the arithmetic.
+MAX_TOKEN_BUDGET = 1 << 20
+# Bounds of a link the KV crosses (host offload, the prefill-to-decode hand-off): 1 MB/s, below any disk or
+# network a KV cache is moved over, and 100 TB/s, past any GPU's own memory; outside them a context's move
+# takes forever or nothing, and the arithmetic stops meaning anything.
+MIN_LINK_BYTES_PER_S = 1e6
+MAX_LINK_BYTES_PER_S = 1e14
 
 
 class Speculative(Section):
@@ -136,7 +144,7 @@ class Disaggregation(Section):
         default=None, description="layout of one prefill worker (tp, pp, dp_attention, moe_tp, ep); unset: tensor "
         "parallel over prefill_gpus")
     kv_transfer_bandwidth_bytes_per_s: float = Field(
-        default=50e9, gt=0,
+        default=50e9, ge=MIN_LINK_BYTES_PER_S, le=MAX_LINK_BYTES_PER_S,
         description="per-GPU link for the KV hand-off; 50 GB/s is one 400 Gb/s NIC per GPU "
         "(aiconfigurator systems/h200_sxm.yaml inter_node_bw)",
     )
@@ -207,7 +215,7 @@ class Serving(Section):
         "(vLLM 1024 on >=70 GiB GPUs other than A100, else 256; SGLang and TensorRT-LLM 2048: "
         "apmw.perf.serving_policy)")
     max_batched_tokens: int | None = Field(
-        default=None, ge=1, description="token budget per iteration, chunked prefill [max_num_batched_tokens]; "
+        default=None, ge=1, le=MAX_TOKEN_BUDGET, description="token budget per iteration, chunked prefill [max_num_batched_tokens]; "
         "unset: the engine's default for the GPU (vLLM 8192 on >=70 GiB GPUs other than A100, else 2048; "
         "SGLang and TensorRT-LLM 8192; llama.cpp 2048, its --batch-size)")
     kv_memory_fraction: float = Field(
@@ -222,7 +230,7 @@ class Serving(Section):
     tool_wait_kv_policy: Literal["retain", "evict", "offload", "ttl"] = "retain"
     ttl_s: float | None = Field(default=None, gt=0)
     offload_bandwidth_bytes_per_s: float = Field(
-        default=64e9, gt=0, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
+        default=64e9, ge=MIN_LINK_BYTES_PER_S, le=MAX_LINK_BYTES_PER_S, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
     )
     prefix_caching: bool = True
     attention_data_parallel: bool = Field(

@@ -70,10 +70,8 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
     """
     if form not in FORMS:
         raise TraceError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
-    p = Path(path)
+    p = formats.check_trace_file(path)
     fmt = formats.canonical(format) if format else formats.detect(p)
-    if not p.is_file():
-        raise TraceError(f"{path}: no such file")
     errors = LineErrors(str(path), strict=strict)
     opened = formats.open_reader(p, fmt, errors, mapping)
     cols = collect(opened.stream)

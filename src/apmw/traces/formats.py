@@ -73,11 +73,21 @@ MAPPED = ("map its columns with apmw fit TRACE --format csv (or jsonl) --map inp
           "workload with apmw fit ... -o SPEC)")
 
 
+def check_trace_file(path: str | Path) -> Path:
+    """``path`` as a Path if it is a file to read a trace from, else a TraceError that says what it is instead."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    if p.is_dir():
+        raise TraceError(f"{path}: is a directory; give one trace file (a JSONL, CSV, Parquet or OTel file)")
+    if p.exists():
+        raise TraceError(f"{path}: not a regular file (a device, pipe or socket); give one trace file")
+    raise TraceError(f"{path}: no such file")
+
+
 def detect(path: str | Path) -> str:
     """The format of ``path`` from its name and first line, or a TraceError that lists the accepted ones."""
-    p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"{path}: no such file")
+    p = check_trace_file(path)
     first = _first_line(p)
     if not first:
         raise TraceError(f"{path}: the file is empty; accepted formats: {accepted()}")

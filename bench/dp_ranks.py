@@ -6,8 +6,9 @@ The spec (default: the bundled coding agent) is laid out as ``tp 1 x dp_attentio
 run three ways at the same agent count: the analytic model (``apmw plan --agents N``), the simulator as it
 is (each rank's own KV bytes and attention FLOPs set the busiest rank's pace), and the same simulation with
 the ranks priced as an even split of the decoding sequences, which is all the analytic model can know
-(``Engine._busiest_rank_loads`` replaced for that run: the counterfactual, not a mode of apmw). Prints
-the time per output token, task p95 and TTFT p95 of each.
+(``Engine._busiest_rank_loads`` replaced for that run: the counterfactual, not a mode of apmw), and with
+only the KV bytes or only the attention FLOPs taken rank by rank, to say which imbalance costs what.
+Prints the time per output token, task p95 and TTFT p95 of each.
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ def _even_split(self, decode_seqs, kv_by_rank, attn_by_rank):
     return sum(kv_by_rank), sum(attn_by_rank)
 
 
+def _kv_by_rank(self, decode_seqs, kv_by_rank, attn_by_rank):
+    """Each rank's own KV bytes, the attention FLOPs as an even split."""
+    return OWN(self, decode_seqs, kv_by_rank, attn_by_rank)[0], sum(attn_by_rank)
+
+
+def _attention_by_rank(self, decode_seqs, kv_by_rank, attn_by_rank):
+    """Each rank's own attention FLOPs (a prompt chunk's land on its rank alone), the KV bytes as an even split."""
+    return sum(kv_by_rank), OWN(self, decode_seqs, kv_by_rank, attn_by_rank)[1]
+
+
+OWN = Engine._busiest_rank_loads
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec", nargs="?", default=str(ROOT / "examples" / "coding-agent.yaml"))
@@ -49,8 +63,10 @@ def main() -> None:
     print(f"{'':48} {'TPOT mean ms':>12} {'TPOT p95 ms':>12} {'task p95 s':>11} {'TTFT p95 ms':>12} {'tasks':>6}")
     print(f"{'analytic (apmw plan --agents N)':48} {p['time_per_output_token_s'] * 1e3:12.1f} "
           f"{p['tpot_p95_s'] * 1e3:12.1f} {p['task_latency_s']['p95']:11,.0f} {p['ttft_p95_s'] * 1e3:12.0f} {'-':>6}")
-    own = Engine._busiest_rank_loads
+    own = OWN
     for name, pricing in (("simulated, ranks priced as an even split", _even_split),
+                          ("simulated, each rank's own KV bytes only", _kv_by_rank),
+                          ("simulated, each rank's own attention FLOPs only", _attention_by_rank),
                           ("simulated, each rank's own load (apmw)", own)):
         Engine._busiest_rank_loads = pricing
         t = time.perf_counter()

@@ -20,6 +20,7 @@ from scipy.stats import binom
 
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import IterationLoad, StepModel
+from apmw.perf.parallelism import busiest_rank_share
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
             kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
             attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
+        if step.parallel.dp > 1:
+            load = prompts_on_their_ranks(step, load, prefills, s.call_prefill_kv_bytes, chunk_attn)
         t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(weight)
         share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
         mean = (t * weight).sum(axis=1)
@@ -154,6 +157,32 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
                        iterations_per_call=iters, compute_share=share, decoding=decoding,
                        stall_variance_s2=decode_variance)
+
+
+def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.ndarray, chunk_kv_bytes: float,
+                           chunk_attn_flops: float) -> IterationLoad:
+    """``load`` with its prompts' attention on their own ranks, under attention data parallelism.
+
+    Each rank computes attention for its own sequences only, and every rank waits for the slowest in the
+    MoE layers. The step model prices the busiest rank as an even split of the decoding sequences would
+    make it (:func:`apmw.perf.parallelism.busiest_rank_share`), right for the decoders, but a
+    prompt chunk is one sequence: its attention, tens of times a decoder's, lands on one rank, so the
+    rank that carries it reads its share of the decoders' KV plus the chunk's whole KV and attention. With
+    ``k`` chunks the busiest rank carries ``ceil(k / ranks)`` of them (spread over the ranks; the
+    simulator places them where their agents are and prices each rank's own load,
+    ``apmw.sim.engine.Engine._busiest_rank_loads``, and agrees, docs/simulate.md). The load returned is
+    scaled so that the step model's own share gives that busiest rank.
+    """
+    ranks = step.parallel.dp
+    decode_share = busiest_rank_share(step.parallel, np.asarray(load.decode_seqs, dtype=np.float64))
+    chunks = np.ceil(prefills / ranks)
+
+    def busiest(total, per_chunk: float) -> np.ndarray:
+        decoders = np.asarray(total, dtype=np.float64) - prefills * per_chunk
+        return ranks * (decoders * decode_share / ranks + chunks * per_chunk) / decode_share
+
+    return IterationLoad(load.decode_seqs, load.prefill_tokens, busiest(load.kv_read_bytes, chunk_kv_bytes),
+                         busiest(load.attention_flops, chunk_attn_flops))
 
 
 # Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).

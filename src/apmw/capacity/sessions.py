@@ -187,7 +187,7 @@ def _sample_key(spec: Spec, replica: Replica, sessions: int, seed: int, variants
     """What :func:`_priced` reads of its arguments."""
     return (spec.workload.model_dump_json(), spec.model.model_dump_json(), spec.serving.model_dump_json(
             exclude=_UNREAD_SERVING), spec.fleet.routing, spec.fleet.routing_replicas, replica.arch,
-            replica.policy.token_budget, replica.policy.slot_prompt_cache, sessions, seed, variants)
+            replica.chunk_tokens, replica.policy.slot_prompt_cache, sessions, seed, variants)
 
 
 def _read_only(s: SessionSample) -> SessionSample:
@@ -370,7 +370,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
             prefill = np.concatenate((np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0),
                                       np.ones(extra_rows)))     # at least the token that starts generation
             kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
-        prefill_iters = np.ceil(prefill / replica.policy.token_budget)
+        prefill_iters = np.ceil(prefill / replica.chunk_tokens)
         return dict(
             prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
             kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
@@ -414,7 +414,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         call_decode_iters_sample=dec_iters[tail_calls],
         exposure_uniform=rng.random(sessions),
         timeline_kv_bytes=kv_decode[:n_calls], timeline_decode_iters=dec_iters[:n_calls],
-        timeline_prefill_iters=np.ceil(own_prefill / replica.policy.token_budget), timeline_wait_s=wait_after[:n_calls],
+        timeline_prefill_iters=np.ceil(own_prefill / replica.chunk_tokens), timeline_wait_s=wait_after[:n_calls],
         **priced(kept_calls),
     )
     found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed,

@@ -168,6 +168,16 @@ def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "
                         + f"; use an ep that divides {slots}")
 
 
+def busiest_rank_share(layout: Layout, seqs: np.ndarray) -> np.ndarray:
+    """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``
+    (1 without attention DP, or when the sequences divide evenly): what a step model knowing only how many
+    sequences decode charges the rank that sets every rank's pace."""
+    dp = layout.dp
+    if dp <= 1:
+        return np.ones_like(seqs)
+    return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
+
+
 def expert_imbalance(layout: Layout, routed_tokens: np.ndarray) -> np.ndarray:
     """The busiest expert-parallel rank's routed tokens over the mean, at ``routed_tokens`` token-expert
     assignments per MoE layer (tokens x top-k) spread over ``ep`` ranks.

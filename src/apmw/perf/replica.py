@@ -102,6 +102,13 @@ class Replica:
         return self.memory.kv_capacity_bytes / self.step.kv_replication
 
     @property
+    def chunk_tokens(self) -> int:
+        """The most prompt tokens one sequence computes in an iteration: its scheduler's token budget, which
+        under attention data parallelism is one rank's share of the replica's (a sequence lives on one rank;
+        apmw.perf.serving_policy.schedulers_per_limit; the simulator's ranks take the same)."""
+        return self.policy.token_budget // self.step.parallel.dp
+
+    @property
     def arch(self) -> Architecture:
         return self.step.arch
 

@@ -39,7 +39,7 @@ from apmw.arch.dtypes import UNQUANTISED_BYTES
 from apmw.catalog.gpus import GpuSpec
 from apmw.perf.comm_time import CommTime
 from apmw.perf.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from apmw.perf.parallelism import Layout, expert_imbalance
+from apmw.perf.parallelism import Layout, busiest_rank_share, expert_imbalance
 from apmw.perf.served_moe import ServedMoeCeiling, served_moe_ceiling
 from apmw.perf.serving_policy import DEFAULT_ENGINE
 
@@ -413,12 +413,8 @@ class RooflineFigures:
         return pp / np.clip(per_rank + prompts, 1.0, pp)
 
     def busiest_rank_share(self, seqs: np.ndarray) -> np.ndarray:
-        """The busiest attention-DP rank's sequences over an even share: ``dp x ceil(seqs / dp) / seqs``
-        (1 without attention DP, or when the sequences divide evenly)."""
-        dp = self.parallel.dp
-        if dp <= 1:
-            return np.ones_like(seqs)
-        return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
+        """:func:`apmw.perf.parallelism.busiest_rank_share` of this layout."""
+        return busiest_rank_share(self.parallel, seqs)
 
     def _rate(self, dtype: str) -> float:
         """FLOP/s of a GEMM whose weights are stored as ``dtype`` (4-bit without FP4 tensor cores: bf16)."""

@@ -85,6 +85,7 @@ from collections import deque
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
+from apmw.perf.parallelism import busiest_rank_share
 from apmw.perf.serving_policy import SGLANG_MIN_NEW_TOKEN_RATIO
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
@@ -295,10 +296,10 @@ class Engine:
         """(KV bytes read, attention FLOPs) to price an iteration of attention data-parallel ranks by: every
         rank waits for the busiest in the MoE layers, so its attention sets the pace. The step model prices a
         replica's load with the busiest rank's share of an even split of ``decode_seqs``
-        (:meth:`apmw.perf.step.RooflineFigures.busiest_rank_share`, what ``apmw plan`` can know); here the ranks'
+        (:func:`apmw.perf.parallelism.busiest_rank_share`, what the step model can know); here the ranks'
         own loads are known, so the load handed to it is scaled to make that share the busiest rank's."""
         ranks = len(self.ranks)         # a rank that computed nothing this iteration reads nothing
-        even = float(self.step.busiest_rank_share(np.asarray(float(decode_seqs))))
+        even = float(busiest_rank_share(self.step.parallel, np.asarray(float(decode_seqs))))
 
         def scaled(by_rank: list[float]) -> float:
             total = sum(by_rank)

@@ -63,8 +63,6 @@ FIELDS = [
     pytest.param(GLM, "index_topk", 0, id="index_topk-0"),
     pytest.param(SCOUT, "attention_chunk_size", 0, id="attention_chunk_size-0"),
     pytest.param(QWEN_MOE, "use_sliding_window", "abc", id="use_sliding_window-str-window-off"),
-    pytest.param(QWEN_MOE, "max_window_layers", [], id="max_window_layers-list"),
-    pytest.param(QWEN_MOE, "sliding_window", [], id="sliding_window-list-window-off"),
 ]
 # JSON literals json.dumps does not write: (bundled config, field, literal)
 LITERALS = [

@@ -154,14 +154,13 @@ def layer_kinds(c: Cfg, num_layers: int) -> tuple[list[str], int | None]:
     chunk = c.optional_positive("attention_chunk_size") if c.model_type.startswith("llama4") else None
     if chunk:
         return _llama4_kinds(c, num_layers), chunk
-    # read (and so checked) whether or not a window is in use: a malformed value is refused, not skipped
+    # the switch is read (and so checked) whatever the window says; a disabled window's size and start layer
+    # are placeholders in Qwen's configs, and not read
     use = c.flag("use_sliding_window", True)
-    start = c.first(("max_window_layers",))
-    # null or 0: no window, as HF configs write it
-    window = c.positive(("sliding_window",), 0) if c.get("sliding_window", 0) != 0 else None
-    if window and use:
-        return ["sliding" if i >= (start if "use_sliding_window" in c.data else 0) else "full"
-                for i in range(num_layers)], window
+    if c.get("sliding_window") not in (None, 0) and use:      # null or 0: no window, as HF configs write it
+        window = c.positive(("sliding_window",), 0)
+        start = c.first(("max_window_layers",)) if "use_sliding_window" in c.data else 0
+        return ["sliding" if i >= start else "full" for i in range(num_layers)], window
     return ["full"] * num_layers, None
 
 

@@ -20,7 +20,7 @@ from scipy.stats import binom
 
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import IterationLoad, StepModel
-from apmw.perf.parallelism import busiest_rank_share
+from apmw.perf.parallelism import at_busiest_rank, busiest_rank_share
 
 
 @dataclass(frozen=True)
@@ -173,13 +173,13 @@ def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.nd
     ``apmw.sim.engine.Engine._busiest_rank_loads``, and agrees, docs/simulate.md). The load returned is
     scaled so that the step model's own share gives that busiest rank.
     """
-    ranks = step.parallel.dp
-    decode_share = busiest_rank_share(step.parallel, np.asarray(load.decode_seqs, dtype=np.float64))
-    chunks = np.ceil(prefills / ranks)
+    lay = step.parallel
+    decode_share = busiest_rank_share(lay, np.asarray(load.decode_seqs, dtype=np.float64))
+    chunks = np.ceil(prefills / lay.dp)
 
     def busiest(total, per_chunk: float) -> np.ndarray:
         decoders = np.asarray(total, dtype=np.float64) - prefills * per_chunk
-        return ranks * (decoders * decode_share / ranks + chunks * per_chunk) / decode_share
+        return at_busiest_rank(lay, load.decode_seqs, decoders * decode_share / lay.dp + chunks * per_chunk)
 
     return IterationLoad(load.decode_seqs, load.prefill_tokens, busiest(load.kv_read_bytes, chunk_kv_bytes),
                          busiest(load.attention_flops, chunk_attn_flops))

@@ -178,6 +178,13 @@ def busiest_rank_share(layout: Layout, seqs: np.ndarray) -> np.ndarray:
     return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
 
 
+def at_busiest_rank(layout: Layout, seqs, busiest):
+    """The replica-wide load (KV bytes read, attention FLOPs) to hand a step model so that, taking
+    :func:`busiest_rank_share` of ``seqs`` decoding sequences, it charges a rank ``busiest`` of it: how a
+    caller that knows the busiest rank's own load (the simulator's ranks, a prompt on its rank) prices it."""
+    return layout.dp * np.asarray(busiest, dtype=np.float64) / busiest_rank_share(layout, np.asarray(seqs, dtype=np.float64))
+
+
 def expert_imbalance(layout: Layout, routed_tokens: np.ndarray) -> np.ndarray:
     """The busiest expert-parallel rank's routed tokens over the mean, at ``routed_tokens`` token-expert
     assignments per MoE layer (tokens x top-k) spread over ``ep`` ranks.

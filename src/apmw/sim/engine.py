@@ -85,7 +85,7 @@ from collections import deque
 import numpy as np
 
 from apmw.perf import IterationLoad, Replica
-from apmw.perf.parallelism import busiest_rank_share
+from apmw.perf.parallelism import at_busiest_rank
 from apmw.perf.serving_policy import SGLANG_MIN_NEW_TOKEN_RATIO
 from apmw.sim.batch import Batch, Seq
 from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
@@ -181,9 +181,9 @@ class Engine:
         """The scheduler a call goes to: under attention data parallelism, its agent's rank, so that an agent's
         calls find its context where they left it (ASSUMPTION: session-affine routing, as ``apmw plan``
         prices it; a benchmark's independent requests go round the ranks in turn)."""
+        if self._only is not None:
+            return self._only
         ranks = self.ranks
-        if len(ranks) == 1:
-            return ranks[0]
         return ranks[seq.agent % len(ranks)] if seq.agent >= 0 else ranks[(-seq.ctx - 1) % len(ranks)]
 
     def ledger_for(self, seq: Seq) -> KvLedger:
@@ -213,7 +213,7 @@ class Engine:
         cutoff = self._arrival_cutoff_s()
         while self.arrivals and self.arrivals[0][0] <= cutoff:
             seq = heapq.heappop(self.arrivals)[2]
-            sched = self._only or self.scheduler_for(seq)
+            sched = self.scheduler_for(seq)
             self.driver.on_arrival(seq)
             sched.ledger.queued(seq)
             sched.waiting.append(seq)
@@ -297,15 +297,10 @@ class Engine:
         rank waits for the busiest in the MoE layers, so its attention sets the pace. The step model prices a
         replica's load with the busiest rank's share of an even split of ``decode_seqs``
         (:func:`apmw.perf.parallelism.busiest_rank_share`, what the step model can know); here the ranks'
-        own loads are known, so the load handed to it is scaled to make that share the busiest rank's."""
-        ranks = len(self.ranks)         # a rank that computed nothing this iteration reads nothing
-        even = float(busiest_rank_share(self.step.parallel, np.asarray(float(decode_seqs))))
-
-        def scaled(by_rank: list[float]) -> float:
-            total = sum(by_rank)
-            return ranks * max(by_rank) / even if total > 0 else 0.0
-
-        return scaled(kv_by_rank), scaled(attn_by_rank)
+        own loads are known, so the load handed to it makes that share the busiest rank's (:func:`at_busiest_rank`)."""
+        lay = self.step.parallel       # a rank that computed nothing this iteration is not in the lists
+        return (float(at_busiest_rank(lay, decode_seqs, max(kv_by_rank))),
+                float(at_busiest_rank(lay, decode_seqs, max(attn_by_rank))))
 
     def _advance(self, sched: Scheduler, n: np.ndarray, active: np.ndarray, decoding: np.ndarray,
                  decode: int) -> None:

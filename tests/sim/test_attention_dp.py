@@ -132,24 +132,29 @@ def test_plan_settles_a_replica_of_ranks_in_the_simulator(tmp_path):
 
 
 def test_the_analytic_model_prices_a_prompt_on_its_rank_as_the_simulator_does():
-    """One chunk among eight ranks of 4 decoders each: the engine curve's load (the prompt's attention on one
-    rank) and the simulator's (each rank's own load) give the step model the same busiest rank."""
-    from apmw.capacity.engine_curve import prompts_on_their_ranks
+    """One chunk among eight ranks of 4 equal decoders each: the engine curve's load (the prompt's attention on
+    one rank) and the simulator's (each rank's own load) give the step model the same busiest rank."""
+    from types import SimpleNamespace
+
+    from apmw.capacity.engine_curve import ChunksOnRanks, prompts_on_their_ranks
 
     eng = _engine(_dp_spec(ranks=8))
     step = eng.step
     dec_kv, dec_attn, chunk_kv, chunk_attn = 2e8, 3e10, 5e8, 4e12
-    total = IterationLoad(32, 500, 32 * dec_kv + chunk_kv, 32 * dec_attn + chunk_attn)
-    analytic = prompts_on_their_ranks(step, total, np.asarray(1.0), chunk_kv, chunk_attn)
+    sample = SimpleNamespace(call_prefill_kv_bytes=chunk_kv, call_prefill_attn_flops=chunk_attn, call_prefill_iters=1.0,
+                             decode_kv_bytes_cv=0.0, decode_attn_flops_cv=0.0)
+    one_chunk = ChunksOnRanks(np.array([[0.0], [chunk_attn]]), np.array([[0.0], [chunk_kv]]), np.ones(1))
+    total = IterationLoad(np.asarray(32.0), 500, 32 * dec_kv + chunk_kv, 32 * dec_attn + chunk_attn)
+    analytic = prompts_on_their_ranks(step, total, np.asarray(1.0), one_chunk, sample)
     kv_by_rank = [4 * dec_kv + chunk_kv] + [4 * dec_kv] * 7
     attn_by_rank = [4 * dec_attn + chunk_attn] + [4 * dec_attn] * 7
     simulated = eng._busiest_rank_loads(32, kv_by_rank, attn_by_rank)
-    assert (float(analytic.kv_read_bytes), float(analytic.attention_flops)) == pytest.approx(simulated)
-    assert step.iteration_time_s(analytic) > step.iteration_time_s(total)
+    assert (float(analytic.kv_read_bytes[0]), float(analytic.attention_flops[0])) == pytest.approx(simulated)
+    assert step.iteration_time_s(analytic)[0] > step.iteration_time_s(total)
     # no prompt: the decoders' even split, the load as it was
-    bare = IterationLoad(32, 0, 32 * dec_kv, 32 * dec_attn)
-    same = prompts_on_their_ranks(step, bare, np.asarray(0.0), chunk_kv, chunk_attn)
-    assert (float(same.kv_read_bytes), float(same.attention_flops)) == pytest.approx((32 * dec_kv, 32 * dec_attn))
+    bare = IterationLoad(np.asarray(32.0), 0, 32 * dec_kv, 32 * dec_attn)
+    same = prompts_on_their_ranks(step, bare, np.asarray(0.0), one_chunk, sample)
+    assert (float(same.kv_read_bytes[0]), float(same.attention_flops[0])) == pytest.approx((32 * dec_kv, 32 * dec_attn))
 
 
 @pytest.mark.parametrize("engine,ranks,chunk", [("vllm", 1, 8192), ("vllm", 4, 8192), ("sglang", 4, 2048)])

@@ -20,7 +20,7 @@ from scipy.stats import binom
 
 from apmw.capacity.sessions import SessionSample
 from apmw.perf import IterationLoad, StepModel
-from apmw.perf.parallelism import at_busiest_rank, busiest_rank_share
+from apmw.perf.parallelism import at_busiest_rank, busiest_rank_share, busiest_rank_spread
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     others = np.minimum(others, b - 1)
 
     verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
+    ranked = chunks_on_ranks(step.parallel.dp, s, chunk_attn) if step.parallel.dp > 1 else None
 
     def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Binomially weighted iteration time of ``decode`` decoders and ``prefills`` chunks,
@@ -135,12 +136,15 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
             kv_read_bytes=decode * s.call_decode_kv_bytes + prefills * s.call_prefill_kv_bytes,
             attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
-        if step.parallel.dp > 1:
-            load = prompts_on_their_ranks(step, load, prefills, s.call_prefill_kv_bytes, chunk_attn)
-        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(weight)
-        share = (step.compute_share(load) * t * weight).sum(axis=1) / (t * weight).sum(axis=1)
-        mean = (t * weight).sum(axis=1)
-        return mean, share, np.maximum((t * t * weight).sum(axis=1) - mean * mean, 0.0)
+        w = weight
+        if ranked is not None:     # under attention DP, over the drawn placements of the chunks too
+            load = prompts_on_their_ranks(step, load, prefills, ranked, s)
+            w = weight[:, :, None] * ranked.weight
+        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(w)
+        rows = tuple(range(1, w.ndim))
+        share = (step.compute_share(load) * t * w).sum(axis=rows) / (t * w).sum(axis=rows)
+        mean = (t * w).sum(axis=rows)
+        return mean, share, np.maximum((t * t * w).sum(axis=rows) - mean * mean, 0.0)
 
     if not mixed and not decode_only:
         alone = _prefill_alone(step, s, chunk, chunk_attn)
@@ -159,30 +163,96 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
                        stall_variance_s2=decode_variance)
 
 
-def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.ndarray, chunk_kv_bytes: float,
-                           chunk_attn_flops: float) -> IterationLoad:
-    """``load`` with its prompts' attention on their own ranks, under attention data parallelism.
+def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.ndarray, ranked: "ChunksOnRanks",
+                           s: SessionSample) -> IterationLoad:
+    """``load`` with each of its decoders and prompts on an attention data-parallel rank of its own, along a
+    new last axis of :class:`ChunksOnRanks`'s strata.
 
     Each rank computes attention for its own sequences only, and every rank waits for the slowest in the
     MoE layers. The step model prices the busiest rank as an even split of the decoding sequences would
-    make it (:func:`apmw.perf.parallelism.busiest_rank_share`), right for the decoders, but a
-    prompt chunk is one sequence: its attention, tens of times a decoder's, lands on one rank, so the
-    rank that carries it reads its share of the decoders' KV plus the chunk's whole KV and attention. With
-    ``k`` chunks the busiest rank carries ``ceil(k / ranks)`` of them (spread over the ranks; the
-    simulator places them where their agents are and prices each rank's own load,
-    ``apmw.sim.engine.Engine._busiest_rank_loads``, and agrees, docs/simulate.md). The load returned is
-    scaled so that the step model's own share gives that busiest rank.
+    make it (:func:`apmw.perf.parallelism.busiest_rank_share`); the load returned is scaled so that its
+    share gives the real busiest rank (:func:`apmw.perf.parallelism.at_busiest_rank`):
+
+    * its decoders' KV and attention lie above an even split by the spread of their contexts
+      (:func:`apmw.perf.parallelism.busiest_rank_spread`);
+    * a prompt chunk is one sequence: its attention, hundreds of times a decoder's, lands on one rank, and
+      chunks differ by orders of magnitude (a short follow-up or a long prompt). The busiest rank carries
+      its decoders plus the chunks that landed on it, drawn (:func:`chunks_on_ranks`).
+
+    The simulator places the sequences and prices each rank's own load
+    (``apmw.sim.engine.Engine._busiest_rank_loads``); docs/simulate.md compares the two.
     """
     lay = step.parallel
-    decode_share = busiest_rank_share(lay, np.asarray(load.decode_seqs, dtype=np.float64))
-    chunks = np.ceil(prefills / lay.dp)
+    seqs = np.asarray(load.decode_seqs, dtype=np.float64)
+    count = np.asarray(prefills).astype(int)
+    even = busiest_rank_share(lay, seqs) / lay.dp
 
-    def busiest(total, per_chunk: float) -> np.ndarray:
+    def busiest(total, per_chunk: float, cv: float, chunks: np.ndarray) -> np.ndarray:
         decoders = np.asarray(total, dtype=np.float64) - prefills * per_chunk
-        return at_busiest_rank(lay, load.decode_seqs, decoders * decode_share / lay.dp + chunks * per_chunk)
+        own = (decoders * even * busiest_rank_spread(lay, seqs, cv))[..., None] + chunks[count]
+        return at_busiest_rank(lay, seqs[..., None], own)
 
-    return IterationLoad(load.decode_seqs, load.prefill_tokens, busiest(load.kv_read_bytes, chunk_kv_bytes),
-                         busiest(load.attention_flops, chunk_attn_flops))
+    return IterationLoad(seqs[..., None], np.asarray(load.prefill_tokens, dtype=np.float64)[..., None],
+                         busiest(load.kv_read_bytes, s.call_prefill_kv_bytes, s.decode_kv_bytes_cv,
+                                 ranked.kv_read_bytes),
+                         busiest(load.attention_flops, s.call_prefill_attn_flops / s.call_prefill_iters,
+                                 s.decode_attn_flops_cv, ranked.attention_flops))
+
+
+# Placements of 1..33 prompt chunks drawn on the ranks, from this seed (the same at every call: a curve is
+# deterministic), and the strata they are priced at (bounds as cumulative probabilities of the busiest rank's
+# attention): finer in the tail, where one long prompt's attention sets every rank's pace.
+RANK_DRAWS = 4096
+RANK_SEED = 20261204
+RANK_STRATA = (0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0)
+
+
+@dataclass(frozen=True)
+class ChunksOnRanks:
+    """The prompt chunks on the busiest attention-DP rank of an iteration that carries ``k`` = 0..33 of them
+    (rows): their attention FLOPs and the cached KV they read, at each stratum (columns) of the drawn
+    placements, and each stratum's probability (:func:`chunks_on_ranks`)."""
+
+    attention_flops: np.ndarray
+    kv_read_bytes: np.ndarray
+    weight: np.ndarray
+
+
+def chunks_on_ranks(ranks: int, s: SessionSample, chunk_attn: float) -> ChunksOnRanks:
+    """Draws of ``k`` prompt chunks, each on a rank drawn at random (an agent's calls go to its own rank, and
+    any agents' prompts may meet in one iteration), and what the busiest rank carries of them.
+
+    A chunk is one prefill iteration of a sampled call (calls drawn by their prefill iterations): its share
+    of the call's attention FLOPs (its new tokens x the context they attend) and the context it reads.
+    Both vary by orders of magnitude between calls, and a rank's time is a max of its attention and the rest,
+    so a mean chunk prices the busiest rank far too low (docs/simulate.md). For each ``k``, the draws are
+    ordered by the busiest rank's attention and averaged within RANK_STRATA; the attention is scaled so
+    that a chunk's mean is the sample's per-iteration mean ``chunk_attn`` (as :func:`_prefill_alone`'s)."""
+    k = MAX_PREFILLS_PER_ITERATION + 1
+    iters = np.maximum(s.call_prefill_iters_sample, 1.0)
+    attn, kv = s.call_prefill_attn_flops_sample / iters, s.call_prefill_kv_bytes_sample
+    rng = np.random.default_rng(RANK_SEED)
+    if len(attn) and attn.sum() > 0:
+        pick = rng.choice(len(iters), size=(k, RANK_DRAWS), p=iters / iters.sum())
+        attn, kv = attn[pick] * (chunk_attn * iters.sum() / s.call_prefill_attn_flops_sample.sum()), kv[pick]
+    else:
+        attn, kv = np.full((k, RANK_DRAWS), chunk_attn), np.full((k, RANK_DRAWS), s.call_prefill_kv_bytes)
+    rank = rng.integers(0, ranks, size=(k, RANK_DRAWS))
+    draw = np.arange(RANK_DRAWS)
+    on_rank = np.zeros((2, RANK_DRAWS, ranks))
+    busiest = np.zeros((2, k + 1, RANK_DRAWS))          # row i: the first i chunks
+    for i in range(k):
+        on_rank[0, draw, rank[i]] += attn[i]
+        on_rank[1, draw, rank[i]] += kv[i]
+        busiest[:, i + 1] = np.maximum(busiest[:, i], on_rank[:, draw, rank[i]])
+    order = np.argsort(busiest[0], axis=1, kind="stable")
+    edges = np.round(np.asarray(RANK_STRATA) * RANK_DRAWS).astype(int)
+    size = np.diff(edges)
+
+    def strata(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.take_along_axis(values, order, axis=1), edges[:-1], axis=1) / size
+
+    return ChunksOnRanks(strata(busiest[0]), strata(busiest[1]), size / RANK_DRAWS)
 
 
 # Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).

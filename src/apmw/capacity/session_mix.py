@@ -59,11 +59,13 @@ PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s",
             "prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
             "kv2_tool", "queue_gamma", "exposure_uniform")
 PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
-TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_decode_iters_sample", "call_queue_exp")
+TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_prefill_attn_flops_sample",
+        "call_prefill_kv_bytes_sample", "call_decode_iters_sample", "call_queue_exp")
 TIMELINE = ("timeline_kv_bytes", "timeline_prefill_iters", "timeline_decode_iters", "timeline_wait_s")
 PER_CALL_MEAN = ("call_prefill_iters", "call_decode_iters", "call_prefill_tokens", "call_prefill_kv_bytes",
                  "call_prefill_attn_flops", "call_past_window_share")
-PER_DECODE_MEAN = ("call_decode_kv_bytes", "call_decode_attn_flops")
+PER_DECODE_MEAN = ("call_decode_kv_bytes", "call_decode_attn_flops", "call_decode_kv_bytes_sq",
+                   "call_decode_attn_flops_sq")
 SAME = ("decode_tokens_per_iteration", "draft_cost_fraction", "accepted_tokens_per_iteration")
 SUMMED = ("sessions", "shared_prefix_kv_bytes")
 

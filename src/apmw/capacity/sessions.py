@@ -35,6 +35,7 @@ there or ends.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 
@@ -87,6 +88,8 @@ class SessionSample:
     call_prefill_tokens: float
     call_decode_kv_bytes: float       # KV a decoding sequence reads, decode-token weighted
     call_decode_attn_flops: float     # attention FLOPs per decode token, decode-token weighted
+    call_decode_kv_bytes_sq: float    # ... and the second moments of both (their spread between sequences)
+    call_decode_attn_flops_sq: float
     call_prefill_kv_bytes: float      # cached context a prefill reads, per prefill iteration
     call_prefill_attn_flops: float    # attention FLOPs of one call's prefill
     call_past_window_share: float     # calls whose prompt and output exceed the model's context window
@@ -105,6 +108,8 @@ class SessionSample:
     queue_gamma: np.ndarray
     call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
     call_prefill_tokens_sample: np.ndarray  # ... and their prefill tokens
+    call_prefill_attn_flops_sample: np.ndarray  # ... their prefill's attention FLOPs
+    call_prefill_kv_bytes_sample: np.ndarray    # ... and the cached context each prefill iteration reads
     call_decode_iters_sample: np.ndarray    # ... and their decode iterations
     call_queue_exp: np.ndarray
     # every call in session order, as the policy prices it: the KV it holds while it decodes, its
@@ -120,6 +125,20 @@ class SessionSample:
     @property
     def mean_calls(self) -> float:
         return float(self.calls.mean())
+
+    @property
+    def decode_kv_bytes_cv(self) -> float:
+        """Coefficient of variation between decoding sequences of the KV bytes one decode step reads."""
+        return _cv(self.call_decode_kv_bytes, self.call_decode_kv_bytes_sq)
+
+    @property
+    def decode_attn_flops_cv(self) -> float:
+        """... and of its attention FLOPs (both grow with the context, which differs between sequences)."""
+        return _cv(self.call_decode_attn_flops, self.call_decode_attn_flops_sq)
+
+
+def _cv(mean: float, second_moment: float) -> float:
+    return math.sqrt(max(second_moment / mean ** 2 - 1.0, 0.0)) if mean > 0 else 0.0
 
 
 def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -359,6 +378,8 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         return np.bincount(session_of_row, weights=values, minlength=sessions)
 
     decode_weight = dec_iters.sum() or 1.0
+    decode_kv = arch.kv_read_bytes_for_context(prompt + out / 2, kv_dtype)
+    decode_flops = arch.attention_flops_per_token(prompt + out / 2)
 
     def priced(kept_calls: np.ndarray) -> dict:
         """The fields that depend on which contexts are found: prefill work and KV held while queued."""
@@ -371,14 +392,16 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
                                       np.ones(extra_rows)))     # at least the token that starts generation
             kv_hist = kv_history * np.concatenate((kept_calls, np.ones(extra_rows, dtype=bool)))
         prefill_iters = np.ceil(prefill / replica.chunk_tokens)
+        attn_flops = prefill * arch.attention_flops_per_token(prompt - prefill / 2)
+        kv_read = arch.kv_read_bytes_for_context(prompt - prefill, kv_dtype)
         return dict(
             prefill_iters=per(prefill_iters), prefill_tokens=per(prefill),
             kv_q=per(kv_hist), kv_prefill=per(kv_prompt * prefill_iters),
             kv2_q=per(kv_hist**2), kv2_prefill=per(kv_prompt**2 * prefill_iters),
             call_prefill_iters=float(prefill_iters.mean()), call_prefill_tokens=float(prefill.mean()),
-            call_prefill_kv_bytes=float(arch.kv_read_bytes_for_context(prompt - prefill, kv_dtype).mean()),
-            call_prefill_attn_flops=float((prefill * arch.attention_flops_per_token(prompt - prefill / 2)).mean()),
+            call_prefill_kv_bytes=float(kv_read.mean()), call_prefill_attn_flops=float(attn_flops.mean()),
             call_prefill_iters_sample=prefill_iters[tail_calls], call_prefill_tokens_sample=prefill[tail_calls],
+            call_prefill_attn_flops_sample=attn_flops[tail_calls], call_prefill_kv_bytes_sample=kv_read[tail_calls],
         )
 
     own_prefill = (np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0) if routed is None
@@ -399,10 +422,10 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         call_decode_iters=float(dec_iters.mean()),
         call_past_window_share=(float(np.mean(prompt + out > arch.max_context_tokens)) if arch.max_context_tokens
                                 else 0.0),
-        call_decode_kv_bytes=float((arch.kv_read_bytes_for_context(prompt + out / 2, kv_dtype) * dec_iters).sum()
-                                   / decode_weight),
-        call_decode_attn_flops=float((arch.attention_flops_per_token(prompt + out / 2) * dec_iters).sum()
-                                     / decode_weight),
+        call_decode_kv_bytes=float((decode_kv * dec_iters).sum() / decode_weight),
+        call_decode_attn_flops=float((decode_flops * dec_iters).sum() / decode_weight),
+        call_decode_kv_bytes_sq=float((decode_kv ** 2 * dec_iters).sum() / decode_weight),
+        call_decode_attn_flops_sq=float((decode_flops ** 2 * dec_iters).sum() / decode_weight),
         decode_tokens_per_iteration=float(spec_decode.verified_tokens) if spec_decode else 1.0,
         draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
         accepted_tokens_per_iteration=tokens_per_iter,

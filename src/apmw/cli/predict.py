@@ -383,14 +383,17 @@ def _print_model_source(model: str) -> None:
 
 def _levels(text: str, option: str, kind, example: str) -> list:
     """A comma list of levels for ``option`` (whole numbers for --concurrency, numbers for --request-rate)."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        fail(f"{option}: give at least one level")
+    if not all(items):
+        # an empty entry is a typo, not a level to drop without a word (fuzzing, session 35)
+        fail(f"{option}: '{text}' has an empty entry between commas; give each level once (e.g. {example})")
     try:
-        levels = [kind(x) for x in text.split(",") if x.strip()]
+        return [kind(x) for x in items]
     except ValueError:
         noun = "whole number" if kind is int else "number"
         fail(f"{option}: '{text}' is not a {noun} or a comma list of them (e.g. {example})")
-    if not levels:
-        fail(f"{option}: give at least one level")
-    return levels
 
 
 def _within_capacity(predict, sweep: bool):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from apmw.design_search import MAX_POINTS, read_space, search
 from apmw.errors import ApmwError
 from apmw.spec import SpecError, load_spec, spec_from_dict
 from tests.conftest import EXAMPLES, small_spec_dict
+
+APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
 
 AXES = {"hardware.gpus_per_replica": [1, 2], "serving.max_batch": [32, 128, 256], "serving.engine": ["vllm", "sglang"]}
 
@@ -200,6 +204,22 @@ def test_the_default_space_holds_the_spec_itself_and_says_where_it_ranks():
     assert own["rank_by_agents_per_mw"] in (1, 2)
     # a space that leaves the spec's value out of an axis has no such point
     assert search(spec, {"serving.max_batch": [64]}).to_dict()["as_specified"] is None
+
+
+def test_the_default_space_of_a_mixture_of_experts_tries_attention_data_parallel():
+    from apmw.design_search import default_space, spec_document
+
+    coding = spec_document(load_spec(EXAMPLES / "coding-agent.yaml"))
+    assert default_space(coding, moe=True)["serving.attention_data_parallel"] == [False, True]
+    assert "serving.attention_data_parallel" not in default_space(coding)          # a dense model: no such axis
+    # a spec that lays its replica out itself keeps its layout
+    laid_out = {**coding, "serving": {**coding["serving"], "parallelism": {"tp": 8}}}
+    assert "serving.attention_data_parallel" not in default_space(laid_out, moe=True)
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "coding-agent.yaml"), "--json", "--workers", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    best = json.loads(r.stdout)["best"]["agents_per_mw"]["settings"]
+    assert best["serving.attention_data_parallel"] is True
 
 
 def test_a_spec_pruned_as_specified_says_why():

@@ -93,6 +93,7 @@ def search(
     """Plan every point of a design space: the agents/MW against output-speed front and how to launch it."""
     from apmw.design_search import (ResultStore, check_front, default_space, read_space, search as run,
                                     search_key, spec_document, write_csv)
+    from apmw.arch.from_config import load_architecture
     from apmw.spec import load_spec
     from apmw.spec.load import load_yaml
 
@@ -105,7 +106,8 @@ def search(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
-        axes = default_space(spec_document(s)) if space is None else read_space(load_yaml(space, "search space"), str(space))
+        axes = (default_space(spec_document(s), moe=load_architecture(s.model.config).num_experts > 0) if space is None
+                else read_space(load_yaml(space, "search space"), str(space)))
         # a catalogued GPU whose step times are least checked, wherever the space puts it (a custom GPU's own
         # figures are the user's)
         for gpu in dict.fromkeys(g for g in [s.hardware.gpu, *axes.get("hardware.gpu", [])] if isinstance(g, str)):

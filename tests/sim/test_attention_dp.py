@@ -164,3 +164,22 @@ def test_a_prompt_is_chunked_by_its_own_ranks_budget(engine, ranks, chunk):
     d["hardware"]["gpus_per_replica"] = ranks
     d["serving"].update(engine=engine, max_batched_tokens=8192, parallelism={"tp": 1, "dp_attention": ranks})
     assert replica_from_spec(spec_from_dict(d)).chunk_tokens == chunk
+
+
+@pytest.mark.parametrize("contexts", [(5, 40, 300), (9000, 12000, 30000)])
+def test_the_ranks_priced_in_one_pass_equal_each_rank_priced_alone(contexts):
+    """Pricer.loads_by_rank (one pass over every rank's sequences) gives each rank what Pricer.loads gives it,
+    below a sliding window (the architecture's functions) and past it (the linear path, exact integers)."""
+    spec = _dp_spec(ranks=3)
+    d = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    d["model"]["config"] = "openai/gpt-oss-20b"             # a 128-token sliding window: below it, non-linear
+    eng = _engine(spec_from_dict(d))
+    pricer = eng.pricer
+    rng = np.random.default_rng(0)
+    kv = [rng.integers(contexts[0], contexts[2], size=k) for k in (4, 1, 7)]
+    n = [np.where(rng.random(len(k)) < 0.3, rng.integers(2, 500, size=len(k)), 1) for k in kv]
+    pre = [m > 1 for m in n]
+    kv_by_rank, attn_by_rank = pricer.loads_by_rank(kv, n, pre)
+    alone = [pricer.loads(k, m, p) for k, m, p in zip(kv, n, pre)]
+    assert kv_by_rank == pytest.approx([a for a, _ in alone], rel=1e-12)
+    assert attn_by_rank == pytest.approx([b for _, b in alone], rel=1e-12)

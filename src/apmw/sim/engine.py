@@ -241,6 +241,7 @@ class Engine:
         computed = decode = running = decode_tokens = 0
         kv_bytes = attn = 0.0
         parts = []
+        priced: tuple[list, list, list] = ([], [], [])      # each rank's active sequences: contexts, tokens, prefilling
         for sched in self.ranks:
             if self.prefill_first:
                 # SGLang: a batch of prompts (continued chunks, then the queue) whenever there is one,
@@ -260,9 +261,11 @@ class Engine:
                 kv, n_act, pre = r.kv, n, r.pre
             else:
                 kv, n_act, pre = r.kv[active], n[active], r.pre[active]
-            kv_r, attn_r = self.pricer.loads(kv, n_act, pre)
-            kv_bytes += kv_r
-            attn += attn_r
+            if self._only is not None:
+                kv_bytes, attn = self.pricer.loads(kv, n_act, pre)
+            else:
+                for held, part in zip(priced, (kv, n_act, pre)):
+                    held.append(part)
             decode_r = int(len(kv) - np.count_nonzero(pre))
             if decode_r:
                 sched.decay_share(1)
@@ -271,7 +274,7 @@ class Engine:
             decode_tokens += int(n[decoding].sum()) if self.verify > 1 else decode_r
             decode += decode_r
             running += len(kv)
-            parts.append((sched, n, active, decoding, decode_r, kv_r, attn_r))
+            parts.append((sched, n, active, decoding, decode_r))
         if not computed:
             return False
         kv_tokens = self.kv_tokens()
@@ -280,14 +283,15 @@ class Engine:
         # SGLang weighs an iteration with prompt tokens past any interval: the next loop polls
         self._decodes_since_poll = self.recv_interval if prefill_tokens else self._decodes_since_poll + 1
         if self._only is None:
-            kv_bytes, attn = self._busiest_rank_loads(decode_tokens, [p[5] for p in parts], [p[6] for p in parts])
+            kv_by_rank, attn_by_rank = self.pricer.loads_by_rank(*priced)
+            kv_bytes, attn = self._busiest_rank_loads(decode_tokens, list(kv_by_rank), list(attn_by_rank))
         load = IterationLoad(decode_tokens, prefill_tokens, kv_bytes, attn)
         t = self.pricer.time_s(load) * self.draft_factor
         self.meter.iteration(self.now, t, decode, running, t * kv_tokens, self.used_blocks(), load)
         self._last_start_s = self.now
         self.now += t
         self.stats.prefill_tokens += prefill_tokens
-        for sched, n, active, decoding, decode_r, _, _ in parts:
+        for sched, n, active, decoding, decode_r in parts:
             self._advance(sched, n, active, decoding, decode_r)
         return True
 

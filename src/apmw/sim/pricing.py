@@ -183,6 +183,26 @@ class Pricer:
         attn = float(np.sum(n * arch.attention_flops_per_token(ctx)))
         return kv_bytes, attn
 
+    def loads_by_rank(self, kv: list[np.ndarray], n: list[np.ndarray], prefill: list[np.ndarray]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`loads` of each attention-DP rank's sequences (each list holds one array per rank, none
+        empty), priced in one pass over all of them: the architecture's functions once an iteration, not
+        once a rank (a 72-rank replica's iteration otherwise spends most of its time in them)."""
+        starts = np.cumsum([0] + [len(k) for k in kv[:-1]])
+        kv_all, n_all, pre_all = np.concatenate(kv), np.concatenate(n), np.concatenate(prefill)
+        if self.lines is not None and (not self.linear_from or int(kv_all.min()) >= self.linear_from):
+            (a1, a0), (b1, b0) = self.lines
+            # the same integer sums as loads(), per rank
+            attended = (np.add.reduceat(n_all * kv_all, starts).astype(np.float64)
+                        + 0.5 * np.add.reduceat(np.where(pre_all, n_all * n_all, 0), starts).astype(np.float64))
+            counts = np.diff(np.append(starts, len(kv_all)))
+            return (a1 * np.add.reduceat(kv_all, starts).astype(np.float64) + a0 * counts,
+                    b1 * attended + b0 * np.add.reduceat(n_all, starts).astype(np.float64))
+        arch = self.arch
+        ctx = kv_all + np.where(pre_all, n_all / 2.0, 0.0)
+        return (np.add.reduceat(arch.kv_read_bytes_for_context(kv_all, self.kv_dtype), starts),
+                np.add.reduceat(n_all * arch.attention_flops_per_token(ctx), starts))
+
     # ---- all-decode iterations -------------------------------------------------------------------------
     def decode_load(self, b, total: np.ndarray) -> IterationLoad:
         """``b`` sequences (an int, or an array beside ``total``) decoding a token each, their contexts

@@ -387,7 +387,7 @@ def _levels(text: str, option: str, kind, example: str) -> list:
     if not any(items):
         fail(f"{option}: give at least one level")
     if not all(items):
-        # an empty entry is a typo, not a level to drop without a word (fuzzing, session 35)
+        # an empty entry is a typo: dropping it would answer for other levels than the user asked
         fail(f"{option}: '{text}' has an empty entry between commas; give each level once (e.g. {example})")
     try:
         return [kind(x) for x in items]

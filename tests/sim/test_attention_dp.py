@@ -142,10 +142,11 @@ def test_the_analytic_model_prices_a_prompt_on_its_rank_as_the_simulator_does():
     step = eng.step
     dec_kv, dec_attn, chunk_kv, chunk_attn = 2e8, 3e10, 5e8, 4e12
     sample = SimpleNamespace(call_prefill_kv_bytes=chunk_kv, call_prefill_attn_flops=chunk_attn, call_prefill_iters=1.0,
-                             decode_kv_bytes_cv=0.0, decode_attn_flops_cv=0.0)
-    one_chunk = ChunksOnRanks(np.array([[0.0], [chunk_attn]]), np.array([[0.0], [chunk_kv]]), np.ones(1))
+                             call_prefill_tokens=500.0, decode_kv_bytes_cv=0.0, decode_attn_flops_cv=0.0)
+    one_chunk = ChunksOnRanks(np.array([[0.0], [chunk_attn]]), np.array([[0.0], [chunk_kv]]), np.ones(1),
+                              np.array([[0.0], [500.0]]))
     total = IterationLoad(np.asarray(32.0), 500, 32 * dec_kv + chunk_kv, 32 * dec_attn + chunk_attn)
-    analytic = prompts_on_their_ranks(step, total, np.asarray(1.0), one_chunk, sample)
+    analytic = prompts_on_their_ranks(step, total, np.asarray(1.0), 0.0, one_chunk, sample)
     kv_by_rank = [4 * dec_kv + chunk_kv] + [4 * dec_kv] * 7
     attn_by_rank = [4 * dec_attn + chunk_attn] + [4 * dec_attn] * 7
     simulated = eng._busiest_rank_loads(32, kv_by_rank, attn_by_rank)
@@ -153,7 +154,7 @@ def test_the_analytic_model_prices_a_prompt_on_its_rank_as_the_simulator_does():
     assert step.iteration_time_s(analytic)[0] > step.iteration_time_s(total)
     # no prompt: the decoders' even split, the load as it was
     bare = IterationLoad(np.asarray(32.0), 0, 32 * dec_kv, 32 * dec_attn)
-    same = prompts_on_their_ranks(step, bare, np.asarray(0.0), one_chunk, sample)
+    same = prompts_on_their_ranks(step, bare, np.asarray(0.0), 0.0, one_chunk, sample)
     assert (float(same.kv_read_bytes[0]), float(same.attention_flops[0])) == pytest.approx((32 * dec_kv, 32 * dec_attn))
 
 

@@ -102,8 +102,9 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     Of ``b`` running calls, each is in a prefill iteration with probability
     ``q = PF / (PF + D)``. Prefill chunks are big (hundreds to thousands of
     tokens) and rare, so iteration times are averaged over the binomial number
-    of prefilling calls rather than computed at the average load: step time is
-    not linear in tokens (MoE experts touched saturate; the roofline takes a max).
+    of prefilling calls, and over their sizes drawn (:func:`chunks_on_ranks`),
+    rather than computed at the average load: step time is not linear in tokens
+    (MoE experts touched saturate; the roofline takes a max).
     A call sees two kinds of iteration: its own prefill iterations (itself plus
     ``Binom(b-1, q)`` other prefills) and its decode iterations (``Binom(b-1, q)``
     other prefills); their mix over a call's life averages to the engine's mean.
@@ -125,11 +126,13 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     others = np.minimum(others, b - 1)
 
     verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
-    ranked = chunks_on_ranks(step.parallel.dp, s, chunk_attn) if step.parallel.dp > 1 else None
+    ranked = chunks_on_ranks(step, s) if (mixed and not decode_only) or step.parallel.dp > 1 else None
 
-    def mean_time(decode: np.ndarray, prefills: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Binomially weighted iteration time of ``decode`` decoders and ``prefills`` chunks,
-        the iterations' time-weighted compute-bound share (drives power), and the time's variance."""
+    def mean_time(decode: np.ndarray, drawn: np.ndarray, own: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Binomially weighted iteration time of ``decode`` decoders, ``drawn`` chunks (:func:`chunks_on_ranks`)
+        and ``own`` chunks of the mean size, the iterations' time-weighted compute-bound share (drives power),
+        and the time's variance."""
+        prefills = drawn + own
         load = IterationLoad(
             decode_seqs=decode * verify,
             prefill_tokens=prefills * chunk,
@@ -137,8 +140,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
             attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
         w = weight
-        if ranked is not None:     # under attention DP, over the drawn placements of the chunks too
-            load = prompts_on_their_ranks(step, load, prefills, ranked, s)
+        if ranked is not None:     # over the drawn chunks (and their placements on attention-DP ranks)
+            load = prompts_on_their_ranks(step, load, drawn, own, ranked, s)
             w = weight[:, :, None] * ranked.weight
         t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(w)
         rows = tuple(range(1, w.ndim))
@@ -150,7 +153,15 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         alone = _prefill_alone(step, s, chunk, chunk_attn)
         max_chunks = min(float(alone.chunks[-1]), max(token_budget / chunk, 1.0)) if token_budget else float(alone.chunks[-1])
         return _prefill_first_curve(s, b[:, 0], iters, others, weight, mean_time, alone, recv_interval, max_chunks)
-    t_prefill, share_prefill, _ = mean_time(b - others - 1, others + 1)
+    # A call's own chunk: without attention DP at the mean size, so that its TTFT's line through it (evaluate.py)
+    # prices a long prompt's tokens at their full cost (drawn, small chunks ride free beside the decoders and
+    # the line lies too low for long prompts: support-chat's TTFT p95 4.65 s against 4.95, and 4.7-5.3 s in
+    # the simulator, at 20 agents). Under attention DP it is one more chunk on a rank drawn with the others:
+    # the ranks' prompts run side by side, as the prefill queue serves them.
+    if step.parallel.dp > 1:
+        t_prefill, share_prefill, _ = mean_time(b - others - 1, others + 1)
+    else:
+        t_prefill, share_prefill, _ = mean_time(b - others - 1, others, own=1.0)
     t_decode, share_decode, decode_variance = mean_time(b - others, others)
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
@@ -163,10 +174,11 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
                        stall_variance_s2=decode_variance)
 
 
-def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.ndarray, ranked: "ChunksOnRanks",
-                           s: SessionSample) -> IterationLoad:
-    """``load`` with each of its decoders and prompts on an attention data-parallel rank of its own, along a
-    new last axis of :class:`ChunksOnRanks`'s strata.
+def prompts_on_their_ranks(step: StepModel, load: IterationLoad, drawn: np.ndarray, own: float,
+                           ranked: "ChunksOnRanks", s: SessionSample) -> IterationLoad:
+    """``load`` with its ``drawn`` chunks as drawn (their tokens, and on their ranks) and ``own`` chunks of the
+    mean size (a call's own, in its prefill iterations) along a new last axis of :class:`ChunksOnRanks`'s
+    strata, each decoder and prompt on an attention data-parallel rank of its own (one rank without DP).
 
     Each rank computes attention for its own sequences only, and every rank waits for the slowest in the
     MoE layers. The step model prices the busiest rank as an even split of the decoding sequences would
@@ -184,24 +196,26 @@ def prompts_on_their_ranks(step: StepModel, load: IterationLoad, prefills: np.nd
     """
     lay = step.parallel
     seqs = np.asarray(load.decode_seqs, dtype=np.float64)
-    count = np.asarray(prefills).astype(int)
+    count = np.asarray(drawn).astype(int)
+    prefills = drawn + own
     even = busiest_rank_share(lay, seqs) / lay.dp
 
     def busiest(total, per_chunk: float, cv: float, chunks: np.ndarray) -> np.ndarray:
         decoders = np.asarray(total, dtype=np.float64) - prefills * per_chunk
-        own = (decoders * even * busiest_rank_spread(lay, seqs, cv))[..., None] + chunks[count]
-        return at_busiest_rank(lay, seqs[..., None], own)
+        rank = (decoders * even * busiest_rank_spread(lay, seqs, cv))[..., None] + chunks[count] + own * per_chunk
+        return at_busiest_rank(lay, seqs[..., None], rank)
 
-    return IterationLoad(seqs[..., None], np.asarray(load.prefill_tokens, dtype=np.float64)[..., None],
+    tokens = ranked.tokens[count] + own * s.call_prefill_tokens / s.call_prefill_iters
+    return IterationLoad(seqs[..., None], tokens,
                          busiest(load.kv_read_bytes, s.call_prefill_kv_bytes, s.decode_kv_bytes_cv,
                                  ranked.kv_read_bytes),
                          busiest(load.attention_flops, s.call_prefill_attn_flops / s.call_prefill_iters,
                                  s.decode_attn_flops_cv, ranked.attention_flops))
 
 
-# Placements of 1..33 prompt chunks drawn on the ranks, from this seed (the same at every call: a curve is
-# deterministic), and the strata they are priced at (bounds as cumulative probabilities of the busiest rank's
-# attention): finer in the tail, where one long prompt's attention sets every rank's pace.
+# Draws of 1..33 prompt chunks (and their ranks), from this seed (the same at every call: a curve is
+# deterministic), and the strata they are priced at (bounds as cumulative probabilities of the work the chunks
+# put on the busiest GPU): finer in the tail, where one long prompt sets the iteration's pace.
 RANK_DRAWS = 4096
 RANK_SEED = 20261204
 RANK_STRATA = (0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0)
@@ -209,50 +223,83 @@ RANK_STRATA = (0.0, 0.25, 0.5, 0.75, 0.9, 0.97, 0.995, 1.0)
 
 @dataclass(frozen=True)
 class ChunksOnRanks:
-    """The prompt chunks on the busiest attention-DP rank of an iteration that carries ``k`` = 0..33 of them
-    (rows): their attention FLOPs and the cached KV they read, at each stratum (columns) of the drawn
-    placements, and each stratum's probability (:func:`chunks_on_ranks`)."""
+    """The prompt chunks of an iteration that carries ``k`` = 0..33 of them (rows), at each stratum (columns)
+    of the draws (:func:`chunks_on_ranks`): all their tokens, the attention FLOPs and the cached KV they read
+    on the busiest attention-DP rank (all of them without attention DP), and each stratum's probability."""
 
     attention_flops: np.ndarray
     kv_read_bytes: np.ndarray
     weight: np.ndarray
+    tokens: np.ndarray
 
 
-def chunks_on_ranks(ranks: int, s: SessionSample, chunk_attn: float) -> ChunksOnRanks:
-    """Draws of ``k`` prompt chunks, each on a rank drawn at random (an agent's calls go to its own rank, and
-    any agents' prompts may meet in one iteration), and what the busiest rank carries of them.
+# Draws recently made, by sample, ranks and the model's active parameters (what they depend on); read only
+# while the sample lives (as _CURVES). An entry is a few kB.
+_DRAWN: OrderedDict[tuple, tuple[weakref.ref, ChunksOnRanks]] = OrderedDict()
+
+
+def chunks_on_ranks(step: StepModel, s: SessionSample) -> ChunksOnRanks:
+    """Draws of ``k`` prompt chunks, each on an attention-DP rank drawn at random (an agent's calls go to its
+    own rank, and any agents' prompts may meet in one iteration), and what they put on the busiest rank.
 
     A chunk is one prefill iteration of a sampled call (calls drawn by their prefill iterations): its share
-    of the call's attention FLOPs (its new tokens x the context they attend) and the context it reads.
-    Both vary by orders of magnitude between calls, and a rank's time is a max of its attention and the rest,
-    so a mean chunk prices the busiest rank far too low (docs/simulate.md). For each ``k``, the draws are
-    ordered by the busiest rank's attention and averaged within RANK_STRATA; the attention is scaled so
-    that a chunk's mean is the sample's per-iteration mean ``chunk_attn`` (as :func:`_prefill_alone`'s)."""
+    of the call's tokens, of its attention FLOPs (its new tokens x the context they attend) and the context
+    it reads. All three vary by orders of magnitude between calls (a short follow-up or a long prompt), and
+    an iteration's time is a max of its compute and its memory reads, so chunks of the mean size price it
+    too low (docs/simulate.md). For each ``k``, the draws are ordered by the FLOPs they put on the busiest
+    GPU (the tokens' weights over every GPU, the busiest rank's attention over its own) and averaged within
+    RANK_STRATA. The tokens and attention are scaled so that a chunk's mean is the sample's per-iteration
+    mean (as :func:`_prefill_alone`'s)."""
+    ranks = step.parallel.dp
+    key = (id(s), ranks, step.arch.active_params)
+    entry = _DRAWN.get(key)
+    if entry is not None and entry[0]() is s:
+        _DRAWN.move_to_end(key)
+        return entry[1]
+    drawn = _draw_chunks(s, ranks, 2.0 * step.arch.active_params)
+    _DRAWN[key] = (weakref.ref(s), drawn)
+    while len(_DRAWN) > CURVE_CACHE_ENTRIES:
+        _DRAWN.popitem(last=False)
+    return drawn
+
+
+def _draw_chunks(s: SessionSample, ranks: int, flops_per_token: float) -> ChunksOnRanks:
+    """:func:`chunks_on_ranks`'s draws on ``ranks`` ranks of a model of ``flops_per_token``."""
     k = MAX_PREFILLS_PER_ITERATION + 1
+    chunk = s.call_prefill_tokens / s.call_prefill_iters
+    chunk_attn = s.call_prefill_attn_flops / s.call_prefill_iters
     iters = np.maximum(s.call_prefill_iters_sample, 1.0)
-    attn, kv = s.call_prefill_attn_flops_sample / iters, s.call_prefill_kv_bytes_sample
+    tok, attn = s.call_prefill_tokens_sample / iters, s.call_prefill_attn_flops_sample / iters
+    kv = s.call_prefill_kv_bytes_sample
     rng = np.random.default_rng(RANK_SEED)
-    if len(attn) and attn.sum() > 0:
+    if len(iters) and tok.sum() > 0:
         pick = rng.choice(len(iters), size=(k, RANK_DRAWS), p=iters / iters.sum())
-        attn, kv = attn[pick] * (chunk_attn * iters.sum() / s.call_prefill_attn_flops_sample.sum()), kv[pick]
+        tok, kv = tok[pick] * (chunk * iters.sum() / s.call_prefill_tokens_sample.sum()), kv[pick]
+        attn = attn[pick] * (chunk_attn * iters.sum() / max(s.call_prefill_attn_flops_sample.sum(), 1e-300))
     else:
+        tok = np.full((k, RANK_DRAWS), chunk)
         attn, kv = np.full((k, RANK_DRAWS), chunk_attn), np.full((k, RANK_DRAWS), s.call_prefill_kv_bytes)
-    rank = rng.integers(0, ranks, size=(k, RANK_DRAWS))
-    draw = np.arange(RANK_DRAWS)
-    on_rank = np.zeros((2, RANK_DRAWS, ranks))
-    busiest = np.zeros((2, k + 1, RANK_DRAWS))          # row i: the first i chunks
-    for i in range(k):
-        on_rank[0, draw, rank[i]] += attn[i]
-        on_rank[1, draw, rank[i]] += kv[i]
-        busiest[:, i + 1] = np.maximum(busiest[:, i], on_rank[:, draw, rank[i]])
-    order = np.argsort(busiest[0], axis=1, kind="stable")
+    tokens = np.vstack((np.zeros((1, RANK_DRAWS)), np.cumsum(tok, axis=0)))     # row i: the first i chunks
+    busiest = np.zeros((2, k + 1, RANK_DRAWS))
+    if ranks == 1:
+        busiest[0, 1:], busiest[1, 1:] = np.cumsum(attn, axis=0), np.cumsum(kv, axis=0)
+    else:
+        rank = rng.integers(0, ranks, size=(k, RANK_DRAWS))
+        draw = np.arange(RANK_DRAWS)
+        on_rank = np.zeros((2, RANK_DRAWS, ranks))
+        for i in range(k):
+            on_rank[0, draw, rank[i]] += attn[i]
+            on_rank[1, draw, rank[i]] += kv[i]
+            busiest[:, i + 1] = np.maximum(busiest[:, i], on_rank[:, draw, rank[i]])
+    # the busiest GPU's FLOPs, times the replica's GPUs (the same order)
+    order = np.argsort(tokens * flops_per_token + busiest[0] * ranks, axis=1, kind="stable")
     edges = np.round(np.asarray(RANK_STRATA) * RANK_DRAWS).astype(int)
     size = np.diff(edges)
 
     def strata(values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(np.take_along_axis(values, order, axis=1), edges[:-1], axis=1) / size
 
-    return ChunksOnRanks(strata(busiest[0]), strata(busiest[1]), size / RANK_DRAWS)
+    return ChunksOnRanks(strata(busiest[0]), strata(busiest[1]), size / RANK_DRAWS, strata(tokens))
 
 
 # Prompts drawn to price a prefill iteration of ``k`` chunks, for each ``k`` (prefill-first engines).

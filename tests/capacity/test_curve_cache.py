@@ -81,3 +81,15 @@ def test_shared_curves_are_read_only():
     c = curves.engine_curve(replica.step, sample_sessions(spec, replica), 8)
     with pytest.raises(ValueError, match="read-only"):
         c.iteration_s[0] = 0.0
+
+
+def test_a_curve_built_in_blocks_equals_one_built_at_once(monkeypatch):
+    """A large batch limit is built CURVE_BLOCK_ROWS batch sizes at a time (a row's arrays are 34 chunk counts
+    by 7 strata wide, so 65,536 at once took 2 GB): the same rows, to the last bit."""
+    spec = _spec()
+    replica = replica_from_spec(spec)
+    s = sample_sessions(spec, replica)
+    at_once = curves.build_engine_curve(replica.step, s, 100)
+    curves._CURVES.clear()
+    monkeypatch.setattr(curves, "CURVE_BLOCK_ROWS", 32)
+    _same(curves.engine_curve(replica.step, s, 100), at_once)

@@ -66,6 +66,8 @@ MAX_PREFILLS_PER_ITERATION = 32
 # (they are the caches' of apmw.perf.replica and apmw.capacity.sessions to keep), and is read only while both
 # live, so that a new object that takes a dead one's id never finds its curve. A curve is a few kB a batch size.
 CURVE_CACHE_ENTRIES = 64
+# Batch sizes built at once: bounds the memory a curve's build takes (a batch limit of 65,536 took 2 GB at once).
+CURVE_BLOCK_ROWS = 2048
 _CURVES: OrderedDict[tuple, tuple[weakref.ref, weakref.ref, EngineCurve]] = OrderedDict()
 
 
@@ -79,12 +81,12 @@ def engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode_only:
     if built is not None and len(built.batch) >= max_batch:
         _CURVES.move_to_end(key)
         return built.up_to(max_batch)
-    if built is None:
-        curve = build_engine_curve(step, s, max_batch, decode_only, mixed, recv_interval=recv_interval,
-                                   token_budget=token_budget)
-    else:
-        curve = built.then(build_engine_curve(step, s, max_batch, decode_only, mixed, first=len(built.batch) + 1,
-                                              recv_interval=recv_interval, token_budget=token_budget))
+    curve = built
+    while curve is None or len(curve.batch) < max_batch:      # in blocks: a row's arrays are 34 x 7 wide
+        first = 1 if curve is None else len(curve.batch) + 1
+        block = build_engine_curve(step, s, min(max_batch, first + CURVE_BLOCK_ROWS - 1), decode_only, mixed,
+                                   first=first, recv_interval=recv_interval, token_budget=token_budget)
+        curve = block if curve is None else curve.then(block)
     for rows in curve._rows().values():
         rows.flags.writeable = False
     _CURVES[key] = (weakref.ref(step), weakref.ref(s), curve)

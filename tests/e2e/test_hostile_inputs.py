@@ -53,6 +53,12 @@ def _alias_bomb(depth: int, width: int) -> str:
      "at most 604,800 s (a week) is modelled"),
     (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 0.26, p95: 1.0e28}\n"),
      "a lognormal that wide"),
+    (CODING.replace("{input: 0.27, cached_input: 0.07", "{input: 0.07, cached_input: 0.27"),
+     "cost.api_usd_per_million_tokens: cached_input (0.27) is above input (0.07)"),
+    (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: meta-llama/Meta-Llama-3.1-8B\n  moe_dtype: fp8"),
+     "moe_dtype 'fp8' is set, but meta-llama/Meta-Llama-3.1-8B has no routed experts"),
+    (CODING.replace("  calls_per_step: 1\n", "  calls_per_step: 1\n  summarize_at_tokens: 1394\n  summary_tokens: 1\n"),
+     "summarize_at_tokens (1394) would write about 11,965 summaries a task"),
 ])
 def test_a_hostile_spec_is_refused_with_where_and_why(tmp_path, text, words):
     assert words in _clean(_plan_text(tmp_path, text))

@@ -130,3 +130,51 @@ def test_a_call_past_any_context_window_is_skipped_not_fitted(tmp_path, value):
     assert fitted.summary["skipped_lines"] == 1
     assert list(fitted.summary["skipped"]) == ["more than 10,000,000 tokens in one call (past any model's context window)"]
     assert fitted.workload.new_input_tokens_per_call.quantile(0.999) < 1e6
+
+
+def _mini_swe_with(tmp_path, edit):
+    """The 3-session mini-swe-agent fixture with ``edit(lines)`` applied (header at index 0)."""
+    p = tmp_path / "calls.csv"
+    lines = (FIXTURES / "mini_swe_calls_3sessions.csv").read_text().splitlines()
+    edit(lines)
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _set(lines, index: int, column: str, value: str) -> None:
+    cells = lines[index].split(",")
+    cells[lines[0].split(",").index(column)] = value
+    lines[index] = ",".join(cells)
+
+
+def test_a_call_with_more_cached_tokens_than_its_prompt_or_ending_before_it_starts_is_a_bad_line(tmp_path):
+    def edit(lines):
+        _set(lines, 3, "cached_prompt_tokens", "999999")          # file line 4
+        _set(lines, 6, "t_response_s", "0.001")                    # file line 7: before its request
+    p = _mini_swe_with(tmp_path, edit)
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 2 and s["calls"] == 250
+    reasons = {r: d["examples"] for r, d in s["skipped"].items()}
+    assert [w for r, w in reasons.items() if r.startswith("more cached prompt tokens")] == [[f"{p}:4"]]
+    assert [w for r, w in reasons.items() if r.startswith("ends (")] == [[f"{p}:7"]]
+    with pytest.raises(TraceError, match=rf"{p}:4: more cached prompt tokens \(999999\) than prompt tokens"):
+        fit_trace(p, strict=True)
+
+
+def test_a_call_listed_twice_is_refused(tmp_path):
+    p = _mini_swe_with(tmp_path, lambda lines: lines.insert(5, lines[4]))
+    with pytest.raises(TraceError, match=r"1 call\(s\) repeat another call's index in their session \(first: "
+                                         r"session \('deepseek_chat_dev', 'marshmallow-code__marshmallow-1343'\), "
+                                         r"call index 3\)"):
+        fit_trace(p)
+
+
+def test_inconsistent_spans_of_a_generic_jsonl_trace_are_bad_lines(tmp_path):
+    p = tmp_path / "calls.jsonl"
+    p.write_text('{"s": "a", "i": 1000, "o": 10, "c": 10, "t0": 1.0, "t1": 2.0}\n'
+                 '{"s": "a", "i": 1000, "o": 10, "c": 2000, "t0": 3.0, "t1": 4.0}\n'
+                 '{"s": "a", "i": 1000, "o": 10, "c": 10, "t0": 6.0, "t1": 5.0}\n'
+                 '{"s": "a", "i": 1000, "o": 10, "c": 10, "t0": 7.0, "t1": 8.0}\n')
+    s = fit_trace(p, "jsonl", mapping="session=s,input_tokens=i,output_tokens=o,cached_tokens=c,start_s=t0,end_s=t1").summary
+    assert s["calls"] == 2 and s["skipped_lines"] == 2
+    assert {ex for d in s["skipped"].values() for ex in d["examples"]} == {f"{p}:2", f"{p}:3"}

@@ -180,6 +180,9 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     refused = context_kv_refusal(arch) or engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype, engine)
     if refused:
         raise ApmwError(refused)
+    if moe_dtype is not None and not arch.moe_layers:
+        raise ApmwError(f"moe_dtype '{moe_dtype}' is set, but {arch.name} has no routed experts for it to apply to; "
+                        "leave it out (weight_dtype sets a dense model's weights)")
     if engine_version is not None:
         return _pinned_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout,
                                   moe_dtype, engine_version, mxfp4_moe_activations)

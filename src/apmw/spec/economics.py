@@ -51,6 +51,14 @@ class ApiPrice(Section):
                                        description="USD per million prompt tokens read from its cache (default: input)")
     output: float = Field(ge=0, le=1e4, description="USD per million output tokens")
 
+    @model_validator(mode="after")
+    def _cache_not_dearer(self) -> "ApiPrice":
+        if self.cached_input is not None and self.cached_input > self.input:
+            raise ValueError(f"cached_input ({self.cached_input:g}) is above input ({self.input:g}): an API prices "
+                             "the prompt tokens it reads from its cache at or below the others; check that the two "
+                             "are not swapped")
+        return self
+
 
 # Hours in a year of 365.25 days: what a capex is amortised over, year by year.
 HOURS_PER_YEAR = 365.25 * 24

@@ -106,6 +106,15 @@ class Workload(Section):
                 raise ValueError(
                     f"summarize_at_tokens ({self.summarize_at_tokens}) leaves {room} tokens after the system prompt; "
                     f"it must leave at least twice summary_tokens ({2 * self.summary_tokens})")
+            # the context grows by each call's new input and output, and each summary leaves room - summary_tokens
+            growth = calls * (self.new_input_tokens_per_call.mean + self.output_tokens_per_call.mean)
+            summaries = growth / (room - self.summary_tokens)
+            if calls + summaries > MAX_MEAN_CALLS_PER_TASK:
+                raise ValueError(
+                    f"summarize_at_tokens ({self.summarize_at_tokens}) would write about {_big(summaries)} summaries a "
+                    f"task (its context grows by about {_big(growth)} tokens, and each summary leaves "
+                    f"{room - self.summary_tokens:,} tokens of room); apmw samples tasks of at most "
+                    f"{MAX_MEAN_CALLS_PER_TASK:,} calls on average: raise summarize_at_tokens")
         return self
 
 

@@ -84,7 +84,10 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
                if errors.skipped else "")
         raise TraceError(f"{path}: no model calls found as format '{fmt}' ({errors.lines_read} line(s) read){why}. "
                          f"Accepted formats: {formats.accepted()}")
-    has_sessions = next(f for f in formats.FORMATS if f.name == fmt).has_sessions
+    form_of = next(f for f in formats.FORMATS if f.name == fmt)
+    if form_of.indexed:
+        _refuse_repeated_calls(path, cols)
+    has_sessions = form_of.has_sessions
     if fmt in ("csv", "jsonl") and "session" not in parse_mapping(mapping):
         has_sessions = False
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
@@ -96,6 +99,16 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
     workload = validate(section, str(path))
     summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions, weekly)
     return FitResult(summary, workload, section, cols, sh)
+
+
+def _refuse_repeated_calls(path: str | Path, c: Columns) -> None:
+    """A call listed twice (the same session and call index) would be counted twice: refused, since which copy
+    is right cannot be told."""
+    if c.repeats and c.first_repeat is not None:
+        key, index = c.first_repeat
+        raise TraceError(f"{path}: {c.repeats} call(s) repeat another call's index in their session (first: session "
+                         f"{key!r}, call index {index:g}); a call listed twice would be counted twice: remove the "
+                         "duplicate rows")
 
 
 def workload_from_trace(path: str | Path, format: str | None = None, **kwargs) -> Workload:

@@ -57,6 +57,8 @@ class Columns:
     tool_wait_after_s: np.ndarray
     gap_before_s: np.ndarray
     session_keys: list = field(default_factory=list)
+    repeats: int = 0                    # calls whose session and order equal the call's before them
+    first_repeat: tuple | None = None   # (session key, order) of the first such call
 
     def __len__(self) -> int:
         return len(self.session)
@@ -99,13 +101,19 @@ def collect(stream: Iterable[Call]) -> Columns:
     del a_sess, a_order, a_in, a_out, a_cached, a_start, a_end, a_tool, a_gap  # they hold the buffers
     session = np.array(sess, dtype=np.int64)
     del sess
-    idx = np.lexsort((np.frombuffer(cols[0], dtype=np.float64) if len(cols[0]) else np.zeros(0), session))
+    order = np.frombuffer(cols[0], dtype=np.float64) if len(cols[0]) else np.zeros(0)
+    idx = np.lexsort((order, session))
+    session, order = session[idx], order[idx]
     cols[0] = None
+    repeat = np.flatnonzero((session[1:] == session[:-1]) & (order[1:] == order[:-1])) + 1
+    key_of = list(keys)
+    first = (key_of[session[repeat[0]]], float(order[repeat[0]])) if len(repeat) else None
+    del order
     ordered = []
     for i in range(1, len(cols)):  # sort one column at a time and free its buffer: peak ~ one copy + one column
         ordered.append(np.frombuffer(cols[i], dtype=np.float64)[idx] if len(idx) else np.zeros(0))
         cols[i] = None
-    return Columns(session[idx], *ordered, session_keys=list(keys))
+    return Columns(session, *ordered, session_keys=key_of, repeats=len(repeat), first_repeat=first)
 
 
 def step_ends(c: Columns, tools: list[tuple[object, float]]) -> np.ndarray | None:

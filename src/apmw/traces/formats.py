@@ -25,14 +25,15 @@ class Format:
     name: str
     description: str
     has_sessions: bool = True
+    indexed: bool = False       # its calls carry an index within their session (no two alike), not a time
 
 
 FORMATS = [
     Format(otel.NAME, otel.DESCRIPTION),
-    Format(mini_swe.NAME, mini_swe.DESCRIPTION),
+    Format(mini_swe.NAME, mini_swe.DESCRIPTION, indexed=True),
     Format(mooncake.NAME, mooncake.DESCRIPTION),
     Format(aiperf.NAME, aiperf.DESCRIPTION),
-    Format(agentperf.NAME, agentperf.DESCRIPTION),
+    Format(agentperf.NAME, agentperf.DESCRIPTION, indexed=True),
     Format(azure.NAME, azure.DESCRIPTION, has_sessions=False),
     Format(generic.NAME_CSV, generic.DESCRIPTION),
     Format(generic.NAME_JSONL, generic.DESCRIPTION),

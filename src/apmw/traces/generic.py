@@ -16,7 +16,8 @@ from pathlib import Path
 
 from apmw.traces.jsonl import records
 from apmw.spec.model import MAX_TOKENS_PER_CALL
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, cell, number, require_counts, session_key
+from apmw.traces.records import (NAN, Call, CallStream, LineErrors, TraceError, cell, inconsistent, number, require_counts,
+                                 session_key)
 from apmw.traces.csv_rows import csv_rows
 
 NAME_CSV = "csv"
@@ -66,8 +67,12 @@ def _build(get, mapping: dict, line: int) -> Call:
         raise ValueError(bad)
     session = session_key(get(mapping["session"][0]), "session") if "session" in mapping else None
     order = val("order")
+    cached, start, end = val("cached_tokens"), val("start"), val("end")
+    bad = inconsistent(inp, cached, start, end)
+    if bad:
+        raise ValueError(bad)
     return Call(session if session not in (None, "") else line, order if order == order else float(line),
-                inp, out, val("cached_tokens"), val("start"), val("end"), val("tool_wait"), val("gap_before"))
+                inp, out, cached, start, end, val("tool_wait"), val("gap_before"))
 
 
 def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
@@ -98,6 +103,10 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
             continue
         if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):
             errors.skip(line, require_counts(inp, out) or "bad token count")
+            continue
+        bad = inconsistent(inp, rest[0], rest[1], rest[2])          # cached tokens, start, end
+        if bad:
+            errors.skip(line, bad)
             continue
         yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.spec.model import MAX_TOKENS_PER_CALL
-from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, require_counts
+from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, inconsistent, require_counts
 from apmw.traces.csv_rows import csv_rows
 
 NAME = "mini-swe-agent"
@@ -51,9 +51,12 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
             if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):  # and an empty (nan) cell
                 errors.skip(line, require_counts(inp, out) or "bad token count")
                 continue
+            cached, start, end = cell(row[i_cached]), cell(row[i_req]), cell(row[i_resp])
+            if cached > inp or cached < 0 or end < start:     # (nan compares false: an empty cell passes)
+                errors.skip(line, inconsistent(inp, cached, start, end) or "bad value")
+                continue
             # a Call as a plain tuple (same field order): the hot path of the reader
-            yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cell(row[i_cached]),
-                   cell(row[i_req]), cell(row[i_resp]), cell(row[i_tool]), NAN)
+            yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cached, start, end, cell(row[i_tool]), NAN)
         except ValueError as exc:
             errors.skip(line, f"not a number: {exc}")
             continue

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, require_counts, session_key
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, inconsistent, require_counts, session_key
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 
 NAME = "otel"
@@ -166,4 +166,8 @@ class Reader:
         session = conversation or ("trace", trace_id)
         start = int(span["startTimeUnixNano"]) / 1e9
         end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
-        return Call(session, start, inp, out, _as_float(_decoded(attrs, CACHED_KEYS)), start, end)
+        cached = _as_float(_decoded(attrs, CACHED_KEYS))
+        bad = inconsistent(inp, cached, start, end)
+        if bad:
+            raise ValueError(bad)
+        return Call(session, start, inp, out, cached, start, end)

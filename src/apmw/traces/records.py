@@ -121,6 +121,17 @@ def session_key(value: object, field: str) -> object:
     raise ValueError(f"{field} must be a string or a number, got {type(value).__name__} {str(value)[:40]}")
 
 
+def inconsistent(inp: float, cached: float, start: float, end: float) -> str | None:
+    """Why a call's cached prompt tokens or its times contradict the rest of it, or None (``nan``: not recorded)."""
+    if cached > inp:
+        return f"more cached prompt tokens ({cached:g}) than prompt tokens ({inp:g})"
+    if cached < 0:
+        return "negative cached token count"
+    if end < start:
+        return f"ends ({end:g} s) before it starts ({start:g} s)"
+    return None
+
+
 def require_counts(inp: float, out: float) -> str | None:
     """Why a call's token counts are unusable, or None when they are fine."""
     if math.isnan(inp):

@@ -59,6 +59,10 @@ def _alias_bomb(depth: int, width: int) -> str:
      "moe_dtype 'fp8' is set, but meta-llama/Meta-Llama-3.1-8B has no routed experts"),
     (CODING.replace("  calls_per_step: 1\n", "  calls_per_step: 1\n  summarize_at_tokens: 1394\n  summary_tokens: 1\n"),
      "summarize_at_tokens (1394) would write about 11,965 summaries a task"),
+    (CODING.replace("task_latency_p95_s: 1800", 'task_latency_p95_s: "1e3"'),
+     "task_latency_p95_s: '1e3' is text, not a number; write the number without quotes"),
+    (CODING.replace("prefix_caching: true", "prefix_caching: 1"), "prefix_caching: 1 is not a yes/no; write true or false"),
+    (CODING.replace("prefix_caching: true", 'prefix_caching: "yes"'), "prefix_caching: 'yes' is not a yes/no"),
 ])
 def test_a_hostile_spec_is_refused_with_where_and_why(tmp_path, text, words):
     assert words in _clean(_plan_text(tmp_path, text))

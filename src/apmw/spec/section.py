@@ -14,12 +14,17 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_not_yes_or_no(cls, data: object) -> object:
-        """A number field given ``true``/``false`` (YAML's yes/no) is refused, not read as 1 or 0."""
+        """A number field given ``true``/``false`` (YAML's yes/no) or quoted text, and a yes/no field given a
+        number or text, are refused, not converted: 1 or 0, ``'1e3'`` or ``'yes'`` may not be what was meant."""
         if isinstance(data, dict):
             for name, field in cls.model_fields.items():
                 value = data.get(field.alias or name)
                 if isinstance(value, bool) and _numeric(field.annotation):
                     raise ValueError(f"{name}: {str(value).lower()} is a yes/no, not a number; write the number")
+                if isinstance(value, str) and _numeric(field.annotation):
+                    raise ValueError(f"{name}: {value!r} is text, not a number; write the number without quotes")
+                if isinstance(value, (int, float, str)) and not isinstance(value, bool) and _yes_or_no(field.annotation):
+                    raise ValueError(f"{name}: {value!r} is not a yes/no; write true or false")
                 if isinstance(value, (list, tuple)) and _holds_numbers(field.annotation):
                     for i, item in enumerate(value):
                         if isinstance(item, bool):
@@ -48,9 +53,15 @@ def _kinds(annotation: object) -> tuple:
 
 
 def _numeric(annotation: object) -> bool:
-    """Whether a field takes a number and not a yes/no (``int``, ``float``, either or None)."""
+    """Whether a field takes a number and not a yes/no or text (``int``, ``float``, either or None)."""
     kinds = _kinds(annotation)
-    return bool not in kinds and any(k in (int, float) for k in kinds)
+    return bool not in kinds and str not in kinds and any(k in (int, float) for k in kinds)
+
+
+def _yes_or_no(annotation: object) -> bool:
+    """Whether a field takes a yes/no and nothing else (``bool``, or None)."""
+    kinds = [k for k in _kinds(annotation) if k is not type(None)]
+    return kinds == [bool]
 
 
 def _holds_numbers(annotation: object) -> bool:

@@ -14,15 +14,14 @@ class Section(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _numbers_are_not_yes_or_no(cls, data: object) -> object:
-        """A number field given ``true``/``false`` (YAML's yes/no) or quoted text, and a yes/no field given a
-        number or text, are refused, not converted: 1 or 0, ``'1e3'`` or ``'yes'`` may not be what was meant."""
+        """A number field given ``true``/``false`` (YAML's yes/no), and a yes/no field given a number or text, are
+        refused, not converted: 1 or 0 for a yes/no, or ``'yes'``, may not be what was meant. A number written as
+        text is read as the number (PyYAML reads ``80e9`` and ``1.5e3``, numbers in YAML 1.2, as text)."""
         if isinstance(data, dict):
             for name, field in cls.model_fields.items():
                 value = data.get(field.alias or name)
                 if isinstance(value, bool) and _numeric(field.annotation):
                     raise ValueError(f"{name}: {str(value).lower()} is a yes/no, not a number; write the number")
-                if isinstance(value, str) and _numeric(field.annotation):
-                    raise ValueError(f"{name}: {value!r} is text, not a number; write the number without quotes")
                 if isinstance(value, (int, float, str)) and not isinstance(value, bool) and _yes_or_no(field.annotation):
                     raise ValueError(f"{name}: {value!r} is not a yes/no; write true or false")
                 if isinstance(value, (list, tuple)) and _holds_numbers(field.annotation):
@@ -53,9 +52,9 @@ def _kinds(annotation: object) -> tuple:
 
 
 def _numeric(annotation: object) -> bool:
-    """Whether a field takes a number and not a yes/no or text (``int``, ``float``, either or None)."""
+    """Whether a field takes a number and not a yes/no (``int``, ``float``, either or None)."""
     kinds = _kinds(annotation)
-    return bool not in kinds and str not in kinds and any(k in (int, float) for k in kinds)
+    return bool not in kinds and any(k in (int, float) for k in kinds)
 
 
 def _yes_or_no(annotation: object) -> bool:

@@ -104,7 +104,7 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
 def _refuse_repeated_calls(path: str | Path, c: Columns) -> None:
     """A call listed twice (the same session and call index) would be counted twice: refused, since which copy
     is right cannot be told."""
-    if c.repeats and c.first_repeat is not None:
+    if c.first_repeat is not None:
         key, index = c.first_repeat
         raise TraceError(f"{path}: {c.repeats} call(s) repeat another call's index in their session (first: session "
                          f"{key!r}, call index {index:g}); a call listed twice would be counted twice: remove the "

@@ -52,8 +52,9 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
                 errors.skip(line, require_counts(inp, out) or "bad token count")
                 continue
             cached, start, end = cell(row[i_cached]), cell(row[i_req]), cell(row[i_resp])
-            if cached > inp or cached < 0 or end < start:     # (nan compares false: an empty cell passes)
-                errors.skip(line, inconsistent(inp, cached, start, end) or "bad value")
+            bad = inconsistent(inp, cached, start, end)
+            if bad:
+                errors.skip(line, bad)
                 continue
             # a Call as a plain tuple (same field order): the hot path of the reader
             yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cached, start, end, cell(row[i_tool]), NAN)

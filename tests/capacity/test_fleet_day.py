@@ -83,7 +83,7 @@ def test_a_busier_hour_never_gets_fewer_replicas(day):
 
 @pytest.mark.parametrize("value,words", [
     (DAY[:23], "at least 24 items"),
-    (DAY[:23] + [-5], "hour 23 has -5"),
+    (DAY[:23] + [-5], "tasks_per_hour.23: -5 tasks in hour 23"),
     (DAY[:23] + [1e12], "each hour needs 0 to 1,000,000,000 tasks"),
 ])
 def test_a_bad_day_is_refused_by_field(value, words):

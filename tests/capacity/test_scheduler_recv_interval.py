@@ -48,10 +48,10 @@ def test_other_engines_and_disaggregation_refuse_it_naming_the_field_and_the_fla
     from apmw.spec.load import SpecError
 
     for serving, why in (({"engine": "vllm", "scheduler_recv_interval": 10},
-                          "scheduler_recv_interval 10 is SGLang's --scheduler-recv-interval; engine vllm takes new "
+                          "scheduler_recv_interval: 10 is SGLang's --scheduler-recv-interval; engine vllm takes new "
                           "requests before every iteration"),
                          ({"engine": "sglang", "scheduler_recv_interval": 10, "disaggregation": {"prefill_gpus": 1}},
-                          "scheduler_recv_interval 10 is not modelled with disaggregation")):
+                          "scheduler_recv_interval: 10 is not modelled with disaggregation")):
         with pytest.raises((SpecError, ApmwError), match=why):
             spec(**serving)
     from apmw.cli import _register_verbs, app
@@ -60,6 +60,6 @@ def test_other_engines_and_disaggregation_refuse_it_naming_the_field_and_the_fla
     base = ["predict", "--model", "deepseek-ai/DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--weight-dtype", "fp8",
             "--kv-dtype", "fp8", "--isl", "1024", "--osl", "1024", "--concurrency", "64"]
     r = CliRunner().invoke(app, [*base, "--engine", "vllm", "--scheduler-recv-interval", "10"])
-    assert r.exit_code == 1 and "--scheduler-recv-interval 10 is SGLang's" in r.output
+    assert r.exit_code == 1 and "--scheduler-recv-interval: 10 is SGLang's" in r.output
     r = CliRunner().invoke(app, [*base, "--engine", "sglang", "--scheduler-recv-interval", "30", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["serving_policy"]["recv_interval"] == 30

@@ -221,7 +221,7 @@ def test_a_draft_model_apmw_cannot_place_is_refused(speculative, layout, says):
 
 
 def test_draft_model_is_for_separate_drafts_only():
-    with pytest.raises(ValueError, match="draft_model names a separate draft model"):
+    with pytest.raises(ValueError, match="names a separate draft model"):
         Speculative(draft="mtp", draft_model=LLAMA8)
 
 

@@ -64,7 +64,7 @@ def test_the_model_and_engine_limits_are_refused_with_the_reason():
         _replica({"dp_attention": 2, "ep": 2}, model="meta-llama/Meta-Llama-3.1-70B")
     with pytest.raises(ApmwError, match="tp 3 does not divide"):
         _replica({"tp": 3}, model="meta-llama/Meta-Llama-3.1-70B")
-    with pytest.raises(SpecError, match="engine llamacpp with serving.parallelism"):
+    with pytest.raises(SpecError, match="serving.parallelism: not modelled with engine llamacpp"):
         spec_from_dict(_spec({"tp": 1}, engine="llamacpp", max_batch=4))
 
 

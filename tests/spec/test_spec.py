@@ -77,7 +77,7 @@ def test_unknown_key_is_rejected_with_path():
 def test_zero_output_tokens_rejected():
     data = small_spec_dict()
     data["workload"]["output_tokens_per_call"] = 0
-    assert "output_tokens_per_call averages 0; it must average at least 1" in _problems(data)
+    assert "workload.output_tokens_per_call: averages 0; it must average at least 1" in _problems(data)
 
 
 @pytest.mark.parametrize("field,value", [("output_tokens_per_call", 0.4), ("steps_per_task", 0.5),
@@ -85,7 +85,7 @@ def test_zero_output_tokens_rejected():
 def test_a_count_averaging_under_one_is_refused_not_rounded_up(field, value):
     data = small_spec_dict()
     data["workload"][field] = value
-    assert f"{field} averages" in _problems(data) and "must average at least 1" in _problems(data)
+    assert f"workload.{field}: averages" in _problems(data) and "must average at least 1" in _problems(data)
 
 
 def test_a_fixed_count_between_two_whole_numbers_keeps_its_mean():
@@ -175,7 +175,28 @@ def test_a_dumped_spec_loads_back_as_itself():
 def test_a_call_no_context_window_holds_is_refused_wherever_in_the_tail(tokens, words):
     d = small_spec_dict()
     d["workload"]["new_input_tokens_per_call"] = tokens
-    with pytest.raises(SpecError, match=f"new_input_tokens_per_call {words}"):
+    with pytest.raises(SpecError, match=f"new_input_tokens_per_call: {words}"):
         spec_from_dict(d)
     d["workload"]["new_input_tokens_per_call"] = {"quantiles": {0.0: 0, 0.5: 100, 0.99: 200, 1.0: 1.0e6}}
     spec_from_dict(d)               # a million tokens in the longest call is a long context, not an error
+
+
+@pytest.mark.parametrize("added, field, words", [
+    ("  ttl_s: 30\n", "serving.ttl_s", "only applies to tool_wait_kv_policy 'ttl', not 'retain'"),
+    ("  parallelism: {tp: 3}\n", "serving.parallelism", "tp 3 x pp 1 x dp_attention 1 = 3 GPUs, but "
+     "hardware.gpus_per_replica is 8"),
+    ("  scheduler_recv_interval: 10\n", "serving.scheduler_recv_interval", "10 is SGLang's"),
+    ("  speculative: {draft: mtp, draft_model: meta-llama/Llama-3.2-1B}\n", "serving.speculative.draft_model",
+     "names a separate draft model"),
+])
+def test_a_sections_own_check_names_the_field_and_its_line(tmp_path, added, field, words):
+    """A rule a section checks across its fields (a model validator) names the field at fault and the line it is
+    on, not the section's line (or none, for a rule across sections)."""
+    text = (EXAMPLES / "coding-agent.yaml").read_text().replace("  prefix_caching: true\n",
+                                                                "  prefix_caching: true\n" + added)
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    line = text.splitlines().index(added.splitlines()[0]) + 1
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    assert f"line {line}: {field}: {words}" in str(err.value)

@@ -64,6 +64,7 @@ from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica, benchmark_replica
 from apmw.perf.serving_policy import ENGINES, canonical_engine
 from apmw.spec import Parallelism, Serving
+from apmw.spec.section import named_field
 
 # How much request lengths vary, as the width of their distribution over the mean
 # (see the module docstring). 0.2 by default: InferenceMAX draws lengths uniformly
@@ -213,7 +214,7 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
     except ValidationError as exc:   # what the spec's own bounds refuse, named as this function's parameters
         raise PredictError("; ".join(_setting_error(e) for e in exc.errors())) from None
     except ValueError as exc:       # a layout that does not multiply out
-        raise PredictError(str(exc).removeprefix("serving.parallelism: ")) from None
+        raise PredictError(str(exc)) from None
     replica = benchmark_replica(model, gpu, tp, weight_dtype, kv_dtype, serving, calibrated, request_overhead_s,
                                 moe_dtype=moe_dtype)
     _check_window(replica, isl, osl)
@@ -225,9 +226,10 @@ def _setting_error(e: ErrorDetails) -> str:
     with the value given, a rule across fields (a model validator's) in its own words."""
     rule = e["msg"].startswith("Value error, ")
     message = e["msg"].removeprefix("Value error, ")
-    if not e["loc"]:
+    loc = tuple(e["loc"]) + named_field(e)
+    if not loc:
         return message
-    name = _PARAMETERS.get(str(e["loc"][-1]), e["loc"][-1])
+    name = _PARAMETERS.get(str(loc[-1]), loc[-1])
     return f"{name}: {message}" if rule else f"{name}: {message} (got {e['input']!r})"
 
 

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from apmw.spec.section import refuse_yes_or_no
+from apmw.spec.section import FieldError, named_field, refuse_yes_or_no
 
 # z-score of the 95th percentile of a standard normal (scipy.stats.norm.ppf(0.95)).
 Z95 = 1.6448536269514722
@@ -237,10 +237,10 @@ def parse_distribution(v: object) -> Constant | Lognormal | Empirical:
         return kind.model_validate(v)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
         msg = first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"{where + ': ' if where else ''}{msg} (forms: a number, {{mean: .., p95: ..}}, "
-                         "{p50: .., p95: ..}, or {quantiles: {0.5: .., 0.95: ..}})") from None
+        raise FieldError(tuple(first["loc"]) + named_field(first),
+                         f"{msg} (forms: a number, {{mean: .., p95: ..}}, {{p50: .., p95: ..}}, or "
+                         "{quantiles: {0.5: .., 0.95: ..}})") from None
 
 
 Distribution = Annotated[Union[Constant, Lognormal, Empirical], BeforeValidator(parse_distribution)]

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from apmw.spec.section import Section
+from apmw.spec.section import FieldError, Section
 
 # Bounds that keep every figure apmw derives finite, each far past anything real: a PUE of 10 (data
 # centres run 1.1-2), 100 kW per GPU for its host or nameplate (an NVL72 rack is about 1.9 kW per GPU all
@@ -54,7 +54,7 @@ class ApiPrice(Section):
     @model_validator(mode="after")
     def _cache_not_dearer(self) -> "ApiPrice":
         if self.cached_input is not None and self.cached_input > self.input:
-            raise ValueError(f"cached_input ({self.cached_input:g}) is above input ({self.input:g}): an API prices "
+            raise FieldError("cached_input", f"{self.cached_input:g} is above input ({self.input:g}): an API prices "
                              "the prompt tokens it reads from its cache at or below the others; check that the two "
                              "are not swapped")
         return self
@@ -164,5 +164,5 @@ class Fleet(Section):
         if v is not None:
             bad = [i for i, x in enumerate(v) if not 0 <= x <= MAX_TASKS_PER_HOUR]
             if bad:
-                raise ValueError(f"hour {bad[0]} has {v[bad[0]]!r} tasks; each hour needs 0 to {MAX_TASKS_PER_HOUR:,.0f} tasks")
+                raise FieldError((bad[0],), f"{v[bad[0]]:g} tasks in hour {bad[0]}; each hour needs 0 to {MAX_TASKS_PER_HOUR:,.0f} tasks")
         return v

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from apmw.spec.load import SpecError, _clean_loc, _describe, _key_lines, _line_for, _read_yaml
+from apmw.spec.load import SpecError, _describe, _key_lines, _line_for, _read_yaml, error_location
 from apmw.spec.economics import MAX_GPU_HOUR_USD
 from apmw.spec.model import GpuOverride, Spec
 from apmw.spec.section import Section
@@ -132,7 +132,7 @@ class LoadedFleet:
         try:
             return Spec.model_validate(data)
         except ValidationError as exc:
-            problems = [f"{'.'.join(str(p) for p in _clean_loc(e['loc'])) or '(top level)'}: {_describe(e)}"
+            problems = [f"{'.'.join(str(p) for p in error_location(e)) or '(top level)'}: {_describe(e)}"
                         for e in exc.errors()]
             raise SpecError(f"{self.names[i]} on {hw.label}", problems) from None
 
@@ -178,7 +178,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            loc = _clean_loc(err["loc"])
+            loc = error_location(err)
             line = _line_for(loc, lines)
             problems.append(f"{f'line {line}: ' if line else ''}{'.'.join(str(p) for p in loc) or '(top level)'}: "
                             f"{_describe(err, loc)}")
@@ -205,7 +205,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
             spec = Spec.model_validate(full)
         except ValidationError as exc:
             for err in exc.errors():
-                loc = _clean_loc(err["loc"])
+                loc = error_location(err)
                 field, text = ".".join(str(p) for p in loc) or "(top level)", _describe(err, loc)
                 k = _in(w.overrides or {}, loc)
                 if k:       # the value sits in the fleet file's overrides

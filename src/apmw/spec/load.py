@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from apmw.spec.model import Spec
+from apmw.spec.section import named_field
 
 
 # A spec is a few dozen keys, at most five levels deep (spec -> hardware -> gpu -> field, or a
@@ -124,6 +125,12 @@ def _clean_loc(loc: tuple) -> tuple:
     )
 
 
+def error_location(err: dict[str, Any]) -> tuple:
+    """The key path an error is about: pydantic's location, and below it the field a section's own check named
+    (:class:`apmw.spec.section.FieldError`), whose line the error then gives."""
+    return _clean_loc(err["loc"]) + named_field(err)
+
+
 def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | None = None) -> Spec:
     """Validate a parsed document, raising :class:`SpecError` with every problem."""
     if not isinstance(data, dict):
@@ -133,7 +140,7 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
     except ValidationError as exc:
         problems, seen = [], set()
         for err in exc.errors():
-            loc = _clean_loc(err["loc"])
+            loc = error_location(err)
             field = ".".join(str(p) for p in loc) or "(top level)"
             text = _describe(err, loc)
             if (field, text) in seen:

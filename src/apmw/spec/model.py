@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from apmw.spec.distribution import Constant, Distribution, Empirical, reach
 from apmw.spec.economics import MIN_BUSY_WATTS, Cost, Fleet, Power
-from apmw.spec.section import Section, settle
+from apmw.spec.section import FieldError, Section, settle
 from apmw.spec.serving import Serving
 from apmw.spec.spellings import Dtype, dtype_field
 
@@ -72,7 +72,7 @@ class Workload(Section):
     def _positive(self) -> "Workload":
         for name in ("steps_per_task", "calls_per_step", "output_tokens_per_call"):
             if getattr(self, name).mean < 1:
-                raise ValueError(f"{name} averages {getattr(self, name).mean:g}; it must average at least 1: an agent "
+                raise FieldError(name, f"averages {getattr(self, name).mean:g}; it must average at least 1: an agent "
                                  "task makes at least one step of at least one call, and a call generates at least "
                                  "one token")
         calls = self.steps_per_task.mean * self.calls_per_step.mean
@@ -86,7 +86,7 @@ class Workload(Section):
                              f"percentile; at most {MAX_P99_CALLS_PER_TASK:,} are modelled: narrow the tails")
         wait = max(self.tool_wait_s.quantile(0.99), self.tool_wait_s.mean)
         if wait > MAX_TOOL_WAIT_S:
-            raise ValueError(f"tool_wait_s reaches {_big(wait)} s (99th percentile or mean); at most "
+            raise FieldError("tool_wait_s", f"reaches {_big(wait)} s (99th percentile or mean); at most "
                              f"{MAX_TOOL_WAIT_S:,.0f} s (a week) is modelled: check its p50/p95 or quantiles")
         tokens = {"new_input_tokens_per_call": self.new_input_tokens_per_call,
                   "output_tokens_per_call": self.output_tokens_per_call}
@@ -97,21 +97,21 @@ class Workload(Section):
                              "model's context window")
         for name, d in tokens.items():      # and no call drawn in a run (a table's top point, a lognormal's far tail)
             if reach(d) > MAX_TOKENS_PER_CALL:
-                raise ValueError(f"{name} reaches {_big(reach(d))} tokens in a call ({_reach_of(d)}); a call of more "
+                raise FieldError(name, f"reaches {_big(reach(d))} tokens in a call ({_reach_of(d)}); a call of more "
                                  f"than {MAX_TOKENS_PER_CALL:,} tokens is past any model's context window: lower its "
                                  "top quantile, or narrow its tail")
         if self.summarize_at_tokens is not None:
             room = self.summarize_at_tokens - self.system_prompt_tokens
             if room < 2 * self.summary_tokens:
-                raise ValueError(
-                    f"summarize_at_tokens ({self.summarize_at_tokens}) leaves {room} tokens after the system prompt; "
+                raise FieldError(
+                    "summarize_at_tokens", f"{self.summarize_at_tokens} leaves {room} tokens after the system prompt; "
                     f"it must leave at least twice summary_tokens ({2 * self.summary_tokens})")
             # the context grows by each call's new input and output, and each summary leaves room - summary_tokens
             growth = calls * (self.new_input_tokens_per_call.mean + self.output_tokens_per_call.mean)
             summaries = growth / (room - self.summary_tokens)
             if calls + summaries > MAX_MEAN_CALLS_PER_TASK:
-                raise ValueError(
-                    f"summarize_at_tokens ({self.summarize_at_tokens}) would write about {_big(summaries)} summaries a "
+                raise FieldError(
+                    "summarize_at_tokens", f"{self.summarize_at_tokens} would write about {_big(summaries)} summaries a "
                     f"task (its context grows by about {_big(growth)} tokens, and each summary leaves "
                     f"{room - self.summary_tokens:,} tokens of room); apmw samples tasks of at most "
                     f"{MAX_MEAN_CALLS_PER_TASK:,} calls on average: raise summarize_at_tokens")
@@ -193,11 +193,14 @@ class Spec(Section):
         if par is None:
             return self
         if self.serving.attention_data_parallel:
-            raise ValueError("serving.attention_data_parallel and serving.parallelism both given; say it once: "
+            raise FieldError(("serving", "attention_data_parallel"), "serving.attention_data_parallel and serving.parallelism both given; say it once: "
                              "parallelism: {dp_attention: N, ...} (attention_data_parallel: true is short for "
                              "tp 1, dp_attention = gpus_per_replica)")
         given = "gpus_per_replica" in self.hardware.model_fields_set
-        resolved = par.resolved(self.hardware.gpus_per_replica if given else None, "hardware.gpus_per_replica")
+        try:
+            resolved = par.resolved(self.hardware.gpus_per_replica if given else None, "hardware.gpus_per_replica")
+        except ValueError as exc:
+            raise FieldError(("serving", "parallelism"), str(exc)) from None
         settle(self.serving, parallelism=resolved)
         settle(self.hardware, gpus_per_replica=resolved.gpus)
         return self

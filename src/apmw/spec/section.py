@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import types
-from typing import Union, get_args, get_origin
+from collections.abc import Mapping
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class FieldError(ValueError):
+    """A section's own check that one of its fields is wrong: ``field`` is that field's key path inside the
+    section (``"ttl_s"``, ``"parallelism.tp"``, ``("hourly_tasks", 3)``), so that the error names the field and
+    its line in the file, not the section's (:func:`apmw.spec.load.error_location`)."""
+
+    def __init__(self, field: str | tuple, message: str):
+        super().__init__(message)
+        self.field: tuple = tuple(field.split(".")) if isinstance(field, str) else tuple(field)
+
+
+def named_field(err: Mapping[str, Any]) -> tuple:
+    """The key path below pydantic's location that a :class:`FieldError` in the error ``err`` names (or ())."""
+    raised = (err.get("ctx") or {}).get("error")
+    return raised.field if isinstance(raised, FieldError) else ()
 
 
 class Section(BaseModel):
@@ -21,29 +38,28 @@ class Section(BaseModel):
             for name, field in cls.model_fields.items():
                 value = data.get(field.alias or name)
                 if isinstance(value, bool) and _numeric(field.annotation):
-                    raise ValueError(f"{name}: {str(value).lower()} is a yes/no, not a number; write the number")
+                    raise FieldError(name, f"{str(value).lower()} is a yes/no, not a number; write the number")
                 if isinstance(value, (int, float, str)) and not isinstance(value, bool) and _yes_or_no(field.annotation):
-                    raise ValueError(f"{name}: {value!r} is not a yes/no; write true or false")
+                    raise FieldError(name, f"{value!r} is not a yes/no; write true or false")
                 if isinstance(value, (list, tuple)) and _holds_numbers(field.annotation):
                     for i, item in enumerate(value):
                         if isinstance(item, bool):
-                            raise ValueError(f"{name}[{i}]: {str(item).lower()} is a yes/no, not a number; "
+                            raise FieldError((name, i), f"{str(item).lower()} is a yes/no, not a number; "
                                              "write the number")
         return data
 
 
-def refuse_yes_or_no(data: object) -> object:
+def refuse_yes_or_no(data: object, at: tuple = ()) -> object:
     """A quantity's numbers (a distribution's mean, p95, quantile keys and values) given ``true``/``false``
-    are refused, not read as 1 or 0; for ``mode="before"`` validators of models that take only numbers."""
+    are refused, not read as 1 or 0; for ``mode="before"`` validators of models that take only numbers.
+    ``at``: the key path of ``data`` inside the quantity, named in the error."""
     if isinstance(data, bool):
-        raise ValueError(f"{str(data).lower()} is a yes/no, not a number; write the number")
+        raise FieldError(at, f"{str(data).lower()} is a yes/no, not a number; write the number")
     if isinstance(data, dict):
         for key, value in data.items():
             if isinstance(key, bool):
-                raise ValueError(f"the key {str(key).lower()} is a yes/no, not a number; write the number")
-            if isinstance(value, bool):
-                raise ValueError(f"{key}: {str(value).lower()} is a yes/no, not a number; write the number")
-            refuse_yes_or_no(value)
+                raise FieldError(at, f"the key {str(key).lower()} is a yes/no, not a number; write the number")
+            refuse_yes_or_no(value, at + (str(key),))
     return data
 
 

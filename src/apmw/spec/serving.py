@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from apmw.spec.section import Section, settle
+from apmw.spec.section import FieldError, Section, settle
 from apmw.spec.spellings import engine_key
 
 # Running sequences per iteration apmw models at most: engines cap theirs in the thousands
@@ -54,7 +54,7 @@ class Speculative(Section):
             raise ValueError(f"a separate draft model needs {' and '.join(missing)} (or draft: mtp to use "
                              "the model's own multi-token-prediction head)")
         if self.draft == "mtp" and self.draft_model is not None:
-            raise ValueError("draft_model names a separate draft model; draft: mtp drafts with the model's own "
+            raise FieldError("draft_model", "names a separate draft model; draft: mtp drafts with the model's own "
                              "head (use draft: model with it, or leave draft_model out)")
         return self
 
@@ -100,28 +100,28 @@ class Parallelism(Section):
         tp = self.tp
         if tp is None:
             if gpus is not None and gpus % (self.pp * self.dp_attention):
-                raise ValueError(f"serving.parallelism: {gpus_field} {gpus} is not a multiple of pp "
+                raise ValueError(f"{gpus_field} {gpus} is not a multiple of pp "
                                  f"{self.pp} x dp_attention {self.dp_attention} = {self.pp * self.dp_attention}, so "
                                  "no tp makes them multiply out; give tp, or a GPU count that is a multiple")
             tp = gpus // (self.pp * self.dp_attention) if gpus is not None else 1
         product = tp * self.pp * self.dp_attention
         if gpus is not None and product != gpus:
-            raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
+            raise ValueError(f"tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
                              f"{product} GPUs, but {gpus_field} is {gpus}; make them equal (or leave "
                              f"{gpus_field.split('.')[-1]} out: it is then {product})")
         if product > 1024:
-            raise ValueError(f"serving.parallelism: tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
+            raise ValueError(f"tp {tp} x pp {self.pp} x dp_attention {self.dp_attention} = "
                              f"{product} GPUs; apmw models replicas of at most 1,024 GPUs")
         moe_gpus = tp * self.dp_attention
         moe_tp = self.moe_tp
         if moe_tp is None:
             if moe_gpus % self.ep:
-                raise ValueError(f"serving.parallelism: ep {self.ep} does not divide the MoE layers' tp {tp} x "
+                raise ValueError(f"ep {self.ep} does not divide the MoE layers' tp {tp} x "
                                  f"dp_attention {self.dp_attention} = {moe_gpus} GPUs; use an ep that divides "
                                  f"{moe_gpus}")
             moe_tp = moe_gpus // self.ep
         if moe_tp * self.ep != moe_gpus:
-            raise ValueError(f"serving.parallelism: moe_tp {moe_tp} x ep {self.ep} = {moe_tp * self.ep}, but the MoE "
+            raise ValueError(f"moe_tp {moe_tp} x ep {self.ep} = {moe_tp * self.ep}, but the MoE "
                              f"layers run on tp {tp} x dp_attention {self.dp_attention} = {moe_gpus} GPUs; make "
                              "moe_tp x ep equal to tp x dp_attention")
         return self.model_copy(update={"tp": tp, "moe_tp": moe_tp})
@@ -159,7 +159,7 @@ class Disaggregation(Section):
         try:
             par = self.prefill_parallelism.resolved(self.prefill_gpus, "prefill_gpus")
         except ValueError as exc:
-            raise ValueError(str(exc).replace("serving.parallelism", "prefill_parallelism")) from None
+            raise FieldError("prefill_parallelism", str(exc)) from None
         settle(self, prefill_parallelism=par, prefill_gpus=par.gpus)
         return self
 
@@ -262,17 +262,17 @@ class Serving(Section):
         if self.engine != "llamacpp":
             return self
         if self.max_batch is None:
-            raise ValueError("engine llamacpp needs max_batch: the server's slots (llama-server --parallel N)")
+            raise FieldError("engine", "llamacpp needs max_batch: the server's slots (llama-server --parallel N)")
         if self.tool_wait_kv_policy != "evict":
-            raise ValueError(f"engine llamacpp: tool_wait_kv_policy '{self.tool_wait_kv_policy}' is not what "
-                             "llama.cpp does; its server keeps a finished call's prompt in the slot until another "
+            raise FieldError("tool_wait_kv_policy", f"'{self.tool_wait_kv_policy}' is not what engine llamacpp does; "
+                             "its server keeps a finished call's prompt in the slot until another "
                              "request takes the slot, which is 'evict' with its per-slot prompt cache: set "
                              "tool_wait_kv_policy: evict")
         for name in ("speculative", "disaggregation", "parallelism"):
             if getattr(self, name) is not None:
-                raise ValueError(f"engine llamacpp with serving.{name} is not modelled")
+                raise FieldError(name, "not modelled with engine llamacpp")
         if self.attention_data_parallel:
-            raise ValueError("engine llamacpp has no attention data parallelism; leave attention_data_parallel off")
+            raise FieldError("attention_data_parallel", "engine llamacpp has no attention data parallelism; leave attention_data_parallel off")
         return self
 
     @model_validator(mode="after")
@@ -287,17 +287,17 @@ class Serving(Section):
         if n is None or n == 1:
             return self
         if self.engine != "sglang":
-            raise ValueError(f"scheduler_recv_interval {n} is SGLang's --scheduler-recv-interval; engine "
+            raise FieldError("scheduler_recv_interval", f"{n} is SGLang's --scheduler-recv-interval; engine "
                              f"{self.engine} takes new requests before every iteration: leave it out")
         if self.disaggregation is not None:
-            raise ValueError(f"scheduler_recv_interval {n} is not modelled with disaggregation (the decode workers "
+            raise FieldError("scheduler_recv_interval", f"{n} is not modelled with disaggregation (the decode workers "
                              "take requests from the prefill workers' transfers): leave it out")
         return self
 
     @model_validator(mode="after")
     def _ttl(self) -> "Serving":
         if self.tool_wait_kv_policy == "ttl" and self.ttl_s is None:
-            raise ValueError("tool_wait_kv_policy 'ttl' needs ttl_s (seconds to keep a waiting session's KV)")
+            raise FieldError("tool_wait_kv_policy", "'ttl' needs ttl_s (seconds to keep a waiting session's KV)")
         if self.tool_wait_kv_policy != "ttl" and self.ttl_s is not None:
-            raise ValueError(f"ttl_s only applies to tool_wait_kv_policy 'ttl', not '{self.tool_wait_kv_policy}'")
+            raise FieldError("ttl_s", f"only applies to tool_wait_kv_policy 'ttl', not '{self.tool_wait_kv_policy}'")
         return self

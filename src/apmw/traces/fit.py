@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from apmw.spec import Workload
+from apmw.spec.section import named_field
 from apmw.spec.distribution import MAX_LOG_SPREAD, Z95, Lognormal
 from apmw.traces.records import Call, TraceError
 
@@ -293,7 +294,7 @@ def validate(d: dict, where: str) -> Workload:
         return Workload.model_validate(d)
     except ValidationError as exc:
         first = exc.errors()[0]
-        field_ = ".".join(str(p) for p in first["loc"])
+        field_ = ".".join(str(p) for p in tuple(first["loc"]) + named_field(first))
         what = f"{field_}: " if field_ else ""
         raise TraceError(f"{where}: the fitted workload is not valid ({what}{first['msg'].removeprefix('Value error, ')}): "
                          "look in the trace for a few values far past the others (a session idle for days, a call "

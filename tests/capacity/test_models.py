@@ -25,7 +25,7 @@ def _flat_curve(mu: float, max_batch: int, t_iter: float = 0.01) -> EngineCurve:
     return EngineCurve(batch=b, iteration_s=np.full(max_batch, t_iter), prefill_iteration_s=np.full(max_batch, t_iter),
                        decode_iteration_s=np.full(max_batch, t_iter), completion_rate=rate, decode_share=1.0,
                        iterations_per_call=1.0, compute_share=np.zeros(max_batch), decoding=b,
-                       stall_variance_s2=np.zeros(max_batch))
+                       stall_variance_s2=np.zeros(max_batch), full_chunk_iteration_s=np.full(max_batch, t_iter))
 
 
 def test_closed_network_at_one_n_is_the_machine_repairman_model():

@@ -405,7 +405,10 @@ def test_each_attention_dp_rank_fits_its_own_share_of_the_kv_pool():
     one = spec_from_dict(_spec(None, gpus=8))
     r = replica_from_spec(dp)
     m = closed_loop_model(dp, r)
-    args = (r.policy, m.sample, m.curve, r.kv_capacity_bytes, 40)
+    # the prompts' queue and TTFT priced alike in both (as a prefill-first engine's: one queue for the replica),
+    # so that only the KV pools differ
+    policy = replace(r.policy, mixed_prefill=False)
+    args = (policy, m.sample, m.curve, r.kv_capacity_bytes, 40)
     split, pooled = evaluate(dp, *args), evaluate(one, *args)
     prefix = m.sample.shared_prefix_kv_bytes
     assert prefix > 0

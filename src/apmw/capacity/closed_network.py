@@ -39,6 +39,7 @@ class LoopState:
     engine_residence_per_call_s: float
     iteration_s: float               # throughput-weighted mean iteration time
     prefill_iteration_s: float       # ... of a call's own prefill iterations
+    full_chunk_iteration_s: float    # ... of one with its own full chunk on its attention-DP rank (EngineCurve)
     decode_iteration_s: float        # ... of its decode iterations: time per output token
     queue_per_call_s: float          # waiting for a batch slot
     running_batch_mean: float        # b, sequences in an iteration
@@ -86,6 +87,7 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         engine_residence_per_call_s=residence,
         iteration_s=t_bar,
         prefill_iteration_s=float((flow * curve.prefill_iteration_s[idx]).sum()),
+        full_chunk_iteration_s=float((flow * curve.full_chunk_iteration_s[idx]).sum()),
         decode_iteration_s=float((flow * curve.decode_iteration_s[idx]).sum()),
         queue_per_call_s=max(residence - service, 0.0),
         running_batch_mean=float((p * b_of_j).sum()),

@@ -38,6 +38,9 @@ class EngineCurve:
     decoding: np.ndarray         # time-weighted number of decoding sequences at each b
     stall_variance_s2: np.ndarray  # variance of a decode iteration's time with the prompts it carries or the
     #                                prefill iterations after it (prefill first): the per-call TPOT spread
+    full_chunk_iteration_s: np.ndarray  # under attention DP, the iteration a call's own full chunk (a rank's token
+    #                                budget) runs in, on a rank of its own beside the others' drawn chunks; without
+    #                                it, prefill_iteration_s (a call's own chunk is priced on the line through the mean)
 
     def up_to(self, max_batch: int) -> "EngineCurve":
         """The curve for batch sizes 1..``max_batch`` (at most this one's): each batch size's row depends on
@@ -130,10 +133,11 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     verify = s.decode_tokens_per_iteration         # k + 1 under speculative decoding, else 1
     ranked = chunks_on_ranks(step, s) if (mixed and not decode_only) or step.parallel.dp > 1 else None
 
-    def mean_time(decode: np.ndarray, drawn: np.ndarray, own: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def mean_time(decode: np.ndarray, drawn: np.ndarray, own: float = 0.0,
+                  own_rank: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Binomially weighted iteration time of ``decode`` decoders, ``drawn`` chunks (:func:`chunks_on_ranks`)
-        and ``own`` chunks of the mean size, the iterations' time-weighted compute-bound share (drives power),
-        and the time's variance."""
+        and ``own`` chunks of the mean size (on a rank of their own with ``own_rank``), the iterations'
+        time-weighted compute-bound share (drives power), and the time's variance."""
         prefills = drawn + own
         load = IterationLoad(
             decode_seqs=decode * verify,
@@ -143,7 +147,7 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         )
         w = weight
         if ranked is not None:     # over the drawn chunks (and their placements on attention-DP ranks)
-            load = prompts_on_their_ranks(step, load, drawn, own, ranked, s)
+            load = prompts_on_their_ranks(step, load, drawn, own, ranked, s, own_rank)
             w = weight[:, :, None] * ranked.weight
         t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(w)
         rows = tuple(range(1, w.ndim))
@@ -160,10 +164,15 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     # the line lies too low for long prompts: support-chat's TTFT p95 4.65 s against 4.95, and 4.7-5.3 s in
     # the simulator, at 20 agents). Under attention DP it is one more chunk on a rank drawn with the others:
     # the ranks' prompts run side by side, as the prefill queue serves them.
+    # Under DP a long prompt's iterations carry a full chunk (its rank's budget) on its rank: where that rank's
+    # attention outweighs the others' it paces the iteration, which the line through the mean chunk misses.
     if step.parallel.dp > 1:
         t_prefill, share_prefill, _ = mean_time(b - others - 1, others + 1)
+        full = (token_budget // step.parallel.dp if token_budget else chunk) / chunk
+        t_full = mean_time(b - others - 1, others, own=full, own_rank=True)[0] if full > 1 else t_prefill
     else:
         t_prefill, share_prefill, _ = mean_time(b - others - 1, others, own=1.0)
+        t_full = t_prefill
     t_decode, share_decode, decode_variance = mean_time(b - others, others)
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
@@ -173,14 +182,16 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
                        iterations_per_call=iters, compute_share=share, decoding=decoding,
-                       stall_variance_s2=decode_variance)
+                       stall_variance_s2=decode_variance, full_chunk_iteration_s=t_full)
 
 
 def prompts_on_their_ranks(step: StepModel, load: IterationLoad, drawn: np.ndarray, own: float,
-                           ranked: "ChunksOnRanks", s: SessionSample) -> IterationLoad:
+                           ranked: "ChunksOnRanks", s: SessionSample, own_rank: bool = False) -> IterationLoad:
     """``load`` with its ``drawn`` chunks as drawn (their tokens, and on their ranks) and ``own`` chunks of the
     mean size (a call's own, in its prefill iterations) along a new last axis of :class:`ChunksOnRanks`'s
     strata, each decoder and prompt on an attention data-parallel rank of its own (one rank without DP).
+    The own chunks are on the busiest rank, or with ``own_rank`` on a rank of their own (with its decoders),
+    which is the busiest where they outweigh the drawn chunks there.
 
     Each rank computes attention for its own sequences only, and every rank waits for the slowest in the
     MoE layers. The step model prices the busiest rank as an even split of the decoding sequences would
@@ -204,7 +215,11 @@ def prompts_on_their_ranks(step: StepModel, load: IterationLoad, drawn: np.ndarr
 
     def busiest(total, per_chunk: float, cv: float, chunks: np.ndarray) -> np.ndarray:
         decoders = np.asarray(total, dtype=np.float64) - prefills * per_chunk
-        rank = (decoders * even * busiest_rank_spread(lay, seqs, cv))[..., None] + chunks[count] + own * per_chunk
+        ranks_decoders = (decoders * even * busiest_rank_spread(lay, seqs, cv))[..., None]
+        if own_rank:
+            rank = ranks_decoders + np.maximum(chunks[count], own * per_chunk)
+        else:
+            rank = ranks_decoders + chunks[count] + own * per_chunk
         return at_busiest_rank(lay, seqs[..., None], rank)
 
     tokens = ranked.tokens[count] + own * s.call_prefill_tokens / s.call_prefill_iters
@@ -385,7 +400,8 @@ def _prefill_first_curve(s: SessionSample, b: np.ndarray, iters: float, others: 
                        decode_iteration_s=per_token, completion_rate=1.0 / per_call_s,
                        decode_share=s.call_decode_iters / iters, iterations_per_call=iters,
                        compute_share=(t_dec * share_dec + per_decode * t_pre * share_pre) / cycle_s,
-                       decoding=d * t_dec / cycle_s, stall_variance_s2=runs_variance * t_pre ** 2 + decode_variance)
+                       decoding=d * t_dec / cycle_s, stall_variance_s2=runs_variance * t_pre ** 2 + decode_variance,
+                       full_chunk_iteration_s=t_own)
 
 
 # Bisection steps for the prefill iterations per decode iteration: bracketed within the token budget's chunk

@@ -208,12 +208,34 @@ def stall_spread_p95(decode_iters: np.ndarray) -> float:
     return hi
 
 
+def own_prefill_on_rank_s(s: SessionSample, loop: LoopState, chunk_tokens: int) -> np.ndarray:
+    """Each sampled call's own prefill iterations under attention data parallelism: every one but the last
+    carries a full chunk (``chunk_tokens``, its rank's budget) at ``loop.full_chunk_iteration_s``, the last the
+    rest. A chunk of ``c`` tokens is priced on the line through no chunk (a decode iteration) and the mean
+    chunk up to the mean, and on the line from there to the full chunk beyond: the iteration waits for the
+    busiest rank, so a chunk that outweighs the other ranks' costs more per token than one that does not
+    (docs/simulate.md, "A call's own chunk under attention DP")."""
+    t_dec, t_mean, t_full = loop.decode_iteration_s, loop.prefill_iteration_s, loop.full_chunk_iteration_s
+    mean = s.call_prefill_tokens / s.call_prefill_iters
+    tokens, iters = s.call_prefill_tokens_sample, s.call_prefill_iters_sample
+    full = np.maximum(iters - 1.0, 0.0)
+    rest = tokens - full * chunk_tokens
+    base = min(t_dec, t_mean)
+    below = base + rest * ((t_mean - base) / mean)
+    above = t_mean + (rest - mean) * (max(t_full - t_mean, 0.0) / max(chunk_tokens - mean, 1e-9))
+    last = np.where(iters > 0, np.where(rest <= mean, below, above), 0.0)
+    return full * t_full + last
+
+
 def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineCurve, kv_capacity_bytes: float,
              agents: int, prefill: PrefillStage | None = None, demand: SessionSample | None = None) -> Evaluation:
     """The closed loop at ``agents``; with ``prefill`` the prefill runs on its own instance
     (``curve`` must then be decode-only). The memory check reads the KV of ``demand`` (default
     ``s``) at these timings: the contexts the agents would hold if every one fitted."""
     think = float((s.tool_s.sum() + s.kv_transfer_s.sum()) / s.calls.sum())
+    ranks = layout_of(spec.serving, spec.hardware.gpus_per_replica).dp     # attention data-parallel ranks
+    # prompts ride beside decodes on their own ranks (the engine curve prices their full chunks there)
+    on_ranks = prefill is None and ranks > 1 and policy.mixed_prefill
     prefill_wait, prefill_util = 0.0, None
     if prefill is None:
         loop = solve_at(curve, think, agents)
@@ -230,9 +252,15 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         chunk = s.call_prefill_tokens / s.call_prefill_iters
         per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
         t_base = t_pf - per_prefill_token * chunk
-        # ... and waits for a batch slot, then behind the prompts that arrived before it
-        prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
-                                                            t_base, policy.token_budget, spec.seed)
+        # ... and waits for a batch slot, then behind the prompts that arrived before it: on its own attention-DP
+        # rank, whose busy queue moves a rank's budget per full-chunk iteration, with that rank's share of calls
+        if on_ranks:
+            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s / ranks, 0.0,
+                                                                loop.full_chunk_iteration_s,
+                                                                policy.token_budget // ranks, spec.seed)
+        else:
+            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
+                                                                t_base, policy.token_budget, spec.seed)
         # a call that finds the engine busy waits for the iteration in flight (half of one on
         # average; half of the span between the scheduler's polls where it polls less often) and,
         # where the engine schedules ahead, for the one already scheduled
@@ -265,11 +293,13 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     # Attention data-parallel ranks each hold their own requests' KV in a pool of their own (and their
     # own copy of the shared prefix): each rank's demand, over agents / ranks agents, must fit its share
     # of the pool, so the spread counts sqrt(ranks) times more against the whole than one pool's would.
-    pools = layout_of(spec.serving, spec.hardware.gpus_per_replica).dp
-    kv_mean = agents * per_agent_kv + pools * d.shared_prefix_kv_bytes
-    kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * pools)
+    kv_mean = agents * per_agent_kv + ranks * d.shared_prefix_kv_bytes
+    kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * ranks)
 
-    ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
+    if on_ranks:
+        ttft = ttft_wait + own_prefill_on_rank_s(s, loop, policy.token_budget // ranks)
+    else:
+        ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     tpot_p95 = per_call_tpot_p95_s(loop, s.call_decode_iters_sample) / s.accepted_tokens_per_iteration
     verdict = check_slo(spec.slo, Tail(samples, 0.95), Tail(ttft, 0.95), tpot_p95)
     return Evaluation(

@@ -236,6 +236,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     ranks = layout_of(spec.serving, spec.hardware.gpus_per_replica).dp     # attention data-parallel ranks
     # prompts ride beside decodes on their own ranks (the engine curve prices their full chunks there)
     on_ranks = prefill is None and ranks > 1 and policy.mixed_prefill
+    rank_budget = policy.token_budget // ranks          # a rank's chunk (apmw.perf.Replica.chunk_tokens)
     prefill_wait, prefill_util = 0.0, None
     if prefill is None:
         loop = solve_at(curve, think, agents)
@@ -256,8 +257,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         # rank, whose busy queue moves a rank's budget per full-chunk iteration, with that rank's share of calls
         if on_ranks:
             prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s / ranks, 0.0,
-                                                                loop.full_chunk_iteration_s,
-                                                                policy.token_budget // ranks, spec.seed)
+                                                                loop.full_chunk_iteration_s, rank_budget, spec.seed)
         else:
             prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
                                                                 t_base, policy.token_budget, spec.seed)
@@ -297,7 +297,7 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * ranks)
 
     if on_ranks:
-        ttft = ttft_wait + own_prefill_on_rank_s(s, loop, policy.token_budget // ranks)
+        ttft = ttft_wait + own_prefill_on_rank_s(s, loop, rank_budget)
     else:
         ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     tpot_p95 = per_call_tpot_p95_s(loop, s.call_decode_iters_sample) / s.accepted_tokens_per_iteration

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 class FieldError(ValueError):
     """A section's own check that one of its fields is wrong: ``field`` is that field's key path inside the
-    section (``"ttl_s"``, ``"parallelism.tp"``, ``("hourly_tasks", 3)``), so that the error names the field and
+    section (``"ttl_s"``, ``"parallelism.tp"``, ``("tasks_per_hour", 3)``), so that the error names the field and
     its line in the file, not the section's (:func:`apmw.spec.load.error_location`)."""
 
     def __init__(self, field: str | tuple, message: str):

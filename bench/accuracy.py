@@ -38,7 +38,8 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   dp_attention ``tp``. ASSUMPTION: SGLang's DP attention is launched with ``--dp`` equal to
   ``--tp`` (InferenceMAX's scripts do; the CSV has no dp size). No SGLang row of this CSV uses it.
 * ASSUMPTION (engine settings of the new rows): apmw's defaults for the engine, as for the rows
-  predicted before (8192-token budget, apmw's default batch limit and memory share), not the
+  predicted before (8192-token budget, the engine's default batch limit (SGLang's sized from its KV pool per DP
+  worker, apmw.perf.serving_policy) and memory share), not the
   launch scripts' (e.g. SGLang FP4 on B200: ``--chunked-prefill-size 16384 --max-running-requests
   256 --mem-fraction-static 0.85``; trtllm-serve: ``--max_num_tokens 20000``), which changed
   between the script versions the CSV's runs came from and are not in the CSV.
@@ -120,7 +121,7 @@ from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER
 from apmw.capacity.disaggregated_benchmark import Workers, predict_disaggregated  # noqa: E402
 from apmw.capacity.open_loop import predict_open_loop  # noqa: E402
 from apmw.catalog.systems import link_bandwidth_bytes_per_s, system_for_gpu  # noqa: E402
-from apmw.perf.serving_policy import MAX_BATCH, REQUEST_OVERHEAD_S, default_max_batch  # noqa: E402
+from apmw.perf.serving_policy import MAX_BATCH, REQUEST_OVERHEAD_S  # noqa: E402
 from apmw.spec import Serving  # noqa: E402
 
 LLAMA2_70B = str(ROOT / "tests" / "fixtures" / "accuracy" / "meta-llama--Llama-2-70b-chat-hf.json")
@@ -690,7 +691,7 @@ def predict_row(row: Row) -> None:
             gpu = resolve_gpu(row.gpu)
             replica = replica_for_benchmark(row.priced, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
                                             calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
-                                            max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
+                                            max_batch=None,
                                             overlap_scheduling=row.overlap_scheduling, layout=row.layout,
                                             mxfp4_moe_activations=row.mxfp4_moe_activations,
                                             scheduler_recv_interval=row.scheduler_recv_interval)
@@ -710,7 +711,7 @@ def predict_row(row: Row) -> None:
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
-            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=default_max_batch(row.engine, step.gpu.name, step.gpu.hbm_bytes), engine=row.engine, overlap_scheduling=row.overlap_scheduling, scheduler_recv_interval=row.scheduler_recv_interval)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
+            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=None, engine=row.engine, overlap_scheduling=row.overlap_scheduling, scheduler_recv_interval=row.scheduler_recv_interval)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
                                                  HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine]), length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
@@ -722,18 +723,17 @@ def predict_row(row: Row) -> None:
 
 def predict_disagg_row(row: Row) -> None:
     """A disaggregated InferenceMAX point through ``apmw.capacity.disaggregated_benchmark`` with the same
-    engine settings as the aggregated rows (8192-token budget, apmw's default batch limit, InferenceMAX's
+    engine settings as the aggregated rows (8192-token budget, the engine's default batch limit, InferenceMAX's
     harness overhead; ASSUMPTION in the docstring) on both sides."""
     wdt, kvd = row.note.split("/")
     pre, dec = row.disagg
-    gpu = resolve_gpu(row.gpu)
     try:
         p = predict_disaggregated(row.priced, row.gpu, wdt, kvd, row.isl, row.osl, row.concurrency, pre, dec,
                                   engine=row.engine, calibrated=not PLAIN_ROOFLINE,
                                   kv_transfer_bandwidth_bytes_per_s=row.kv_link_bytes_per_s,
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
                                   token_budget=DEFAULT_TOKEN_BUDGET,
-                                  max_batch=default_max_batch(row.engine, gpu.name, gpu.hbm_bytes),
+                                  max_batch=None,
                                   requests_per_client=row.requests_per_client, speculative=row.speculative)
     except ApmwError as exc:
         row.predicted, row.note = None, f"not modelled: {exc}"

@@ -31,9 +31,10 @@ from typing import Callable
 from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
-from apmw.perf import resolve_gpu, resolve_policy
+from apmw.perf import replica_from_spec, resolve_gpu
 from apmw.perf.interconnect import scaleup_domain_gpus
 from apmw.perf.replica import kv_dtype_refusal
+from apmw.perf.serving_policy import schedulers_per_limit
 from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
 
 GROUPS = ("kv_residency", "decode_batching", "other")
@@ -314,9 +315,11 @@ def _scale_gpu(field: str) -> Callable[[Spec, float], Spec]:
 
 
 def _scale_batch_limit(spec: Spec, f: float) -> Spec:
-    """The batch limit scaled from what the engine runs with (its default where the spec sets none)."""
-    gpu = resolve_gpu(spec.hardware.gpu)
-    limit = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes).max_batch
+    """The batch limit scaled from what the engine runs with (its default where the spec sets none: SGLang's
+    sized from the KV pool), as ``serving.max_batch`` counts it (per attention-DP rank on vLLM and TensorRT-LLM)."""
+    replica = replica_from_spec(spec)
+    policy = replica.policy
+    limit = policy.max_batch // schedulers_per_limit(policy.engine, replica.step.parallel.dp)
     return _with(spec, "serving", max_batch=max(1, round(limit * f)))
 
 

@@ -93,3 +93,37 @@ def test_a_curve_built_in_blocks_equals_one_built_at_once(monkeypatch):
     curves._CURVES.clear()
     monkeypatch.setattr(curves, "CURVE_BLOCK_ROWS", 32)
     _same(curves.engine_curve(replica.step, s, 100), at_once)
+
+
+@pytest.mark.parametrize("policy", ["retain", "evict"])       # one sample, and the found/lost blend
+def test_a_loop_below_the_batch_limit_reads_the_curve_no_further_than_its_agents(policy, monkeypatch):
+    """A batch limit of 6,000 (SGLang sizes its own from the KV pool: up to 4,096 per DP rank): the closed loop at
+    N agents builds the curve's first block alone while N is within it, and answers what the whole curve gives:
+    every figure of the evaluation, and the batch-limit counterfactual's 'never full' below the limit."""
+    from apmw.capacity import closed_loop as loops
+
+    spec = _spec(max_batch=6000, tool_wait_kv_policy=policy)
+    replica = replica_from_spec(spec)
+    lazy = loops.closed_loop_model(spec, replica)
+    assert len(lazy.curve.batch) == curves.CURVE_BLOCK_ROWS and lazy.curve.batch_limit == 6000
+    built = []
+    monkeypatch.setattr(loops, "engine_curve",
+                        lambda *a, **k: built.append(a[2]) or curves.build_engine_curve(*a, **{**k, "first": 1}))
+    full = loops.ClosedLoopModel(spec, replica, lazy.sample, found_sample=lazy.found if lazy.frees else None,
+                                 lost_sample=lazy.lost if lazy.spills else None)
+    full._curves_to(6000)
+    assert built[-1] == 6000 and len(full.curve.batch) == 6000 and full.curve.limit is None
+    for n in (1, 40, 2048):
+        a, b = lazy.evaluate(n), full.evaluate(n)
+        for f in dataclasses.fields(a):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if f.name == "loop":
+                assert x.batch_full_share == y.batch_full_share == 0.0
+                x, y = dataclasses.replace(x, batch_distribution=None), dataclasses.replace(y, batch_distribution=None)
+            assert (np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y), (n, f.name)
+    assert len(lazy.curve.batch) == curves.CURVE_BLOCK_ROWS
+    lazy.evaluate(2049)                                          # past the first block: the next one is built
+    assert len(lazy.curve.batch) == 2 * curves.CURVE_BLOCK_ROWS
+    with pytest.raises(ValueError, match="rows"):
+        from apmw.capacity.closed_network import solve_at
+        solve_at(dataclasses.replace(curves.engine_curve(replica.step, lazy.sample, 10), limit=20), 1.0, 11)

@@ -110,6 +110,28 @@ def test_batch_limit_and_token_budget_per_dp_rank():
     assert t.policy.max_batch == _replica(None, gpus=8).policy.max_batch
 
 
+def test_sglang_sizes_its_running_requests_per_dp_worker_from_its_kv_pool():
+    """Left unset, SGLang's max_running_requests is its own per DP worker: clamp(tokens / context x 512, 2048, 4096),
+    at most tokens // 2 (ModelRunner.resolve_max_num_reqs), each worker's pool its share of the replica's; a value
+    the spec sets is the server's total, as before. DeepSeek-V3 (163,840 context) on eight H200s, by hand."""
+    from apmw.perf.serving_policy import sglang_running_requests
+
+    assert sglang_running_requests(100_000, 163_840) == 2048           # 312 by the ratio: the floor
+    assert sglang_running_requests(1_000_000, 163_840) == 3125         # 1e6 / 163,840 x 512
+    assert sglang_running_requests(10_000_000, 163_840) == 4096        # the ceiling
+    assert sglang_running_requests(3_000, 163_840) == 1500             # a pool of 3,000 tokens: half of it
+    assert sglang_running_requests(100_000, None) == 2048              # no context length in the config
+    assert sglang_running_requests(float("inf"), 163_840) == 4096      # no KV per token
+    for par, workers in (({"dp_attention": 8, "ep": 8}, 8), ({"tp": 8}, 1)):
+        r = _replica(par, engine="sglang")
+        tokens = r.kv_capacity_bytes / r.step.kv_bytes_per_token / workers
+        per_worker = min(max(int(tokens / 163_840 * 512), 2048), 4096)
+        assert r.policy.max_batch == workers * min(per_worker, int(tokens) // 2)
+        assert r.policy.max_batch > 2048 or workers == 1
+    assert _replica({"dp_attention": 8, "ep": 8}, engine="sglang", max_batch=2048).policy.max_batch == 2048
+    assert _replica({"dp_attention": 8, "ep": 8}).policy.max_batch == 8 * 1024          # vLLM: fixed per rank
+
+
 def _decode(step, batch, ctx=4000):
     return IterationLoad(decode_seqs=batch, prefill_tokens=0.0, kv_read_bytes=batch * ctx * step.kv_bytes_per_token,
                          attention_flops=batch * float(step.arch.attention_flops_per_token(ctx)))

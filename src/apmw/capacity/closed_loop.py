@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.capacity.closed_network import solve_at
 from apmw.capacity.disaggregation import prefill_stage
-from apmw.capacity.engine_curve import EngineCurve, engine_curve
+from apmw.capacity.engine_curve import CURVE_BLOCK_ROWS, EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.kv_overflow import MIN_SHARE, overflow_share, spread_over_tasks
 from apmw.capacity.slo import check_slo
@@ -137,8 +137,6 @@ class ClosedLoopModel:
         self.prefill = prefill_stage(spec, replica, sample)
         self.mixed = replica.policy.mixed_prefill
         self.recv_interval, self.token_budget = replica.policy.recv_interval, replica.policy.token_budget
-        self.curve = engine_curve(replica.step, sample, self.max_batch, decode_only=self.prefill is not None,
-                                  mixed=self.mixed, recv_interval=self.recv_interval, token_budget=self.token_budget)
         self.slots = replica.policy.slot_prompt_cache
         self.cache = LruSurvival.from_sample(sample)
         self.slot_cache = SlotSurvival.from_sample(sample) if self.slots else None
@@ -155,18 +153,34 @@ class ClosedLoopModel:
             self.found = sample
             self.lost = lost_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=RETAINED_LOST)
         if self.found is not None and self.lost is not None:
-            def curve_of(s: SessionSample) -> EngineCurve:     # the policy's own sample has its curve
-                return self.curve if s is sample else engine_curve(replica.step, s, self.max_batch, mixed=self.mixed,
-                                                                      recv_interval=self.recv_interval,
-                                                                      token_budget=self.token_budget)
-
-            self.found_curve, self.lost_curve = curve_of(self.found), curve_of(self.lost)
             self._samples = _Blend(self.found, self.lost)
-            self._curves = _Blend(self.found_curve, self.lost_curve)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",
                      "kv_decode", "kv_tool")
             self._found_means = {n: float(getattr(self.found, n).mean()) for n in names}
             self._lost_means = {n: float(getattr(self.lost, n).mean()) for n in names}
+        self._rows = 0
+        self._curves_to(1)
+
+    def _curves_to(self, agents: int) -> None:
+        """The engine curves (of each sample the model prices) built to the rows the loop at ``agents`` reads: the
+        first ``agents`` (:func:`apmw.capacity.closed_network.solve_at`), in whole blocks of ``CURVE_BLOCK_ROWS``, the
+        blocks :func:`apmw.capacity.engine_curve.engine_curve` builds and keeps. A batch limit far above the agents
+        asked about (SGLang's, sized from the KV pool: thousands per attention-DP rank) costs no rows unread."""
+        rows = min(self.max_batch, -(-max(agents, 1) // CURVE_BLOCK_ROWS) * CURVE_BLOCK_ROWS)
+        if rows <= self._rows:
+            return
+        self._rows = rows
+
+        def curve_of(s: SessionSample, decode_only: bool = False) -> EngineCurve:
+            c = engine_curve(self.replica.step, s, rows, decode_only=decode_only, mixed=self.mixed,
+                             recv_interval=self.recv_interval, token_budget=self.token_budget)
+            return c if rows == self.max_batch else replace(c, limit=self.max_batch)
+
+        self.curve = curve_of(self.sample, decode_only=self.prefill is not None)
+        if self.found is not None and self.lost is not None:     # the policy's own sample has its curve
+            self.found_curve = self.curve if self.found is self.sample else curve_of(self.found)
+            self.lost_curve = self.curve if self.lost is self.sample else curve_of(self.lost)
+            self._curves = _Blend(self.found_curve, self.lost_curve)
 
     def with_max_batch(self, max_batch: int) -> "ClosedLoopModel":
         """The same model with another batch limit (the binding-constraint counterfactual)."""
@@ -222,6 +236,7 @@ class ClosedLoopModel:
         return replace(ev, slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
 
     def evaluate(self, agents: int) -> Evaluation:
+        self._curves_to(agents)
         cap = self.replica.kv_capacity_bytes
         if self.frees:
             def freed_lost(m: float) -> float:

@@ -47,14 +47,19 @@ class LoopState:
     engine_utilisation: float        # P(engine has work)
     compute_share: float             # compute-bound share of busy time (power model)
     think_per_call_s: float          # Z
-    batch_distribution: np.ndarray   # P(b = 0..max_batch)
+    batch_distribution: np.ndarray   # P(b = 0..rows of the curve)
+    batch_full_share: float          # P(b = max_batch): calls wait for a slot
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
     stall_variance_s2: float         # variance of a decode iteration's time with the prompts it meets
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
+    """The loop at ``agents``. With ``j`` calls at the engine ``min(j, max_batch)`` run, so a curve whose rows stop
+    short of its batch limit (:attr:`EngineCurve.batch_limit`) serves any ``agents`` up to its rows."""
     n = agents
     max_batch = len(curve.batch)
+    if n > max_batch and max_batch < curve.batch_limit:
+        raise ValueError(f"the engine curve has {max_batch} rows of its {curve.batch_limit}; {n} agents need {n}")
     j = np.arange(n + 1)
     # log prod_{i<=j} 1/mu(i); beyond max_batch mu is flat at mu(max_batch)
     log_mu = np.log(curve.completion_rate)
@@ -97,6 +102,7 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
                             / max((p[1:] * curve.iteration_s[idx[1:]]).sum(), 1e-300)),
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
+        batch_full_share=float(batch_dist[-1]) if max_batch == curve.batch_limit else 0.0,
         iteration_p95_s=iteration_p95,
         stall_variance_s2=float((flow * curve.stall_variance_s2[idx]).sum()),
     )

@@ -41,6 +41,13 @@ class EngineCurve:
     full_chunk_iteration_s: np.ndarray  # under attention DP, the iteration a call's own full chunk (a rank's token
     #                                budget) runs in, on a rank of its own beside the others' drawn chunks; without
     #                                it, prefill_iteration_s (a call's own chunk is priced on the line through the mean)
+    limit: int | None = None     # the batch limit where the rows stop short of it (None: at the last row)
+
+    @property
+    def batch_limit(self) -> int:
+        """The engine's batch limit: the last row's batch size unless the rows stop short of it (built only as far
+        as the loop reads them, :func:`engine_curve_rows`)."""
+        return len(self.batch) if self.limit is None else self.limit
 
     def up_to(self, max_batch: int) -> "EngineCurve":
         """The curve for batch sizes 1..``max_batch`` (at most this one's): each batch size's row depends on

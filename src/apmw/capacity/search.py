@@ -97,7 +97,7 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
         n_memory = largest_passing(lambda n: at(n).fits_memory, limit=max(n_latency, 1))
     n_star = min(n_latency, n_memory)
     # the batch limit can only bind if the engine sometimes holds max_batch calls where latency fails
-    batch_full = at(n_latency + 1).loop.batch_distribution[-1]
+    batch_full = at(n_latency + 1).loop.batch_full_share
     if n_memory < n_latency:
         binding = "kv_memory"
     elif batch_full < BATCH_FULL_NEGLIGIBLE:

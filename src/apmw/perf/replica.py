@@ -27,7 +27,7 @@ from apmw.perf.tables import EngineVersionError, check_engine_version
 from apmw.perf.scaled import scaled_step_model
 from apmw.perf.speculative import SpeculativeDecoding, draft_memory, speculative_decoding
 from apmw.perf.serving_policy import (DEFAULT_ENGINE, KV_CACHE_DTYPES, ROOFLINE_ONLY_ENGINES, ServingPolicy,
-                                     ServingSettingError, resolve_policy,
+                                     ServingSettingError, pool_sized_max_batch, resolve_policy,
                                      mxfp4_moe_activations as resolve_mxfp4_activations)
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
@@ -338,7 +338,15 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     speculative = speculative_decoding(spec.serving.speculative, step.arch, step.weight_dtype, step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
+    policy = _pool_sized(policy, spec.serving, step, mem)
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
+
+
+def _pool_sized(policy: ServingPolicy, serving: Serving, step: StepModel, mem: MemoryBudget) -> ServingPolicy:
+    """:func:`apmw.perf.serving_policy.pool_sized_max_batch` for a replica: its KV pool in tokens of unique KV."""
+    per_token = step.kv_bytes_per_token
+    tokens = mem.kv_capacity_bytes / step.kv_replication / per_token if per_token > 0 else float("inf")
+    return pool_sized_max_batch(policy, serving, tokens, step.arch.max_context_tokens, step.parallel.dp)
 
 
 @contextmanager
@@ -402,6 +410,7 @@ def replica_with_step(step: StepModel, serving: Serving | None = None, power: Po
                                        step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "tp", "kv_memory_fraction", "weight_dtype")
+    policy = _pool_sized(policy, Serving() if serving is None else serving, step, mem)
     return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(step.gpu, power), speculative=speculative)
 
 

@@ -9,9 +9,14 @@ simulator) reads the engine from one :class:`ServingPolicy`, resolved here from 
 * vLLM V1's API server (``EngineArgs._set_default_args``, vllm/engine/arg_utils.py, and its
   test ``test_defaults_with_usage_context``): on GPUs with at least 70 GiB that are not A100s,
   ``max_num_seqs = 1024`` and ``max_num_batched_tokens = 8192``; otherwise 256 and 2048.
-* SGLang sizes ``max_running_requests`` from its KV pool (``ServerArgs``), so the batch limit is
-  not what binds; apmw takes 2048. ``chunked_prefill_size`` is 8192 on H100/H200-class GPUs
-  (sglang/srt/server_args.py).
+* SGLang sizes ``max_running_requests`` from its KV pool, per scheduler (one per attention-DP
+  worker): ``clamp(tokens / context_len x 512, 2048, 4096)``, at most ``tokens // 2``, where ``tokens``
+  is the worker's KV pool in tokens and ``context_len`` the model's (``max_position_embeddings``)
+  (``ModelRunner.resolve_max_num_reqs``, srt/model_executor/model_runner.py: "max concurrent requests
+  (per dp worker)"; older releases ``init_memory_pool``). The pool is known only once the replica's
+  memory is (:func:`pool_sized_max_batch`); before that, 2048. A value the spec sets is the server's
+  total, split over the DP workers (:func:`schedulers_per_limit`). ``chunked_prefill_size`` is 8192 on
+  H100/H200-class GPUs (sglang/srt/server_args.py).
 * TensorRT-LLM: ``max_batch_size = 2048`` and ``max_num_tokens = 8192`` (trtllm-serve defaults).
 * The memory share (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``,
   TensorRT-LLM ``free_gpu_memory_fraction``) is 0.9 by default (``apmw.spec.Serving``); each engine
@@ -77,7 +82,7 @@ And when a prompt that arrives mid-iteration can first run:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -301,10 +306,41 @@ def _vllm_large_gpu(gpu_name: str, hbm_bytes_per_gpu: float) -> bool:
 
 
 def default_max_batch(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> int:
-    """The engine's default limit on running sequences per iteration (module docstring)."""
+    """The engine's default limit on running sequences per iteration (module docstring); SGLang's until its KV
+    pool is known (:func:`pool_sized_max_batch`)."""
     if engine == "vllm":
         return VLLM_MAX_NUM_SEQS[_vllm_large_gpu(gpu_name, hbm_bytes_per_gpu)]
     return MAX_BATCH[engine]
+
+
+# SGLang's running requests per scheduler when none are set: this many per context length of KV pool, within
+# these bounds (ModelRunner.resolve_max_num_reqs; module docstring).
+SGLANG_RUNNING_PER_CONTEXT = 512
+SGLANG_RUNNING_BOUNDS = (2048, 4096)
+
+
+def sglang_running_requests(kv_tokens: float, context_tokens: int | None) -> int:
+    """SGLang's own ``max_running_requests`` for one scheduler whose KV pool holds ``kv_tokens`` tokens, for a
+    model of ``context_tokens`` context (module docstring). A model whose config gives no context length takes
+    the lower bound; a pool of unbounded tokens (no KV per token) the upper."""
+    low, high = SGLANG_RUNNING_BOUNDS
+    if not np.isfinite(kv_tokens):
+        return high
+    estimated = low if not context_tokens else min(max(int(kv_tokens / context_tokens * SGLANG_RUNNING_PER_CONTEXT),
+                                                      low), high)
+    return max(min(estimated, int(kv_tokens) // 2), 1)
+
+
+def pool_sized_max_batch(policy: "ServingPolicy", serving: Serving, kv_tokens: float, context_tokens: int | None,
+                         attention_dp_ranks: int = 1) -> "ServingPolicy":
+    """``policy`` with the batch limit an engine sizes from its KV pool where ``serving`` sets none: SGLang's,
+    per attention-DP worker (each holds ``kv_tokens / attention_dp_ranks`` of the replica's ``kv_tokens``), so
+    the replica's is that many times it. Every other engine's default is fixed, and ``policy`` is returned as
+    it is."""
+    if policy.engine != "sglang" or serving.max_batch is not None:
+        return policy
+    per_worker = sglang_running_requests(kv_tokens / attention_dp_ranks, context_tokens)
+    return replace(policy, max_batch=per_worker * attention_dp_ranks)
 
 
 def default_token_budget(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> int:

@@ -37,9 +37,9 @@ What the rows do not say, and we therefore assume (each is a documented ASSUMPTI
   SGLang ``--enable-dp-attention --dp $TP``) makes every GPU its own attention rank: apmw tp 1 x
   dp_attention ``tp``. ASSUMPTION: SGLang's DP attention is launched with ``--dp`` equal to
   ``--tp`` (InferenceMAX's scripts do; the CSV has no dp size). No SGLang row of this CSV uses it.
-* ASSUMPTION (engine settings of the new rows): apmw's defaults for the engine, as for the rows
-  predicted before (8192-token budget, the engine's default batch limit (SGLang's sized from its KV pool per DP
-  worker, apmw.perf.serving_policy) and memory share), not the
+* ASSUMPTION (engine settings of the new rows): the engine's own defaults as apmw.perf.serving_policy prices
+  them (token budget: 8192 for vLLM and TensorRT-LLM, SGLang's by the GPU's memory, 8192 on H100/H200 and 16384
+  from 160 GiB; batch limit: SGLang's sized from its KV pool per DP worker; memory share), not the
   launch scripts' (e.g. SGLang FP4 on B200: ``--chunked-prefill-size 16384 --max-running-requests
   256 --mem-fraction-static 0.85``; trtllm-serve: ``--max_num_tokens 20000``), which changed
   between the script versions the CSV's runs came from and are not in the CSV.
@@ -690,7 +690,7 @@ def predict_row(row: Row) -> None:
             # with the same engine settings as the plain-TP rows below
             gpu = resolve_gpu(row.gpu)
             replica = replica_for_benchmark(row.priced, row.gpu, row.tp, wdt, kvd, row.isl, row.osl, row.engine,
-                                            calibrated=not PLAIN_ROOFLINE, token_budget=DEFAULT_TOKEN_BUDGET,
+                                            calibrated=not PLAIN_ROOFLINE, token_budget=None,
                                             max_batch=None,
                                             overlap_scheduling=row.overlap_scheduling, layout=row.layout,
                                             mxfp4_moe_activations=row.mxfp4_moe_activations,
@@ -711,7 +711,7 @@ def predict_row(row: Row) -> None:
                              "output_tokens_per_s_per_gpu": row.measured["output_tokens_per_s_per_gpu"]}
         else:
             spread = DEFAULT_LENGTH_SPREAD if row.length_spread is None else row.length_spread
-            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=DEFAULT_TOKEN_BUDGET, max_batch=None, engine=row.engine, overlap_scheduling=row.overlap_scheduling, scheduler_recv_interval=row.scheduler_recv_interval)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
+            p = predict_with(replica if row.layout else replica_with_step(step, Serving(max_batched_tokens=None, max_batch=None, engine=row.engine, overlap_scheduling=row.overlap_scheduling, scheduler_recv_interval=row.scheduler_recv_interval)), row.isl, row.osl, row.concurrency, requests_per_client=row.requests_per_client, request_overhead_s=row.request_overhead_s if row.request_overhead_s is not None else
                                                  HARNESS_OVERHEAD_S.get(row.source, REQUEST_OVERHEAD_S[row.engine]), length_spread=spread)
             row.predicted = {"ttft_s": p.ttft_s, "tpot_s": p.tpot_s,
                              "output_tokens_per_s_per_gpu": p.output_tokens_per_s_per_gpu,
@@ -723,7 +723,7 @@ def predict_row(row: Row) -> None:
 
 def predict_disagg_row(row: Row) -> None:
     """A disaggregated InferenceMAX point through ``apmw.capacity.disaggregated_benchmark`` with the same
-    engine settings as the aggregated rows (8192-token budget, the engine's default batch limit, InferenceMAX's
+    engine settings as the aggregated rows (the engine's default token budget and batch limit, InferenceMAX's
     harness overhead; ASSUMPTION in the docstring) on both sides."""
     wdt, kvd = row.note.split("/")
     pre, dec = row.disagg
@@ -732,7 +732,7 @@ def predict_disagg_row(row: Row) -> None:
                                   engine=row.engine, calibrated=not PLAIN_ROOFLINE,
                                   kv_transfer_bandwidth_bytes_per_s=row.kv_link_bytes_per_s,
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
-                                  token_budget=DEFAULT_TOKEN_BUDGET,
+                                  token_budget=None,
                                   max_batch=None,
                                   requests_per_client=row.requests_per_client, speculative=row.speculative)
     except ApmwError as exc:

@@ -54,7 +54,8 @@ def spec_for(gpu: str, parallelism: dict, tokens_per_s: float, speculative: dict
     d = yaml.safe_load(SPEC.read_text())
     d["hardware"] = {"gpu": gpu}
     d["serving"] = {**d["serving"], "engine": "sglang", "parallelism": parallelism}
-    d["serving"].pop("max_batch", None)          # SGLang sizes its running requests from the KV pool
+    d["serving"].pop("max_batch", None)          # SGLang sizes its running requests from the KV pool,
+    d["serving"].pop("max_batched_tokens", None)  # and its chunked prefill from the GPU's memory
     if speculative is not None:
         d["serving"]["speculative"] = speculative
     d["slo"] = {**d["slo"], "ttft_p95_s": TTFT_P95_S, "output_speed_tokens_per_s": tokens_per_s}

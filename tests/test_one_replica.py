@@ -117,6 +117,21 @@ def test_vllm_defaults_follow_its_documented_rule():
     assert default_max_batch("trtllm", "H200", 141e9) == default_max_batch("sglang", "H200", 141e9) == 2048
 
 
+def test_sglang_chunked_prefill_follows_the_gpus_memory():
+    """SGLang's chunked_prefill_size by the GPU's memory (ServerArgs._handle_gpu_memory_settings): 2048 below 35 GiB,
+    4096 below 60 GiB, 8192 below 160 GiB, 16384 from there; TensorRT-LLM's 8192 on any GPU."""
+    from apmw.perf import resolve_gpu
+
+    gib = 2**30
+    assert [default_token_budget("sglang", "x", m * gib) for m in (24, 34.9, 48, 59.9, 80, 141, 159.9, 160, 288)] \
+        == [2048, 2048, 4096, 4096, 8192, 8192, 8192, 16384, 16384]
+    for name, budget in (("H100", 8192), ("H200", 8192), ("L40S", 4096), ("B200", 16384), ("GB300", 16384),
+                         ("MI355X", 16384)):
+        g = resolve_gpu(name)
+        assert default_token_budget("sglang", g.name, g.hbm_bytes) == budget, name
+        assert default_token_budget("trtllm", g.name, g.hbm_bytes) == 8192
+
+
 def test_the_cli_verbs_report_the_same_policy_in_json(tmp_path):
     _register_verbs()
     spec_path = tmp_path / "spec.json"

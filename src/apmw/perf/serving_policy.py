@@ -15,8 +15,10 @@ simulator) reads the engine from one :class:`ServingPolicy`, resolved here from 
   (``ModelRunner.resolve_max_num_reqs``, srt/model_executor/model_runner.py: "max concurrent requests
   (per dp worker)"; older releases ``init_memory_pool``). The pool is known only once the replica's
   memory is (:func:`pool_sized_max_batch`); before that, 2048. A value the spec sets is the server's
-  total, split over the DP workers (:func:`schedulers_per_limit`). ``chunked_prefill_size`` is 8192 on
-  H100/H200-class GPUs (sglang/srt/server_args.py).
+  total, split over the DP workers (:func:`schedulers_per_limit`). ``chunked_prefill_size`` follows the
+  GPU's memory: 2048 tokens below 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB (H100, H200), 16384 from
+  there (B200, B300, GB200, GB300, MI300X and later) (``ServerArgs._handle_gpu_memory_settings``,
+  sglang/srt/server_args.py); under attention DP each worker takes its share.
 * TensorRT-LLM: ``max_batch_size = 2048`` and ``max_num_tokens = 8192`` (trtllm-serve defaults).
 * The memory share (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``,
   TensorRT-LLM ``free_gpu_memory_fraction``) is 0.9 by default (``apmw.spec.Serving``); each engine
@@ -282,7 +284,7 @@ VLLM_MAX_NUM_BATCHED_TOKENS = {True: 8192, False: 2048}
 MAX_BATCH = {"sglang": 2048, "trtllm": 2048}
 # llama.cpp: its logical batch, --batch-size (common_params.n_batch = 2048); its slots have no
 # default apmw takes (the spec must say --parallel, apmw.spec.Serving).
-TOKEN_BUDGET = {"sglang": 8192, "trtllm": 8192, "llamacpp": 2048}
+TOKEN_BUDGET = {"trtllm": 8192, "llamacpp": 2048}
 
 # Client-observed time to first token outside the engine's iterations: HTTP, chat
 # template and tokenisation, admission, streaming the first chunk back. A DEFAULT chosen
@@ -343,10 +345,20 @@ def pool_sized_max_batch(policy: "ServingPolicy", serving: Serving, kv_tokens: f
     return replace(policy, max_batch=per_worker * attention_dp_ranks)
 
 
+# SGLang's chunked_prefill_size by the GPU's memory (MiB, as torch reports it): below each bound, that many tokens;
+# 16,384 from 160 GiB (B200, MI300 and larger) (ServerArgs._handle_gpu_memory_settings, srt/server_args.py).
+SGLANG_CHUNKED_PREFILL_BY_MEMORY = ((35 * 1024, 2048), (60 * 1024, 4096), (160 * 1024, 8192))
+SGLANG_LARGE_GPU_CHUNKED_PREFILL = 16384
+
+
 def default_token_budget(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> int:
     """The engine's default token budget per iteration (chunked prefill; module docstring)."""
     if engine == "vllm":
         return VLLM_MAX_NUM_BATCHED_TOKENS[_vllm_large_gpu(gpu_name, hbm_bytes_per_gpu)]
+    if engine == "sglang":
+        mib = hbm_bytes_per_gpu / 2**20
+        return next((tokens for bound, tokens in SGLANG_CHUNKED_PREFILL_BY_MEMORY if mib < bound),
+                    SGLANG_LARGE_GPU_CHUNKED_PREFILL)
     return TOKEN_BUDGET[engine]
 
 

@@ -140,6 +140,33 @@ def test_resume_refuses_the_results_of_another_space_and_needs_the_file(space, t
     assert r.returncode == 1 and "--parquet" in r.stderr
 
 
+@pytest.mark.parametrize("change,said", [
+    ({"settings": "{not json"}, "are not JSON"),
+    ({"point": 999}, "is not a point of this space"),
+    ({"settings": json.dumps({"hardware.gpus_per_replica": 3})}, "are not that point's"),
+    ({"status": "weird"}, "neither 'feasible' nor 'pruned'"),
+    ({"status": "feasible", "agents_per_mw": float("nan")}, "agents_per_mw is nan"),
+    ({"status": "feasible", "agents_per_replica": None}, "agents_per_replica is None"),
+])
+def test_resume_refuses_a_row_the_search_did_not_write_and_says_which(reference, tmp_path, change, said):
+    """A results file whose rows were changed after the search wrote them (a fuzzed file gave exit 70, or NaN and
+    points of no space in the answer): refused, naming the file, the row and what is wrong, and left as it was."""
+    table = pq.read_table(reference)
+    rows = table.to_pylist()
+    feasible = next(i for i, r in enumerate(rows) if r["status"] == "feasible")
+    rows[feasible].update(change)
+    out = tmp_path / "tampered.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), out)
+    before = out.read_bytes()
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE_YAML)
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{out}: row {feasible + 1}" in r.stderr and said in r.stderr
+    assert out.read_bytes() == before
+
+
 def _children(pid: int) -> list[int]:
     kids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -409,3 +409,29 @@ def test_a_number_in_yaml_1_2_exponent_form_is_read_as_the_number(tmp_path):
     plain = _run("plan", str(_write(tmp_path, "plain.yaml", CODING.encode())), "--analytic", "--json")
     assert written.returncode == 0, written.stderr
     assert json.loads(written.stdout)["agents_per_replica"] == json.loads(plain.stdout)["agents_per_replica"]
+
+
+def test_an_output_never_replaces_an_input_another_output_or_a_device(tmp_path):
+    """Fuzzing (session 38): `report -o SPEC`, `fit -o TRACE`, `fleet --csv SPEC`, `search --html SPACE` each
+    replaced their own input; `--csv X --parquet X` kept one of the two; `search --parquet` renamed a file over a
+    device and `fleet --parquet` removed one when its write failed. Each is refused before any work, the input
+    left as it was; a text output may still go to a device (/dev/null here)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((EXAMPLES / "support-chat.yaml").read_text())
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.max_batch: [32, 64]\n")
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes((EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl").read_bytes())
+    kept = {p: p.read_bytes() for p in (spec, space, trace)}
+    for args, said in (
+            (("report", str(spec), "--no-simulate", "-o", str(spec)), f"-o {spec} is the input {spec}"),
+            (("fit", str(trace), "-o", str(tmp_path / ".." / tmp_path.name / "t.jsonl")), "is the input"),
+            (("fleet", str(spec), "--csv", str(spec)), f"--csv {spec} is the input"),
+            (("fleet", str(spec), "--csv", str(tmp_path / "x"), "--parquet", str(tmp_path / "x")),
+             "--csv and --parquet both write"),
+            (("search", str(spec), "--space", str(space), "--html", str(space)), f"--html {space} is the input"),
+            (("search", str(spec), "--space", str(space), "--parquet", "/dev/null"), "not a regular file")):
+        assert said in _clean(_run(*args)), args
+    assert {p: p.read_bytes() for p in kept} == kept
+    r = _run("fit", str(trace), "-o", "/dev/null")
+    assert r.returncode == 0, r.stderr

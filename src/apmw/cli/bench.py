@@ -104,7 +104,7 @@ def bench(
         if calibrate is not None:
             _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
             return
-        output_path(results, "--out")
+        output_path(results, "--out", inputs=[spec])
         if slo_p95_s is not None and not (math.isfinite(slo_p95_s) and slo_p95_s > 0):
             fail(f"--slo-p95-s {slo_p95_s}: give the task-latency p95 SLO as a positive number of seconds, e.g. 1800")
         # what the run is compared with is checked before the run, not after its minutes of load

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
 
@@ -32,14 +34,39 @@ def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def output_path(path: Path, flag: str) -> Path:
+def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (), put_in_place: bool = False) -> Path:
     """``path`` when a file can be written there, else a user error naming ``flag``: checked before
-    any work, so that a long run does not end in a failed write."""
+    any work, so that a long run does not end in a failed write, and never one of the command's ``inputs``
+    (writing there would replace the spec or trace read). An output ``put_in_place`` (a Parquet file, written
+    whole and renamed there, or removed when its write fails) is never a device, pipe or socket either: it
+    would replace it (text outputs write into one, such as /dev/stdout)."""
     if path.is_dir():
         fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / 'out'}")
     if not path.parent.is_dir():
         fail(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another path")
+    if put_in_place and path.exists() and not path.is_file():
+        fail(f"{flag} {path} is not a regular file (a device, pipe or socket), which writing the output would "
+             "replace; choose a file path")
+    for given in inputs:
+        if given is not None and _same_file(path, Path(given)):
+            fail(f"{flag} {path} is the input {given}; writing there would replace it: choose another path")
     return path
+
+
+def distinct_outputs(outputs: dict[str, Path | None]) -> None:
+    """No two output flags name the same file (the second write would replace the first)."""
+    given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    for i, (flag, path) in enumerate(given):
+        for other, there in given[i + 1:]:
+            if _same_file(path, there):
+                fail(f"{flag} and {other} both write {path}; give each its own path")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b) or a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def write_text(path: Path, text: str, flag: str) -> None:

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, output_path, write_text
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -66,12 +66,12 @@ def fit(
     if export_sessions is not None and export_from != "fitted":
         fail("--export-sessions applies to --export-from fitted (a measured export writes the trace's own sessions)")
     if output is not None:
-        output_path(output, "-o")
+        output_path(output, "-o", inputs=[trace])
     target = None
     if export:
-        target = output_path(export_path or Path(trace.name.split(".")[0] + ".aiperf.jsonl"), "--export-path")
-        if target.resolve() == trace.resolve():
-            fail(f"--export-path {target} is the trace itself; give another path")
+        target = output_path(export_path or Path(trace.name.split(".")[0] + ".aiperf.jsonl"), "--export-path",
+                             inputs=[trace])
+        distinct_outputs({"-o": output, "--export-path": target})
     try:
         if mapping is not None and (fmt or "").lower() not in ("csv", "jsonl"):
             fail("--map applies to the generic formats: add --format csv or --format jsonl")

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 from apmw.spec.economics import MAX_TASKS_PER_HOUR
@@ -178,9 +178,10 @@ def fleet(
     from apmw.spec import load_spec
 
     if csv_out is not None:
-        output_path(csv_out, "--csv")
+        output_path(csv_out, "--csv", inputs=[spec])
     if parquet_out is not None:
-        output_path(parquet_out, "--parquet")
+        output_path(parquet_out, "--parquet", inputs=[spec], put_in_place=True)
+    distinct_outputs({"--csv": csv_out, "--parquet": parquet_out})
     if _is_fleet_file(spec):
         given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0),
                                        ("--workers", workers != 1), ("--ray", ray_address is not None),

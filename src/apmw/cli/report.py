@@ -25,7 +25,7 @@ def report(
     from apmw.report import build_report
     from apmw.spec import load_spec
 
-    output_path(output, "-o")
+    output_path(output, "-o", inputs=[spec])
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                       console=out, transient=True) as bar:

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -101,7 +101,8 @@ def search(
         fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
     for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):
         if path is not None:
-            output_path(path, flag)
+            output_path(path, flag, inputs=[spec, space], put_in_place=flag == "--parquet")
+    distinct_outputs({"--parquet": parquet_out, "--csv": csv_out, "--html": html_out})
     store = None
     try:
         s = load_spec(spec)

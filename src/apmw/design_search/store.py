@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import shutil
 import time
 from pathlib import Path
 
+from apmw.design_search.space import points
 from apmw.errors import ApmwError
 
 META_KEY = b"apmw.search"
@@ -63,11 +65,14 @@ class ResultStore:
         _pa()
 
     def saved_rows(self) -> list[dict]:
-        """The rows a stopped search of the same spec and space left here (``--resume``)."""
+        """The rows a stopped search of the same spec and space left here (``--resume``), each checked to be a row
+        that search could have written (:func:`check_saved_row`)."""
         files = ([self.path] if self.path.is_file() else []) + sorted(self.parts.glob("part-*.parquet"))
+        settings = {i: json.loads(json.dumps(s)) for i, s in points(self.axes)} if files else {}
         rows: dict[int, dict] = {}
         for f in files:
-            for row in self._read(f):
+            for k, row in enumerate(self._read(f)):
+                check_saved_row(f, k, row, settings)
                 rows.setdefault(row["point"], row)
         return list(rows.values())
 
@@ -128,6 +133,40 @@ class ResultStore:
             pq.write_table(table, path)
         except OSError as exc:
             raise ApmwError(f"{path}: cannot write it ({exc})") from None
+
+
+def check_saved_row(f: Path, k: int, row: dict, settings: dict[int, dict]) -> None:
+    """Row ``k`` of the results file ``f`` is one the search of that space writes: a point of it (``settings``, by
+    index), with that point's settings, a status, and for a feasible point finite figures (the others' reason).
+    A file changed since (or written by hand) is refused with the row, rather than read into the answer."""
+    from apmw.design_search.point import FIGURES
+
+    point = row.get("point")
+    where = f"{f}: row {k + 1}" + (f" (point {point})" if isinstance(point, int) else "")
+    fix = "; the file is not as the search wrote it: remove it to start afresh, or give another --parquet path"
+    if not isinstance(point, int) or point not in settings:
+        raise ApmwError(f"{where}: point {point!r} is not a point of this space (0 to {len(settings) - 1}){fix}")
+    try:
+        given = json.loads(row.get("settings") or "")
+    except ValueError:
+        raise ApmwError(f"{where}: its settings {str(row.get('settings'))[:80]!r} are not JSON{fix}") from None
+    if given != settings[point]:
+        raise ApmwError(f"{where}: its settings {json.dumps(given)[:120]} are not that point's "
+                        f"({json.dumps(settings[point])[:120]}){fix}")
+    status = row.get("status")
+    if status == "pruned":
+        if not row.get("reason"):
+            raise ApmwError(f"{where}: a pruned point without a reason{fix}")
+        return
+    if status != "feasible":
+        raise ApmwError(f"{where}: status {status!r} is neither 'feasible' nor 'pruned'{fix}")
+    for name in FIGURES:
+        v = row.get(name)
+        ok = (isinstance(v, str) and v) if name == "binding_constraint" else (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+        if not ok:
+            raise ApmwError(f"{where}: {name} is {v!r}, where a feasible point has a "
+                            f"{'constraint' if name == 'binding_constraint' else 'finite number, 0 or more'}{fix}")
 
 
 def final_table(rows: list[dict], axes: dict[str, list], checked: dict[int, dict]):

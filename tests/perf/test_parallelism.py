@@ -476,10 +476,18 @@ def test_a_layout_never_changes_gpus_behind_the_specs_back():
         replica_from_spec(bad)
 
 
-def test_a_field_without_effect_keeps_the_calibrated_path():
-    """An imbalance without expert parallelism changes nothing, so tensor parallelism keeps its tables."""
-    d = _spec({"tp": 2, "expert_imbalance": 1.2}, model="meta-llama/Meta-Llama-3.1-70B", gpu="H100")
-    d["model"]["kv_dtype"] = "bf16"
-    plain = _spec(None, gpus=2, model="meta-llama/Meta-Llama-3.1-70B", gpu="H100")
-    plain["model"]["kv_dtype"] = "bf16"
-    assert replica_from_spec(spec_from_dict(d)).step.source == replica_from_spec(spec_from_dict(plain)).step.source
+@pytest.mark.parametrize("par,model,said", [
+    ({"tp": 2, "expert_imbalance": 1.2}, "meta-llama/Meta-Llama-3.1-70B", "has no routed experts"),
+    ({"tp": 2, "two_batch_overlap": True}, "meta-llama/Meta-Llama-3.1-70B", "has no routed experts"),
+    ({"tp": 8, "redundant_experts": 32}, V3, "redundant_experts applies to expert parallelism, and ep is 1"),
+    ({"tp": 8, "expert_imbalance": 1.5}, V3, "expert_imbalance applies to expert parallelism"),
+    ({"tp": 8, "two_batch_overlap": True}, V3, "this layout has neither"),
+    ({"dp_attention": 8, "ep": 8, "expert_imbalance": 64}, V3, "expert_imbalance 64 is more than ep 8"),
+])
+def test_a_layout_field_without_effect_or_past_its_bound_is_refused(par, model, said):
+    """Fuzzing (session 38): an imbalance or two-batch overlap on a dense model, or with no exchange to balance or
+    hide, changed nothing and was accepted; 32 redundant experts without expert parallelism added 82 GB of weights
+    no engine loads; an imbalance of 64 on 8 ranks (at most 8: every token on one rank) gave N* 2 for 109."""
+    with pytest.raises(ApmwError, match=said):
+        _replica(par, model=model, gpu="H100" if "Llama" in model else "H200")
+    _replica({"dp_attention": 8, "ep": 8, "expert_imbalance": 8.0, "two_batch_overlap": True})   # at the bound

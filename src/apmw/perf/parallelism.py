@@ -158,10 +158,27 @@ def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "
         raise ApmwError(f"{field}: pp {layout.pp} is more stages than {arch.name}'s {arch.num_layers} layers")
     moe_split = layout.ep > 1 or layout.moe_tp != layout.tp * layout.dp or layout.redundant_experts
     if not arch.moe_layers:
-        if moe_split:
-            raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp and redundant_experts do "
-                            "not apply; leave them out")
+        if moe_split or layout.expert_imbalance is not None or layout.two_batch_overlap:
+            raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp, redundant_experts, "
+                            "expert_imbalance and two_batch_overlap do not apply; leave them out")
         return
+    if layout.ep == 1:
+        why = {"redundant_experts": "the engines take redundant experts only with expert parallelism on",
+               "expert_imbalance": "every GPU holds a slice of every expert, so no rank is busier than another"}
+        idle = [name for name, given in (("redundant_experts", layout.redundant_experts),
+                                         ("expert_imbalance", layout.expert_imbalance is not None)) if given]
+        if idle:
+            raise ApmwError(f"{field}: {' and '.join(idle)} {'apply' if len(idle) > 1 else 'applies'} to expert "
+                            f"parallelism, and ep is 1 ({'; '.join(why[n] for n in idle)}); set ep, or leave "
+                            f"{'them' if len(idle) > 1 else 'it'} out")
+        if layout.two_batch_overlap and layout.dp == 1:
+            raise ApmwError(f"{field}: two_batch_overlap hides the MoE token exchange of expert parallelism or "
+                            "attention data parallelism, and this layout has neither (ep 1, dp_attention 1); "
+                            "leave it out")
+    if layout.expert_imbalance is not None and layout.expert_imbalance > layout.ep:
+        raise ApmwError(f"{field}: expert_imbalance {layout.expert_imbalance:g} is more than ep {layout.ep}: the "
+                        f"busiest of {layout.ep} expert-parallel ranks carries at most all the tokens, {layout.ep} "
+                        "times the mean; give at most that")
     slots = arch.num_experts + layout.redundant_experts
     if slots % layout.ep:
         raise ApmwError(f"{field}: ep {layout.ep} does not divide {arch.name}'s {arch.num_experts} routed experts"

@@ -63,6 +63,8 @@ FIELDS = [
     pytest.param(GLM, "index_topk", 0, id="index_topk-0"),
     pytest.param(SCOUT, "attention_chunk_size", 0, id="attention_chunk_size-0"),
     pytest.param(QWEN_MOE, "use_sliding_window", "abc", id="use_sliding_window-str-window-off"),
+    # read silently before session 38: the experts priced in the weights' dtype
+    pytest.param("deepseek-ai--DeepSeek-V4-Flash", "expert_dtype", "fp3", id="expert_dtype-unknown"),
 ]
 # JSON literals json.dumps does not write: (bundled config, field, literal)
 LITERALS = [
@@ -151,3 +153,13 @@ def test_apmw_model_exits_as_a_user_error(tmp_path, capsys, model, field, value)
 def test_well_formed_values_are_still_read(tmp_path, model, field, value):
     arch = load_architecture(str(_write(tmp_path, model, field, value)))
     assert arch.params > 0
+
+
+def test_a_quantisation_method_apmw_does_not_read_is_refused(tmp_path):
+    """Fuzzing (session 38): quant_method 'banana' was priced as 16-bit weights with no word; now refused, naming
+    the methods apmw reads."""
+    path = _write(tmp_path, LLAMA, "quantization_config", {"quant_method": "banana"})
+    message = _refused(path)
+    assert "quant_method 'banana' is not one apmw reads" in message and "compressed-tensors" in message
+    for method in ("fp8", "awq"):
+        load_architecture(str(_write(tmp_path, LLAMA, "quantization_config", {"quant_method": method})))

@@ -197,6 +197,8 @@ def _checkpoint_expert_dtype(c: Cfg) -> str | None:
     is taken as V4's published checkpoints store them, :data:`V4_EXPERT_DTYPE`), else the checkpoint's
     quantisation method, else its torch_dtype; None when none of them says."""
     spelled = c.get("expert_dtype")
+    if spelled is not None and str(spelled).lower() not in _CHECKPOINT_DTYPES:
+        c.refuse("expert_dtype", spelled, f"one of {', '.join(sorted(_CHECKPOINT_DTYPES))} (the routed experts' stored dtype)")
     if spelled is None and c.get("compress_ratios") is not None:
         spelled = V4_EXPERT_DTYPE
     if spelled is None:

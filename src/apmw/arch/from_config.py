@@ -13,7 +13,8 @@ from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
 from apmw.catalog.checkpoint_formats import compressed_tensors_format, quantization_config
-from apmw.catalog.models import load_config, local_path, on_disk, published_format, resolve_model_name
+from apmw.catalog.models import (QUANT_METHODS_READ, load_config, local_path, on_disk, published_format,
+                                 resolve_model_name)
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
 
@@ -67,6 +68,11 @@ def _stored_as(arch: Architecture, quantisation: dict[str, Any]) -> Architecture
     parts = {part for part, there in present.items() if there}
     form = compressed_tensors_format(quantisation, arch.name, frozenset(parts))
     if form is None:
+        method = quantisation.get("quant_method")
+        if method is not None and str(method).lower() not in QUANT_METHODS_READ:
+            raise ConfigError(f"{arch.name}: quantization_config.quant_method {method!r} is not one apmw reads "
+                              f"({', '.join(sorted(QUANT_METHODS_READ))}), so how the checkpoint stores its weights is "
+                              "not known; remove quantization_config from a copy of the config and give --weight-dtype")
         return arch
     if arch.linear_attention_layers:
         raise ConfigError(f"{arch.name}: apmw does not read a compressed-tensors quantization_config of a model with "

@@ -192,6 +192,9 @@ def checkpoint_weight_dtype(name: str) -> str | None:
 # MXFP4 is gpt-oss's: only the experts are 4-bit, as apmw's "fp4" for a MoE checkpoint prices them.
 _QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq": "int4", "awq": "int4",
                         "gptq": "int4"}
+# Every quantization_config.quant_method apmw reads: the ones above, compressed-tensors' schemes
+# (apmw.catalog.checkpoint_formats) and ModelOpt's quant_algo; a config naming another is refused.
+QUANT_METHODS_READ = frozenset(_QUANT_WEIGHT_DTYPES) | {"compressed-tensors", "modelopt"}
 
 
 def config_weight_dtype(name_or_path: str) -> str | None:

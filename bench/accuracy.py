@@ -734,7 +734,7 @@ def predict_disagg_row(row: Row) -> None:
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
                                   token_budget=None,
                                   max_batch=None,
-                                  requests_per_client=row.requests_per_client, speculative=row.speculative)
+                                  speculative=row.speculative)
     except ApmwError as exc:
         row.predicted, row.note = None, f"not modelled: {exc}"
         return

@@ -435,3 +435,17 @@ def test_an_output_never_replaces_an_input_another_output_or_a_device(tmp_path):
     assert {p: p.read_bytes() for p in kept} == kept
     r = _run("fit", str(trace), "-o", "/dev/null")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("flags,said", [
+    (("--disagg", "--mixed-prefill"), "--mixed-prefill/--prefill-first: not modelled with --disagg"),
+    (("--disagg", "--no-overlap-scheduling"), "--overlap-scheduling/--no-overlap-scheduling: not modelled"),
+    (("--disagg", "--length-spread", "0"), "--length-spread: not modelled with --disagg"),
+    (("--disagg", "--requests-per-client", "1"), "--requests-per-client: not modelled with --disagg"),
+    (("--kv-transfer-gb-per-s", "5"), "--kv-transfer-gb-per-s describes disaggregated workers: add --disagg"),
+])
+def test_predict_refuses_a_flag_its_layout_does_not_read(flags, said):
+    """Fuzzing (session 38): each of these gave the same prediction as without it, without a word."""
+    base = ("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1024", "--osl", "128",
+            "--concurrency", "4")
+    assert said in _clean(_run(*base, *flags))

@@ -346,13 +346,20 @@ def test_a_config_file_that_stores_fp8_is_noted_when_bf16_is_priced(tmp_path):
 
 
 def test_the_cli_default_prompts_per_client_is_the_library_default():
-    import inspect
-
-    from apmw.cli.predict import predict as cli_predict
+    """Left out, --requests-per-client is the library's default (a first wave of 1/N), as if given."""
     from apmw.capacity.benchmark import DEFAULT_REQUESTS_PER_CLIENT
 
-    assert inspect.signature(cli_predict).parameters["requests_per_client"].default.default == \
-        DEFAULT_REQUESTS_PER_CLIENT
+    base = ["predict", "--model", LLAMA8, "--gpu", "H100", "--isl", "1024", "--osl", "128", "--concurrency", "64",
+            "--json"]
+
+    def run(*extra: str) -> dict:
+        r = CliRunner().invoke(app, base + list(extra))
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)
+
+    unset = run()
+    assert unset == run("--requests-per-client", str(DEFAULT_REQUESTS_PER_CLIENT))
+    assert unset["ttft_s"] != run("--requests-per-client", "1")["ttft_s"]
 
 
 def test_sglang_prefills_alone_and_first_and_stalls_its_decoders():

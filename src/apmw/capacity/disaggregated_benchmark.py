@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apmw.capacity.benchmark import (DEFAULT_REQUESTS_PER_CLIENT, PredictError, Prediction, check_request_lengths,
+from apmw.capacity.benchmark import (PredictError, Prediction, check_request_lengths,
                                      decode_load, draft_factor, kv_fit_requests, replica_for_benchmark,
                                      speculative_figures)
 from apmw.capacity.disaggregation import batched_prefill_wait_s
@@ -60,7 +60,6 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
                           calibrated: bool = True, kv_transfer_bandwidth_bytes_per_s: float = 50e9,
                           request_overhead_s: float | None = None, token_budget: int | None = None,
                           max_batch: int | None = None, kv_memory_fraction: float | None = None,
-                          requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                           moe_dtype: str | None = None, engine_version: str | None = None,
                           mxfp4_moe_activations: str | None = None, speculative: dict | None = None) -> Prediction:
     """Predict a fixed-concurrency benchmark on ``prefill.count`` prefill and ``decode.count`` decode workers

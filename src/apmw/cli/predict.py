@@ -43,8 +43,9 @@ def predict(
     decode_dp_attention: Optional[int] = typer.Option(None, "--decode-dp-attention"),
     decode_moe_tp: Optional[int] = typer.Option(None, "--decode-moe-tp"),
     decode_ep: Optional[int] = typer.Option(None, "--decode-ep"),
-    kv_transfer_gb_per_s: float = typer.Option(50.0, "--kv-transfer-gb-per-s", help="with --disagg: per prefill GPU "
-                                               "link for the KV hand-off, GB/s (50: one 400 Gb/s NIC per GPU)"),
+    kv_transfer_gb_per_s: Optional[float] = typer.Option(None, "--kv-transfer-gb-per-s", help="with --disagg: per "
+                                                         "prefill GPU link for the KV hand-off, GB/s (default 50: one "
+                                                         "400 Gb/s NIC per GPU)"),
     weight_dtype: Optional[str] = typer.Option(
         None, "--weight-dtype", help="bf16, fp8, fp4, int4, ... (bfloat16, nvfp4 also read). Default: what the "
         "checkpoint stores, as its name or config.json's quantization_config says (its routed experts apart where "
@@ -108,10 +109,10 @@ def predict(
              "Published harnesses range from about 1.5 ms (NIM, local client) to about 200 ms; "
              "to measure yours, run concurrency 1 "
              "with a short prompt and subtract this prediction's TTFT at --request-overhead-ms 0"),
-    requests_per_client: int = typer.Option(
-        10, "--requests-per-client",   # apmw.capacity.benchmark.DEFAULT_REQUESTS_PER_CLIENT (imported lazily)
+    requests_per_client: Optional[int] = typer.Option(
+        None, "--requests-per-client",
         help="the benchmark's prompts / concurrency; the first, simultaneous wave weighs 1/N of TTFT "
-             "(InferenceMAX: 10)"),
+             "(default and InferenceMAX: 10)"),
     mixed_prefill: Optional[bool] = typer.Option(
         None, "--mixed-prefill/--prefill-first",
         help="whether prompt chunks ride in decode iterations (default: the engine's; vllm and trtllm mix, "
@@ -133,7 +134,7 @@ def predict(
 ) -> None:
     """Predict mean TTFT, TPOT and throughput of a serving benchmark: fixed concurrency (InferenceMAX
     style) or Poisson arrivals at a request rate."""
-    from apmw.capacity.benchmark import DEFAULT_LENGTH_SPREAD, predict as run
+    from apmw.capacity.benchmark import DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT, predict as run
     from apmw.capacity.open_loop import predict_rate
 
     if request_overhead_ms is not None and not 0 <= request_overhead_ms < math.inf:
@@ -149,7 +150,8 @@ def predict(
         ("decode", (decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep)))
         for name, value in zip(("tp", "pp", "dp-attention", "moe-tp", "ep"), values)}
     sided.update({"--prefill-workers": prefill_workers if prefill_workers != 1 else None,
-                  "--decode-workers": decode_workers if decode_workers != 1 else None})
+                  "--decode-workers": decode_workers if decode_workers != 1 else None,
+                  "--kv-transfer-gb-per-s": kv_transfer_gb_per_s})
     given = [flag for flag, value in sided.items() if value is not None]
     if given and not disagg:
         fail(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} disaggregated workers: add --disagg, or "
@@ -167,13 +169,25 @@ def predict(
                  "the prefill workers' transfers, not the tokenizer's poll); leave it out")
         if by_rate:
             fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
+        unread = [flag for flag, value in (("--mixed-prefill/--prefill-first", mixed_prefill),
+                                           ("--overlap-scheduling/--no-overlap-scheduling", overlap_scheduling),
+                                           ("--length-spread", length_spread),
+                                           ("--requests-per-client", requests_per_client)) if value is not None]
+        if unread:
+            fail(f"{', '.join(unread)}: not modelled with --disagg (the prefill workers run prompts alone and the "
+                 "decode workers decode alone; requests are of the given lengths, in their steady state); leave "
+                 f"{'it' if len(unread) == 1 else 'them'} out")
         sides = {side: _workers(count, tp if t is None else t, _layout(
             pp if p_ is None else p_, dp_attention if d is None else d, moe_tp if m is None else m, ep if e is None else e))
             for side, count, t, p_, d, m, e in (
                 ("prefill", prefill_workers, prefill_tp, prefill_pp, prefill_dp_attention, prefill_moe_tp, prefill_ep),
                 ("decode", decode_workers, decode_tp, decode_pp, decode_dp_attention, decode_moe_tp, decode_ep))}
+        from apmw.spec import Disaggregation    # its default link, one 400 Gb/s NIC per GPU
+
+        link_bytes_per_s = (Disaggregation.model_fields["kv_transfer_bandwidth_bytes_per_s"].default
+                            if kv_transfer_gb_per_s is None else kv_transfer_gb_per_s * 1e9)
         _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides, engine, not roofline,
-                        kv_transfer_gb_per_s * 1e9, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
+                        link_bytes_per_s, request_overhead_ms, token_budget, max_batch, kv_memory_fraction,
                         as_json, moe_dtype, engine_version, mxfp4_moe_activations, drafting)
         return
     common = dict(layout=layout, moe_dtype=moe_dtype, engine=engine, engine_version=engine_version,
@@ -191,9 +205,10 @@ def predict(
             if all(isinstance(p, str) for p in ps):
                 fail(as_flags(ps[0]))
         else:
+            per_client = DEFAULT_REQUESTS_PER_CLIENT if requests_per_client is None else requests_per_client
             ps = [run(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, c,
                       length_spread=DEFAULT_LENGTH_SPREAD if length_spread is None else length_spread,
-                      requests_per_client=requests_per_client, **common) for c in levels]
+                      requests_per_client=per_client, **common) for c in levels]
     except ApmwError as exc:
         fail(as_flags(str(exc)))
     key = "request_rate_per_s" if by_rate else "concurrency"

@@ -87,6 +87,12 @@ def test_generic_mapping_errors(tmp_path):
         fit_trace(src, "csv", mapping="input_tokens=prompt_tokens,output_tokens=completion_tokens,start=t")
     with pytest.raises(TraceError, match="column.*nope.*not in the header"):
         fit_trace(src, "csv", mapping="input_tokens=nope,output_tokens=completion_tokens")
+    # a field given twice kept the last one without a word (fuzzing, session 38)
+    with pytest.raises(TraceError, match="names input_tokens twice .as 'prompt_tokens' and 'completion_tokens'."):
+        fit_trace(src, "csv", mapping="input_tokens=prompt_tokens,output_tokens=completion_tokens,"
+                                      "input_tokens=completion_tokens")
+    with pytest.raises(TraceError, match="names start twice"):
+        fit_trace(src, "csv", mapping="input_tokens=prompt_tokens,output_tokens=completion_tokens,start_s=a,start_ms=b")
 
 
 def test_unknown_format_name():

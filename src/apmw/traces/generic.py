@@ -41,9 +41,12 @@ def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
             raise TraceError(f"--map entry {'='.join(pair)!r} is not field=column")
         field, column = pair[0].strip(), pair[1].strip()
         base, _, unit = field.rpartition("_")
+        key = field if field in PLAIN else base if base in TIMED and unit in UNITS else None
+        if key in mapping:
+            raise TraceError(f"--map names {key} twice (as {mapping[key][0]!r} and {column!r}); give each field once")
         if field in PLAIN:
             mapping[field] = (column, 1.0)
-        elif base in TIMED and unit in UNITS:
+        elif key is not None:
             mapping[base] = (column, UNITS[unit])
         else:
             raise TraceError(f"--map: unknown field {field!r}; use {', '.join(PLAIN)}, or a time field "

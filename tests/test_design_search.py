@@ -271,6 +271,10 @@ def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, e
      "--speculative-num-steps 4"),
     ("trtllm", {"draft": "model", "draft_tokens": 4, "acceptance_rate": 0.7},
      "speculative_config: {decoding_type: DraftTarget, max_draft_len: 4, speculative_model_dir: <your draft model>}"),
+    # the draft length left to the model: the one it was priced at (R1's one MTP module), said (fuzzing, session 38)
+    ("sglang", {"draft": "mtp"},
+     "--speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2"),
+    ("vllm", {"draft": "mtp"}, """--speculative-config '{"method":"mtp","num_speculative_tokens":1}'"""),
 ])
 def test_a_speculative_point_launches_with_its_draft(engine, speculative, expected):
     """A point that drafts launches drafting as it was priced: the model's own MTP head or a separate model,

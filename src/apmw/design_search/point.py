@@ -53,7 +53,7 @@ def launch_flags(result) -> str:
     SGLang or TensorRT-LLM serve) with its layout's flags, or for a disaggregated replica a Dynamo-style
     layout: a frontend, the prefill workers (``--prefill-workers``, each on its own GPUs) and the decode
     worker, as AIConfigurator 0.12.0 writes them (its generator templates, backend_templates/*/run.sh.j2)."""
-    spec, policy = result.spec, result.replica.policy
+    spec, policy = _with_priced_drafts(result), result.replica.policy
     model, layout = spec.model.config, result.replica.step.parallel
     disaggregation = spec.serving.disaggregation
     if policy.engine == "llamacpp":
@@ -74,6 +74,17 @@ def launch_flags(result) -> str:
                       _with_weights(_dynamo_worker(spec, policy, layout, "decode")
                                     + (f"  # x {disaggregation.decode_workers} workers"
                                        if disaggregation.decode_workers > 1 else ""), spec, policy.engine)])
+
+
+def _with_priced_drafts(result):
+    """The plan's spec with the draft length it priced where the spec leaves it to the model (one token per MTP
+    module), so that the launch line says it rather than leave it to the engine's own default."""
+    spec, drafting = result.spec, result.replica.speculative
+    given = spec.serving.speculative
+    if given is None or given.draft_tokens is not None or drafting is None:
+        return spec
+    priced = given.model_copy(update={"draft_tokens": drafting.draft_tokens})
+    return spec.model_copy(update={"serving": spec.serving.model_copy(update={"speculative": priced})})
 
 
 def _with_weights(line: str, spec, engine: str) -> str:

@@ -325,6 +325,11 @@ def test_a_checkpoint_named_for_other_weights_gets_a_note_and_the_model_source()
     assert "weights fp8, as nvidia/Llama-3.1-8B-Instruct-FP8 stores them" in " ".join(stored.output.split())
     assert json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout) == \
         json.loads(CliRunner().invoke(app, [*args, "--json", "--weight-dtype", "fp8"]).stdout)
+    # experts a user gives at another dtype are said to be the user's, not the checkpoint's (fuzzing, session 38)
+    given = " ".join(CliRunner().invoke(app, ["predict", "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "B200", "--tp",
+                                              "8", "--isl", "1024", "--osl", "128", "--concurrency", "4",
+                                              "--moe-dtype", "nvfp4"]).output.split())
+    assert "routed experts at nvfp4, as --moe-dtype gives" in given and "experts in nvfp4, as" not in given
     # its KV cache is read off the base model's config, which a note says (the checkpoint may name fp8 KV)
     assert "published checkpoint's own quantization config is not bundled" in " ".join(meant.output.split())
 

@@ -290,14 +290,16 @@ def _checkpoint_weight_dtypes(model: str, moe_dtype: str | None) -> tuple[str, s
     stored = named or config_weight_dtype(model)
     if stored is None:
         return "bf16", moe_dtype
+    given = moe_dtype
     if moe_dtype is None and named is None:
         try:
             experts = load_architecture(model).expert_dtype_in_checkpoint
         except ApmwError:
             experts = None      # the verb reports a config it cannot read itself
         moe_dtype = experts if experts and experts != stored else None
-    apart = f" and its routed experts in {moe_dtype}" if moe_dtype else ""
-    note(f"weights {stored}{apart}, as {model} stores them; --weight-dtype prices another")
+    apart = f" and its routed experts in {moe_dtype}" if moe_dtype and given is None else ""
+    chosen = f"; routed experts at {given}, as --moe-dtype gives" if given else ""
+    note(f"weights {stored}{apart}, as {model} stores them{chosen}; --weight-dtype prices another")
     return stored, moe_dtype
 
 

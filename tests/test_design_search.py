@@ -404,6 +404,10 @@ def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engi
     ({"axes": {"serving.max_batch": [64]}, "foo": 1}, "unknown key.s. foo: a space holds 'axes' only"),
     ({"axes": {"serving.max_batch": [64, 64, 128]}}, "axis serving.max_batch lists 64 more than once"),
     ({"axes": {"serving.engine": [{"a": 1}, {"a": 1}]}}, "lists .* more than once"),
+    # one value in two spellings planned the same point twice (fuzzing, session 38)
+    ({"axes": {"serving.max_batch": [1, 1.0]}}, "axis serving.max_batch lists 1 more than once"),
+    ({"axes": {"hardware.gpu": [{"name": "x", "hbm_bytes": 2e11}, {"name": "x", "hbm_bytes": 200000000000}]}},
+     "axis hardware.gpu lists .* more than once"),
 ])
 def test_a_space_with_stray_keys_or_repeated_values_is_refused(document, words):
     from apmw.design_search import read_space

@@ -44,7 +44,7 @@ def read_space(data: object, where: str) -> dict[str, list]:
         _check_spec_path(path, where)
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
-        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in values]
         twice = sorted({t for t in seen if seen.count(t) > 1})
         if twice:
             raise ApmwError(f"{where}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
@@ -54,6 +54,18 @@ def read_space(data: object, where: str) -> dict[str, list]:
         raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
                         "(about a plan each): drop values or axes")
     return axes
+
+
+def _canonical(value: object) -> object:
+    """``value`` as the spec reads it, to find a value listed twice in two spellings (1 and 1.0, 2e11 and
+    200000000000 inside a GPU's figures): a whole float as the integer."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _check_spec_path(path: str, where: str) -> None:

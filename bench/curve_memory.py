@@ -42,14 +42,19 @@ def _measured(build) -> tuple[curves.EngineCurve, float, float]:
     return curve, peak, wall
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def coding_agent_at(argv: list[str] | None = None, description: str = __doc__):
+    """``--max-batch`` from the command line, and the coding agent's spec and replica at that batch limit."""
+    ap = argparse.ArgumentParser(description=description.splitlines()[0])
     ap.add_argument("--max-batch", type=int, default=65536)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     d = yaml.safe_load((ROOT / "examples" / "coding-agent.yaml").read_text())
     d["serving"]["max_batch"] = args.max_batch
     spec = spec_from_dict(d)
-    replica = replica_from_spec(spec)
+    return args, spec, replica_from_spec(spec)
+
+
+def main() -> None:
+    args, spec, replica = coding_agent_at()
     s = sample_sessions(spec, replica)
     curves.chunks_on_ranks(replica.step, s)          # the draws, kept per sample: made once, before either
     at_once, peak_once, wall_once = _measured(lambda: curves.build_engine_curve(replica.step, s, args.max_batch))

@@ -14,7 +14,6 @@ each one's wall time, the ratio, and checks that both find the same N* and bindi
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,13 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-import yaml  # noqa: E402
+from curve_memory import coding_agent_at  # noqa: E402  (this folder: run as python bench/large_batch_limit.py)
 
 from apmw.capacity import engine_curve as curves  # noqa: E402
 from apmw.capacity.closed_loop import closed_loop_model  # noqa: E402
 from apmw.capacity.search import search  # noqa: E402
-from apmw.perf import replica_from_spec  # noqa: E402
-from apmw.spec import spec_from_dict  # noqa: E402
 
 
 def _timed_search(spec, replica, whole: bool):
@@ -42,13 +39,7 @@ def _timed_search(spec, replica, whole: bool):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-batch", type=int, default=65536)
-    args = ap.parse_args()
-    d = yaml.safe_load((ROOT / "examples" / "coding-agent.yaml").read_text())
-    d["serving"]["max_batch"] = args.max_batch
-    spec = spec_from_dict(d)
-    replica = replica_from_spec(spec)
+    args, spec, replica = coding_agent_at(description=__doc__)
     closed_loop_model(spec, replica)            # warm: the session sample, imports
     whole, t_whole, rows_whole = _timed_search(spec, replica, whole=True)
     lazy, t_lazy, rows_lazy = _timed_search(spec, replica, whole=False)

@@ -280,8 +280,12 @@ def graph_padded(decode: np.ndarray, prefill: np.ndarray) -> np.ndarray:
 VLLM_LARGE_GPU_BYTES = 70 * 2**30
 VLLM_MAX_NUM_SEQS = {True: 1024, False: 256}
 VLLM_MAX_NUM_BATCHED_TOKENS = {True: 8192, False: 2048}
-# SGLang and TensorRT-LLM (module docstring).
-MAX_BATCH = {"sglang": 2048, "trtllm": 2048}
+# SGLang's running requests per scheduler when none are set: this many per context length of KV pool, within
+# these bounds (ModelRunner.resolve_max_num_reqs; module docstring).
+SGLANG_RUNNING_PER_CONTEXT = 512
+SGLANG_RUNNING_BOUNDS = (2048, 4096)
+# SGLang and TensorRT-LLM (module docstring); SGLang's is its lower bound until the KV pool is known.
+MAX_BATCH = {"sglang": SGLANG_RUNNING_BOUNDS[0], "trtllm": 2048}
 # llama.cpp: its logical batch, --batch-size (common_params.n_batch = 2048); its slots have no
 # default apmw takes (the spec must say --parallel, apmw.spec.Serving).
 TOKEN_BUDGET = {"trtllm": 8192, "llamacpp": 2048}
@@ -313,12 +317,6 @@ def default_max_batch(engine: str, gpu_name: str, hbm_bytes_per_gpu: float) -> i
     if engine == "vllm":
         return VLLM_MAX_NUM_SEQS[_vllm_large_gpu(gpu_name, hbm_bytes_per_gpu)]
     return MAX_BATCH[engine]
-
-
-# SGLang's running requests per scheduler when none are set: this many per context length of KV pool, within
-# these bounds (ModelRunner.resolve_max_num_reqs; module docstring).
-SGLANG_RUNNING_PER_CONTEXT = 512
-SGLANG_RUNNING_BOUNDS = (2048, 4096)
 
 
 def sglang_running_requests(kv_tokens: float, context_tokens: int | None) -> int:

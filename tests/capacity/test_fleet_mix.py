@@ -277,6 +277,18 @@ def test_a_bad_override_is_named_in_the_fleet_file_and_a_bad_spec_in_its_own(tmp
     assert f"workloads.1 ({tmp_path / 'bad.yaml'}, line {line}): slo.task_latency_p95_s:" in msg
 
 
+def test_overrides_the_hardware_list_would_replace_are_refused_with_their_lines(tmp_path):
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(_spec_dict()))
+    path = tmp_path / "f.yaml"
+    path.write_text("workloads:\n  - name: a\n    spec: a.yaml\n    overrides:\n      hardware: {gpu: B200}\n"
+                    "      cost: {gpu_hour_usd: 9}\nhardware:\n  - {gpu: H100, gpus_per_replica: 1, gpu_hour_usd: 2}\n")
+    msg = _error(path)
+    assert "line 5: workloads.0.overrides.hardware: the fleet file's hardware list replaces" in msg
+    assert "line 6: workloads.0.overrides.cost.gpu_hour_usd: the fleet file's hardware list replaces" in msg
+    path.write_text("workloads:\n  - name: a\n    spec: a.yaml\n    overrides:\n      hardware: {gpu: B200}\n")
+    assert load_fleet_file(path).specs[0].hardware.gpu == "B200"      # without a hardware list they apply
+
+
 def test_fleet_file_rules_are_named(tmp_path):
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(_spec_dict()))
     cases = {

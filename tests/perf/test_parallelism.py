@@ -50,6 +50,16 @@ def test_a_layout_that_does_not_multiply_out_is_refused_with_the_arithmetic():
         spec_from_dict(_spec({"dp_attention": 8, "ep": 3}))
 
 
+def test_attention_data_parallel_said_twice_or_against_the_layout_is_refused():
+    with pytest.raises(SpecError, match=r"both given; say it once"):
+        spec_from_dict(_spec({"dp_attention": 8, "ep": 8}, attention_data_parallel=True))
+    with pytest.raises(SpecError, match=r"attention_data_parallel is false but serving.parallelism has "
+                                        r"dp_attention 8: they contradict each other"):
+        spec_from_dict(_spec({"dp_attention": 8, "ep": 8}, attention_data_parallel=False))
+    s = spec_from_dict(_spec({"tp": 8}, attention_data_parallel=False))     # false and no attention DP agree
+    assert s.serving.parallelism.dp_attention == 1
+
+
 def test_an_unset_gpu_count_or_tp_is_what_the_layout_leaves():
     s = spec_from_dict(_spec({"dp_attention": 4, "ep": 8, "tp": 2}))
     assert s.hardware.gpus_per_replica == 8 and s.serving.parallelism.moe_tp == 1

@@ -165,6 +165,25 @@ def _in(data: Any, loc: tuple) -> int:
     return n
 
 
+def _replaced_overrides(fleet: FleetFile, lines: dict[tuple, int]) -> list[str]:
+    """Overrides that hardware candidates would replace unread: each candidate sets a workload's whole
+    hardware section and its GPU-hour price (:meth:`LoadedFleet.with_hardware`)."""
+    if fleet.hardware is None:
+        return []
+    problems = []
+    for i, w in enumerate(fleet.workloads):
+        over = w.overrides or {}
+        cost = over.get("cost")
+        for loc in [("hardware",)] * ("hardware" in over) + [("cost", "gpu_hour_usd")] * (
+                isinstance(cost, dict) and "gpu_hour_usd" in cost):
+            line = _line_for(("workloads", i, "overrides") + loc, lines)
+            problems.append(f"{f'line {line}: ' if line else ''}workloads.{i}.overrides.{'.'.join(loc)}: the fleet "
+                            "file's hardware list replaces every workload's hardware and GPU-hour price, so this "
+                            "would be ignored; put it in a hardware candidate, or drop the hardware list to plan "
+                            "each workload on its own")
+    return problems
+
+
 def load_fleet_file(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file and every spec it refers to (raising :class:`FleetFileError`)."""
     data, node = _read_yaml(path, "fleet file; see examples/fleets/")
@@ -184,7 +203,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
                             f"{_describe(err, loc)}")
         raise FleetFileError(where, problems) from None
     base = Path(path).parent
-    specs, paths, datas, problems = [], [], [], []
+    specs, paths, datas, problems = [], [], [], _replaced_overrides(fleet, lines)
     for i, w in enumerate(fleet.workloads):
         spec_path = Path(os.path.normpath(w.spec if Path(w.spec).is_absolute() else base / w.spec))
         at = f"line {_line_for(('workloads', i, 'spec'), lines)}: workloads.{i}.spec"

@@ -50,14 +50,12 @@ def test_a_layout_that_does_not_multiply_out_is_refused_with_the_arithmetic():
         spec_from_dict(_spec({"dp_attention": 8, "ep": 3}))
 
 
-def test_attention_data_parallel_said_twice_or_against_the_layout_is_refused():
+def test_attention_data_parallel_said_twice_is_refused_and_a_dumped_spec_reloads():
     with pytest.raises(SpecError, match=r"both given; say it once"):
         spec_from_dict(_spec({"dp_attention": 8, "ep": 8}, attention_data_parallel=True))
-    with pytest.raises(SpecError, match=r"attention_data_parallel is false but serving.parallelism has "
-                                        r"dp_attention 8: they contradict each other"):
-        spec_from_dict(_spec({"dp_attention": 8, "ep": 8}, attention_data_parallel=False))
-    s = spec_from_dict(_spec({"tp": 8}, attention_data_parallel=False))     # false and no attention DP agree
-    assert s.serving.parallelism.dp_attention == 1
+    # a spec's dump carries attention_data_parallel's default (false) beside its layout, and reloads as it was
+    s = spec_from_dict(_spec({"dp_attention": 8, "ep": 8}))
+    assert spec_from_dict(s.model_dump(mode="json", by_alias=True, exclude_none=True)) == s
 
 
 def test_an_unset_gpu_count_or_tp_is_what_the_layout_leaves():

@@ -196,10 +196,6 @@ class Spec(Section):
             raise FieldError(("serving", "attention_data_parallel"), "serving.attention_data_parallel and serving.parallelism both given; say it once: "
                              "parallelism: {dp_attention: N, ...} (attention_data_parallel: true is short for "
                              "tp 1, dp_attention = gpus_per_replica)")
-        if "attention_data_parallel" in self.serving.model_fields_set and par.dp_attention > 1:
-            raise FieldError(("serving", "attention_data_parallel"), "serving.attention_data_parallel is false but "
-                             f"serving.parallelism has dp_attention {par.dp_attention}: they contradict each other; "
-                             "leave attention_data_parallel out (the layout says how attention is split)")
         given = "gpus_per_replica" in self.hardware.model_fields_set
         try:
             resolved = par.resolved(self.hardware.gpus_per_replica if given else None, "hardware.gpus_per_replica")

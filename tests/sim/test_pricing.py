@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 
 from apmw.perf import IterationLoad, replica_from_spec
 from apmw.sim import simulate
 from apmw.sim.pricing import CHUNK, Pricer, pricer_for
 from apmw.sim.stats import Meter
-from apmw.spec import load_spec
+from apmw.spec import load_spec, spec_from_dict
 from tests.e2e.test_cli import EXAMPLES
 from tests.sim.helpers import spec, spec_with
 
-# one replica per step-model kind the bundled examples and tests use: roofline (DeepSeek-V3 on 8 x H200),
-# calibrated with a sliding window (gpt-oss-120b), calibrated dense (Llama-3.1-70B), and the small test spec
+
+
+def _attention_dp() -> dict:
+    """The coding agent's DeepSeek-V3 on 8 x H200 as eight attention-DP ranks with its experts over eight."""
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    d["serving"]["parallelism"] = {"tp": 1, "dp_attention": 8, "ep": 8}
+    return d
+
+
+# one replica per step-model kind the bundled examples and tests use: roofline (DeepSeek-V3 on 8 x H200, as
+# one tensor-parallel group and as attention-DP ranks), calibrated with a sliding window (gpt-oss-120b),
+# calibrated dense (Llama-3.1-70B), and the small test spec
 REPLICAS = {
     "coding-agent": lambda: replica_from_spec(load_spec(EXAMPLES / "coding-agent.yaml")),
+    "attention DP": lambda: replica_from_spec(spec_from_dict(_attention_dp())),
     "deep-research": lambda: replica_from_spec(load_spec(EXAMPLES / "deep-research.yaml")),
     "support-chat": lambda: replica_from_spec(load_spec(EXAMPLES / "support-chat.yaml")),
     "test spec": lambda: replica_from_spec(spec()),
@@ -69,6 +81,7 @@ def test_a_mixed_iterations_load_is_the_architectures_sums(replica):
 
 def test_the_roofline_is_priced_from_its_parts_and_other_models_by_asking():
     assert _pricer(REPLICAS["coding-agent"]()).parts is not None
+    assert _pricer(REPLICAS["attention DP"]()).parts is not None
     assert _pricer(REPLICAS["deep-research"]()).parts is None
 
 

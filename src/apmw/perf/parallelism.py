@@ -191,6 +191,9 @@ def busiest_rank_share(layout: Layout, seqs: np.ndarray) -> np.ndarray:
     (1 without attention DP, or when the sequences divide evenly): what a step model knowing only how many
     sequences decode charges the rank that sets every rank's pace."""
     dp = layout.dp
+    if np.ndim(seqs) == 0:      # one iteration's count (the simulator's): Python arithmetic, not numpy's per call
+        s = float(seqs)
+        return dp * math.ceil(s / dp) / s if dp > 1 and s >= 1 else 1.0
     if dp <= 1:
         return np.ones_like(seqs)
     return np.where(seqs >= 1, dp * np.ceil(seqs / dp) / np.maximum(seqs, 1.0), 1.0)
@@ -200,6 +203,8 @@ def at_busiest_rank(layout: Layout, seqs, busiest):
     """The replica-wide load (KV bytes read, attention FLOPs) to hand a step model so that, taking
     :func:`busiest_rank_share` of ``seqs`` decoding sequences, it charges a rank ``busiest`` of it: how a
     caller that knows the busiest rank's own load (the simulator's ranks, a prompt on its rank) prices it."""
+    if np.ndim(seqs) == 0 and np.ndim(busiest) == 0:
+        return layout.dp * float(busiest) / busiest_rank_share(layout, seqs)
     return layout.dp * np.asarray(busiest, dtype=np.float64) / busiest_rank_share(layout, np.asarray(seqs, dtype=np.float64))
 
 

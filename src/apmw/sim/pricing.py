@@ -41,6 +41,7 @@ from collections import OrderedDict
 import numpy as np
 
 from apmw.perf import IterationLoad
+from apmw.perf.parallelism import busiest_rank_share
 
 # Sums of contexts S per table chunk (one step-model call prices CHUNK decode iterations).
 CHUNK = 4096
@@ -75,26 +76,28 @@ class _RooflineParts:
 
     :class:`apmw.perf.roofline.RooflineStepModel` prices an iteration as
     ``fixed + comm(tokens) + max(max(memory, compute as served) + launches, overlapped comm(tokens))``, where,
-    without attention data parallelism (which the simulator does not run), the memory term is the
-    weights' read at ``tokens`` plus the KV bytes read times a constant and the compute term the
-    GEMMs' at ``tokens`` plus the attention FLOPs times a constant
-    (:meth:`apmw.perf.step.RooflineFigures.roofline_terms`). Every part that depends on the tokens
-    comes from the step model's own methods, evaluated once per token count; the two constants are
-    its slopes. :meth:`build` checks the result against the step model on a spread of loads and
-    declines (None) unless they agree to rounding, so a change to the roofline falls back to asking
-    the step model, not to a wrong time.
+    without pipeline stages, the memory term is the weights' read at ``tokens`` plus the KV bytes read
+    times a constant and the compute term the GEMMs' at ``tokens`` plus the attention FLOPs times a
+    constant (:meth:`apmw.perf.step.RooflineFigures.roofline_terms`); under attention data parallelism
+    both constants are taken at the busiest rank's share of the decoding sequences
+    (:func:`apmw.perf.parallelism.busiest_rank_share`, a function of their count alone). Every part that
+    depends on the tokens comes from the step model's own methods, evaluated once per token count; the
+    two constants are its slopes. :meth:`build` checks the result against the step model on a spread of
+    loads and declines (None) unless they agree to rounding, so a change to the roofline falls back to
+    asking the step model, not to a wrong time.
     """
 
     __slots__ = ("base", "memory", "compute", "overlap", "launch", "kv_s_per_byte", "attn_s_per_flop", "max_tokens",
-                 "_lists")
+                 "layout", "_lists")
 
     @classmethod
     def build(cls, step, max_tokens: int, max_batch: int) -> "_RooflineParts | None":
         from apmw.perf.roofline import RooflineStepModel
 
-        if type(step) is not RooflineStepModel or step.parallel.dp != 1 or not 0 < max_tokens <= MAX_PARTS_TOKENS:
+        if type(step) is not RooflineStepModel or step.parallel.pp != 1 or not 0 < max_tokens <= MAX_PARTS_TOKENS:
             return None
         self = cls()
+        self.layout = step.parallel
         tokens = np.arange(max_tokens + 1, dtype=float)
         zero = np.zeros_like(tokens)
         bare = IterationLoad(zero, tokens, zero, zero)
@@ -121,22 +124,24 @@ class _RooflineParts:
         kv = rng.random(m) * 10.0 ** rng.uniform(3, 12, m)
         attn = rng.random(m) * 10.0 ** rng.uniform(6, 16, m)
         want = np.asarray(step.iteration_time_s(IterationLoad(d, p, kv, attn)), dtype=float)
-        got = self.times((d + p).astype(np.int64), kv, attn)
+        got = self.times((d + p).astype(np.int64), kv, attn, d)
         if not np.allclose(got, want, rtol=1e-12, atol=0.0):
             return None
         return self
 
-    def time(self, tokens: int, kv_bytes: float, attn_flops: float) -> float:
+    def time(self, tokens: int, kv_bytes: float, attn_flops: float, decode_seqs: int) -> float:
         base, memory, compute, overlap = self._lists
-        m = memory[tokens] + self.kv_s_per_byte * kv_bytes
-        c = compute[tokens] + self.attn_s_per_flop * attn_flops
+        share = busiest_rank_share(self.layout, decode_seqs)
+        m = memory[tokens] + self.kv_s_per_byte * share * kv_bytes
+        c = compute[tokens] + self.attn_s_per_flop * share * attn_flops
         kernels = (m if m >= c else c) + self.launch
         o = overlap[tokens]
         return base[tokens] + (kernels if kernels >= o else o)
 
-    def times(self, tokens, kv_bytes: np.ndarray, attn_flops: np.ndarray) -> np.ndarray:
-        kernels = np.maximum(self.memory[tokens] + self.kv_s_per_byte * kv_bytes,
-                             self.compute[tokens] + self.attn_s_per_flop * attn_flops) + self.launch
+    def times(self, tokens, kv_bytes: np.ndarray, attn_flops: np.ndarray, decode_seqs) -> np.ndarray:
+        share = busiest_rank_share(self.layout, np.asarray(decode_seqs, dtype=float))
+        kernels = np.maximum(self.memory[tokens] + self.kv_s_per_byte * share * kv_bytes,
+                             self.compute[tokens] + self.attn_s_per_flop * share * attn_flops) + self.launch
         return self.base[tokens] + np.maximum(kernels, self.overlap[tokens])
 
 
@@ -165,7 +170,7 @@ class Pricer:
         if parts is not None:
             tokens = load.decode_seqs + load.prefill_tokens
             if tokens <= parts.max_tokens:
-                return parts.time(tokens, load.kv_read_bytes, load.attention_flops)
+                return parts.time(tokens, load.kv_read_bytes, load.attention_flops, load.decode_seqs)
         return float(self.step.iteration_time_s(load))
 
     def loads(self, kv: np.ndarray, n: np.ndarray, prefill: np.ndarray) -> tuple[float, float]:
@@ -217,8 +222,8 @@ class Pricer:
         parts = self.parts
         if parts is not None and np.ndim(load.decode_seqs) == 0 and load.prefill_tokens == 0 \
                 and load.decode_seqs <= parts.max_tokens:
-            return np.broadcast_to(parts.times(int(load.decode_seqs), load.kv_read_bytes, load.attention_flops),
-                                   shape)
+            decode = int(load.decode_seqs)
+            return np.broadcast_to(parts.times(decode, load.kv_read_bytes, load.attention_flops, decode), shape)
         return np.broadcast_to(np.asarray(self.step.iteration_time_s(load), dtype=float), shape)
 
     def _chunk(self, b: int, c: int) -> np.ndarray:

@@ -184,3 +184,17 @@ def test_inconsistent_spans_of_a_generic_jsonl_trace_are_bad_lines(tmp_path):
     s = fit_trace(p, "jsonl", mapping="session=s,input_tokens=i,output_tokens=o,cached_tokens=c,start_s=t0,end_s=t1").summary
     assert s["calls"] == 2 and s["skipped_lines"] == 2
     assert {ex for d in s["skipped"].values() for ex in d["examples"]} == {f"{p}:2", f"{p}:3"}
+
+
+@pytest.mark.parametrize("value", ["0", "-1767225600000000000", "946684799000000000", "9300000000000000000"])
+def test_an_otel_span_time_no_span_was_recorded_at_is_a_bad_line(tmp_path, value):
+    # the fixture's first chat span starts at 1767225600000000000 ns (2026-01-01); 0 is OTLP's "unset"
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    assert '"startTimeUnixNano":"1767225600000000000"' in lines[0]
+    lines[0] = lines[0].replace('"startTimeUnixNano":"1767225600000000000"', f'"startTimeUnixNano":"{value}"', 1)
+    p = tmp_path / "spans.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 1 and s["calls"] == fit_trace(FIXTURES / "otel_genai.jsonl").summary["calls"] - 1
+    [(reason, d)] = s["skipped"].items()
+    assert "is not a Unix time in nanoseconds from 2000 to 2262" in reason and d["examples"] == [f"{p}:1"]

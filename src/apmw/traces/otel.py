@@ -47,6 +47,10 @@ OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "
 CACHED_KEYS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
 NOT_CALLS = {"invoke_agent", "create_agent", "execute_tool", "embeddings"}
+# A span's times are Unix epoch nanoseconds (OTLP fixed64; 0 means unset). Traces of LLM calls postdate 2000, and
+# int64 nanoseconds end in 2262: anything outside is not a time this span could have been recorded at.
+EARLIEST_UNIX_S = 946_684_800.0            # 2000-01-01T00:00:00Z
+LATEST_UNIX_S = (2**63 - 1) / 1e9          # 2262-04-11, the last int64 nanosecond
 OPENINFERENCE_NOT_CALLS = {"AGENT", "CHAIN", "TOOL", "RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EVALUATOR"}
 
 
@@ -153,8 +157,7 @@ class Reader:
         kind = _decoded(attrs, ("openinference.span.kind",))
         if op == "execute_tool" or kind == "TOOL":
             self.tool_spans += 1
-            self.tool_starts.append((conversation or ("trace", trace_id),
-                                     int(span["startTimeUnixNano"]) / 1e9))
+            self.tool_starts.append((conversation or ("trace", trace_id), _unix_s(span, "startTimeUnixNano")))
             return None
         if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
             return None
@@ -164,10 +167,19 @@ class Reader:
         if require_counts(inp, out):
             raise ValueError("token usage without both input and output counts")
         session = conversation or ("trace", trace_id)
-        start = int(span["startTimeUnixNano"]) / 1e9
-        end = int(span["endTimeUnixNano"]) / 1e9 if "endTimeUnixNano" in span else NAN
+        start = _unix_s(span, "startTimeUnixNano")
+        end = _unix_s(span, "endTimeUnixNano") if "endTimeUnixNano" in span else NAN
         cached = _as_float(_decoded(attrs, CACHED_KEYS))
         bad = inconsistent(inp, cached, start, end)
         if bad:
             raise ValueError(bad)
         return Call(session, start, inp, out, cached, start, end)
+
+
+def _unix_s(span: dict, key: str) -> float:
+    """``span[key]`` (Unix epoch nanoseconds) in seconds; ValueError where it is no time a span was recorded at."""
+    t = int(span[key]) / 1e9
+    if not EARLIEST_UNIX_S <= t <= LATEST_UNIX_S:
+        raise ValueError(f"{key} {span[key]} is not a Unix time in nanoseconds from 2000 to 2262 "
+                         "(OTLP's epoch nanoseconds; 0 means unset)")
+    return t

@@ -183,3 +183,41 @@ def test_apmw_plan_refuses_a_bad_row_without_a_traceback(tmp_path):
     assert run.returncode == 1, run.stderr
     assert "'ttft_vs_prompt_tokens' row 1" in run.stderr and "Traceback" not in run.stderr
     assert "This is a bug" not in run.stderr
+
+
+def _flat_ttft(cal: dict) -> None:
+    for r in cal["ttft_vs_prompt_tokens"]:
+        r["ttft_s_p50"] = 0.02
+
+
+def _falling_ttft(cal: dict) -> None:
+    for r, t in zip(sorted(cal["ttft_vs_prompt_tokens"], key=lambda r: r["prompt_tokens"]), (1.0, 0.5, 0.2, 0.1, 0.01)):
+        r["ttft_s_p50"] = t
+
+
+def _falling_tpot(cal: dict) -> None:
+    rows = cal["tpot_vs_concurrency"]
+    rows[-1]["tpot_s_p50"] = 0.8 * min(r["tpot_s_p50"] for r in rows)
+
+
+TREND_CASES = {
+    "flat TTFT": (_flat_ttft, "'ttft_vs_prompt_tokens' does not grow with the prompt: 20.0 ms at 1536 tokens "
+                              "against 20.0 ms at 32"),
+    "TTFT falling": (_falling_ttft, "'ttft_vs_prompt_tokens' does not grow with the prompt: 10.0 ms at 1536 tokens "
+                                    "against 1000.0 ms at 32"),
+    "TPOT falling with concurrency": (_falling_tpot, "'tpot_vs_concurrency' falls as requests are added"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TREND_CASES))
+def test_tables_that_run_against_what_they_measure_are_refused(case, tmp_path):
+    edit, words = TREND_CASES[case]
+    cal = copy.deepcopy(VALID)
+    edit(cal)
+    spec = spec_from_dict(tiny_spec_dict(TINY_CONFIG))
+    with pytest.raises(ApmwError, match="on an idle server") as err:
+        step_model_from_calibration(cal, spec)
+    assert words in str(err.value), str(err.value)
+    # the measured file itself (its decode step at 8 requests is faster than at 4, within the limit of 4
+    # slots, but not than at 1) fits
+    assert step_model_from_calibration(copy.deepcopy(VALID), spec).source == "measured"

@@ -237,9 +237,37 @@ def read_calibration(path: Path) -> dict:
     return cal
 
 
+# How far a decode step may be faster at the highest concurrency measured than at the lowest before the table
+# contradicts itself (on an idle server a larger batch never steps faster; a tenth covers timing noise).
+TPOT_FALL_TOLERATED = 0.1
+
+
+def _check_trends(cal: dict) -> None:
+    """Refuse tables that run against what they measure: a prefill that does not grow with the prompt, a
+    decode step much faster with more requests at once (a server busy with other load, or prompts served
+    from its prefix cache, while it was measured)."""
+    ttft = sorted(cal["ttft_vs_prompt_tokens"], key=lambda r: r["prompt_tokens"])
+    short, long = ttft[0], ttft[-1]
+    if long["prompt_tokens"] > short["prompt_tokens"] and not long["ttft_s_p50"] > short["ttft_s_p50"]:
+        raise BenchError(f"calibration: 'ttft_vs_prompt_tokens' does not grow with the prompt: "
+                         f"{long['ttft_s_p50'] * 1e3:.1f} ms at {long['prompt_tokens']:g} tokens against "
+                         f"{short['ttft_s_p50'] * 1e3:.1f} ms at {short['prompt_tokens']:g}, so every prompt token "
+                         "would be free; the prompts were likely served from a prefix cache or the server was busy. "
+                         "Measure again with apmw bench --calibrate FILE on an idle server")
+    tpot = sorted(cal["tpot_vs_concurrency"], key=lambda r: r["concurrency"])
+    low, high = tpot[0], tpot[-1]
+    if high["tpot_s_p50"] < (1 - TPOT_FALL_TOLERATED) * low["tpot_s_p50"]:
+        raise BenchError(f"calibration: 'tpot_vs_concurrency' falls as requests are added: "
+                         f"{high['tpot_s_p50'] * 1e3:.2f} ms a token at {high['concurrency']:g} at once against "
+                         f"{low['tpot_s_p50'] * 1e3:.2f} ms at {low['concurrency']:g} (more than "
+                         f"{TPOT_FALL_TOLERATED:.0%} faster); on an idle server a larger batch never steps faster. "
+                         "Measure again with apmw bench --calibrate FILE on an idle server")
+
+
 def _points(cal: dict, spec: Spec):
     """Iteration loads of the calibration rows for the spec's model, and their measured seconds inside
     the engine (a TTFT less the engine's request overhead, apmw.perf.serving_policy.REQUEST_OVERHEAD_S)."""
+    _check_trends(cal)
     replica = replica_from_spec(spec)
     arch, kv_dtype, policy = replica.arch, spec.model.kv_dtype, replica.policy
     loads, times = [], []

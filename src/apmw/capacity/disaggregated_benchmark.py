@@ -68,9 +68,10 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     tokens per sequence, and the draft's share of an iteration is added on the prefill workers too, as
     the aggregated benchmark adds it to every iteration."""
     check_request_lengths(isl, osl, concurrency)
-    for side, w in (("prefill_workers", prefill), ("decode_workers", decode)):
+    for side, w in (("prefill", prefill), ("decode", decode)):
         if w.count < 1:
-            raise PredictError(f"{side} must be at least 1 (got {w.count})")
+            raise PredictError(f"a disaggregated replica needs at least one {side} worker (--{side}-workers, "
+                               f"Workers.count): got {w.count}")
     if not MIN_LINK_BYTES_PER_S <= kv_transfer_bandwidth_bytes_per_s <= MAX_LINK_BYTES_PER_S:
         raise PredictError(f"kv_transfer_bandwidth_bytes_per_s must be {MIN_LINK_BYTES_PER_S:g} to "
                            f"{MAX_LINK_BYTES_PER_S:g} bytes/s (--kv-transfer-gb-per-s {MIN_LINK_BYTES_PER_S / 1e9:g} to "

@@ -499,3 +499,13 @@ def test_a_layout_field_without_effect_or_past_its_bound_is_refused(par, model, 
     with pytest.raises(ApmwError, match=said):
         _replica(par, model=model, gpu="H100" if "Llama" in model else "H200")
     _replica({"dp_attention": 8, "ep": 8, "expert_imbalance": 8.0, "two_batch_overlap": True})   # at the bound
+
+
+def test_a_layout_whose_copies_do_not_fit_says_so_not_to_add_gpus():
+    # 4,096 redundant experts make DeepSeek-V3's eight DEP ranks hold 11 TB; its 673 GB checkpoint fits on 8 x H200
+    with pytest.raises(ApmwError) as err:
+        _replica({"dp_attention": 8, "ep": 8, "redundant_experts": 4096}, gpus=8)
+    msg = str(err.value)
+    assert "The checkpoint's 673.0 GB would fit on these GPUs; the layout holds more (its 4096 redundant experts " \
+           "and the attention on each of its 8 attention-DP ranks)" in msg
+    assert "of at least" not in msg

@@ -274,11 +274,19 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
         # tensor parallelism shards the heads evenly: the least count that does and holds the weights
         min_gpus = next(n for n in range(min_gpus, heads + 1) if heads % n == 0)
         at_least = f" of at least {min_gpus}, a count that divides the {heads} attention heads"
+    what = f"Use more GPUs per replica ({gpus_field}{at_least}){hint}, a smaller {dtype_field}, or a larger GPU."
+    if min_gpus and min_gpus <= g:
+        # the checkpoint would fit on these GPUs held once: the layout's copies are what does not
+        lay = step.parallel
+        copies = [c for c, on in ((f"its {lay.redundant_experts} redundant experts", lay.redundant_experts),
+                                  (f"the attention on each of its {lay.dp} attention-DP ranks", lay.dp > 1)) if on]
+        what = (f"The checkpoint's {step.weight_bytes / 1e9:.1f} GB would fit on these GPUs; the layout holds more "
+                f"({' and '.join(copies) or 'its replicated weights'}): hold fewer copies{hint}, use a smaller "
+                f"{dtype_field}, or a larger GPU.")
     raise DoesNotFitError(
         f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB{_with_draft(mem)} + workspace "
         f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "
-        f"usable, {need / 1e9:.1f} GB needed). Use more GPUs per replica ({gpus_field}{at_least}){hint}, "
-        f"a smaller {dtype_field}, or a larger GPU.")
+        f"usable, {need / 1e9:.1f} GB needed). {what}")
 
 
 def _with_draft(mem: MemoryBudget) -> str:

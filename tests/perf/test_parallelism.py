@@ -509,3 +509,20 @@ def test_a_layout_whose_copies_do_not_fit_says_so_not_to_add_gpus():
     assert "The checkpoint's 673.0 GB would fit on these GPUs; the layout holds more (its 4096 redundant experts " \
            "and the attention on each of its 8 attention-DP ranks)" in msg
     assert "of at least" not in msg
+
+
+def test_a_layout_the_model_refuses_is_named_with_its_file_and_line(tmp_path):
+    import yaml
+
+    from apmw.spec import load_spec
+
+    path = tmp_path / "tp3.yaml"
+    path.write_text(yaml.safe_dump(_spec({"tp": 3}, gpus=3), sort_keys=False))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == "parallelism:")
+    with pytest.raises(ApmwError) as err:
+        replica_from_spec(load_spec(path))
+    assert str(err.value).startswith(f"{path}: line {line}: serving.parallelism: tp 3 does not divide")
+    with pytest.raises(ApmwError) as err:              # the same spec from a dict has no file to name
+        replica_from_spec(spec_from_dict(_spec({"tp": 3}, gpus=3)))
+    assert str(err.value).startswith("serving.parallelism: tp 3 does not divide")
+    assert load_spec(path) == spec_from_dict(_spec({"tp": 3}, gpus=3))     # where it was read is not what it says

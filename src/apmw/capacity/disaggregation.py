@@ -107,7 +107,11 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
         return None
     g = d.prefill_gpus_per_worker
     layout = prefill_layout(spec.serving)
-    check_layout(layout, replica.arch, spec.serving.engine, field="serving.disaggregation.prefill_parallelism")
+    field = "serving.disaggregation.prefill_parallelism"
+    try:
+        check_layout(layout, replica.arch, spec.serving.engine, field=field)
+    except ApmwError as exc:
+        raise ApmwError(f"{spec.where(field)}{exc}") from None
     step = build_step_model(replica.arch, replica.gpu, g, spec.model.weight_dtype, spec.model.kv_dtype,
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain

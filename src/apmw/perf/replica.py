@@ -321,21 +321,25 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     model already built for the spec's model and GPUs (a server's measured one,
     :mod:`apmw.perf.measured`).
     """
-    with _named_in("model.config"):
+    with _named_in("model.config", spec):
         arch = load_architecture(spec.model.config)
-    with _named_in("hardware.gpu"):
+    with _named_in("hardware.gpu", spec):
         gpu = resolve_gpu(spec.hardware.gpu)
     g = spec.hardware.gpus_per_replica
     layout = layout_of(spec.serving, g)
     if layout.gpus != g:
-        raise ApmwError(f"hardware.gpus_per_replica: {g} GPUs, but serving.parallelism lays out {layout.gpus} "
-                        f"({layout.describe()}); make them equal (or leave gpus_per_replica out)")
+        raise ApmwError(f"{spec.where('hardware.gpus_per_replica')}hardware.gpus_per_replica: {g} GPUs, but "
+                        f"serving.parallelism lays out {layout.gpus} ({layout.describe()}); make them equal (or leave "
+                        "gpus_per_replica out)")
     if arch.num_heads % layout.tp and spec.serving.parallelism is None:
         raise ApmwError(
-            f"hardware.gpus_per_replica: {g} GPUs do not divide {arch.name}'s {arch.num_heads} attention heads; "
-            f"tensor parallelism shards heads evenly, so use a count that divides {arch.num_heads} "
-            f"(or serving.parallelism: {{tp: T, dp_attention: {g}/T}})")
-    check_layout(layout, arch, spec.serving.engine)
+            f"{spec.where('hardware.gpus_per_replica')}hardware.gpus_per_replica: {g} GPUs do not divide "
+            f"{arch.name}'s {arch.num_heads} attention heads; tensor parallelism shards heads evenly, so use a count "
+            f"that divides {arch.num_heads} (or serving.parallelism: {{tp: T, dp_attention: {g}/T}})")
+    try:
+        check_layout(layout, arch, spec.serving.engine)
+    except ApmwError as exc:
+        raise ApmwError(f"{spec.where('serving.parallelism')}{exc}") from None
     if step is None:
         try:
             step = _step_model(arch, gpu, g, spec, efficiency, calibrated, layout)
@@ -358,12 +362,13 @@ def _pool_sized(policy: ServingPolicy, serving: Serving, step: StepModel, mem: M
 
 
 @contextmanager
-def _named_in(spec_field: str) -> Iterator[None]:
-    """An unknown name or unreadable config refused with the spec field that gave it."""
+def _named_in(spec_field: str, spec: Spec | None = None) -> Iterator[None]:
+    """An unknown name or unreadable config refused with the spec field that gave it (and its file and line, where
+    ``spec`` was read from a file)."""
     try:
         yield
     except (UnknownNameError, ConfigError) as exc:
-        raise type(exc)(f"{spec_field}: {exc}") from None
+        raise type(exc)(f"{spec.where(spec_field) if spec is not None else ''}{spec_field}: {exc}") from None
 
 
 # Step models recently built, by everything :func:`build_step_model` reads: a design-space search re-plans one

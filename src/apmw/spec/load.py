@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from apmw.spec.model import Spec
-from apmw.spec.section import named_field
+from apmw.spec.model import Spec, SpecSource
+from apmw.spec.section import line_for, named_field
 
 
 # A spec is a few dozen keys, at most five levels deep (spec -> hardware -> gpu -> field, or a
@@ -61,13 +61,7 @@ def _key_lines(node: yaml.Node, prefix: tuple = (), seen: set[int] | None = None
     return lines
 
 
-def _line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
-    """The line of the deepest key of ``loc`` that exists in the file."""
-    keys = tuple(str(k) if not isinstance(k, int) else k for k in loc)
-    for n in range(len(keys), 0, -1):
-        if keys[:n] in lines:
-            return lines[keys[:n]]
-    return None
+_line_for = line_for
 
 
 # Engine options people copy from a launch command, and the spec field each maps to (vLLM's
@@ -265,4 +259,6 @@ def load_spec(path: str | Path) -> Spec:
     """Load and validate a YAML spec file."""
     data, node = _read_yaml(path, "spec; see examples/")
     lines = _key_lines(node) if node is not None else {}
-    return spec_from_dict(data, str(path), lines)
+    spec = spec_from_dict(data, str(path), lines)
+    spec._source = SpecSource(str(path), lines)
+    return spec

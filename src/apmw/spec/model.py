@@ -7,11 +7,11 @@ falls back to a default. Defaults that are physical constants cite their source.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from apmw.spec.distribution import Constant, Distribution, Empirical, reach
 from apmw.spec.economics import MIN_BUSY_WATTS, Cost, Fleet, Power
-from apmw.spec.section import FieldError, Section, settle
+from apmw.spec.section import FieldError, Section, line_for, settle
 from apmw.spec.serving import Serving
 from apmw.spec.spellings import Dtype, dtype_field
 
@@ -172,6 +172,23 @@ class Slo(Section):
         "token is at most 1 / this (tiers of 20 and 60 tokens/s are 50 and 17 ms)")
 
 
+class SpecSource:
+    """Where a spec was read from: the file and its keys' lines (an empty path: built from a dict). Not part of
+    what the spec says, so any two compare equal (a spec read from a file equals the same spec built from a
+    dict)."""
+
+    __slots__ = ("path", "lines")
+
+    def __init__(self, path: str, lines: dict[tuple, int]):
+        self.path, self.lines = path, lines
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SpecSource)
+
+    def __hash__(self) -> int:
+        return 0
+
+
 class Spec(Section):
     """A whole planning problem."""
 
@@ -184,6 +201,16 @@ class Spec(Section):
     cost: Cost
     fleet: Fleet = Field(default_factory=Fleet)
     seed: int = Field(default=0, ge=0, lt=2**63, description="seed of the session sampler (p95 from sampled sessions)")
+    # the file the spec was read from, for errors found past loading (apmw.spec.load.load_spec sets it)
+    _source: SpecSource = PrivateAttr(default_factory=lambda: SpecSource("", {}))
+
+    def where(self, field: str) -> str:
+        """``FILE: line N: `` for a dotted spec field (the deepest of its keys the file has), where the spec was
+        read from a file; else empty."""
+        if not self._source.path:
+            return ""
+        line = line_for(tuple(field.split(".")), self._source.lines)
+        return f"{self._source.path}: line {line}: " if line else f"{self._source.path}: "
 
     @model_validator(mode="after")
     def _layout_multiplies_out(self) -> "Spec":

@@ -9,6 +9,15 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, model_validator
 
 
+def line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
+    """The line of the deepest key of ``loc`` that exists in the file."""
+    keys = tuple(str(k) if not isinstance(k, int) else k for k in loc)
+    for n in range(len(keys), 0, -1):
+        if keys[:n] in lines:
+            return lines[keys[:n]]
+    return None
+
+
 class FieldError(ValueError):
     """A section's own check that one of its fields is wrong: ``field`` is that field's key path inside the
     section (``"ttl_s"``, ``"parallelism.tp"``, ``("tasks_per_hour", 3)``), so that the error names the field and

@@ -17,6 +17,9 @@ runs and the ratio:
    slopes (``apmw.sim.pricing._RooflineParts``); the baseline asks the step model every iteration (what the
    simulator did under attention DP before session 39). The results agree up to floating-point rounding
    (the largest relative difference of any number in the SimResult is printed).
+3. The same replica, its iterations where every running sequence of a rank decodes one token handled without
+   the per-sequence masks (``Scheduler.all_decoding``, ``Engine._advance``'s common case); the baseline masks
+   every rank's sequences as a mixed iteration does (``all_decoding`` kept false). Same SimResult (compared).
 """
 
 from __future__ import annotations
@@ -105,6 +108,34 @@ def coding_agent_dp8(a) -> None:
     print(f"largest relative difference in the result: {_largest_difference(first, second):.1e}")
 
 
+def _masked(schedule):
+    """The baseline of comparison 3: a schedule that never reports an all-decode iteration."""
+    def every_rank_masked(self, *args, **kwargs):
+        n = schedule(self, *args, **kwargs)
+        self.all_decoding = False
+        return n
+    return every_rank_masked
+
+
+def all_decode_ranks(a) -> None:
+    from apmw.sim.scheduler import Scheduler
+
+    d = yaml.safe_load((ROOT / "examples" / "coding-agent.yaml").read_text())
+    d["serving"]["parallelism"] = {"tp": 1, "dp_attention": 8, "ep": 8}
+    spec = spec_from_dict(d)
+    plain, first = _best(spec, a.coding_agents, a.coding_duration_s, a.repeat)
+    schedule = Scheduler.schedule
+    Scheduler.schedule = _masked(schedule)
+    try:
+        masked, second = _best(spec, a.coding_agents, a.coding_duration_s, a.repeat)
+    finally:
+        Scheduler.schedule = schedule
+    print(f"\nthe same, {first['iterations']} iterations")
+    print(f"every rank's sequences masked (baseline)     {masked:7.2f} s")
+    print(f"all-decode ranks without masks             {plain:7.2f} s   {masked / plain:.2f}x faster")
+    print("same result:", first == second)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=2221)
@@ -127,6 +158,7 @@ def main() -> None:
     print(f"ranks priced in one pass            {together:7.2f} s   {apart / together:.2f}x faster")
     print("same result:", first == second)
     coding_agent_dp8(a)
+    all_decode_ranks(a)
 
 
 if __name__ == "__main__":

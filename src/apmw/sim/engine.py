@@ -251,11 +251,26 @@ class Engine:
                     n = sched.schedule(prompts=False, admit=False)
             else:
                 n = sched.schedule()
+            r = sched.running
+            if sched.all_decoding and self.verify == 1:
+                # the common case: every running sequence decodes one token (what follows, without the masks)
+                b = len(n)
+                computed += b
+                if self._only is not None:
+                    kv_bytes, attn = self.pricer.loads(r.kv, n, r.pre)
+                else:
+                    for held, part in zip(priced, (r.kv, n, r.pre)):
+                        held.append(part)
+                sched.decay_share(1)
+                decode_tokens += b
+                decode += b
+                running += b
+                parts.append((sched, n, None, None, b))
+                continue
             c = int(n.sum())
             if not c:
                 continue
             computed += c
-            r = sched.running
             active = n > 0
             if int(np.count_nonzero(active)) == len(n):      # the common case: every running sequence computes
                 kv, n_act, pre = r.kv, n, r.pre
@@ -306,12 +321,27 @@ class Engine:
         return (float(at_busiest_rank(lay, decode_seqs, max(kv_by_rank))),
                 float(at_busiest_rank(lay, decode_seqs, max(attn_by_rank))))
 
-    def _advance(self, sched: Scheduler, n: np.ndarray, active: np.ndarray, decoding: np.ndarray,
+    def _advance(self, sched: Scheduler, n: np.ndarray, active: np.ndarray | None, decoding: np.ndarray | None,
                  decode: int) -> None:
         """``sched``'s sequences after an iteration that computed ``n`` tokens each: prompts that finished
         their prefill emit their first token, decodes theirs (or what their drafts kept), and finished calls
         go back to the driver."""
         r, st = sched.running, self.stats
+        if active is None:
+            # every running sequence decoded one token (step_once's common case): a decoding sequence holds its
+            # pending token's place in total, so the token just computed is generated
+            r.kv += 1
+            if self.check:
+                assert (r.kv == r.total).all(), "a decoding sequence's total is not one past its KV"
+            sched.ledger.computed(decode)
+            r.gen += 1
+            r.total += 1
+            st.decode_tokens += decode
+            st.generated_tokens += decode
+            done = r.gen == r.out
+            if np.count_nonzero(done):
+                self._finish(sched, done)
+            return
         if self.verify > 1 and decode:
             n = sched.keep_accepted(n, decoding, self.acceptance)
         else:

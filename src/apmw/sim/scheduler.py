@@ -52,6 +52,8 @@ class Scheduler:
         self.stats = stats
         # told of every admission before it is made (the fleet simulator counts them)
         self.admitted = admitted
+        # whether the last schedule() had every running sequence decode and admitted none (its tokens: verify each)
+        self.all_decoding = False
 
     # ---- rule 2: admission ----------------------------------------------------------------------------
     def admission(self, seq: Seq, budget: int):
@@ -116,6 +118,7 @@ class Scheduler:
             if ledger.fits(total_need):
                 ledger.take(total_need)
                 r.own += need
+                self.all_decoding = True
                 return np.full(b, v, dtype=np.int64), budget - b * v, False
         want = np.where(r.pre, r.total - r.kv if prompts else 0, v if decodes else 0)
         before = np.cumsum(want) - want
@@ -163,6 +166,7 @@ class Scheduler:
         """Tokens per running sequence this iteration (rule 1), then admissions (rule 2) appended."""
         r = self.running
         budget = self.max_tokens
+        self.all_decoding = False
         n, budget, preempted = (self._schedule_running(budget, prompts, decodes) if r.seqs
                                 else (np.zeros(0, np.int64), budget, False))
         if not preempted and admit:
@@ -179,6 +183,7 @@ class Scheduler:
                 added.append(ni)
                 budget -= ni
             if added:
+                self.all_decoding = False
                 n = np.concatenate((n, np.array(added, dtype=np.int64)))
         return n
 

@@ -96,3 +96,14 @@ def test_a_short_run_where_the_pool_ran_short_warns_that_its_p95_may_be_far_off(
     (warning,) = short.to_dict()["warnings"]
     assert "ran short at 32 agents" in warning and f"recorded {short.completed_tasks:,}" in warning
     assert simulate(spec, 4, duration_s=3000, seed=1).to_dict()["warnings"] == []
+
+
+def test_a_run_that_records_no_task_says_so_and_what_to_do():
+    spec = Path(__file__).resolve().parents[2] / "examples" / "coding-agent.yaml"
+    r = run(spec, "--agents", "10", "--duration-s", "1e-9", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["completed_tasks"] == 0 and d["meets_slo"] is False
+    (warning,) = d["warnings"]
+    assert "no task was recorded in the 8e-10 s measurement window" in warning and "run longer" in warning
+    assert "warning: no task was recorded" in r.stderr

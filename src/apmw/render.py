@@ -155,4 +155,10 @@ def verify_table(console: Console, v: dict) -> None:
     console.print(f"decode batch {v['decode_batch_mean']['analytic']:.1f} analytic vs "
                   f"{v['decode_batch_mean']['simulated']:.1f} simulated; preemptions {v['preemptions']}; "
                   f"prefix hit rate {v['prefix_hit_rate']:.1%}; simulated SLO "
-                  f"{'met' if v['simulated_meets_slo'] else '[red]missed[/]'}")
+                  f"{'met' if v['simulated_meets_slo'] else '[red]missed[/]: ' + missed_slos(v['simulated_slo_verdict'])}")
+
+
+def missed_slos(verdict: dict) -> str:
+    """The SLOs a verdict (apmw.capacity.slo.slo_table) misses, each with its figure and limit."""
+    return "; ".join(f"{name} {seconds_text(x['value_s'])} > {seconds_text(x['limit_s'])}"
+                     for name, x in verdict.items() if not x["met"])

@@ -171,7 +171,12 @@ def test_plan_verify_exits_3_when_the_simulator_misses_the_slo():
     assert r.returncode == 3, r.stderr
     v = json.loads(r.stdout)["verify"]
     assert v["simulated_meets_slo"] is False
-    assert "misses the SLO at" in r.stderr
+    # which SLO, its simulated figure and its limit, in the JSON and on stderr
+    missed = [name for name, x in v["simulated_slo_verdict"].items() if not x["met"]]
+    assert missed == ["task_latency_p95"]
+    x = v["simulated_slo_verdict"]["task_latency_p95"]
+    assert x["limit_s"] == 1800 and x["value_s"] == v["task_latency_s"]["simulated"]["p95"] > 1800
+    assert f"misses the SLO at 27 agents (task_latency_p95 {x['value_s']:,.0f} s > 1,800 s; exit 3)" in r.stderr
     # one run of a few hundred tasks where the pool ran short: its p95 may read low (or high), and it says so
     assert v["preemptions"] > 0 and len(v["warnings"]) == 1 and "ran short at 27 agents" in v["warnings"][0]
 

@@ -127,8 +127,10 @@ SIMULATED_SLO_MISSED_EXIT = 3
 
 def _exit_if_simulation_missed(checked: dict | None) -> None:
     if checked is not None and checked["simulated_meets_slo"] is False:
+        from apmw.render import missed_slos
+
         typer.echo(f"apmw plan --verify: the simulator misses the SLO at {checked['agents']} agents "
-                   f"(exit {SIMULATED_SLO_MISSED_EXIT})", err=True)
+                   f"({missed_slos(checked['simulated_slo_verdict'])}; exit {SIMULATED_SLO_MISSED_EXIT})", err=True)
         raise typer.Exit(SIMULATED_SLO_MISSED_EXIT)
 
 

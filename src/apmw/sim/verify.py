@@ -38,5 +38,7 @@ def verify_plan(result: Plan, duration_s: float | None = None,
         "preemptions": sim["preemptions"],
         "prefix_hit_rate": sim["prefix_hit_rate"],
         "simulated_meets_slo": sim["meets_slo"],
+        # each SLO the spec sets, at the simulated figures: {limit_s, value_s, met} (apmw.capacity.slo.slo_table)
+        "simulated_slo_verdict": sim["slo_verdict"],
         "warnings": sim["warnings"],
     }

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from apmw.arch import load_architecture
-from apmw.catalog.gpus import get_gpu
+from apmw.catalog.gpus import get_gpu, gpu_names
+from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, PowerModel, RooflineStepModel, activity_power_w
 from apmw.perf.power import MEMORY_BOUND_ACTIVITY
 from apmw.spec import Power
@@ -58,3 +59,16 @@ def test_power_model_reads_the_catalogue_and_the_spec_over_it():
     spec = PowerModel.of(gpu, Power(gpu_idle_power_w=50.0, host_power_w_per_gpu=0.0, provisioned_kw_per_gpu=2.0))
     assert spec.gpu_idle_w == 50.0 and spec.gpu_busy_w == gpu.busy_power_w and spec.host_w_per_gpu == 0.0
     assert spec.provisioned_power_w(8) == pytest.approx(16000.0)
+
+
+def test_a_provisioned_budget_below_the_modelled_draw_is_refused():
+    gpu = get_gpu("H100")
+    with pytest.raises(ApmwError, match=r"power: the provisioned budget per GPU, 1 W \(power.provisioned_kw_per_gpu "
+                                        r"0.001 kW\), is below the most the model lets a GPU draw, 1,072 W"):
+        PowerModel.of(gpu, Power(provisioned_kw_per_gpu=0.001))
+    with pytest.raises(ApmwError, match=r"910 W \(\(TDP 700 W \+ host nameplate 0 W, spec "
+                                        r"power.host_nameplate_w_per_gpu\) x PUE 1.3\), is below .* 2,210 W"):
+        PowerModel.of(gpu, Power(host_nameplate_w_per_gpu=0.0, host_power_w_per_gpu=1000.0))
+    # every catalogue GPU's defaults hold their own draw
+    for name in gpu_names():
+        PowerModel.of(get_gpu(name))

@@ -84,10 +84,30 @@ class PowerModel:
             raise ApmwError(f"the GPU's idle draw ({idle:g} W, {said('gpu_idle_power_w')}) exceeds its busy draw "
                             f"({busy:g} W, {said('gpu_busy_power_w')}); a GPU draws at least as much busy as idle, "
                             "so give an idle figure at most the busy one")
-        return cls(gpu_idle_w=idle, gpu_busy_w=busy,
-                   gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
-                   host_nameplate_w_per_gpu=nameplate, pue=p.pue,
-                   provisioned_kw_per_gpu=p.provisioned_kw_per_gpu, nameplate_source=source)
+        model = cls(gpu_idle_w=idle, gpu_busy_w=busy,
+                    gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
+                    host_nameplate_w_per_gpu=nameplate, pue=p.pue,
+                    provisioned_kw_per_gpu=p.provisioned_kw_per_gpu, nameplate_source=source)
+        model._check_budget_holds_the_draw(p)
+        return model
+
+    def _check_budget_holds_the_draw(self, p: Power) -> None:
+        """Refuse a provisioned budget below what the model lets one GPU draw at full load (busy GPU and host, at
+        the PUE): a facility provisions at least what it may draw, so such figures contradict each other and
+        would price agents per provisioned MW above the modelled ones."""
+        most_w = (self.gpu_busy_w + self.host_w_per_gpu) * self.pue
+        budget_w = self.provisioned_power_w(1)
+        if budget_w >= most_w:
+            return
+        how = (f"power.provisioned_kw_per_gpu {p.provisioned_kw_per_gpu:g} kW" if self.provisioned_kw_per_gpu is not None
+               else f"(TDP {self.gpu_tdp_w:g} W + host nameplate {self.host_nameplate_w_per_gpu:g} W, "
+                    f"{self.nameplate_source}) x PUE {self.pue:g}")
+        raise ApmwError(f"power: the provisioned budget per GPU, {budget_w:,.0f} W ({how}), is below the most the "
+                        f"model lets a GPU draw, {most_w:,.0f} W ((busy {self.gpu_busy_w:g} W + "
+                        f"power.host_power_w_per_gpu {self.host_w_per_gpu:g} W) x PUE {self.pue:g}); a facility "
+                        "provisions at least what it may draw: raise the budget "
+                        + ("(power.provisioned_kw_per_gpu)" if self.provisioned_kw_per_gpu is not None
+                           else "(power.host_nameplate_w_per_gpu)") + " or lower power.host_power_w_per_gpu")
 
     def gpu_power_w(self, utilisation, compute_share):
         """One GPU's draw at an operating point (vectorised)."""

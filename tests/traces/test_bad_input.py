@@ -198,3 +198,16 @@ def test_an_otel_span_time_no_span_was_recorded_at_is_a_bad_line(tmp_path, value
     assert s["skipped_lines"] == 1 and s["calls"] == fit_trace(FIXTURES / "otel_genai.jsonl").summary["calls"] - 1
     [(reason, d)] = s["skipped"].items()
     assert "is not a Unix time in nanoseconds from 2000 to 2262" in reason and d["examples"] == [f"{p}:1"]
+
+
+def test_a_jsonl_map_key_no_record_has_is_refused(tmp_path):
+    # a mistyped session key read as absent on every line, and every call became its own session
+    p = tmp_path / "calls.jsonl"
+    p.write_text('{"conv": "a", "in": 1000, "out": 100}\n{"conv": "a", "in": 1300, "out": 120}\n'
+                 '{"conv": "b", "in": 900, "out": 80, "cached": 100}\n')
+    with pytest.raises(TraceError, match=rf"{p}: --map names key\(s\) nope that no record has \(the first record's "
+                                         r"keys: conv, in, out\); fix the --map spelling"):
+        fit_trace(p, "jsonl", mapping="session=nope,input_tokens=in,output_tokens=out")
+    # a key some records have and others not (cached tokens on one call) is read where it is
+    s = fit_trace(p, "jsonl", mapping="session=conv,input_tokens=in,output_tokens=out,cached_tokens=cached").summary
+    assert s["calls"] == 3 and s["sessions"] == 2

@@ -123,8 +123,18 @@ def _dig(obj: dict, dotted: str) -> object:
 
 
 def read_jsonl(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
+    unseen = {c for c, _ in mapping.values()}        # mapped keys no record has had yet
+    first_keys: list[str] | None = None
     for line, obj in records(path, errors):
+        if first_keys is None:
+            first_keys = list(obj)[:20]
+        if unseen:
+            unseen -= {c for c in unseen if _dig(obj, c) is not None}
         try:
             yield _build(lambda c: _dig(obj, c), mapping, line)
         except (ValueError, TypeError) as exc:
             errors.skip(line, str(exc))
+    if unseen and first_keys is not None:
+        # a mistyped key reads as absent on every record: a session key so mistyped made every call its own session
+        raise TraceError(f"{path}: --map names key(s) {', '.join(sorted(unseen))} that no record has (the first "
+                         f"record's keys: {', '.join(first_keys)}); fix the --map spelling")

@@ -361,3 +361,15 @@ def test_check_tasks_with_analytic_is_said_to_do_nothing():
     assert r.returncode == 0 and "--check-tasks has no effect with --analytic" in " ".join(r.stderr.split())
     quiet = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--json")
     assert "--check-tasks" not in quiet.stderr
+
+
+def test_a_generic_trace_given_to_plan_says_to_fit_it_with_apmw_fit(tmp_path):
+    trace = tmp_path / "calls.csv"
+    trace.write_text("conv,in,out\na,1000,100\na,1300,120\n")
+    r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--workload-from", str(trace),
+            "--trace-format", "csv")
+    _no_traceback(r)
+    assert r.returncode == 1
+    said = " ".join(r.stderr.split())
+    assert "apmw plan --workload-from and apmw simulate --trace do not" in said
+    assert "apmw fit TRACE --format csv|jsonl --map ... -o workload.yaml" in said

@@ -33,7 +33,10 @@ def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
     """'field=column,...' -> {field: (column, scale to seconds or 1)}, with a message that lists the fields."""
     if not text:
         raise TraceError("the generic csv/jsonl formats need --map, e.g. "
-                         "--map input_tokens=prompt_tokens,output_tokens=completion_tokens,session=conversation_id")
+                         "--map input_tokens=prompt_tokens,output_tokens=completion_tokens,session=conversation_id "
+                         "(apmw fit takes it; apmw plan --workload-from and apmw simulate --trace do not: fit the "
+                         "trace with apmw fit TRACE --format csv|jsonl --map ... -o workload.yaml, and put that "
+                         "workload in the spec)")
     pairs = text.items() if isinstance(text, dict) else (p.split("=", 1) for p in text.split(",") if p.strip())
     mapping: dict[str, tuple[str, float]] = {}
     for pair in pairs:

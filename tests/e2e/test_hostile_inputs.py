@@ -244,6 +244,9 @@ def test_a_first_call_of_no_new_tokens_simulates(tmp_path, example):
     (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "--export", "aiperf",
       "--export-path", "{dir}/no/x.jsonl"], "the folder {dir}/no does not exist"),
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", "--out", "{dir}"], "--out {dir} is a folder"),
+    # a folder that exists but takes no new file (/proc's): refused before the report is built
+    (["report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate", "-o", "/proc/self/r.html"],
+     "-o /proc/self/r.html: cannot write there"),
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", "--resume", "--out", "{dir}/binary.jsonl"],
      "binary.jsonl:2: byte 0x80 is not UTF-8"),
     (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "4", "--duration-s", "1e9"], "at most 604,800 s"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
@@ -50,7 +51,27 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     for given in inputs:
         if given is not None and _same_file(path, Path(given)):
             fail(f"{flag} {path} is the input {given}; writing there would replace it: choose another path")
+    why = _unwritable(path)
+    if why:
+        fail(f"{flag} {path}: cannot write there ({why}); choose another path")
     return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why no file can be written at ``path``, found by trying (a permission check passes for root, and some
+    folders, /proc's, refuse new files whatever their modes say): an existing file opened for appending, nothing
+    written; else a probe file created beside it and removed. None when it can."""
+    try:
+        if path.exists():
+            with open(path, "ab"):
+                pass
+        else:
+            fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".apmw-write-probe-")
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def distinct_outputs(outputs: dict[str, Path | None]) -> None:

@@ -115,6 +115,9 @@ def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     assert lines[0].startswith("hour,tasks,concurrent_agents") and len(lines) == 25
     r = _fleet_cli(EXAMPLES / "support-chat.yaml")
     assert r.returncode == 1 and "fleet.tasks_per_hour" in r.stderr
+    # how the day would be simulated, given without --simulate, is refused rather than ignored
+    r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--replications", "0", "--seed", "3")
+    assert r.returncode == 1 and "--seed, --replications: apply only with --simulate" in r.stderr
 
 
 def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):

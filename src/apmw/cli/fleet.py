@@ -182,16 +182,21 @@ def fleet(
     if parquet_out is not None:
         output_path(parquet_out, "--parquet", inputs=[spec], put_in_place=True)
     distinct_outputs({"--csv": csv_out, "--parquet": parquet_out})
+    simulation_only = [flag for flag, on in (("--workers", workers != 1), ("--ray", ray_address is not None),
+                                             ("--seed", seed is not None), ("--replications", replications != 1),
+                                             ("--cells", cells is not None)) if on]
     if _is_fleet_file(spec):
-        given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0),
-                                       ("--workers", workers != 1), ("--ray", ray_address is not None),
-                                       ("--seed", seed is not None), ("--replications", replications != 1),
-                                       ("--cells", cells is not None)) if on]
+        given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0)) if on]
+        given += simulation_only
         if given:
             fail(f"{', '.join(given)}: not for a fleet file (mixed fleets are sized analytically); run apmw fleet "
                  "on one workload's spec to simulate its day")
         _mixed(spec, as_json, csv_out, parquet_out)
         return
+    if simulation_only and not simulate:
+        one = len(simulation_only) == 1
+        fail(f"{', '.join(simulation_only)}: appl{'ies' if one else 'y'} only with --simulate (how the day is "
+             f"simulated); add --simulate, or leave {'it' if one else 'them'} out")
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)

@@ -234,6 +234,8 @@ def test_capex_alone_prices_a_gpu_hour_as_its_amortised_purchase():
     ({"capex": {"usd_per_gpu": 1.0, "usd_per_system": 8.0, "years": 4}}, "not both"),
     ({"capex": {"usd_per_system": 8.0, "years": 4}}, "go together"),
     ({"capex": {"usd_per_gpu": 1.0, "years": 0}}, "years"),
+    # under a month is a unit slip: priced, it made a GPU-hour cost $3.4 million
+    ({"capex": {"usd_per_gpu": 30_000.0, "years": 1e-6}}, r"cost.capex.years: 1e-06 years is under a month"),
 ])
 def test_a_bad_cost_is_refused_by_field(cost, words):
     with pytest.raises(SpecError, match=words):

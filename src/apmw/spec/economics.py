@@ -66,6 +66,10 @@ HOURS_PER_YEAR = 365.25 * 24
 MAX_TASKS_PER_HOUR = 1e9
 
 
+# A purchase amortised over less than a month is a unit slip (months or days given as years), not a plan.
+MIN_CAPEX_YEARS = 1 / 12
+
+
 class Capex(Section):
     """The price of owning the GPUs, paid once and amortised straight-line over ``years``: per GPU, or per
     system (a node or rack: its price over the GPUs in it)."""
@@ -75,10 +79,14 @@ class Capex(Section):
     usd_per_system: float | None = Field(default=None, gt=0, le=1e10, description="purchase price of one system "
                                          "(an HGX node, an NVL72 rack), with gpus_per_system")
     gpus_per_system: int | None = Field(default=None, ge=1, le=100_000, description="GPUs in that system")
-    years: float = Field(gt=0, le=30, description="years the purchase is amortised over (straight line)")
+    years: float = Field(gt=0, le=30, description="years the purchase is amortised over (straight line; at least "
+                         "a month, 1/12)")
 
     @model_validator(mode="after")
     def _one_price(self) -> "Capex":
+        if self.years < MIN_CAPEX_YEARS:
+            raise FieldError("years", f"{self.years:g} years is under a month: a purchase is amortised over years "
+                             "(3 to 6 for GPUs); give the period in years (18 months is 1.5)")
         if (self.usd_per_gpu is None) == (self.usd_per_system is None):
             raise ValueError("give either usd_per_gpu or usd_per_system (with gpus_per_system), not "
                              + ("both" if self.usd_per_gpu is not None else "neither"))

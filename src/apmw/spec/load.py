@@ -244,6 +244,9 @@ def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        if "tag:yaml.org,2002:merge" in str(exc.problem):
+            raise SpecError(str(path), [f"{where}a YAML merge key (<<: *name) is not read here: write the keys out "
+                                        "(an alias of a whole value, key: *name, is)"]) from None
         raise SpecError(str(path), [f"{where}YAML syntax error: {exc.problem}"]) from None
     except yaml.YAMLError as exc:
         raise SpecError(str(path), [f"YAML error: {exc}"]) from None

@@ -106,8 +106,9 @@ def _refused(path: Path) -> str:
 
 @pytest.mark.parametrize("model,field,value", FIELDS)
 def test_a_hostile_field_is_refused_by_name(tmp_path, model, field, value):
-    message = _refused(_write(tmp_path, model, field, value))
-    assert f"'{field}'" in message
+    path = _write(tmp_path, model, field, value)
+    message = _refused(path)
+    assert f"'{field}'" in message and message.startswith(f"{path}: ")      # the user's file, by its path
 
 
 @pytest.mark.parametrize("model,field,literal", LITERALS)

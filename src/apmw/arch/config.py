@@ -54,7 +54,8 @@ class Cfg:
                 "the config.json (copy it from the model's HuggingFace config).")
         number = self._int(key, value)
         if number <= 0:
-            raise ConfigError(f"{self.name}: '{key}' is {shown(value)}; it must be positive.")
+            raise ConfigError(f"{self.name}: '{key}' is {shown(value)}; it must be positive. "
+                              "Fix the value in the config.json.")
         return number
 
     def first(self, keys: tuple[str, ...], default: int = 0) -> int:

@@ -111,7 +111,12 @@ def load_architecture(name_or_path: str) -> Architecture:
     carries them."""
     cfg, source = load_config(name_or_path)
     name = resolve_model_name(name_or_path) if not on_disk(name_or_path) else None
-    arch = architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
+    try:
+        arch = architecture_from_config(cfg, name or _name_from_path(name_or_path), source)
+    except ConfigError as exc:
+        if name is not None:        # a bundled config: its name says which
+            raise
+        raise type(exc)(f"{local_path(name_or_path)}: {exc}") from None     # the user's file: say where it is
     known = published_format(name_or_path)
     if known is None:
         return arch

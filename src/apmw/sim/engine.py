@@ -253,40 +253,31 @@ class Engine:
                 n = sched.schedule()
             r = sched.running
             if sched.all_decoding and self.verify == 1:
-                # the common case: every running sequence decodes one token (what follows, without the masks)
-                b = len(n)
-                computed += b
-                if self._only is not None:
-                    kv_bytes, attn = self.pricer.loads(r.kv, n, r.pre)
-                else:
-                    for held, part in zip(priced, (r.kv, n, r.pre)):
-                        held.append(part)
-                sched.decay_share(1)
-                decode_tokens += b
-                decode += b
-                running += b
-                parts.append((sched, n, None, None, b))
-                continue
-            c = int(n.sum())
-            if not c:
-                continue
-            computed += c
-            active = n > 0
-            if int(np.count_nonzero(active)) == len(n):      # the common case: every running sequence computes
-                kv, n_act, pre = r.kv, n, r.pre
+                # the common case: every running sequence decodes one token, so there are no masks to take
+                c = decode_r = rank_decode_tokens = len(n)
+                kv, n_act, pre, active, decoding = r.kv, n, r.pre, None, None
             else:
-                kv, n_act, pre = r.kv[active], n[active], r.pre[active]
+                c = int(n.sum())
+                if not c:
+                    continue
+                active = n > 0
+                if int(np.count_nonzero(active)) == len(n):      # every running sequence computes
+                    kv, n_act, pre = r.kv, n, r.pre
+                else:
+                    kv, n_act, pre = r.kv[active], n[active], r.pre[active]
+                decode_r = int(len(kv) - np.count_nonzero(pre))
+                decoding = active & ~r.pre
+                # a decoding sequence computes one token, or its pending token and the drafts
+                rank_decode_tokens = int(n[decoding].sum()) if self.verify > 1 else decode_r
+            computed += c
             if self._only is not None:
                 kv_bytes, attn = self.pricer.loads(kv, n_act, pre)
             else:
                 for held, part in zip(priced, (kv, n_act, pre)):
                     held.append(part)
-            decode_r = int(len(kv) - np.count_nonzero(pre))
             if decode_r:
                 sched.decay_share(1)
-            decoding = active & ~r.pre
-            # a decoding sequence computes one token, or its pending token and the drafts
-            decode_tokens += int(n[decoding].sum()) if self.verify > 1 else decode_r
+            decode_tokens += rank_decode_tokens
             decode += decode_r
             running += len(kv)
             parts.append((sched, n, active, decoding, decode_r))

@@ -21,3 +21,12 @@ class UnknownNameError(ApmwError):
 
 class ConfigError(ApmwError):
     """A config file or field that cannot be used as given (bad JSON, missing field)."""
+
+
+class FieldRefusal(ApmwError):
+    """A setting this replica cannot take, refused where it is checked; ``field`` names the spec field that holds
+    it (dotted, ``model.kv_dtype``), so a caller that read a spec file can say where it is."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field

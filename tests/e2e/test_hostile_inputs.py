@@ -453,3 +453,35 @@ def test_predict_refuses_a_flag_its_layout_does_not_read(flags, said):
     base = ("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1024", "--osl", "128",
             "--concurrency", "4")
     assert said in _clean(_run(*base, *flags))
+
+
+def _line_of(text: str, key: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(key))
+
+
+# Session 40: refusals made while the replica is built (its step model, its GPU, its power) name the spec's file
+# and the line of the field that caused them, as the loader's own refusals do.
+@pytest.mark.parametrize("text,key,words", [
+    (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: meta-llama/Llama-3.1-8B")
+     .replace("  weight_dtype: fp8", "  weight_dtype: fp8\n  moe_dtype: mxfp4"), "moe_dtype:",
+     "has no routed experts for it to apply to"),
+    (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  max_batch: 256")
+     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict").replace("kv_dtype: bf16", "kv_dtype: fp8"),
+     "kv_dtype:", "kv_dtype fp8: llamacpp stores its KV cache in"),
+    (CODING.replace("  max_batch: 256", "  engine: trtllm\n  max_batch: 256").replace("gpu: H200", "gpu: MI355X"),
+     "engine:", "engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only"),
+    (CODING.replace("  max_batch: 256", "  engine_version: 0.1.0\n  max_batch: 256"), "engine_version:",
+     "serving.engine_version '0.1.0' (vllm): no bundled kernel tables"),
+    (CODING.replace("  pue: 1.3", "  pue: 1.3\n  gpu_idle_power_w: 900"), "gpu_idle_power_w:",
+     "the GPU's idle draw (900 W, power.gpu_idle_power_w) exceeds its busy draw"),
+    (CODING.replace("  pue: 1.3", "  pue: 1.3\n  provisioned_kw_per_gpu: 0.5"), "provisioned_kw_per_gpu:",
+     "power: the provisioned budget per GPU, 500 W"),
+    (CODING.replace("  gpu: H200", "  gpu: {hbm_bytes: 141.0e+9}"), "gpu:",
+     "hardware.gpu: a custom GPU (no 'name') needs hbm_bandwidth_bytes_per_s"),
+    (CODING.replace("  gpu: H200", "  gpu: {name: H200, idle_power_w: 900}"), "gpu:",
+     "hardware.gpu: idle_power_w 900 W is not below busy_power_w 700 W"),
+])
+def test_a_refusal_found_building_the_replica_names_the_spec_file_and_line(tmp_path, text, key, words):
+    said = _clean(_plan_text(tmp_path, text))
+    assert f"{tmp_path / 'spec.yaml'}: line {_line_of(text, key)}: " in said
+    assert words in said

@@ -56,7 +56,7 @@ def test_a_replica_the_pinned_tables_cannot_price_is_refused_with_why():
 def test_the_spec_field_is_named_in_its_error():
     spec = load_spec(bundled_examples()["support-chat"])
     pinned = spec.model_copy(update={"serving": spec.serving.model_copy(update={"engine_version": "0.4.0"})})
-    with pytest.raises(ApmwError, match=r"^serving\.engine_version '0\.4\.0' \(vllm\)"):
+    with pytest.raises(ApmwError, match=r"support-chat\.yaml: line \d+: serving\.engine_version '0\.4\.0' \(vllm\)"):
         replica_from_spec(pinned)
     ok = spec.model_copy(update={"serving": spec.serving.model_copy(update={"engine_version": "0.24.0"})})
     assert replica_from_spec(ok).step.source == "calibrated"

@@ -132,7 +132,7 @@ def test_the_setting_is_named_as_the_spec_and_the_cli_name_it():
 
     spec = load_spec("examples/coding-agent.yaml")
     w4a8 = spec.model_copy(update={"serving": spec.serving.model_copy(update={"mxfp4_moe_activations": "mxfp8"})})
-    with pytest.raises(ApmwError, match=r"^serving\.mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts"):
+    with pytest.raises(ApmwError, match=r"^examples/coding-agent\.yaml: line \d+: serving\.mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts"):
         replica_from_spec(w4a8)
     _register_verbs()   # every verb, as the `apmw` entry point does
     base = ["predict", "--model", "openai/gpt-oss-120b", "--tp", "1", "--weight-dtype", "fp4", "--kv-dtype", "fp8",

@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.catalog.gpus import GpuSpec
 from apmw.catalog.systems import system_for_gpu
-from apmw.errors import ApmwError, UnknownNameError
+from apmw.errors import FieldRefusal, UnknownNameError
 from apmw.spec import Power
 
 # Share of the idle-to-busy range a GPU draws when it is busy but memory-bound (decode at
@@ -81,9 +81,10 @@ class PowerModel:
         busy = gpu.busy_power_w if p.gpu_busy_power_w is None else p.gpu_busy_power_w
         if idle > busy:
             said = lambda field: "power." + field if getattr(p, field) is not None else f"{gpu.name}'s"  # noqa: E731
-            raise ApmwError(f"the GPU's idle draw ({idle:g} W, {said('gpu_idle_power_w')}) exceeds its busy draw "
-                            f"({busy:g} W, {said('gpu_busy_power_w')}); a GPU draws at least as much busy as idle, "
-                            "so give an idle figure at most the busy one")
+            given = "power.gpu_idle_power_w" if p.gpu_idle_power_w is not None else "power.gpu_busy_power_w"
+            raise FieldRefusal(f"the GPU's idle draw ({idle:g} W, {said('gpu_idle_power_w')}) exceeds its busy draw "
+                               f"({busy:g} W, {said('gpu_busy_power_w')}); a GPU draws at least as much busy as "
+                               "idle, so give an idle figure at most the busy one", given)
         model = cls(gpu_idle_w=idle, gpu_busy_w=busy,
                     gpu_tdp_w=gpu.tdp_w, host_w_per_gpu=p.host_power_w_per_gpu,
                     host_nameplate_w_per_gpu=nameplate, pue=p.pue,
@@ -102,12 +103,13 @@ class PowerModel:
         how = (f"power.provisioned_kw_per_gpu {p.provisioned_kw_per_gpu:g} kW" if self.provisioned_kw_per_gpu is not None
                else f"(TDP {self.gpu_tdp_w:g} W + host nameplate {self.host_nameplate_w_per_gpu:g} W, "
                     f"{self.nameplate_source}) x PUE {self.pue:g}")
-        raise ApmwError(f"power: the provisioned budget per GPU, {budget_w:,.0f} W ({how}), is below the most the "
-                        f"model lets a GPU draw, {most_w:,.0f} W ((busy {self.gpu_busy_w:g} W + "
-                        f"power.host_power_w_per_gpu {self.host_w_per_gpu:g} W) x PUE {self.pue:g}); a facility "
-                        "provisions at least what it may draw: raise the budget "
-                        + ("(power.provisioned_kw_per_gpu)" if self.provisioned_kw_per_gpu is not None
-                           else "(power.host_nameplate_w_per_gpu)") + " or lower power.host_power_w_per_gpu")
+        raise FieldRefusal(f"power: the provisioned budget per GPU, {budget_w:,.0f} W ({how}), is below the most the "
+                           f"model lets a GPU draw, {most_w:,.0f} W ((busy {self.gpu_busy_w:g} W + "
+                           f"power.host_power_w_per_gpu {self.host_w_per_gpu:g} W) x PUE {self.pue:g}); a facility "
+                           "provisions at least what it may draw: raise the budget "
+                           + ("(power.provisioned_kw_per_gpu)" if self.provisioned_kw_per_gpu is not None
+                              else "(power.host_nameplate_w_per_gpu)") + " or lower power.host_power_w_per_gpu",
+                           "power.provisioned_kw_per_gpu" if self.provisioned_kw_per_gpu is not None else "power")
 
     def gpu_power_w(self, utilisation, compute_share):
         """One GPU's draw at an operating point (vectorised)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from apmw.arch import Architecture, canonical_dtype, load_architecture
 from apmw.catalog.gpus import GpuSpec, get_gpu
-from apmw.errors import ApmwError, ConfigError, UnknownNameError
+from apmw.errors import ApmwError, ConfigError, FieldRefusal, UnknownNameError
 from apmw.perf.efficiency import Efficiency, efficiency_for_gpu
 from apmw.perf.memory import MemoryBudget, memory_budget
 from apmw.perf.calibrated import CalibratedStepModel, calibration_gap, covering_tables
@@ -53,11 +53,11 @@ def _overridden(base: GpuSpec, overrides: dict) -> GpuSpec:
 def _checked_power(gpu: GpuSpec) -> GpuSpec:
     """Refuse power figures no GPU has: a busy draw above the TDP, an idle draw at or above the busy one."""
     if gpu.busy_power_w > gpu.tdp_w:
-        raise ApmwError(f"hardware.gpu: busy_power_w {gpu.busy_power_w:.0f} W exceeds tdp_w {gpu.tdp_w:.0f} W; a GPU "
-                        "draws at most its TDP: lower busy_power_w or raise tdp_w")
+        raise ConfigError(f"busy_power_w {gpu.busy_power_w:.0f} W exceeds tdp_w {gpu.tdp_w:.0f} W; a GPU "
+                          "draws at most its TDP: lower busy_power_w or raise tdp_w")
     if gpu.idle_power_w >= gpu.busy_power_w:
-        raise ApmwError(f"hardware.gpu: idle_power_w {gpu.idle_power_w:.0f} W is not below busy_power_w "
-                        f"{gpu.busy_power_w:.0f} W; give an idle draw below the busy one")
+        raise ConfigError(f"idle_power_w {gpu.idle_power_w:.0f} W is not below busy_power_w "
+                          f"{gpu.busy_power_w:.0f} W; give an idle draw below the busy one")
     return gpu
 
 
@@ -72,7 +72,7 @@ def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
                 "scaleup_bw_bytes_per_s")
     missing = [f for f in required if f not in overrides]
     if missing:
-        raise ApmwError(f"hardware.gpu: a custom GPU (no 'name') needs {', '.join(missing)}; "
+        raise ConfigError(f"a custom GPU (no 'name') needs {', '.join(missing)}; "
                         "or give 'name' of a catalogue GPU to start from (apmw model --gpus lists them)")
     return _checked_power(GpuSpec(
         name="custom", vendor="custom",
@@ -177,12 +177,13 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     ``mxfp4_moe_activations`` ("bf16" or "mxfp8"; None: the engine's default on the GPU) picks the measured
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
-    refused = context_kv_refusal(arch) or engine_refusal(gpu, engine) or kv_dtype_refusal(gpu, kv_dtype, engine)
-    if refused:
-        raise ApmwError(refused)
+    for field, refused in (("model.config", context_kv_refusal(arch)), ("serving.engine", engine_refusal(gpu, engine)),
+                           ("model.kv_dtype", kv_dtype_refusal(gpu, kv_dtype, engine))):
+        if refused:
+            raise FieldRefusal(refused, field)
     if moe_dtype is not None and not arch.moe_layers:
-        raise ApmwError(f"moe_dtype '{moe_dtype}' is set, but {arch.name} has no routed experts for it to apply to; "
-                        "leave it out (weight_dtype sets a dense model's weights)")
+        raise FieldRefusal(f"moe_dtype '{moe_dtype}' is set, but {arch.name} has no routed experts for it to apply "
+                           "to; leave it out (weight_dtype sets a dense model's weights)", "model.moe_dtype")
     if engine_version is not None:
         return _pinned_step_model(arch, gpu, gpus, weight_dtype, kv_dtype, efficiency, engine, calibrated, layout,
                                   moe_dtype, engine_version, mxfp4_moe_activations)
@@ -343,15 +344,22 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
     if step is None:
         try:
             step = _step_model(arch, gpu, g, spec, efficiency, calibrated, layout)
-        except (EngineVersionError, ServingSettingError) as exc:
-            raise ApmwError(f"serving.{exc}") from None
+        except FieldRefusal as exc:
+            raise ApmwError(f"{spec.where(exc.field)}{exc}") from None
+        except (EngineVersionError, ServingSettingError) as exc:    # their messages start with the setting's name
+            field = "serving." + str(exc).split(" ", 1)[0]
+            raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
     policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
                             own_kernels=_prices_own_kernels(step))
     speculative = speculative_decoding(spec.serving.speculative, step.arch, step.weight_dtype, step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     policy = _pool_sized(policy, spec.serving, step, mem)
-    return Replica(step=step, memory=mem, policy=policy, power=PowerModel.of(gpu, spec.power), speculative=speculative)
+    try:
+        power = PowerModel.of(gpu, spec.power)
+    except FieldRefusal as exc:
+        raise ApmwError(f"{spec.where(exc.field)}{exc}") from None
+    return Replica(step=step, memory=mem, policy=policy, power=power, speculative=speculative)
 
 
 def _pool_sized(policy: ServingPolicy, serving: Serving, step: StepModel, mem: MemoryBudget) -> ServingPolicy:

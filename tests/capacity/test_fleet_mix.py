@@ -263,6 +263,14 @@ def test_a_missing_spec_file_is_named(tmp_path):
     assert f"line 3: workloads.0.spec: {tmp_path / 'nowhere.yaml'}: file not found" in _error(path)
 
 
+def test_a_spec_that_is_a_folder_is_called_one_not_missing(tmp_path):
+    (tmp_path / "specs").mkdir()
+    path = _fleet(tmp_path, [{"name": "a", "spec": "specs"}], {})
+    msg = _error(path)
+    assert f"line 3: workloads.0.spec: {tmp_path / 'specs'}: is a directory, not a file" in msg
+    assert "not found" not in msg
+
+
 def test_a_bad_override_is_named_in_the_fleet_file_and_a_bad_spec_in_its_own(tmp_path):
     path = tmp_path / "fleet.yaml"
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(_spec_dict()))

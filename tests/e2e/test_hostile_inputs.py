@@ -398,6 +398,7 @@ def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, tex
     (["fit", "/tmp"], "/tmp: is a directory; give one trace file"),
     (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "3", "--trace", "/dev/null"],
      "/dev/null: not a regular file"),
+    (["plan", "/dev/null"], "/dev/null: invalid spec not a regular file (give the path of a YAML spec"),
 ])
 def test_what_fuzzing_found_in_session_34s_flags_is_refused(args, words):
     r = _run(*args, timeout=60)

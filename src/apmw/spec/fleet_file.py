@@ -207,7 +207,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
     for i, w in enumerate(fleet.workloads):
         spec_path = Path(os.path.normpath(w.spec if Path(w.spec).is_absolute() else base / w.spec))
         at = f"line {_line_for(('workloads', i, 'spec'), lines)}: workloads.{i}.spec"
-        if not spec_path.is_file():
+        if not spec_path.exists():     # a folder or a device is refused by the reader, saying what it is
             problems.append(f"{at}: {spec_path}: file not found (a spec file, relative to the fleet file)")
             continue
         try:

@@ -227,7 +227,8 @@ def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
         hint = f" (in it: {', '.join(str(p / n) for n in yamls)})" if yamls else ""
         raise SpecError(str(path), [f"is a directory, not a file{hint}: give the path of a YAML {what}"])
     if not p.is_file():
-        raise SpecError(str(path), [f"file not found (give the path of a YAML {what})"])
+        said = "not a regular file" if p.exists() else "file not found"
+        raise SpecError(str(path), [f"{said} (give the path of a YAML {what})"])
     text = _read_text(p)
     try:
         loader = _SpecLoader(text)

@@ -103,6 +103,10 @@ def test_the_cli_prints_the_front_as_json(tmp_path):
     r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "a space is a mapping with 'axes'" in r.stderr
+    space.write_text("axes: {serving.max_batch: [128, 256\n")         # a YAML error is the space's, not a spec's
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and f"{space}: invalid search space" in r.stderr and "invalid spec" not in r.stderr
 
 
 def test_the_front_holds_the_best_of_each_of_its_two_objectives(answer):

@@ -44,9 +44,7 @@ class FleetFileError(SpecError):
     """A fleet file that cannot be used, with every problem found and where it is."""
 
     def __init__(self, path: str, problems: list[str]):
-        self.path = path
-        self.problems = problems
-        ValueError.__init__(self, f"{path}: invalid fleet file\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(path, problems, "fleet file")
 
 
 class FleetWorkload(Section):

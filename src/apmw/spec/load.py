@@ -33,10 +33,10 @@ MAX_SPEC_BYTES = 1 << 20
 class SpecError(ValueError):
     """A spec that cannot be used, with every problem found and where it is."""
 
-    def __init__(self, path: str, problems: list[str]):
+    def __init__(self, path: str, problems: list[str], kind: str = "spec"):
         self.path = path
         self.problems = problems
-        super().__init__(f"{path}: invalid spec\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(f"{path}: invalid {kind}\n" + "\n".join(f"  {p}" for p in problems))
 
 
 def _key_lines(node: yaml.Node, prefix: tuple = (), seen: set[int] | None = None) -> dict[tuple, int]:
@@ -220,7 +220,15 @@ def _read_text(p: Path) -> str:
 
 
 def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
-    """(data, its node) of a YAML file read safely: UTF-8, no key twice, no alias bombs or recursion."""
+    """(data, its node) of a YAML file read safely: UTF-8, no key twice, no alias bombs or recursion. ``what``
+    names the kind of file in the errors ("search space"), with a hint after a semicolon ("spec; see examples/")."""
+    try:
+        return _read_yaml_checked(path, what)
+    except SpecError as exc:
+        raise SpecError(exc.path, exc.problems, what.split(";")[0]) from None
+
+
+def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
     p = Path(path)
     if p.is_dir():
         yamls = sorted(q.name for q in p.glob("*.y*ml"))[:3]

@@ -262,6 +262,9 @@ def test_bad_field_value_is_named(value):
     ("DeepSeek-V3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' is -1; it cannot be negative"),
     ("gpt-oss-20b", {"sliding_window": -5}, "'sliding_window' is -5; it cannot be negative"),
     ("Qwen3-8B", {"sliding_window": -5, "use_sliding_window": True}, "'sliding_window' is -5; it cannot be negative"),
+    ("DeepSeek-V3", {"first_k_dense_replace": 61}, "declares 256 routed experts, but no layer of its 61 routes to them "
+     "(first_k_dense_replace 61, moe_layer_freq 1)"),
+    ("Qwen3-30B-A3B", {"decoder_sparse_step": 100}, "declares 128 routed experts, but no layer of its 48 routes"),
 ])
 def test_a_value_no_model_has_is_refused_by_name(model, change, message):
     """Sizes that would give a division by zero, a negative count or another family's arithmetic (MLA read as

@@ -40,8 +40,20 @@ def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, 
                           "a token routes to that many distinct experts. Fix the value in the config.json.")
     moe = _moe_layer(c, hidden, n_experts, top_k, bias)
     dense = _dense_ffn(hidden, dense_inter, bias)
-    layers = [moe if is_moe else dense for is_moe in _moe_layer_flags(c, num_layers)]
+    flags = _moe_layer_flags(c, num_layers)
+    if not any(flags):
+        raise ConfigError(f"{c.name}: the config declares {n_experts} routed experts, but no layer of its {num_layers} "
+                          f"routes to them ({_placement(c)}); a model whose every layer is dense has no experts. Fix "
+                          "the layer placement in the config.json, or remove the expert fields for a dense model.")
+    layers = [moe if is_moe else dense for is_moe in flags]
     return layers, n_experts, top_k
+
+
+def _placement(c: Cfg) -> str:
+    """The config's fields that place MoE layers, as written."""
+    keys = ("first_k_dense_replace", "moe_layer_freq", "moe_layers", "interleave_moe_layer_step", "decoder_sparse_step",
+            "mlp_only_layers")
+    return ", ".join(f"{k} {c.data[k]!r}" for k in keys if k in c.data) or "no placement field"
 
 
 def _routed_experts(c: Cfg, top_k: int) -> int:

@@ -175,6 +175,16 @@ def test_a_call_listed_twice_is_refused(tmp_path):
         fit_trace(p)
 
 
+def test_a_generic_trace_call_index_listed_twice_is_refused_where_map_names_the_order(tmp_path):
+    p = tmp_path / "calls.jsonl"
+    p.write_text('{"s": "a", "n": 1, "i": 100, "o": 10}\n{"s": "a", "n": 1, "i": 120, "o": 10}\n'
+                 '{"s": "a", "n": 2, "i": 130, "o": 10}\n')
+    with pytest.raises(TraceError, match=r"1 call\(s\) repeat another call's index in their session \(first: "
+                                         r"session 'a', call index 1\)"):
+        fit_trace(p, "jsonl", mapping="session=s,order=n,input_tokens=i,output_tokens=o")
+    assert fit_trace(p, "jsonl", mapping="session=s,input_tokens=i,output_tokens=o").summary["calls"] == 3
+
+
 def test_inconsistent_spans_of_a_generic_jsonl_trace_are_bad_lines(tmp_path):
     p = tmp_path / "calls.jsonl"
     p.write_text('{"s": "a", "i": 1000, "o": 10, "c": 10, "t0": 1.0, "t1": 2.0}\n'

@@ -85,10 +85,11 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
         raise TraceError(f"{path}: no model calls found as format '{fmt}' ({errors.lines_read} line(s) read){why}. "
                          f"Accepted formats: {formats.accepted()}")
     form_of = next(f for f in formats.FORMATS if f.name == fmt)
-    if form_of.indexed:
+    mapped = parse_mapping(mapping) if fmt in ("csv", "jsonl") else {}
+    if form_of.indexed or "order" in mapped:       # a generic trace's rows are indexed where --map names an order
         _refuse_repeated_calls(path, cols)
     has_sessions = form_of.has_sessions
-    if fmt in ("csv", "jsonl") and "session" not in parse_mapping(mapping):
+    if fmt in ("csv", "jsonl") and "session" not in mapped:
         has_sessions = False
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
         has_sessions = False

@@ -107,6 +107,9 @@ def test_the_cli_prints_the_front_as_json(tmp_path):
     r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and f"{space}: invalid search space" in r.stderr and "invalid spec" not in r.stderr
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--workers", "2", "--ray", "auto"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "--workers 2 and --ray auto both given" in " ".join(r.stderr.split())
 
 
 def test_the_front_holds_the_best_of_each_of_its_two_objectives(answer):

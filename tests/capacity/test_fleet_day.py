@@ -118,6 +118,8 @@ def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     # how the day would be simulated, given without --simulate, is refused rather than ignored
     r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--replications", "0", "--seed", "3")
     assert r.returncode == 1 and "--seed, --replications: apply only with --simulate" in r.stderr
+    r = _fleet_cli(EXAMPLES / "coding-agent.yaml", "--simulate", "--workers", "2", "--ray", "auto")
+    assert r.returncode == 1 and "--workers 2 and --ray auto both given" in " ".join(r.stderr.split())
 
 
 def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):

@@ -185,6 +185,9 @@ def fleet(
     simulation_only = [flag for flag, on in (("--workers", workers != 1), ("--ray", ray_address is not None),
                                              ("--seed", seed is not None), ("--replications", replications != 1),
                                              ("--cells", cells is not None)) if on]
+    if workers != 1 and ray_address is not None:
+        fail(f"--workers {workers} and --ray {ray_address} both given: --workers sizes the process pool on this "
+             "machine, --ray runs the cells on the Ray cluster's workers instead; give one")
     if _is_fleet_file(spec):
         given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0)) if on]
         given += simulation_only

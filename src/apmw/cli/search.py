@@ -97,6 +97,9 @@ def search(
     from apmw.spec import load_spec
     from apmw.spec.load import load_yaml
 
+    if workers and ray_address is not None:
+        fail(f"--workers {workers} and --ray {ray_address} both given: --workers sizes the process pool on this "
+             "machine, --ray plans on the Ray cluster's workers instead; give one")
     if resume and parquet_out is None:
         fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
     for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):

@@ -20,7 +20,9 @@ gave before ``apmw.perf.scaled``; how far it is from the calibrated path where b
 What the rows do not say, and we therefore assume (each is a documented ASSUMPTION):
 * MLPerf replica layout: TensorRT-LLM, FP8 weights and FP8 KV (NVIDIA's MLPerf
   submissions quantise both); llama3.1-8b TP1; llama2-70b TP1 on H200 (70 GB of FP8
-  weights fit in 141 GB) and TP2 on H100; the node's GPUs are independent replicas.
+  weights fit in 141 GB) and TP2 on H100; the node's GPUs are independent replicas. AMD's rows (MI300X,
+  MI325X): vLLM for ROCm, FP8 weights and KV (AMD's submissions quantise both), the layout chosen by the same
+  rules (TP1); submissions that mix parts in one system are skipped.
   llama3.1-405b rows are skipped (pipeline parallel across nodes, input lengths unknown).
 * MLPerf mean input lengths: no copy of the datasets is stored here. OpenOrca
   (llama2-70b) is FITTED on the v4.1 Offline throughput rows (300 tokens; a training-
@@ -90,7 +92,8 @@ systems, and llama3.1-8b, which no v4.1 row has) and all InferenceMAX rows are h
 out. ``--fit`` refits the two candidates on the training split only: the OpenOrca mean
 input length (identified: 300) and the TensorRT-LLM per-layer iteration overhead (not
 identified: it runs to the grid edge; see ENGINE_OVERHEAD_S_PER_LAYER). Errors are reported for
-both splits.
+both splits. AMD's MLPerf rows (MI300X, MI325X on vLLM) are held out of those fits; ``fit_amd_flops`` fits each
+part's fp8 matrix rate on its v5.1 llama2-70b Offline rows, and every other AMD row holds that out.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ from apmw.arch import load_architecture  # noqa: E402
 from apmw.errors import ApmwError  # noqa: E402
 from apmw.perf import build_step_model, replica_with_step, resolve_gpu  # noqa: E402
 from apmw.perf import calibrated as cal  # noqa: E402
-from apmw.perf import served_moe, serving_policy  # noqa: E402
+from apmw.perf import efficiency, served_moe, serving_policy  # noqa: E402
 from apmw.perf.scaled import ScaledStepModel  # noqa: E402
 from apmw.capacity.benchmark import (DEFAULT_LENGTH_SPREAD, DEFAULT_REQUESTS_PER_CLIENT,  # noqa: E402
                                      kv_fit_requests, predict, predict_with, replica_for_benchmark,
@@ -241,14 +244,19 @@ class Row:
 def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
     frames = [pd.read_csv(data / "mlperf_inference" / f"mlperf_inference_llm_closed_{r}.csv") for r in ("v4.1", "v5.1")]
     d = pd.concat(frames)
-    d = d[d.accelerator.str.contains("H100-SXM|H200-SXM|B200-SXM") & (d.result_valid == "VALID")]
+    # NVIDIA's parts, and AMD's where one part's runs are on vLLM (MLPERF_AMD_ENGINES): a submission mixing
+    # parts ("MI300X ... (x32), MI325X ... (x16)") has no one GPU to price
+    d = d[d.accelerator.str.contains("H100-SXM|H200-SXM|B200-SXM|MI300X|MI325X") & ~d.accelerator.str.contains(r"\(x")
+          & (d.result_valid == "VALID")]
+    amd = d.accelerator.str.contains("MI3")
+    d = d[~amd | d.framework.str.lower().str.contains("vllm")]
     d["base"] = d.benchmark.str.replace(r"-99(\.9)?$", "", regex=True)
     d = d[d.base.isin(MLPERF_MODELS)]
     d = d.drop_duplicates(subset=["round", "submitter", "system", "base", "scenario", "samples_per_s"])
     rows = []
     for r in d.itertuples():
         model, isl = MLPERF_MODELS[r.base]
-        gpu = "H200" if "H200" in r.accelerator else "B200" if "B200" in r.accelerator else "H100"
+        gpu = next(g for g in ("H200", "B200", "MI300X", "MI325X", "H100") if g in r.accelerator)
         tp = 0              # chosen per row in predict_row (see choose_tp)
         gpus = int(r.accelerators_per_node * r.number_of_nodes)
         osl = r.tokens_per_s / r.samples_per_s
@@ -263,7 +271,9 @@ def mlperf_rows(data: Path, isl_scale: float) -> list[Row]:
         # scheduling on by default only in late 2025 (vLLM PR #27614), after v5.1. Other v5.1
         # TensorRT-LLM runs: the engine's default (the backend used is not stated).
         overlap = False if r.round == "v4.1" or engine == "vllm" else None
-        rows.append(Row(source=f"MLPerf {r.round}", split="train" if r.round == "v4.1" else "held-out",
+        # AMD's rows are held out of the NVIDIA fits; fit_amd_flops picks its own training rows among them
+        split = "train" if r.round == "v4.1" and not gpu.startswith("MI") else "held-out"
+        rows.append(Row(source=f"MLPerf {r.round}", split=split,
                         model=model, gpu=gpu, engine=engine,
                         tp=tp, scenario=r.scenario,
                         isl=round(isl * isl_scale), osl=round(osl),
@@ -873,6 +883,35 @@ def fit_blackwell_moe_share(rows: list[Row]) -> float:
     return best[1]
 
 
+def _amd_offline_rows(rows: list[Row], gpu: str) -> list[Row]:
+    """The training rows of an AMD part's matrix rate: MLPerf v5.1 llama2-70b Offline runs on vLLM (every query
+    issued at once, so each GPU runs compute-bound at the batch its KV memory holds)."""
+    return [r for r in rows if r.source == "MLPerf v5.1" and r.gpu == gpu and r.scenario == "Offline"
+            and r.model == LLAMA2_70B]
+
+
+def fit_amd_flops(rows: list[Row]) -> dict[str, float]:
+    """Grid-search each AMD part's fp8 matrix efficiency (``apmw.perf.efficiency.AMD_FP8_FLOPS_EFFICIENCY``, a
+    share of the spec sheet's peak) on its MLPerf v5.1 Offline throughput; the smallest share with the best
+    median |throughput error|. Every other AMD row (v4.1, Interactive, Server, InferenceMAX) holds it out."""
+    fitted = {}
+    for gpu in sorted(efficiency.AMD_FP8_FLOPS_EFFICIENCY):
+        train = _amd_offline_rows(rows, gpu)
+        best = (math.inf, None)
+        for share in np.arange(0.20, 0.801, 0.005):
+            efficiency.EFFICIENCY_BY_GPU[gpu] = efficiency.amd_efficiency(gpu, float(share))
+            for r in train:
+                predict_row(r)
+            score = statistics.median(abs(x) for x in errors(train, "output_tokens_per_s_per_gpu"))
+            if score < best[0] - 1e-9:
+                best = (score, round(float(share), 3))
+        efficiency.EFFICIENCY_BY_GPU[gpu] = efficiency.amd_efficiency(gpu, best[1])
+        fitted[gpu] = best[1]
+        print(f"fitted {gpu} fp8 matrix efficiency: {best[1]:.3f} of the peak (train median |throughput err| "
+              f"{best[0]:.1f}%, {len(train)} rows)")
+    return fitted
+
+
 def fit_imax_overhead(rows: list[Row], overlap: bool | None = None) -> tuple[float, float]:
     """(median |TTFT error| %, request overhead s) of the InferenceMAX request overhead (0-50 ms)
     that best fits its h100 (training) rows' mean TTFT, predicted with ``overlap`` scheduling
@@ -1468,6 +1507,7 @@ def main() -> None:
         fit_moe_ceiling(rows)
         fit_blackwell_moe_share(rows)
         fit_own_kernels_overhead(rows)
+        fit_amd_flops(rows)
     t = time.perf_counter()
     for r in rows:
         predict_row(r)

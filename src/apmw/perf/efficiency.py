@@ -25,8 +25,9 @@ A100 (Ampere) has its own bf16 figures, measured from Vidur's linear-layer table
 (``../shared/data/profiles/vidur/compute/a100``, microsoft/vidur@7d47513, MIT; same
 script): weight-streaming bandwidth 0.77 (launch taken off, as above) and large-GEMM compute
 0.72. On H100 the same Vidur measurement gives 0.90 / 0.71 against aiconfigurator's 0.90 / 0.80,
-so the two sources agree within about 10 %. Other GPUs with only a spec sheet (B200, MI300X, ...)
-take the Hopper defaults.
+so the two sources agree within about 10 %. AMD's MI300X and MI325X take their matrix rate from AMD's own
+MLPerf runs (:data:`AMD_FP8_FLOPS_EFFICIENCY`). Other GPUs with only a spec sheet (B200, MI355X, ...) take the
+Hopper defaults.
 """
 
 from __future__ import annotations
@@ -111,6 +112,32 @@ EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
 }
 
 
+# AMD Instinct parts have no kernel table here. Their matrix rate is fitted on AMD's own runs: the fp8 share of
+# the spec sheet's peak at which the MLPerf Inference v5.1 llama2-70b Offline runs on vLLM (AMD's and its partners'
+# submissions, one model per GPU) reach their measured throughput (``python bench/accuracy.py --fit``,
+# fit_amd_flops; ../shared/data/benchmarks/mlperf_inference). Offline issues every query at once, so each GPU runs
+# compute-bound: the figure is the sustained matrix rate under the part's power cap (the same compute die at 750 W
+# on MI300X and 1,000 W on MI325X). FITTED; held out on v4.1 (older vLLM), the Interactive and Server runs and
+# InferenceMAX's DeepSeek-R1 SGLang runs (docs/accuracy.md). The other figures stay NVIDIA's measured ones.
+AMD_FP8_FLOPS_EFFICIENCY = {"MI300X": 0.365, "MI325X": 0.455}
+
+
+def amd_efficiency(gpu_name: str, fp8_flops: float) -> Efficiency:
+    """An AMD part's efficiencies: the Hopper defaults with the fp8 matrix rate ``fp8_flops`` (its 8- and 4-bit
+    siblings take it, as they do fp8's on NVIDIA), and bf16 at NVIDIA's bf16:fp8 ratio of measured rates
+    (ASSUMPTION: no bf16 run on AMD here; the power cap slows every matrix format alike)."""
+    d = DEFAULT_EFFICIENCY
+    bf16 = fp8_flops * d.flops["bf16"] / d.flops["fp8"]
+    return Efficiency(flops={"bf16": bf16, "fp16": bf16, "fp8": fp8_flops, "int8": fp8_flops, "fp4": fp8_flops,
+                             "int4": fp8_flops},
+                      source=f"{gpu_name}: fp8 matrix rate {fp8_flops:.3f} of the peak fitted on MLPerf v5.1 "
+                             "llama2-70b Offline vLLM runs (bf16 at NVIDIA's bf16:fp8 ratio); other figures the "
+                             "Hopper defaults from aiconfigurator vLLM 0.24.0 GEMM tables")
+
+
+EFFICIENCY_BY_GPU.update({gpu: amd_efficiency(gpu, share) for gpu, share in AMD_FP8_FLOPS_EFFICIENCY.items()})
+
+
 def efficiency_for_gpu(gpu_name: str) -> Efficiency:
     """The roofline efficiencies for a catalogue GPU: its own where measured, else the defaults."""
     return EFFICIENCY_BY_GPU.get(gpu_name, DEFAULT_EFFICIENCY)
@@ -130,6 +157,10 @@ def roofline_caveat(gpu_name: str, vendor: str) -> str | None:
         return None
     basis = ("step times come from the plain roofline with efficiencies measured on NVIDIA kernel tables "
              "(no AMD table exists here)")
+    if gpu_name in AMD_FP8_FLOPS_EFFICIENCY:
+        basis = ("step times come from the plain roofline: its matrix rate fitted on AMD's MLPerf v5.1 llama2-70b "
+                 "Offline runs on this part, its other efficiencies measured on NVIDIA kernel tables (no AMD kernel "
+                 "table exists here)")
     if gpu_name in AMD_ROOFLINE_TPOT_ERROR:
         err, n = AMD_ROOFLINE_TPOT_ERROR[gpu_name]
         verdict = "optimistic" if err < 0 else "pessimistic"

@@ -156,9 +156,10 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         if ranked is not None:     # over the drawn chunks (and their placements on attention-DP ranks)
             load = prompts_on_their_ranks(step, load, drawn, own, ranked, s, own_rank)
             w = weight[:, :, None] * ranked.weight
-        t = step.iteration_time_s(load) * (1.0 + s.draft_cost_fraction) * np.ones_like(w)
+        t, compute_share = step.time_and_compute_share(load)
+        t = t * (1.0 + s.draft_cost_fraction) * np.ones_like(w)
         rows = tuple(range(1, w.ndim))
-        share = (step.compute_share(load) * t * w).sum(axis=rows) / (t * w).sum(axis=rows)
+        share = (compute_share * t * w).sum(axis=rows) / (t * w).sum(axis=rows)
         mean = (t * w).sum(axis=rows)
         return mean, share, np.maximum((t * t * w).sum(axis=rows) - mean * mean, 0.0)
 

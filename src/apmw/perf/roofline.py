@@ -39,7 +39,15 @@ class RooflineStepModel(RooflineFigures):
 
     def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
         """Seconds for one engine iteration carrying ``load``."""
+        return self._iteration_time_of(load, self._terms(load))
+
+    def time_and_compute_share(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`iteration_time_s`, :meth:`compute_share`), the roofline's terms priced once for both."""
+        terms = self._terms(load)
+        return self._iteration_time_of(load, terms), self._compute_share_of(terms)
+
+    def _iteration_time_of(self, load: IterationLoad, terms: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         tokens = np.asarray(load.decode_seqs, dtype=float) + np.asarray(load.prefill_tokens, dtype=float)
-        memory_s, compute_s, served_extra = self._terms(load)
+        memory_s, compute_s, served_extra = terms
         kernels = np.maximum(memory_s, compute_s + served_extra) + self.launch_s
         return self.efficiency.fixed_s + self.comm_time_s(tokens) + np.maximum(kernels, self.overlapped_comm_s(tokens))

@@ -119,6 +119,10 @@ class StepModel(Protocol):
         """Fraction of the iteration the roofline calls compute-bound (0..1); drives power."""
         ...
 
+    def time_and_compute_share(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`iteration_time_s`, :meth:`compute_share`) of one ``load``, each priced once."""
+        ...
+
     def roofline_terms(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
         """(memory-bound seconds, compute-bound seconds) of an iteration, before overheads."""
         ...
@@ -431,7 +435,20 @@ class RooflineFigures:
 
         Compute as served (:meth:`served_compute_s`): a MoE prefill held to the served ceiling keeps
         the GPU busy computing for as long as it lasts."""
-        memory_s, compute_s, served_extra = self._terms(load)
+        return self._compute_share_of(self._terms(load))
+
+    def iteration_time_s(self, load: IterationLoad) -> np.ndarray:
+        """Seconds for one engine iteration carrying ``load``: each estimator's own."""
+        raise NotImplementedError(type(self).__name__)
+
+    def time_and_compute_share(self, load: IterationLoad) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`iteration_time_s`, :meth:`compute_share`) of one ``load``; the plain roofline prices its
+        terms once for both (:meth:`apmw.perf.roofline.RooflineStepModel.time_and_compute_share`)."""
+        return self.iteration_time_s(load), self.compute_share(load)
+
+    @staticmethod
+    def _compute_share_of(terms: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        memory_s, compute_s, served_extra = terms
         return np.minimum((compute_s + served_extra) / np.maximum(memory_s, 1e-30), 1.0)
 
 

@@ -115,3 +115,25 @@ def test_the_roofline_gemm_cost_matches_one_token_gemms_measured_on_an_h200():
         measured = sum(r["time_s"] for r in layer)
         charged = sum(DEFAULT_EFFICIENCY.gemm_launch_s + 2 * r["n"] * r["k"] / bw for r in layer)
         assert charged / measured == pytest.approx(1.0, abs=0.10), model
+
+
+@pytest.mark.parametrize("model,gpu,gpus,weights,layout", [
+    ("deepseek-ai/DeepSeek-V3", "H200", 8, "fp8", {"tp": 1, "dp_attention": 8, "ep": 8}),   # plain roofline, DP x EP
+    ("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", None),                            # calibrated
+    ("meta-llama/Meta-Llama-3.1-8B", "H100-PCIe-80GB", 1, "bf16", None),                  # scaled
+])
+def test_time_and_compute_share_price_what_the_two_calls_price(model, gpu, gpus, weights, layout):
+    """Engine curves ask for both at once (the plain roofline prices its terms once); the answer is the two
+    separate calls', to the bit, on every estimator."""
+    from apmw.perf import build_step_model
+    from apmw.perf.parallelism import layout_of
+    from apmw.spec import Serving
+
+    lay = layout_of(Serving(parallelism=layout), gpus) if layout else None
+    step = build_step_model(load_architecture(model), get_gpu(gpu), gpus, weights, "bf16", layout=lay,
+                            engine="sglang" if layout else "vllm")
+    b = np.arange(1.0, 65.0)[:, None]
+    load = IterationLoad(b, np.array([[0.0, 512.0, 4096.0]]), b * 2e8, b * 1e9)
+    assert step.source == ("roofline" if layout else "scaled" if "PCIe" in gpu else "calibrated")
+    t, share = step.time_and_compute_share(load)
+    assert np.array_equal(t, step.iteration_time_s(load)) and np.array_equal(share, step.compute_share(load))

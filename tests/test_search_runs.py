@@ -167,6 +167,31 @@ def test_resume_refuses_a_row_the_search_did_not_write_and_says_which(reference,
     assert out.read_bytes() == before
 
 
+@pytest.mark.parametrize("metadata", [b"not json", b"[]", b"5", b"null"])
+def test_resume_refuses_a_file_whose_search_key_is_unreadable(reference, tmp_path, metadata):
+    """Metadata that is not the search's JSON object (fuzzing: exit 70) is another search's file, not a crash."""
+    out = tmp_path / "foreign.parquet"
+    pq.write_table(pq.read_table(reference).replace_schema_metadata({META_KEY: metadata}), out)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE_YAML)
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{out} holds the results of another spec or space" in r.stderr
+
+
+def test_a_file_where_the_parts_folder_goes_is_refused_before_planning(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.max_batch: [64, 128]\n")
+    out = tmp_path / "points.parquet"
+    (tmp_path / "points.parquet.parts").write_text("x\n")
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "points.parquet.parts: cannot hold the search's parts there (it is a file)" in " ".join(r.stderr.split())
+    assert not out.exists()
+
+
 def _children(pid: int) -> list[int]:
     kids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -63,6 +63,13 @@ class ResultStore:
         self._waiting: list[dict] = []
         self._since = time.monotonic()
         _pa()
+        if self.parts.exists() and not self.parts.is_dir():
+            raise ApmwError(self._parts_refusal("it is a file"))
+
+    def _parts_refusal(self, why: str) -> str:
+        return (f"{self.parts}: cannot hold the search's parts there ({why}); a search with --parquet {self.path} "
+                "saves its rows in that folder as they arrive: remove or move what is in the way, or give another "
+                "--parquet path")
 
     def saved_rows(self) -> list[dict]:
         """The rows a stopped search of the same spec and space left here (``--resume``), each checked to be a row
@@ -92,7 +99,10 @@ class ResultStore:
         if not self._waiting:
             return
         pa, pq = _pa()
-        self.parts.mkdir(exist_ok=True)
+        try:
+            self.parts.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ApmwError(self._parts_refusal(exc.strerror)) from None
         first = min(r["point"] for r in self._waiting)
         name = self.parts / f"part-{first:09d}-{time.time_ns()}.parquet"
         table = pa.Table.from_pylist(self._waiting, schema=row_schema()).replace_schema_metadata(self._meta())
@@ -120,8 +130,11 @@ class ResultStore:
             table = pq.read_table(f, columns=row_schema().names)
         except Exception as exc:     # pyarrow raises ArrowInvalid, OSError or KeyError for a foreign file
             raise ApmwError(f"{f}: cannot read it as a search's results ({str(exc)[:200]}); remove it to start afresh")
-        meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
-        if meta.get("key") != self.key:
+        try:
+            meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("key") != self.key:
             raise ApmwError(f"{f} holds the results of another spec or space; --resume continues only the same "
                             "search: remove it, or give another --parquet path")
         return table.to_pylist()

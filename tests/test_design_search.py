@@ -107,6 +107,10 @@ def test_the_cli_prints_the_front_as_json(tmp_path):
     r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and f"{space}: invalid search space" in r.stderr and "invalid spec" not in r.stderr
+    space.write_text("axes: {serving.max_batch: [64]}\n" + "#" * (1 << 20) + "\n")
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "a search space is a few kB" in " ".join(r.stderr.split())
     r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--workers", "2", "--ray", "auto"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "--workers 2 and --ray auto both given" in " ".join(r.stderr.split())

@@ -205,11 +205,11 @@ def _node_is_recursive(node: yaml.Node, stack: set[int] | None = None, done: set
     return found
 
 
-def _read_text(p: Path) -> str:
+def _read_text(p: Path, kind: str) -> str:
     """The file as UTF-8 text; a byte that is not UTF-8 is reported with its line."""
     raw = p.read_bytes()
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError(str(p), [f"the file is {len(raw):,} bytes; a spec is a few kB (at most "
+        raise SpecError(str(p), [f"the file is {len(raw):,} bytes; a {kind} is a few kB (at most "
                                  f"{MAX_SPEC_BYTES:,} bytes are read)"])
     try:
         return raw.decode("utf-8")
@@ -237,7 +237,7 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
     if not p.is_file():
         said = "not a regular file" if p.exists() else "file not found"
         raise SpecError(str(path), [f"{said} (give the path of a YAML {what})"])
-    text = _read_text(p)
+    text = _read_text(p, what.split(";")[0])
     try:
         loader = _SpecLoader(text)
         try:

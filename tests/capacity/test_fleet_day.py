@@ -122,6 +122,19 @@ def test_the_cli_writes_json_and_the_hours_as_csv(tmp_path):
     assert r.returncode == 1 and "--workers 2 and --ray auto both given" in " ".join(r.stderr.split())
 
 
+def test_a_simulated_day_in_which_no_task_finishes_says_so(tmp_path):
+    """A day of no tasks (fuzzing: exit 70 where the table formatted a missing latency) is simulated, and says
+    that no latency was measured; a negative seed is refused naming the flag."""
+    spec = tmp_path / "quiet.yaml"
+    text = (EXAMPLES / "support-chat.yaml").read_text()
+    spec.write_text(text.replace("fleet:\n", "fleet:\n  tasks_per_hour: [" + ", ".join(["0"] * 24) + "]\n", 1))
+    r = _fleet_cli(spec, "--simulate")
+    assert r.returncode == 0, r.stderr
+    assert "none finished in the simulated day, so no task latency was measured" in " ".join(r.stdout.split())
+    r = _fleet_cli(spec, "--simulate", "--seed", "-1")
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "'--seed'" in r.stderr
+
+
 def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):
     import pyarrow.parquet as pq
 

@@ -107,9 +107,17 @@ def _sim_summary(d: dict) -> list[str]:
         f"{s['facility_mwh_per_day']:,.3f} MWh{band('facility_mwh_per_day', '{:,.3f}')} against "
         f"{d['facility_mwh_per_day']:,.3f} ({rel(s['facility_mwh_per_day'], d['facility_mwh_per_day'])}), "
         f"${s['cost_per_day_usd']:,.2f} a day",
-        f"simulated tasks: p95 {s['task_latency_p95_s']:,.0f} s, mean {s['task_latency_mean_s']:,.0f} s; "
-        f"{s['tasks_queued']:,} queued at admission (mean wait {s['admission_wait_mean_s']:,.0f} s)",
+        _simulated_tasks(s),
     ]
+
+
+def _simulated_tasks(s: dict) -> str:
+    """The simulated tasks' latency and admission, or that none finished in the measured day (JSON: null)."""
+    if s["task_latency_p95_s"] is None:
+        return ("simulated tasks: none finished in the simulated day, so no task latency was measured (JSON: null); "
+                "a day with more tasks (fleet.tasks_per_hour) gives one")
+    return (f"simulated tasks: p95 {s['task_latency_p95_s']:,.0f} s, mean {s['task_latency_mean_s']:,.0f} s; "
+            f"{s['tasks_queued']:,} queued at admission (mean wait {s['admission_wait_mean_s']:,.0f} s)")
 
 
 def _owned(o: dict | None) -> list[str]:
@@ -162,7 +170,7 @@ def fleet(
     workers: int = typer.Option(1, "--workers", help="--simulate: processes of the local pool running the cells"),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="--simulate: run the cells on this Ray cluster "
                                                                  "(auto, host:port or ray://host:port)"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="--simulate: seed of the simulated day (default: the "
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**63 - 1, help="--simulate: seed of the simulated day (default: the "
                                                             "spec's seed)"),
     replications: int = typer.Option(1, "--replications", help="--simulate: independent days (2 or more give a 95 % "
                                                                "interval on the day's totals)"),

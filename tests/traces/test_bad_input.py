@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -221,3 +222,18 @@ def test_a_jsonl_map_key_no_record_has_is_refused(tmp_path):
     # a key some records have and others not (cached tokens on one call) is read where it is
     s = fit_trace(p, "jsonl", mapping="session=conv,input_tokens=in,output_tokens=out,cached_tokens=cached").summary
     assert s["calls"] == 3 and s["sessions"] == 2
+
+
+@pytest.mark.parametrize("value,said", [('{"boolValue":true}', "expected a number, got True"),
+                                        ('{"doubleValue":"Infinity"}', "expected a finite number")])
+def test_an_otel_token_count_that_is_not_a_number_is_a_bad_line(tmp_path, value, said):
+    """A boolean AnyValue read as a count (True -> 1 token) was fitted silently (fuzzing, session 40)."""
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    old = re.findall(r'"gen_ai\.usage\.input_tokens","value":\{[^}]*\}', lines[0])[0]
+    lines[0] = lines[0].replace(old, f'"gen_ai.usage.input_tokens","value":{value}', 1)
+    p = tmp_path / "spans.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 1 and s["calls"] == fit_trace(FIXTURES / "otel_genai.jsonl").summary["calls"] - 1
+    [(reason, d)] = s["skipped"].items()
+    assert said in reason and d["examples"] == [f"{p}:1"]

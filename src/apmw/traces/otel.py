@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, TraceError, inconsistent, require_counts, session_key
+from apmw.traces.records import (NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number, require_counts,
+                                 session_key)
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 
 NAME = "otel"
@@ -76,9 +77,9 @@ def _decoded(attrs: dict, keys: tuple[str, ...]) -> object:
 
 
 def _as_float(x: object) -> float:
-    if x is None:
-        return NAN
-    return float(x)
+    """A token count from a decoded AnyValue: a boolean or a non-finite number raises ValueError, so the span is
+    skipped and counted (:func:`apmw.traces.records.number`)."""
+    return number(x)
 
 
 class Reader:

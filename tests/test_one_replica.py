@@ -117,6 +117,25 @@ def test_vllm_defaults_follow_its_documented_rule():
     assert default_max_batch("trtllm", "H200", 141e9) == default_max_batch("sglang", "H200", 141e9) == 2048
 
 
+def test_vllm_never_batches_more_sequences_than_its_token_budget():
+    """vLLM lowers its default max_num_seqs to max_num_batched_tokens (EngineArgs._set_default_args) and refuses to
+    start where both are given the other way round (SchedulerConfig._verify_args); other engines do neither."""
+    from apmw.errors import ApmwError
+    from apmw.perf.serving_policy import resolve_policy
+    from apmw.spec import Serving
+
+    h100 = ("H100-SXM5-80GB", 80e9)
+    assert resolve_policy(Serving(engine="vllm", max_batched_tokens=512), *h100).max_batch == 512
+    assert resolve_policy(Serving(engine="vllm", max_batched_tokens=512, max_batch=512), *h100).max_batch == 512
+    assert resolve_policy(Serving(engine="sglang", max_batched_tokens=512, max_batch=1024), *h100).max_batch == 1024
+    with pytest.raises(ApmwError, match=r"^max_batched_tokens 512 is below max_batch 1,024: vllm refuses to start"):
+        resolve_policy(Serving(engine="vllm", max_batched_tokens=512, max_batch=1024), *h100)
+    _register_verbs()   # every verb, as the `apmw` entry point does
+    r = CliRunner().invoke(app, ["predict", "--model", MODEL, "--gpu", "H100", "--isl", "512", "--osl", "64",
+                                 "--concurrency", "2", "--token-budget", "64", "--max-batch", "128"])
+    assert r.exit_code == 1 and "--token-budget 64 is below --max-batch 128" in " ".join(r.output.split())
+
+
 def test_sglang_chunked_prefill_follows_the_gpus_memory():
     """SGLang's chunked_prefill_size by the GPU's memory (ServerArgs._handle_gpu_memory_settings): 2048 below 35 GiB,
     4096 below 60 GiB, 8192 below 160 GiB, 16384 from there; TensorRT-LLM's 8192 on any GPU."""

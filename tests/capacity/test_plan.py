@@ -160,6 +160,19 @@ def test_infeasible_slo_says_what_dominates():
         _plan(data)
 
 
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_a_ttft_no_agent_meets_asks_for_a_larger_chunk_and_prefix_caching_only_where_off(prefix_caching):
+    """One agent alone: fewer, larger chunks shorten its prompt's prefill; a smaller chunk would lengthen it."""
+    data = small_spec_dict()
+    data["slo"]["ttft_p95_s"] = 1e-4
+    data["serving"]["prefix_caching"] = prefix_caching
+    with pytest.raises(InfeasibleError) as err:
+        _plan(data)
+    said = str(err.value)
+    assert "a larger max_batched_tokens (fewer chunks to a prompt)" in said and "smaller" not in said
+    assert ("prefix caching, " in said) is (not prefix_caching)
+
+
 def test_fleet_rounds_replicas_up():
     data = small_spec_dict()
     data["fleet"] = {"target_agents": 1001}

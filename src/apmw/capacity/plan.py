@@ -188,8 +188,9 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
     if "ttft_p95" in missed:
         failures.append(
             f"TTFT p95 {ev.ttft_p95_s:.3f} s against ttft_p95_s {slo.ttft_p95_s:g} s (prefill of the longest prompts "
-            f"dominates). Needed: ttft_p95_s of at least {ev.ttft_p95_s:.2f} s, prefix caching, a smaller "
-            "max_batched_tokens chunk, or more GPUs per replica")
+            f"dominates). Needed: ttft_p95_s of at least {ev.ttft_p95_s:.2f} s, "
+            + ("" if spec.serving.prefix_caching else "prefix caching, ")
+            + "a larger max_batched_tokens (fewer chunks to a prompt), or more GPUs per replica")
     if "tpot_p95" in missed:
         failures.append(
             f"time per output token p95 {ev.tpot_p95_s * 1e3:.1f} ms against tpot_p95_s {slo.tpot_p95_s:g} s. "

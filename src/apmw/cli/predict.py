@@ -369,7 +369,7 @@ def _cap(p, engine: str) -> str:
 
 
 # The library's parameter names and the flags that set them.
-FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp": "--moe-tp", "ep": "--ep", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget",
+FLAGS = {"tp": "--tp", "pp": "--pp", "dp_attention": "--dp-attention", "moe_tp": "--moe-tp", "ep": "--ep", "isl": "--isl", "osl": "--osl", "concurrency": "--concurrency", "token_budget": "--token-budget", "max_batched_tokens": "--token-budget",
          "max_batch": "--max-batch", "kv_memory_fraction": "--kv-memory-fraction", "weight_dtype": "--weight-dtype",
          "kv_dtype": "--kv-dtype", "length_spread": "--length-spread", "requests_per_client": "--requests-per-client",
          "request_rate_per_s": "--request-rate", "engine_version": "--engine-version",

@@ -349,8 +349,12 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
         except (EngineVersionError, ServingSettingError) as exc:    # their messages start with the setting's name
             field = "serving." + str(exc).split(" ", 1)[0]
             raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
-    policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
-                            own_kernels=_prices_own_kernels(step))
+    try:
+        policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
+                                own_kernels=_prices_own_kernels(step))
+    except ServingSettingError as exc:     # its message starts with the setting's name
+        field = "serving." + str(exc).split(" ", 1)[0]
+        raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
     speculative = speculative_decoding(spec.serving.speculative, step.arch, step.weight_dtype, step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")

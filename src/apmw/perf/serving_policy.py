@@ -449,12 +449,13 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
     is :func:`engine_overhead_s_per_layer`'s for them)."""
     e = serving.engine
     ranks = schedulers_per_limit(e, attention_dp_ranks)
+    budget = (serving.max_batched_tokens if serving.max_batched_tokens is not None
+              else default_token_budget(e, gpu_name, hbm_bytes_per_gpu))
+    max_batch = _batch_within_budget(e, serving.max_batch, default_max_batch(e, gpu_name, hbm_bytes_per_gpu), budget)
     return ServingPolicy(
         engine=e,
-        max_batch=ranks * (serving.max_batch if serving.max_batch is not None
-                           else default_max_batch(e, gpu_name, hbm_bytes_per_gpu)),
-        token_budget=ranks * (serving.max_batched_tokens if serving.max_batched_tokens is not None
-                              else default_token_budget(e, gpu_name, hbm_bytes_per_gpu)),
+        max_batch=ranks * max_batch,
+        token_budget=ranks * budget,
         kv_memory_fraction=serving.kv_memory_fraction, memory_fraction_of_free=memory_fraction_of_free(e),
         draft_outside_share=draft_outside_share(e),
         workspace_bytes_per_gpu=serving.workspace_bytes_per_gpu,
@@ -467,3 +468,26 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
         # llama.cpp has no kernel tables, so no per-layer floor beside them (the roofline's fixed_s)
         overhead_s_per_layer=engine_overhead_s_per_layer(e, own_kernels) if e in ENGINE_OVERHEAD_S_PER_LAYER else 0.0,
     )
+
+
+# Engines whose batch limit never exceeds their token budget, since every running sequence takes at least one token
+# of an iteration's budget: vLLM lowers its default max_num_seqs to max_num_batched_tokens
+# (EngineArgs._set_default_args: max_num_seqs = min(max_num_seqs, max_num_batched_tokens) when not given) and
+# refuses to start where both are given the other way round (SchedulerConfig._verify_args: "max_num_batched_tokens
+# ... must be greater than or equal to max_num_seqs").
+BATCH_WITHIN_BUDGET_ENGINES = ("vllm",)
+
+
+def _batch_within_budget(engine: str, given: int | None, default: int, budget: int) -> int:
+    """The batch limit ``engine`` runs with: as ``given`` (refused below the token budget where the engine refuses
+    it), else its default, lowered to the budget where the engine lowers it."""
+    if engine not in BATCH_WITHIN_BUDGET_ENGINES:
+        return default if given is None else given
+    if given is None:
+        return min(default, budget)
+    if budget < given:
+        raise ServingSettingError(
+            f"max_batched_tokens {budget:,} is below max_batch {given:,}: {engine} refuses to start so (every running "
+            "sequence takes a token of the iteration's budget; vLLM's max_num_batched_tokens must be at least its "
+            f"max_num_seqs): raise max_batched_tokens to at least {given:,}, or lower max_batch")
+    return given

@@ -129,8 +129,8 @@ class Cost(Section):
                              "the purchase, amortised), or both")
         try:
             capex = Capex.model_validate(data["capex"])
-        except ValidationError:
-            return data
+        except ValidationError:     # capex's own error is reported; no hourly price is missing beside it
+            return {**data, "gpu_hour_usd": 0.0}
         return {**data, "gpu_hour_usd": capex.gpu_hour_usd}
 
 

@@ -133,6 +133,11 @@ def test_a_simulated_day_in_which_no_task_finishes_says_so(tmp_path):
     assert "none finished in the simulated day, so no task latency was measured" in " ".join(r.stdout.split())
     r = _fleet_cli(spec, "--simulate", "--seed", "-1")
     assert r.returncode == 1 and "Traceback" not in r.stderr and "'--seed'" in r.stderr
+    # no upper bound let a run go on for hours (fuzzing): more days than 100, or more cells than replicas, refused
+    r = _fleet_cli(spec, "--simulate", "--replications", "100000")
+    assert r.returncode == 1 and "at most 100 days are simulated" in " ".join(r.stderr.split())
+    r = _fleet_cli(spec, "--simulate", "--cells", "100000")
+    assert r.returncode == 1 and "--cells 100000: the day's analytic peak is" in " ".join(r.stderr.split())
 
 
 def test_the_cli_writes_the_hours_as_parquet_with_the_totals_in_its_metadata(tmp_path):

@@ -268,6 +268,10 @@ def _scaled(s, scale: float):
     return s.model_copy(update={"fleet": s.fleet.model_copy(update={"tasks_per_hour": scaled})})
 
 
+# Independent simulated days at most (--replications): each is a whole day, task by task.
+MAX_REPLICATIONS = 100
+
+
 def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed: int, replications: int,
                cells: Optional[int]) -> dict:
     """The day simulated task by task (:mod:`apmw.sim.fleet_day`), its cells on the executor of apmw search."""
@@ -284,6 +288,13 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
         raise ApmwError(f"--workers must be at least 1, got {workers}")
     if cells is not None and cells < 1:
         raise ApmwError(f"--cells must be at least 1, got {cells}")
+    if cells is not None and cells > max(day["peak_replicas"], 1):
+        raise ApmwError(f"--cells {cells}: the day's analytic peak is {day['peak_replicas']:,} replica(s) and each cell "
+                        f"keeps at least one up, so more cells than that price replicas the day does not need: give at "
+                        f"most {max(day['peak_replicas'], 1):,}")
+    if replications > MAX_REPLICATIONS:
+        raise ApmwError(f"--replications {replications}: at most {MAX_REPLICATIONS} days are simulated (each a whole day, "
+                        "task by task; 30 already put the 95 % interval within 5 % of its limit)")
     table = replica_table(result, ClosedLoopModel(result.spec, result.replica, result.sample))
     n_cells = cells_for(day["peak_replicas"]) if cells is None else cells
     start = time.perf_counter()

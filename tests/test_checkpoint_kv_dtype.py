@@ -42,6 +42,14 @@ def test_a_kv_format_apmw_cannot_model_is_refused(tmp_path):
         checkpoint_kv_dtype(_checkpoint(tmp_path, {"kv_cache_scheme": {"num_bits": 6, "type": "float"}}))
 
 
+@pytest.mark.parametrize("qc,said", [({"kv_cache_scheme": "fp8"}, "kv_cache_scheme is 'fp8'; compressed-tensors writes"),
+                                     ({"kv_cache_quant_algo": 8}, "kv_cache_quant_algo is '8'; ModelOpt writes")])
+def test_a_kv_format_written_in_the_wrong_shape_is_refused_not_read_as_none(tmp_path, qc, said):
+    """A string where compressed-tensors writes a mapping was read as no KV format (bf16), silently (fuzzing)."""
+    with pytest.raises(ApmwError, match=said):
+        checkpoint_kv_dtype(_checkpoint(tmp_path, qc))
+
+
 def test_a_published_derivative_says_its_own_config_is_not_bundled():
     dtype, why, derived = checkpoint_kv_dtype("nvidia/DeepSeek-R1-NVFP4")
     assert dtype == "bf16" and derived and "base model's config" in why

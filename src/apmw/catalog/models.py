@@ -242,6 +242,13 @@ def checkpoint_kv_dtype(name_or_path: str) -> tuple[str, str, bool]:
             raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_scheme {scheme} is a KV format apmw does "
                               "not model; give the KV dtype explicitly")
         return dtype, f"its quantization_config.kv_cache_scheme ({bits}-bit {kind}){derived}", bool(derived)
+    if scheme is not None and not isinstance(scheme, dict):
+        raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_scheme is {str(scheme)[:60]!r}; "
+                          "compressed-tensors writes it as a mapping such as {num_bits: 8, type: float}: fix the "
+                          "config.json, or give the KV dtype explicitly")
+    if algo is not None and not isinstance(algo, str):
+        raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_quant_algo is {str(algo)[:60]!r}; ModelOpt "
+                          "writes it as a name such as \"FP8\": fix the config.json, or give the KV dtype explicitly")
     if isinstance(algo, str) and algo:
         dtype = {"fp8": "fp8", "nvfp4": "fp4", "int8": "int8"}.get(algo.lower())
         if dtype is None:

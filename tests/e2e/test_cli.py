@@ -332,6 +332,13 @@ def test_contrast_says_its_agents_are_the_analytic_models():
     assert "analytic N*" in " ".join(text.split())
 
 
+def test_contrast_refuses_one_spec_given_twice():
+    # it dropped the second silently and printed a one-row contrast (fuzzing, session 40)
+    spec = EXAMPLES / "support-chat.yaml"
+    r = run("contrast", str(spec), str(spec.parent / "." / spec.name))
+    assert r.returncode == 1 and f"{spec} is given twice" in " ".join(r.stderr.split())
+
+
 def test_contrast_names_the_spec_no_agent_count_serves(tmp_path):
     text = (EXAMPLES / "support-chat.yaml").read_text()
     strict = tmp_path / "strict-chat.yaml"

@@ -24,6 +24,12 @@ def contrast(
 
     if len(specs) < 2:
         fail("give at least two specs to contrast")
+    seen: dict[Path, Path] = {}
+    for p in specs:
+        first = seen.setdefault(p.resolve(), p)
+        if first is not p:
+            also = "" if str(first) == str(p) else f" (also as {first})"
+            fail(f"{p} is given twice{also}; contrast compares different specs: give each once")
     plans = {}
     for p in specs:
         try:

@@ -399,6 +399,14 @@ def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, tex
     (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "3", "--trace", "/dev/null"],
      "/dev/null: not a regular file"),
     (["plan", "/dev/null"], "/dev/null: invalid spec not a regular file (give the path of a YAML spec"),
+    # session 40's fuzzing: flags that were silently ignored, and a worker count with no upper bound
+    (["simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "2", "--trace-format", "otel"],
+     "--trace-format otel applies to --trace TRACE"),
+    (["fit", str(EXAMPLES / "support-chat.yaml"), "--export-path", "x.jsonl", "--seed", "3"],
+     "--export-path, --seed: apply only with --export aiperf"),
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "4", "--disagg", "--prefill-workers", "100000"],
+     "--prefill-workers 100,000: a disaggregated replica has at most 1,024 prefill workers"),
 ])
 def test_what_fuzzing_found_in_session_34s_flags_is_refused(args, words):
     r = _run(*args, timeout=60)

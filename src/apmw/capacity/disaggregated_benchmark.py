@@ -40,7 +40,7 @@ from apmw.capacity.benchmark import (PredictError, Prediction, check_request_len
 from apmw.capacity.disaggregation import batched_prefill_wait_s
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica
-from apmw.spec.serving import MAX_LINK_BYTES_PER_S, MIN_LINK_BYTES_PER_S
+from apmw.spec.serving import MAX_DISAGG_WORKERS, MAX_LINK_BYTES_PER_S, MIN_LINK_BYTES_PER_S
 
 # Bisection steps on the request rate: 2^-60 of the bracket, far below any printed digit.
 _BISECTION_STEPS = 60
@@ -72,6 +72,9 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
         if w.count < 1:
             raise PredictError(f"a disaggregated replica needs at least one {side} worker (--{side}-workers, "
                                f"Workers.count): got {w.count}")
+        if w.count > MAX_DISAGG_WORKERS:
+            raise PredictError(f"--{side}-workers {w.count:,}: a disaggregated replica has at most {MAX_DISAGG_WORKERS:,} "
+                               f"{side} workers, as serving.disaggregation allows (Workers.count)")
     if not MIN_LINK_BYTES_PER_S <= kv_transfer_bandwidth_bytes_per_s <= MAX_LINK_BYTES_PER_S:
         raise PredictError(f"kv_transfer_bandwidth_bytes_per_s must be {MIN_LINK_BYTES_PER_S:g} to "
                            f"{MAX_LINK_BYTES_PER_S:g} bytes/s (--kv-transfer-gb-per-s {MIN_LINK_BYTES_PER_S / 1e9:g} to "

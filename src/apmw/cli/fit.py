@@ -63,6 +63,13 @@ def fit(
         fail(f"--export {export!r}: the only export format is 'aiperf' (AIPerf mooncake_trace JSONL)")
     if export_from not in ("measured", "fitted"):
         fail(f"--export-from {export_from!r}: use 'measured' or 'fitted'")
+    if export is None:
+        given = [flag for flag, on in (("--export-path", export_path is not None),
+                                       ("--export-from", export_from != "measured"),
+                                       ("--export-sessions", export_sessions is not None), ("--seed", seed != 0)) if on]
+        if given:
+            fail(f"{', '.join(given)}: appl{'y' if len(given) > 1 else 'ies'} only with --export aiperf (a replayable trace written beside the fit); "
+                 "add it, or leave them out")
     if export_sessions is not None and export_from != "fitted":
         fail("--export-sessions applies to --export-from fitted (a measured export writes the trace's own sessions)")
     if output is not None:

@@ -151,6 +151,9 @@ def simulate(
 
     if (agents is None) == (agents_sweep is None):
         fail("give exactly one of --agents N or --agents-sweep a:b:step")
+    if trace_format is not None and trace is None:
+        fail(f"--trace-format {trace_format} applies to --trace TRACE (the trace replayed): give the trace, or leave "
+             "the format out")
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)

@@ -127,6 +127,10 @@ class Parallelism(Section):
         return self.model_copy(update={"tp": tp, "moe_tp": moe_tp})
 
 
+# Prefill or decode workers of one disaggregated replica, at most (1,024 workers of 8 GPUs is 8,192 GPUs).
+MAX_DISAGG_WORKERS = 1024
+
+
 class Disaggregation(Section):
     """Prefill on workers of its own, decode on the replica's GPUs; each call's KV crosses to a decode worker.
 
@@ -137,8 +141,8 @@ class Disaggregation(Section):
 
     prefill_gpus: int | None = Field(default=None, ge=1, le=1024,
                                      description="GPUs of one prefill worker; unset: prefill_parallelism's product")
-    prefill_workers: int = Field(default=1, ge=1, le=1024, description="prefill workers shared by the decode workers")
-    decode_workers: int = Field(default=1, ge=1, le=1024,
+    prefill_workers: int = Field(default=1, ge=1, le=MAX_DISAGG_WORKERS, description="prefill workers shared by the decode workers")
+    decode_workers: int = Field(default=1, ge=1, le=MAX_DISAGG_WORKERS,
                                 description="decode workers, each with the replica's GPUs and layout")
     prefill_parallelism: Parallelism | None = Field(
         default=None, description="layout of one prefill worker (tp, pp, dp_attention, moe_tp, ep); unset: tensor "

@@ -407,6 +407,8 @@ def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, tex
     (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
       "--concurrency", "4", "--disagg", "--prefill-workers", "100000"],
      "--prefill-workers 100,000: a disaggregated replica has at most 1,024 prefill workers"),
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--request-rate", "1e300"], "error: 1e+300 requests/s exceeds the replica's capacity of"),
 ])
 def test_what_fuzzing_found_in_session_34s_flags_is_refused(args, words):
     r = _run(*args, timeout=60)

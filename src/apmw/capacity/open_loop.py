@@ -73,8 +73,8 @@ def predict_open_loop(replica: Replica, isl: int, osl: int, arrival_rate_per_s: 
     lo, hi = 1, cap
     e_hi, p_hi = excess(hi)
     if e_hi > 0:
-        raise PredictError(f"{arrival_rate_per_s:.2f} requests/s exceeds the replica's capacity of "
-                           f"{hi / p_hi.e2e_latency_s:.2f} requests/s ({hi} running requests, the batch or KV "
+        raise PredictError(f"{arrival_rate_per_s:,.4g} requests/s exceeds the replica's capacity of "
+                           f"{hi / p_hi.e2e_latency_s:,.4g} requests/s ({hi} running requests, the batch or KV "
                            f"limit): the queue would grow without bound; lower the rate or give the replica "
                            f"more GPUs")
     e_lo, p_lo = excess(lo)

@@ -165,8 +165,9 @@ class Reader:
         inp, out = _as_float(_decoded(attrs, INPUT_KEYS)), _as_float(_decoded(attrs, OUTPUT_KEYS))
         if inp != inp and out != out:
             return None  # not a model call (no usage): HTTP, DB, framework spans
-        if require_counts(inp, out):
-            raise ValueError("token usage without both input and output counts")
+        unusable = require_counts(inp, out)
+        if unusable:
+            raise ValueError(f"token usage: {unusable}")
         session = conversation or ("trace", trace_id)
         start = _unix_s(span, "startTimeUnixNano")
         end = _unix_s(span, "endTimeUnixNano") if "endTimeUnixNano" in span else NAN

@@ -180,6 +180,17 @@ def test_resume_refuses_a_file_whose_search_key_is_unreadable(reference, tmp_pat
     assert f"{out} holds the results of another spec or space" in r.stderr
 
 
+def test_resume_names_the_columns_a_results_file_lacks(reference, tmp_path):
+    out = tmp_path / "short.parquet"
+    pq.write_table(pq.read_table(reference).drop(["agents_per_mw"]), out)
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE_YAML)
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{out}: not a search's results: it has no column agents_per_mw;" in " ".join(r.stderr.split())
+
+
 def test_a_file_where_the_parts_folder_goes_is_refused_before_planning(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text("axes:\n  serving.max_batch: [64, 128]\n")

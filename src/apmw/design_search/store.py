@@ -126,10 +126,18 @@ class ResultStore:
 
     def _read(self, f: Path) -> list[dict]:
         _, pq = _pa()
+        fix = "remove it to start afresh, or give another --parquet path"
         try:
+            missing = [c for c in row_schema().names if c not in pq.read_schema(f).names]
+            if missing:
+                raise ApmwError(f"{f}: not a search's results: it has no column {', '.join(missing[:4])}"
+                                f"{' ...' if len(missing) > 4 else ''}; {fix}")
             table = pq.read_table(f, columns=row_schema().names)
+        except ApmwError:
+            raise
         except Exception as exc:     # pyarrow raises ArrowInvalid, OSError or KeyError for a foreign file
-            raise ApmwError(f"{f}: cannot read it as a search's results ({str(exc)[:200]}); remove it to start afresh")
+            said = " ".join(str(exc).split())[:200]
+            raise ApmwError(f"{f}: cannot read it as a search's results ({said}); {fix}") from None
         try:
             meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
         except ValueError:

@@ -237,3 +237,19 @@ def test_an_otel_token_count_that_is_not_a_number_is_a_bad_line(tmp_path, value,
     assert s["skipped_lines"] == 1 and s["calls"] == fit_trace(FIXTURES / "otel_genai.jsonl").summary["calls"] - 1
     [(reason, d)] = s["skipped"].items()
     assert said in reason and d["examples"] == [f"{p}:1"]
+
+
+@pytest.mark.parametrize("messages,said", [('"str"', "messages is 'str'; it is a list of chat turns"),
+                                           ("[1, 2]", "messages is '[1, 2]'; it is a list of chat turns"),
+                                           ("[]", "messages is '[]'; it is a list of chat turns"),
+                                           ('[{"content": null}]', "the prompt holds no text to count its tokens")])
+def test_mooncake_messages_that_are_not_chat_turns_are_bad_lines(tmp_path, messages, said):
+    """They were read as prompts of 0 tokens (fuzzing, session 40)."""
+    p = tmp_path / "turns.jsonl"
+    p.write_text('{"session_id": "s", "timestamp": 0, "messages": [{"role": "user", "content": "' + "hi " * 400
+                 + '"}], "output_length": 10}\n'
+                 '{"session_id": "s", "timestamp": 5, "messages": ' + messages + ', "output_length": 10}\n')
+    s = fit_trace(p, "mooncake").summary
+    assert s["calls"] == 1 and s["skipped_lines"] == 1
+    [(reason, d)] = s["skipped"].items()
+    assert said in reason and d["examples"] == [f"{p}:2"]

@@ -140,8 +140,12 @@ class Reader:
         whole = obj.get("messages") is not None  # a self-contained prompt, not a delta
         if inp != inp:  # nan: estimate from text
             text = obj.get("messages", obj.get("text_input"))
+            if whole and not (isinstance(text, list) and text and all(isinstance(m, dict) for m in text)):
+                raise ValueError(f"messages is {str(text)[:40]!r}; it is a list of chat turns ({{role, content}})")
             if text is not None:
                 inp = estimate_text_tokens(text)
+                if inp == 0:
+                    raise ValueError("the prompt holds no text to count its tokens from (give input_length)")
                 self.estimated_lines += 1
         out = number(obj.get("output_length"))
         t_ms = number(obj.get("timestamp"))

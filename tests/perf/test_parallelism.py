@@ -526,3 +526,20 @@ def test_a_layout_the_model_refuses_is_named_with_its_file_and_line(tmp_path):
         replica_from_spec(spec_from_dict(_spec({"tp": 3}, gpus=3)))
     assert str(err.value).startswith("serving.parallelism: tp 3 does not divide")
     assert load_spec(path) == spec_from_dict(_spec({"tp": 3}, gpus=3))     # where it was read is not what it says
+
+
+def test_weights_no_replica_can_hold_are_refused_without_advising_an_impossible_count(tmp_path):
+    """A config whose sizes make 16 PB of weights was told to use tp of at least 123,655 (fuzzing, session 40)."""
+    import json
+
+    from apmw.catalog.models import load_config
+    from apmw.perf import benchmark_replica
+
+    cfg, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
+    path = tmp_path / "huge-vocab.json"
+    path.write_text(json.dumps({**cfg, "vocab_size": 10**12}))
+    with pytest.raises(ApmwError) as err:
+        benchmark_replica(str(path), "H200", 8, "fp8", "fp8")
+    msg = str(err.value)
+    assert "No replica holds it" in msg and "past the 1,024 GPUs a replica may have" in msg
+    assert "at least 123" not in msg.split("No replica")[0]

@@ -32,6 +32,7 @@ from apmw.perf.serving_policy import (DEFAULT_ENGINE, KV_CACHE_DTYPES, ROOFLINE_
 from apmw.perf.roofline import RooflineStepModel
 from apmw.perf.step import StepModel
 from apmw.spec import GpuOverride, Power, Serving, Spec
+from apmw.spec.model import MAX_GPUS_PER_REPLICA
 
 _GPU_FIELDS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_flops", "fp8_flops", "fp4_flops", "tdp_w",
                "idle_power_w", "busy_power_w", "scaleup_bw_bytes_per_s")
@@ -276,6 +277,10 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
         min_gpus = next(n for n in range(min_gpus, heads + 1) if heads % n == 0)
         at_least = f" of at least {min_gpus}, a count that divides the {heads} attention heads"
     what = f"Use more GPUs per replica ({gpus_field}{at_least}){hint}, a smaller {dtype_field}, or a larger GPU."
+    if min_gpus and min_gpus > MAX_GPUS_PER_REPLICA:
+        what = (f"No replica holds it: its {step.weight_bytes / 1e9:,.0f} GB of weights need at least {min_gpus:,} x "
+                f"{gpu.name}, past the {MAX_GPUS_PER_REPLICA:,} GPUs a replica may have. Use a smaller {dtype_field} "
+                "or a larger GPU, or check the model's config.json (its sizes give these weights).")
     if min_gpus and min_gpus <= g:
         # the checkpoint would fit on these GPUs held once: the layout's copies are what does not
         lay = step.parallel

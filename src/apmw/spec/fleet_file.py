@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from apmw.spec.load import SpecError, _describe, _key_lines, _line_for, _read_yaml, error_location
 from apmw.spec.economics import MAX_GPU_HOUR_USD
-from apmw.spec.model import GpuOverride, Spec
+from apmw.spec.model import MAX_GPUS_PER_REPLICA, GpuOverride, Spec
 from apmw.spec.section import Section
 
 # Workloads and hardware candidates a fleet file may list: every pool is planned on every candidate.
@@ -70,7 +70,7 @@ class FleetHardware(Section):
     name: str | None = Field(default=None, min_length=1, max_length=64,
                              description="label in the tables (default: GPU x GPUs per replica, e.g. H200x8)")
     gpu: str | GpuOverride
-    gpus_per_replica: int = Field(ge=1, le=1024)
+    gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
     gpu_hour_usd: float = Field(ge=0, le=MAX_GPU_HOUR_USD, description="all-in price of one GPU-hour of this GPU")
 
     @property

@@ -154,9 +154,13 @@ class GpuOverride(Section):
     scaleup_bw_bytes_per_s: float | None = Field(default=None, **GPU_RATE)
 
 
+# GPUs of one replica at most: a whole NVL72 rack's 72 and wide-EP deployments of several racks fit well inside.
+MAX_GPUS_PER_REPLICA = 1024
+
+
 class Hardware(Section):
     gpu: str | GpuOverride
-    gpus_per_replica: int = Field(default=1, ge=1, le=1024, description="GPUs of one replica: tp x pp x dp_attention "
+    gpus_per_replica: int = Field(default=1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs of one replica: tp x pp x dp_attention "
                                   "(serving.parallelism); without a layout, its tensor-parallel size")
 
 

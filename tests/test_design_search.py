@@ -419,6 +419,9 @@ def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engi
     ({"axes": {"serving.max_batch": [1, 1.0]}}, "axis serving.max_batch lists 1 more than once"),
     ({"axes": {"hardware.gpu": [{"name": "x", "hbm_bytes": 2e11}, {"name": "x", "hbm_bytes": 200000000000}]}},
      "axis hardware.gpu lists .* more than once"),
+    # one engine in two spellings (fuzzing, session 40)
+    ({"axes": {"serving.engine": ["vllm", "vLLM", "TensorRT-LLM", "trtllm"]}},
+     'axis serving.engine lists "trtllm", "vllm" more than once'),
 ])
 def test_a_space_with_stray_keys_or_repeated_values_is_refused(document, words):
     from apmw.design_search import read_space

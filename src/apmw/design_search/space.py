@@ -22,6 +22,7 @@ from typing import Iterator
 from pydantic import BaseModel
 
 from apmw.errors import ApmwError
+from apmw.spec.spellings import engine_key
 
 # Points one search evaluates. Each is about one plan (70-140 ms on the bundled examples, per core),
 # so the largest space is about an hour on 8 cores; a larger one is a sign of an axis with too many values.
@@ -44,7 +45,8 @@ def read_space(data: object, where: str) -> dict[str, list]:
         _check_spec_path(path, where)
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
-        seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in values]
+        spelled = [engine_key(v) for v in values] if path == "serving.engine" else values   # vLLM and vllm alike
+        seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in spelled]
         twice = sorted({t for t in seen if seen.count(t) > 1})
         if twice:
             raise ApmwError(f"{where}: axis {path} lists {', '.join(twice)} more than once; each value is one point "

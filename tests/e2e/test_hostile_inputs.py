@@ -496,3 +496,12 @@ def test_a_refusal_found_building_the_replica_names_the_spec_file_and_line(tmp_p
     said = _clean(_plan_text(tmp_path, text))
     assert f"{tmp_path / 'spec.yaml'}: line {_line_of(text, key)}: " in said
     assert words in said
+
+
+
+def test_a_custom_gpu_field_given_wrong_is_the_only_error_reported(tmp_path):
+    """hardware.gpu takes a name or a mapping; a mapping with one bad field also drew "hardware.gpu: Input should be a
+    valid string" (the name's error) ahead of the real one (fuzzing, session 40)."""
+    said = _clean(_plan_text(tmp_path, CODING.replace("  gpu: H200", "  gpu: {name: H200, tdp_w: -5}")))
+    assert "hardware.gpu.tdp_w: Input should be greater than 0" in said
+    assert "valid string" not in said

@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from apmw.spec.load import SpecError, _describe, _key_lines, _line_for, _read_yaml, error_location
+from apmw.spec.load import (SpecError, _describe, _key_lines, _line_for, _read_yaml, error_location,
+                             without_union_noise)
 from apmw.spec.economics import MAX_GPU_HOUR_USD
 from apmw.spec.model import MAX_GPUS_PER_REPLICA, GpuOverride, Spec
 from apmw.spec.section import Section
@@ -194,7 +195,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
         fleet = FleetFile.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for err in exc.errors():
+        for err in without_union_noise(exc.errors()):
             loc = error_location(err)
             line = _line_for(loc, lines)
             problems.append(f"{f'line {line}: ' if line else ''}{'.'.join(str(p) for p in loc) or '(top level)'}: "
@@ -221,7 +222,7 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
         try:
             spec = Spec.model_validate(full)
         except ValidationError as exc:
-            for err in exc.errors():
+            for err in without_union_noise(exc.errors()):
                 loc = error_location(err)
                 field, text = ".".join(str(p) for p in loc) or "(top level)", _describe(err, loc)
                 k = _in(w.overrides or {}, loc)

@@ -125,6 +125,14 @@ def error_location(err: dict[str, Any]) -> tuple:
     return _clean_loc(err["loc"]) + named_field(err)
 
 
+def without_union_noise(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pydantic's errors less those of a union's other members: where a field takes a name or a mapping
+    (``hardware.gpu``) and a mapping was given, "should be a valid string" beside the mapping's own errors."""
+    located = [error_location(e) for e in errors]
+    return [e for e, loc in zip(errors, located)
+            if not (e["type"] == "string_type" and any(len(o) > len(loc) and o[:len(loc)] == loc for o in located))]
+
+
 def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | None = None) -> Spec:
     """Validate a parsed document, raising :class:`SpecError` with every problem."""
     if not isinstance(data, dict):
@@ -133,7 +141,7 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
         return Spec.model_validate(data)
     except ValidationError as exc:
         problems, seen = [], set()
-        for err in exc.errors():
+        for err in without_union_noise(exc.errors()):
             loc = error_location(err)
             field = ".".join(str(p) for p in loc) or "(top level)"
             text = _describe(err, loc)

@@ -451,7 +451,8 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
     ranks = schedulers_per_limit(e, attention_dp_ranks)
     budget = (serving.max_batched_tokens if serving.max_batched_tokens is not None
               else default_token_budget(e, gpu_name, hbm_bytes_per_gpu))
-    max_batch = _batch_within_budget(e, serving.max_batch, default_max_batch(e, gpu_name, hbm_bytes_per_gpu), budget)
+    default = default_max_batch(e, gpu_name, hbm_bytes_per_gpu) if serving.max_batch is None else None
+    max_batch = _batch_within_budget(e, serving.max_batch, default, budget)
     return ServingPolicy(
         engine=e,
         max_batch=ranks * max_batch,
@@ -478,13 +479,14 @@ def resolve_policy(serving: Serving, gpu_name: str, hbm_bytes_per_gpu: float,
 BATCH_WITHIN_BUDGET_ENGINES = ("vllm",)
 
 
-def _batch_within_budget(engine: str, given: int | None, default: int, budget: int) -> int:
+def _batch_within_budget(engine: str, given: int | None, default: int | None, budget: int) -> int:
     """The batch limit ``engine`` runs with: as ``given`` (refused below the token budget where the engine refuses
-    it), else its default, lowered to the budget where the engine lowers it."""
-    if engine not in BATCH_WITHIN_BUDGET_ENGINES:
-        return default if given is None else given
+    it), else its ``default``, lowered to the budget where the engine lowers it."""
     if given is None:
-        return min(default, budget)
+        assert default is not None
+        return min(default, budget) if engine in BATCH_WITHIN_BUDGET_ENGINES else default
+    if engine not in BATCH_WITHIN_BUDGET_ENGINES:
+        return given
     if budget < given:
         raise ServingSettingError(
             f"max_batched_tokens {budget:,} is below max_batch {given:,}: {engine} refuses to start so (every running "

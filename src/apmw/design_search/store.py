@@ -129,15 +129,13 @@ class ResultStore:
         fix = "remove it to start afresh, or give another --parquet path"
         try:
             missing = [c for c in row_schema().names if c not in pq.read_schema(f).names]
-            if missing:
-                raise ApmwError(f"{f}: not a search's results: it has no column {', '.join(missing[:4])}"
-                                f"{' ...' if len(missing) > 4 else ''}; {fix}")
-            table = pq.read_table(f, columns=row_schema().names)
-        except ApmwError:
-            raise
+            table = None if missing else pq.read_table(f, columns=row_schema().names)
         except Exception as exc:     # pyarrow raises ArrowInvalid, OSError or KeyError for a foreign file
             said = " ".join(str(exc).split())[:200]
             raise ApmwError(f"{f}: cannot read it as a search's results ({said}); {fix}") from None
+        if table is None:
+            raise ApmwError(f"{f}: not a search's results: it has no column {', '.join(missing[:4])}"
+                            f"{' ...' if len(missing) > 4 else ''}; {fix}")
         try:
             meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
         except ValueError:

@@ -346,28 +346,16 @@ def replica_from_spec(spec: Spec, efficiency: Efficiency | None = None, calibrat
         check_layout(layout, arch, spec.serving.engine)
     except ApmwError as exc:
         raise ApmwError(f"{spec.where('serving.parallelism')}{exc}") from None
-    if step is None:
-        try:
+    with _located_in(spec):
+        if step is None:
             step = _step_model(arch, gpu, g, spec, efficiency, calibrated, layout)
-        except FieldRefusal as exc:
-            raise ApmwError(f"{spec.where(exc.field)}{exc}") from None
-        except (EngineVersionError, ServingSettingError) as exc:    # their messages start with the setting's name
-            field = "serving." + str(exc).split(" ", 1)[0]
-            raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
-    try:
         policy = resolve_policy(spec.serving, gpu.name, gpu.hbm_bytes, attention_dp_ranks=layout.dp,
                                 own_kernels=_prices_own_kernels(step))
-    except ServingSettingError as exc:     # its message starts with the setting's name
-        field = "serving." + str(exc).split(" ", 1)[0]
-        raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
+        power = PowerModel.of(gpu, spec.power)
     speculative = speculative_decoding(spec.serving.speculative, step.arch, step.weight_dtype, step.moe_dtype)
     mem = replica_memory(step, policy, speculative)
     _check_fits(step, policy, mem, "hardware.gpus_per_replica", "serving.kv_memory_fraction", "model.weight_dtype")
     policy = _pool_sized(policy, spec.serving, step, mem)
-    try:
-        power = PowerModel.of(gpu, spec.power)
-    except FieldRefusal as exc:
-        raise ApmwError(f"{spec.where(exc.field)}{exc}") from None
     return Replica(step=step, memory=mem, policy=policy, power=power, speculative=speculative)
 
 
@@ -386,6 +374,20 @@ def _named_in(spec_field: str, spec: Spec | None = None) -> Iterator[None]:
         yield
     except (UnknownNameError, ConfigError) as exc:
         raise type(exc)(f"{spec.where(spec_field) if spec is not None else ''}{spec_field}: {exc}") from None
+
+
+@contextmanager
+def _located_in(spec: Spec) -> Iterator[None]:
+    """A setting refused while the replica is built, named with the spec's file and its field's line: a
+    :class:`FieldRefusal` names its field; an engine-version or serving-setting error starts with the name of
+    its ``serving`` field."""
+    try:
+        yield
+    except FieldRefusal as exc:
+        raise ApmwError(f"{spec.where(exc.field)}{exc}") from None
+    except (EngineVersionError, ServingSettingError) as exc:
+        field = "serving." + str(exc).split(" ", 1)[0]
+        raise ApmwError(f"{spec.where(field)}serving.{exc}") from None
 
 
 # Step models recently built, by everything :func:`build_step_model` reads: a design-space search re-plans one

@@ -36,6 +36,7 @@ from apmw.perf.interconnect import scaleup_domain_gpus
 from apmw.perf.replica import kv_dtype_refusal
 from apmw.perf.serving_policy import schedulers_per_limit
 from apmw.spec import Disaggregation, GpuOverride, Spec, Speculative
+from apmw.spec.serving import OFFLOAD_BANDWIDTH_BYTES_PER_S
 
 GROUPS = ("kv_residency", "decode_batching", "other")
 # Relative step of the elasticity finite differences.
@@ -129,7 +130,8 @@ def _policy(policy: str) -> Callable[[Spec, Plan], Spec | str]:
         ttl = spec.workload.tool_wait_s.quantile(0.9) if policy == "ttl" else None
         if policy == "ttl" and ttl <= 0:
             return "the tool waits' p90 is 0 s: a ttl of it frees every context at once, as evict does"
-        return _with(spec, "serving", tool_wait_kv_policy=policy, ttl_s=ttl)
+        link = {} if policy == "offload" else {"offload_bandwidth_bytes_per_s": OFFLOAD_BANDWIDTH_BYTES_PER_S}
+        return _with(spec, "serving", tool_wait_kv_policy=policy, ttl_s=ttl, **link)
     return change
 
 

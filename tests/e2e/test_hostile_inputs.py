@@ -505,3 +505,86 @@ def test_a_custom_gpu_field_given_wrong_is_the_only_error_reported(tmp_path):
     said = _clean(_plan_text(tmp_path, CODING.replace("  gpu: H200", "  gpu: {name: H200, tdp_w: -5}")))
     assert "hardware.gpu.tdp_w: Input should be greater than 0" in said
     assert "valid string" not in said
+
+
+# Session 41: what the earlier fuzzing rounds left.
+@pytest.mark.parametrize("text,words", [
+    (CODING.replace("  max_batch: 256", "  max_batch: abc"), "serving.max_batch: Input should be a valid integer, "
+     "unable to parse string as an integer (got the text 'abc')"),
+    (CODING.replace("  max_batch: 256", "  max_batch: [256]"), "serving.max_batch: Input should be a valid integer "
+     "(got a list)"),
+    (CODING.replace("  max_batch: 256", "  max_batch: 1.0e+308"), "(got 1e+308)"),
+    (SUPPORT.replace(WAITS, "  tool_wait_s: {quantiles: {0.0: 0, 0.5: 26, '0.5': 30, 0.9: 9000}}"),
+     "workload.tool_wait_s.quantiles: quantile 0.5 is given twice (as 0.5 and '0.5'): keep one"),
+    (CODING.replace("  tool_wait_kv_policy: retain", "  tool_wait_kv_policy: retain\n  offload_bandwidth_bytes_per_s: 3.2e10"),
+     "serving.offload_bandwidth_bytes_per_s: only applies to tool_wait_kv_policy 'offload', not 'retain'"),
+])
+def test_what_session_41_found_in_specs_is_refused_with_the_value_given(tmp_path, text, words):
+    assert words in _clean(_plan_text(tmp_path, text))
+
+
+def test_an_integer_in_exponent_form_is_read_as_the_number(tmp_path):
+    """YAML 1.2 and JSON read ``1e3`` as a number; PyYAML read it as text, so `max_batch: 1e3` was refused as
+    "unable to parse string as an integer" (a float field took it)."""
+    written = _run("plan", str(_write(tmp_path, "e.yaml", CODING.replace("max_batch: 256", "max_batch: 256e0").encode())),
+                   "--analytic", "--json")
+    plain = _run("plan", str(_write(tmp_path, "plain.yaml", CODING.encode())), "--analytic", "--json")
+    assert written.returncode == 0, written.stderr
+    assert json.loads(written.stdout)["agents_per_replica"] == json.loads(plain.stdout)["agents_per_replica"]
+
+
+def test_an_offload_specs_other_policies_are_still_levers():
+    """A spec that offloads over its own host link: the levers to retain, evict and ttl drop the link with the policy
+    rather than being refused for it."""
+    from apmw.levers import _policy
+    from apmw.spec import spec_from_dict
+    from apmw.spec.load import load_yaml
+
+    data = load_yaml(EXAMPLES / "coding-agent.yaml")
+    data["serving"] |= {"tool_wait_kv_policy": "offload", "offload_bandwidth_bytes_per_s": 3.2e10}
+    spec = spec_from_dict(data)
+    for policy in ("retain", "evict", "ttl"):
+        changed = _policy(policy)(spec, None)
+        assert changed.serving.tool_wait_kv_policy == policy, changed
+        assert changed.serving.offload_bandwidth_bytes_per_s == 64e9
+
+
+def test_a_space_value_keyed_by_numbers_and_text_is_pruned_with_its_reason(tmp_path):
+    """A quantile written 0.5 and '0.5' in one space value raised TypeError comparing the keys (fuzzing, session 40)."""
+    space = _write(tmp_path, "space.yaml", b"axes:\n  workload.new_input_tokens_per_call:\n"
+                   b"    - quantiles: {0.0: 0, 0.5: 26, '0.5': 30, 0.9: 4363}\n"
+                   b"    - quantiles: {0.0: 0, 0.5: 20, 0.9: 4000}\n")
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--explain", timeout=300)
+    _clean(r, 0)
+    assert "quantile 0.5 is given twice (as 0.5 and '0.5')" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("name,encoding", [("calls.csv", "utf-16"), ("calls.csv.gz", "utf-16-be"),
+                                           ("spans.jsonl", "utf-32")])
+def test_a_utf16_or_utf32_trace_is_refused_saying_how_to_convert_it(tmp_path, name, encoding):
+    import gzip
+
+    data = b"".join(_trace_lines()).decode().encode(encoding)
+    if encoding == "utf-16-be":       # no byte-order mark: the NUL bytes give it away
+        data = gzip.compress(data)
+    for flags in ((), ("--format", "csv", "--map", "input_tokens=prompt_tokens,output_tokens=completion_tokens")):
+        said = _clean(_fit(tmp_path, name, data, *flags))
+        assert f"{name}: the file is " in said and "not UTF-8: save it as UTF-8" in said and "iconv" in said
+
+
+def test_an_aiperf_conversation_id_given_twice_costs_the_second_line(tmp_path):
+    """Two lines with one session_id were read as one conversation, the second's turns after the first's."""
+    line = (b'{"session_id": "chat-1", "turns": [{"input_length": 500, "output_length": 120}, '
+            b'{"input_length": 80, "output_length": 60, "delay": 2000}]}\n')
+    other = line.replace(b"chat-1", b"chat-2")
+    r = _fit(tmp_path, "multi_turn.jsonl", line + other + line)
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert d["skipped_lines"] == 1
+    assert any("session_id 'chat-1' is the conversation of line 1 already" in reason for reason in d["skipped"])
+
+
+@pytest.mark.parametrize("where,said", [("missing.yaml", "no such file"), (".", "is a directory")])
+def test_fleet_on_a_path_that_is_no_file_names_both_forms_it_takes(tmp_path, where, said):
+    msg = _clean(_run("fleet", str(tmp_path / where)))
+    assert said in msg and "give one workload's spec" in msg and "fleet file" in msg

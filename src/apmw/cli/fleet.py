@@ -196,6 +196,9 @@ def fleet(
     if workers != 1 and ray_address is not None:
         fail(f"--workers {workers} and --ray {ray_address} both given: --workers sizes the process pool on this "
              "machine, --ray runs the cells on the Ray cluster's workers instead; give one")
+    if not spec.is_file():
+        fail(f"{spec}: {'is a directory' if spec.is_dir() else 'no such file' if not spec.exists() else 'not a file'}: "
+             "give one workload's spec (e.g. examples/coding-agent.yaml) or a fleet file (examples/fleets/)")
     if _is_fleet_file(spec):
         given = [flag for flag, on in (("--simulate", simulate), ("--replicas-scale", replicas_scale != 1.0)) if on]
         given += simulation_only

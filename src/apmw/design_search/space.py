@@ -60,9 +60,11 @@ def read_space(data: object, where: str) -> dict[str, list]:
 
 def _canonical(value: object) -> object:
     """``value`` as the spec reads it, to find a value listed twice in two spellings (1 and 1.0, 2e11 and
-    200000000000 inside a GPU's figures): a whole float as the integer."""
+    200000000000 inside a GPU's figures): a whole float as the integer. Keys become text, so that a mapping
+    keyed by numbers and by text alike (quantiles 0.5 and '0.5') can be compared at all; the spec's own check
+    refuses such a key given twice."""
     if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
+        return {str(_canonical(k)): _canonical(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     if isinstance(value, float) and value.is_integer():

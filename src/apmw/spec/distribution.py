@@ -158,6 +158,22 @@ class Empirical(BaseModel):
 
     quantiles: dict[float, float]
 
+    @field_validator("quantiles", mode="before")
+    @classmethod
+    def _each_quantile_once(cls, v: object) -> object:
+        """Keys are read as numbers, so 0.5 and '0.5' would become one point silently."""
+        if isinstance(v, dict):
+            seen: dict[float, object] = {}
+            for key in v:
+                try:
+                    q = float(key)
+                except (TypeError, ValueError):
+                    continue        # pydantic names a key that is not a number
+                if q in seen:
+                    raise ValueError(f"quantile {q:g} is given twice (as {seen[q]!r} and {key!r}): keep one")
+                seen[q] = key
+        return v
+
     @field_validator("quantiles")
     @classmethod
     def _ordered(cls, v: dict[float, float]) -> dict[float, float]:

@@ -11,6 +11,7 @@ sits, so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported a
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,12 +105,24 @@ def _unknown_field(loc: tuple) -> str:
 
 
 def _describe(err: dict[str, Any], loc: tuple = ()) -> str:
-    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "missing":
         return "missing (required)"
     if err["type"] == "extra_forbidden":
         return _unknown_field(loc)
-    return msg
+    if err["msg"].startswith("Value error, "):     # a section's own rule, in its own words
+        return err["msg"].removeprefix("Value error, ")
+    return f"{err['msg']} (got {_given(err.get('input'))})"
+
+
+def _given(value: Any) -> str:
+    """A value as the user wrote it, for an error beside pydantic's own words."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the text '{value if len(value) <= 40 else value[:37] + '...'}'"
+    return repr(value)
 
 
 def _clean_loc(loc: tuple) -> tuple:
@@ -189,6 +202,12 @@ class _SpecLoader(yaml.SafeLoader):
                                "YAML would keep the last silently: keep one")
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
+
+
+# YAML 1.1 (PyYAML) reads an exponent without a decimal point (1e3, 48e6) as text; YAML 1.2 and JSON read it as a
+# number, as a user writing one means.
+_SpecLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                  list("-+0123456789"))
 
 
 class _Refused(yaml.MarkedYAMLError):

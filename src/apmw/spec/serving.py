@@ -21,6 +21,8 @@ MAX_TOKEN_BUDGET = 1 << 20
 # takes forever or nothing, and the arithmetic stops meaning anything.
 MIN_LINK_BYTES_PER_S = 1e6
 MAX_LINK_BYTES_PER_S = 1e14
+# The host link a tool wait's offloaded KV crosses by default: PCIe 5.0 x16, one direction (aiconfigurator pcie_bw).
+OFFLOAD_BANDWIDTH_BYTES_PER_S = 64e9
 
 
 class Speculative(Section):
@@ -234,7 +236,7 @@ class Serving(Section):
     tool_wait_kv_policy: Literal["retain", "evict", "offload", "ttl"] = "retain"
     ttl_s: float | None = Field(default=None, gt=0)
     offload_bandwidth_bytes_per_s: float = Field(
-        default=64e9, ge=MIN_LINK_BYTES_PER_S, le=MAX_LINK_BYTES_PER_S, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
+        default=OFFLOAD_BANDWIDTH_BYTES_PER_S, ge=MIN_LINK_BYTES_PER_S, le=MAX_LINK_BYTES_PER_S, description="host link for 'offload'; PCIe 5.0 x16 per direction (aiconfigurator pcie_bw)"
     )
     prefix_caching: bool = True
     attention_data_parallel: bool = Field(
@@ -304,4 +306,14 @@ class Serving(Section):
             raise FieldError("tool_wait_kv_policy", "'ttl' needs ttl_s (seconds to keep a waiting session's KV)")
         if self.tool_wait_kv_policy != "ttl" and self.ttl_s is not None:
             raise FieldError("ttl_s", f"only applies to tool_wait_kv_policy 'ttl', not '{self.tool_wait_kv_policy}'")
+        return self
+
+    @model_validator(mode="after")
+    def _offload_bandwidth(self) -> "Serving":
+        """The host link is read only where tool waits offload their KV: a figure beside another policy would be
+        ignored silently (its default is not told apart from the same value written)."""
+        if (self.tool_wait_kv_policy != "offload"
+                and self.offload_bandwidth_bytes_per_s != OFFLOAD_BANDWIDTH_BYTES_PER_S):
+            raise FieldError("offload_bandwidth_bytes_per_s", "only applies to tool_wait_kv_policy 'offload', not "
+                             f"'{self.tool_wait_kv_policy}': leave it out, or set tool_wait_kv_policy: offload")
         return self

@@ -27,12 +27,18 @@ def matches_record(obj: dict) -> bool:
 class Reader:
     def __init__(self) -> None:
         self.estimated_lines = 0
+        self._lines_of: dict[object, int] = {}       # session id -> the line that gave it
 
     def _convert(self, line: int, obj: dict):
         turns = obj["turns"]
         if not isinstance(turns, list) or not turns:
             raise ValueError("'turns' must be a non-empty list")
         session = session_key(obj.get("session_id", line), "session_id")
+        first = self._lines_of.setdefault(session, line)
+        if first != line:
+            raise ValueError(f"session_id {obj.get('session_id')!r} is the conversation of line {first} already: each "
+                             "line is one whole conversation, so its turns would be read as that one's; give each "
+                             "line its own session_id")
         context = 0.0
         calls = []
         for k, turn in enumerate(turns):

@@ -66,8 +66,25 @@ def open_binary(path: str | Path) -> IO[bytes]:
         if magic != GZIP_MAGIC:
             raise TraceError(f"{p}: not a gzip file despite its .gz name (it starts {magic!r}); rename it or "
                              "compress it with gzip")
-        return _GzipTrace(p, "rb")
-    return open(p, "rb", buffering=1 << 20)
+        stream: IO[bytes] = _GzipTrace(p, "rb")
+    else:
+        stream = open(p, "rb", buffering=1 << 20)
+    _refuse_wide_text(stream.peek(4)[:4], p, stream)
+    return stream
+
+
+def _refuse_wide_text(head: bytes, path: Path, stream: IO[bytes]) -> None:
+    """A UTF-16 or UTF-32 file (Windows tools write them: PowerShell's ``>``, Excel's "Unicode text") reads as
+    bytes with a NUL beside every letter, which no reader recognises line by line: refused, saying how to
+    convert it."""
+    marked = head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[:4] == b"\x00\x00\xfe\xff"
+    if marked or b"\x00" in head[:2]:
+        stream.close()
+        kind = ("UTF-16 or UTF-32 text" if marked else
+                "NUL bytes (UTF-16 or UTF-32 text without a byte-order mark, or binary data)")
+        read = f"gunzip -c '{path}' | iconv" if path.suffix == ".gz" else f"iconv '{path}'"
+        raise TraceError(f"{path}: the file is {kind} (it starts {head!r}), not UTF-8: save it as UTF-8, e.g. "
+                         f"{read} -f UTF-16 -t UTF-8 > trace-utf8{Path(base_name(path)).suffix}")
 
 
 def open_text(path: str | Path) -> IO[str]:

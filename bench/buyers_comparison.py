@@ -62,10 +62,13 @@ def spec_for(gpu: str, parallelism: dict, tokens_per_s: float, speculative: dict
     return d
 
 
-def rows() -> list[dict]:
-    """One row per system, tier and draft: the layout with the most agents per provisioned MW."""
+def rows(systems: list[str] | None = None) -> list[dict]:
+    """One row per system, tier and draft: the layout with the most agents per provisioned MW (of ``systems``;
+    None: every one)."""
     out = []
     for system, (gpu, layouts) in SYSTEMS.items():
+        if systems is not None and system not in systems:
+            continue
         for tier in TIERS:
             for draft in DRAFTS:
                 tried = [_row(system, gpu, par, tier, draft) for par in layouts]
@@ -104,8 +107,10 @@ def markdown(rs: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the README table")
-    ap.parse_args()
-    print(markdown(rows()))
+    ap.add_argument("--system", action="append", choices=list(SYSTEMS),
+                    help="only this system's rows (repeatable), e.g. to redo one after its figures change")
+    args = ap.parse_args()
+    print(markdown(rows(args.system)))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,13 @@ A100 (Ampere) has its own bf16 figures, measured from Vidur's linear-layer table
 script): weight-streaming bandwidth 0.77 (launch taken off, as above) and large-GEMM compute
 0.72. On H100 the same Vidur measurement gives 0.90 / 0.71 against aiconfigurator's 0.90 / 0.80,
 so the two sources agree within about 10 %. AMD's MI300X and MI325X take their matrix rate from AMD's own
-MLPerf runs (:data:`AMD_FP8_FLOPS_EFFICIENCY`). Other GPUs with only a spec sheet (B200, MI355X, ...) take the
-Hopper defaults.
+MLPerf runs (:data:`AMD_FP8_FLOPS_EFFICIENCY`), and every AMD part its die's GEMM launch cost from AMD's InferenceMAX
+runs (:data:`AMD_GEMM_LAUNCH_S_BY_DIE`). Other GPUs with only a spec sheet (B200, ...) take the Hopper defaults.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -115,27 +115,47 @@ EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
 # AMD Instinct parts have no kernel table here. Their matrix rate is fitted on AMD's own runs: the fp8 share of
 # the spec sheet's peak at which the MLPerf Inference v5.1 llama2-70b Offline runs on vLLM (AMD's and its partners'
 # submissions, one model per GPU) reach their measured throughput (``python bench/accuracy.py --fit``,
-# fit_amd_flops; ../shared/data/benchmarks/mlperf_inference). Offline issues every query at once, so each GPU runs
-# compute-bound: the figure is the sustained matrix rate under the part's power cap (the same compute die at 750 W
-# on MI300X and 1,000 W on MI325X). FITTED; held out on v4.1 (older vLLM), the Interactive and Server runs and
-# InferenceMAX's DeepSeek-R1 SGLang runs (docs/accuracy.md). The other figures stay NVIDIA's measured ones.
-AMD_FP8_FLOPS_EFFICIENCY = {"MI300X": 0.365, "MI325X": 0.455}
+# fit_amd_flops, after the launch cost below; ../shared/data/benchmarks/mlperf_inference). Offline issues every
+# query at once, so each GPU runs compute-bound: the figure is the sustained matrix rate under the part's power cap
+# (the same compute die at 750 W on MI300X and 1,000 W on MI325X). FITTED; held out on v4.1 (older vLLM), the
+# Interactive and Server runs and InferenceMAX's runs (docs/accuracy.md). Bandwidth and KV figures stay NVIDIA's.
+AMD_FP8_FLOPS_EFFICIENCY = {"MI300X": 0.375, "MI325X": 0.465}
+
+# What each GEMM a decode step launches costs on AMD's parts beyond its weights over the bandwidth: NVIDIA's 4 us
+# (gemm_launch_s) leaves InferenceMAX's DeepSeek-R1 decode on SGLang short by a near-constant time per iteration,
+# whatever the batch (MI300X 18-22 ms, MI355X 3-5 ms at TP8; the same on AMD's ATOM engine and, for llama2-70b, on
+# vLLM in MLPerf's Interactive runs): a cost per kernel the step launches (ROCm's launches and the many small kernels
+# around each GEMM), not a rate. FITTED per compute die, each on one engine's runs and held out on the others
+# (``python bench/accuracy.py --fit-amd``, fit_amd_launch; docs/accuracy.md, "What changed in session 41"): CDNA3 on
+# MI300X's DeepSeek-R1 SGLang runs (MI325X, the same die, holds it out with its SGLang and its MLPerf vLLM runs),
+# CDNA4 on MI355X's DeepSeek-R1 SGLang runs (its ATOM runs of DeepSeek-R1 and gpt-oss hold it out). MI350X is
+# MI355X's die at a lower power cap: ASSUMPTION, the same figure (no run of it here).
+AMD_GEMM_LAUNCH_S_BY_DIE = {"CDNA3": 35.0e-6, "CDNA4": 10.0e-6}
+AMD_DIE = {"MI300X": "CDNA3", "MI325X": "CDNA3", "MI350X": "CDNA4", "MI355X": "CDNA4"}
 
 
-def amd_efficiency(gpu_name: str, fp8_flops: float) -> Efficiency:
-    """An AMD part's efficiencies: the Hopper defaults with the fp8 matrix rate ``fp8_flops`` (its 8- and 4-bit
-    siblings take it, as they do fp8's on NVIDIA), and bf16 at NVIDIA's bf16:fp8 ratio of measured rates
+def amd_efficiency(gpu_name: str, fp8_flops: float | None = None, gemm_launch_s: float | None = None) -> Efficiency:
+    """An AMD part's efficiencies: the Hopper defaults with its die's GEMM launch cost (``gemm_launch_s``, unset:
+    :data:`AMD_GEMM_LAUNCH_S_BY_DIE`) and, where fitted, the fp8 matrix rate ``fp8_flops`` (its 8- and 4-bit
+    siblings take it, as they do fp8's on NVIDIA), with bf16 at NVIDIA's bf16:fp8 ratio of measured rates
     (ASSUMPTION: no bf16 run on AMD here; the power cap slows every matrix format alike)."""
     d = DEFAULT_EFFICIENCY
+    die = AMD_DIE[gpu_name]
+    launch = AMD_GEMM_LAUNCH_S_BY_DIE[die] if gemm_launch_s is None else gemm_launch_s
+    basis = f"{gpu_name}: GEMM launch {launch * 1e6:.1f} us fitted on {die} DeepSeek-R1 SGLang runs (InferenceMAX)"
+    if fp8_flops is None:
+        return replace(d, gemm_launch_s=launch, source=f"{basis}; other figures the Hopper defaults from aiconfigurator "
+                                                         "vLLM 0.24.0 GEMM tables")
     bf16 = fp8_flops * d.flops["bf16"] / d.flops["fp8"]
-    return Efficiency(flops={"bf16": bf16, "fp16": bf16, "fp8": fp8_flops, "int8": fp8_flops, "fp4": fp8_flops,
-                             "int4": fp8_flops},
-                      source=f"{gpu_name}: fp8 matrix rate {fp8_flops:.3f} of the peak fitted on MLPerf v5.1 "
-                             "llama2-70b Offline vLLM runs (bf16 at NVIDIA's bf16:fp8 ratio); other figures the "
-                             "Hopper defaults from aiconfigurator vLLM 0.24.0 GEMM tables")
+    return replace(d, gemm_launch_s=launch,
+                   flops={"bf16": bf16, "fp16": bf16, "fp8": fp8_flops, "int8": fp8_flops, "fp4": fp8_flops,
+                          "int4": fp8_flops},
+                   source=f"{basis}; fp8 matrix rate {fp8_flops:.3f} of the peak fitted on MLPerf v5.1 llama2-70b "
+                          "Offline vLLM runs (bf16 at NVIDIA's bf16:fp8 ratio); other figures the Hopper defaults "
+                          "from aiconfigurator vLLM 0.24.0 GEMM tables")
 
 
-EFFICIENCY_BY_GPU.update({gpu: amd_efficiency(gpu, share) for gpu, share in AMD_FP8_FLOPS_EFFICIENCY.items()})
+EFFICIENCY_BY_GPU.update({gpu: amd_efficiency(gpu, AMD_FP8_FLOPS_EFFICIENCY.get(gpu)) for gpu in AMD_DIE})
 
 
 def efficiency_for_gpu(gpu_name: str) -> Efficiency:
@@ -143,29 +163,34 @@ def efficiency_for_gpu(gpu_name: str) -> Efficiency:
     return EFFICIENCY_BY_GPU.get(gpu_name, DEFAULT_EFFICIENCY)
 
 
-# What the plain roofline (Hopper efficiencies) is worth on AMD parts, which have no measured kernel
-# table: the median signed error of its time per output token against InferenceMAX's DeepSeek-R1-0528
-# runs (FP8, and AMD's MXFP4 on MI355X) on SGLang at TP8, fixed concurrency (python bench/accuracy.py;
-# predicted / measured - 1).
-# Not used to correct anything: one model on one engine is too little to fit an efficiency on.
-AMD_ROOFLINE_TPOT_ERROR = {"MI300X": (-0.520, 15), "MI325X": (-0.554, 15), "MI355X": (-0.292, 35)}
+# What the fitted AMD roofline is worth on runs none of its fits saw: the median signed error of its time per output
+# token, predicted / measured - 1 (``python bench/accuracy.py``, amd_held_out_rows; docs/accuracy.md), the runs it is
+# read on and how many, and what they show beyond the median.
+AMD_HELD_OUT_TPOT_ERROR = {
+    "MI300X": (-0.007, 15, "MI325X's InferenceMAX DeepSeek-R1 SGLang runs (the same die)", ""),
+    "MI325X": (-0.007, 15, "its InferenceMAX DeepSeek-R1 SGLang runs", ""),
+    "MI355X": (+0.015, 65, "its InferenceMAX runs of DeepSeek-R1 and gpt-oss-120b on AMD's ATOM engine",
+               "; gpt-oss-120b on one GPU comes out 20-76 % too long (its decode attention priced too slow)"),
+}
 
 
 def roofline_caveat(gpu_name: str, vendor: str) -> str | None:
     """What a user should know about step times on ``gpu_name`` where they are least checked, or None."""
     if vendor.upper() != "AMD":
         return None
-    basis = ("step times come from the plain roofline with efficiencies measured on NVIDIA kernel tables "
-             "(no AMD table exists here)")
+    if gpu_name not in AMD_DIE:
+        return (f"{gpu_name}: step times come from the plain roofline with efficiencies measured on NVIDIA kernel "
+                "tables (no AMD kernel table exists here), and no measured run on it has been checked; treat these "
+                "figures as unverified")
+    fitted = [f"its GEMM launch cost fitted on AMD's InferenceMAX DeepSeek-R1 SGLang runs on its die "
+              f"({AMD_DIE[gpu_name]})"]
     if gpu_name in AMD_FP8_FLOPS_EFFICIENCY:
-        basis = ("step times come from the plain roofline: its matrix rate fitted on AMD's MLPerf v5.1 llama2-70b "
-                 "Offline runs on this part, its other efficiencies measured on NVIDIA kernel tables (no AMD kernel "
-                 "table exists here)")
-    if gpu_name in AMD_ROOFLINE_TPOT_ERROR:
-        err, n = AMD_ROOFLINE_TPOT_ERROR[gpu_name]
-        verdict = "optimistic" if err < 0 else "pessimistic"
-        return (f"{gpu_name}: {basis}; against {n} InferenceMAX DeepSeek-R1 SGLang runs on it they put the time per "
-                f"output token {abs(err):.0%} too {'short' if err < 0 else 'long'} (median; bench/accuracy.py), so "
-                f"these figures are {verdict}")
-    return f"{gpu_name}: {basis}, and no measured run on it has been checked; treat these figures as unverified"
-
+        fitted.append("its matrix rate on AMD's MLPerf v5.1 llama2-70b Offline runs on this part")
+    basis = (f"step times come from the plain roofline: {' and '.join(fitted)}; its other efficiencies are measured "
+             "on NVIDIA kernel tables (no AMD kernel table exists here)")
+    if gpu_name not in AMD_HELD_OUT_TPOT_ERROR:
+        return (f"{gpu_name}: {basis}, and no measured run on this part has been checked; treat these figures as "
+                "unverified")
+    err, n, runs, beyond = AMD_HELD_OUT_TPOT_ERROR[gpu_name]
+    return (f"{gpu_name}: {basis}. Held out, against {runs}, the time per output token comes out {err:+.0%} (median "
+            f"of {n}; bench/accuracy.py){beyond}")

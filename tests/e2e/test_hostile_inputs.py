@@ -588,3 +588,78 @@ def test_an_aiperf_conversation_id_given_twice_costs_the_second_line(tmp_path):
 def test_fleet_on_a_path_that_is_no_file_names_both_forms_it_takes(tmp_path, where, said):
     msg = _clean(_run("fleet", str(tmp_path / where)))
     assert said in msg and "give one workload's spec" in msg and "fleet file" in msg
+
+
+# Session 41's fuzzing round (410 inputs): what ended in an internal error, ran out of memory or was read wrong.
+def test_a_calibration_that_is_a_device_or_huge_is_refused_before_it_is_read(tmp_path):
+    spec = str(EXAMPLES / "support-chat.yaml")
+    assert "/dev/zero: not a regular file" in _clean(_run("plan", spec, "--analytic", "--calibration", "/dev/zero"))
+    big = _write(tmp_path, "cal.json", b" " * (16 * 2**20 + 1))
+    assert "where a calibration file is a few kB" in _clean(_run("plan", spec, "--analytic", "--calibration", str(big)))
+
+
+def test_a_base_60_number_is_refused_not_read_as_150(tmp_path):
+    said = _clean(_plan_text(tmp_path, CODING.replace("max_batch: 256", "max_batch: 2:30")))
+    assert "'2:30' reads as a base-60 number in YAML 1.1 (2:30 is 150)" in said
+
+
+def test_a_fleet_file_given_where_a_spec_is_says_so():
+    said = _clean(_run("plan", str(EXAMPLES / "fleets" / "mixed-fleet.yaml"), "--analytic"))
+    assert "a fleet file (a top-level 'workloads' list), not one workload's spec: size it with apmw fleet FILE" in said
+    assert "missing (required)" not in said
+
+
+def test_a_utf8_bom_before_jsonl_is_skipped(tmp_path):
+    from pathlib import Path
+
+    plain = (Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "aiperf_multi_turn.jsonl").read_bytes()
+    r = _fit(tmp_path, "bom.jsonl", b"\xef\xbb\xbf" + plain)
+    _clean(r, 0)
+    bom = json.loads(r.stdout)
+    assert (bom["sessions"], bom["calls"], bom["skipped_lines"]) == (2, 5, 0)
+
+
+def test_a_search_with_no_feasible_point_exits_as_infeasible(tmp_path):
+    space = _write(tmp_path, "space.yaml", b"axes:\n  serving.max_batch: [-5, 0]\n")
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--json", timeout=300)
+    assert "none of the 2 point(s) of the space is feasible" in _clean(r, 2)
+    assert json.loads(r.stdout)["feasible"] == 0
+
+
+@pytest.mark.parametrize("space,said", [
+    (b"axes:\n  serving.max_batch: [64, '64']\n", "axis serving.max_batch lists 64 more than once"),
+])
+def test_a_space_value_written_twice_in_two_spellings_is_refused(tmp_path, space, said):
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(_write(tmp_path, "s.yaml", space)))
+    assert said in _clean(r)
+
+
+def test_resume_with_nothing_saved_at_the_path_is_refused(tmp_path):
+    space = _write(tmp_path, "space.yaml", b"axes:\n  serving.max_batch: [64, 128]\n")
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space), "--parquet",
+             str(tmp_path / "typo.parquet"), "--resume")
+    assert "--resume: nothing to resume at --parquet" in _clean(r)
+
+
+def test_replications_of_zero_names_the_flag():
+    said = _clean(_run("fleet", str(EXAMPLES / "coding-agent.yaml"), "--simulate", "--replications", "0"))
+    assert "--replications must be at least 1" in said
+
+
+def test_an_output_never_replaces_a_file_the_spec_or_fleet_file_reads(tmp_path):
+    """Fuzzing (session 41): `report -o` over the spec's model.config and `fleet --csv` over a workload's spec
+    replaced them; only the files named on the command line were guarded."""
+    import shutil
+
+    config = tmp_path / "config.json"
+    shutil.copy(EXAMPLES.parent / "src" / "apmw" / "catalog" / "data" / "models" / "meta-llama--Meta-Llama-3.1-70B.json",
+                config)
+    spec = _write(tmp_path, "spec.yaml", SUPPORT.replace("  config: meta-llama/Meta-Llama-3.1-70B",
+                                                          f"  config: {config}").encode())
+    before = config.read_bytes()
+    said = _clean(_run("report", str(spec), "-o", str(config), "--no-simulate"))
+    assert f"-o {config} is the input" in said and config.read_bytes() == before
+    workload = _write(tmp_path, "coding.yaml", CODING.encode())
+    fleet = _write(tmp_path, "fleet.yaml", b"workloads:\n  - name: code\n    spec: coding.yaml\n")
+    said = _clean(_run("fleet", str(fleet), "--csv", str(workload)))
+    assert "is the input" in said and workload.read_text() == CODING

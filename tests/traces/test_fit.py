@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from apmw.capacity import plan
 from apmw.spec import parse_distribution, spec_from_dict
-from apmw.traces import fit_trace, workload_from_trace
+from apmw.traces import TraceError, fit_trace, workload_from_trace
 from apmw.traces.fit import FORMS, fit_distribution
 from tests.conftest import EXAMPLES
 from tests.traces.conftest import FIXTURES, SHARED
@@ -169,5 +169,7 @@ def test_a_week_of_demand_starts_on_monday(tmp_path):
 
 
 def test_no_week_from_two_days(tmp_path):
-    s = fit_trace(_two_days(tmp_path), "csv", mapping=MAP, weekly=True).summary
-    assert s["tasks_per_hour"] is None and any("needs a trace of at least 168 h" in n for n in s["notes"])
+    """Asked for by name (--weekly), a week the trace cannot give is an error; the day's profile stays a note."""
+    with pytest.raises(TraceError, match="--weekly: task starts cover .* needs a trace of at least 168 h"):
+        fit_trace(_two_days(tmp_path), "csv", mapping=MAP, weekly=True)
+    assert fit_trace(_two_days(tmp_path), "csv", mapping=MAP).summary["tasks_per_hour"] is not None

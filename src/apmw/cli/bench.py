@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, out, output_path, warn
+from apmw.cli.common import app, emit_json, err, fail, files_read_by, out, output_path, warn
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
@@ -104,7 +104,7 @@ def bench(
         if calibrate is not None:
             _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
             return
-        output_path(results, "--out", inputs=[spec])
+        output_path(results, "--out", inputs=[spec, *files_read_by(spec)])
         if slo_p95_s is not None and not (math.isfinite(slo_p95_s) and slo_p95_s > 0):
             fail(f"--slo-p95-s {slo_p95_s}: give the task-latency p95 SLO as a positive number of seconds, e.g. 1800")
         # what the run is compared with is checked before the run, not after its minutes of load

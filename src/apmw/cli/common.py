@@ -57,6 +57,51 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     return path
 
 
+def files_read_by(path: Path | None) -> list[Path]:
+    """The files a spec or a fleet file names, which a run reads beside it: a fleet file's workload specs, and each
+    spec's ``model.config`` and ``serving.speculative.draft_model`` where they are on disk. An output path must
+    replace none of them (:func:`output_path`'s ``inputs``). A file that cannot be read names none: loading it
+    reports that."""
+    data = _parsed(path) if path is not None else None
+    if not isinstance(data, dict):
+        return []
+    named = []
+    workloads = data.get("workloads")
+    for w in workloads if isinstance(workloads, list) else []:
+        if isinstance(w, dict) and isinstance(w.get("spec"), str):
+            spec = path.parent / w["spec"]
+            named += [spec, *_model_files(_parsed(spec))]
+    return named + _model_files(data)
+
+
+def _parsed(path: Path) -> object:
+    """The YAML document at ``path``, or None where it cannot be read."""
+    from apmw.spec import SpecError
+    from apmw.spec.load import load_yaml
+
+    try:
+        return load_yaml(path) if path.is_file() else None
+    except (SpecError, OSError, ValueError):
+        return None
+
+
+def _model_files(spec: object) -> list[Path]:
+    """A parsed spec's model files on disk: its config and its draft's (a checkpoint folder's config.json)."""
+    from apmw.catalog.models import local_path, on_disk
+
+    sections = spec if isinstance(spec, dict) else {}
+    model, serving = sections.get("model"), sections.get("serving")
+    speculative = serving.get("speculative") if isinstance(serving, dict) else None
+    names = [model.get("config") if isinstance(model, dict) else None,
+             speculative.get("draft_model") if isinstance(speculative, dict) else None]
+    files = []
+    for name in names:
+        if isinstance(name, str) and on_disk(name):
+            p = local_path(name)
+            files.append(p / "config.json" if p.is_dir() else p)
+    return files
+
+
 def _unwritable(path: Path) -> str | None:
     """Why no file can be written at ``path``, found by trying (a permission check passes for root, and some
     folders, /proc's, refuse new files whatever their modes say): an existing file opened for appending, nothing

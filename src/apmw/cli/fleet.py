@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, distinct_outputs, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, fail, files_read_by, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 from apmw.spec.economics import MAX_TASKS_PER_HOUR
@@ -186,9 +186,9 @@ def fleet(
     from apmw.spec import load_spec
 
     if csv_out is not None:
-        output_path(csv_out, "--csv", inputs=[spec])
+        output_path(csv_out, "--csv", inputs=[spec, *files_read_by(spec)])
     if parquet_out is not None:
-        output_path(parquet_out, "--parquet", inputs=[spec], put_in_place=True)
+        output_path(parquet_out, "--parquet", inputs=[spec, *files_read_by(spec)], put_in_place=True)
     distinct_outputs({"--csv": csv_out, "--parquet": parquet_out})
     simulation_only = [flag for flag, on in (("--workers", workers != 1), ("--ray", ray_address is not None),
                                              ("--seed", seed is not None), ("--replications", replications != 1),
@@ -295,6 +295,8 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
         raise ApmwError(f"--cells {cells}: the day's analytic peak is {day['peak_replicas']:,} replica(s) and each cell "
                         f"keeps at least one up, so more cells than that price replicas the day does not need: give at "
                         f"most {max(day['peak_replicas'], 1):,}")
+    if replications < 1:
+        raise ApmwError(f"--replications must be at least 1 (one simulated day), got {replications}")
     if replications > MAX_REPLICATIONS:
         raise ApmwError(f"--replications {replications}: at most {MAX_REPLICATIONS} days are simulated (each a whole day, "
                         "task by task; 30 already put the 95 % interval within 5 % of its limit)")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from apmw.cli.common import app, fail, out, output_path, write_text
+from apmw.cli.common import app, fail, files_read_by, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -25,7 +25,7 @@ def report(
     from apmw.report import build_report
     from apmw.spec import load_spec
 
-    output_path(output, "-o", inputs=[spec])
+    output_path(output, "-o", inputs=[spec, *files_read_by(spec)])
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                       console=out, transient=True) as bar:

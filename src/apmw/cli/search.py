@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, files_read_by, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -104,7 +104,7 @@ def search(
         fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
     for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):
         if path is not None:
-            output_path(path, flag, inputs=[spec, space], put_in_place=flag == "--parquet")
+            output_path(path, flag, inputs=[spec, space, *files_read_by(spec)], put_in_place=flag == "--parquet")
     distinct_outputs({"--parquet": parquet_out, "--csv": csv_out, "--html": html_out})
     store = None
     try:
@@ -118,6 +118,9 @@ def search(
             note_gpu_basis(gpu)
         if parquet_out is not None:
             store = ResultStore(parquet_out, search_key(spec_document(s), axes), axes)
+            if resume and not store.path.is_file() and not store.parts.is_dir():
+                raise ApmwError(f"--resume: nothing to resume at --parquet {parquet_out} (neither it nor "
+                                f"{store.parts} exists); check the path, or leave --resume out to start the search")
             if not resume and (held := store.clear()):
                 note(f"started afresh: {held} point(s) saved in {store.parts} by a stopped run were dropped "
                      "(--resume continues one)")
@@ -149,6 +152,7 @@ def search(
     d = answer.to_dict(explain)
     if as_json:
         emit_json(d)
+        _none_feasible(d, explain)
         return
     t = Table(title=f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
     cols = ["settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"]
@@ -173,3 +177,13 @@ def search(
         for p in d.get("pruned_points", []):
             why = "; ".join(line.strip() for line in p["message"].splitlines() if line.strip())
             out.print(f"  {settings_text(p['settings'])}: {why}", highlight=False, markup=False, soft_wrap=True)
+    _none_feasible(d, explain)
+
+
+def _none_feasible(d: dict, explain: bool) -> None:
+    """A search none of whose points is feasible exits as an infeasible plan does (2), after its output."""
+    from apmw.capacity import InfeasibleError
+
+    if d["feasible"] == 0:
+        fail(f"none of the {d['evaluated']:,} point(s) of the space is feasible"
+             + ("" if explain else "; --explain gives each point's reason"), InfeasibleError.exit_code)

@@ -16,6 +16,7 @@ import copy
 import hashlib
 import itertools
 import json
+import re
 import typing
 from typing import Iterator
 
@@ -60,16 +61,21 @@ def read_space(data: object, where: str) -> dict[str, list]:
 
 def _canonical(value: object) -> object:
     """``value`` as the spec reads it, to find a value listed twice in two spellings (1 and 1.0, 2e11 and
-    200000000000 inside a GPU's figures): a whole float as the integer. Keys become text, so that a mapping
+    200000000000 inside a GPU's figures, 64 and "64"): a whole float as the integer, text that is a number as it. Keys become text, so that a mapping
     keyed by numbers and by text alike (quantiles 0.5 and '0.5') can be compared at all; the spec's own check
     refuses such a key given twice."""
     if isinstance(value, dict):
         return {str(_canonical(k)): _canonical(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_canonical(v) for v in value]
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):     # "64": the spec reads it as 64
+        value = float(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _check_spec_path(path: str, where: str) -> None:

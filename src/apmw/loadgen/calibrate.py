@@ -198,10 +198,21 @@ def _check_row(path: Path, where: str, row, fields: dict) -> None:
             raise BenchError(f"{path}: {where}: '{field}' {why}; {_REMEASURE}")
 
 
+# Bytes read of a calibration file at most: one holds a few dozen measured rows (a few kB); a larger file is not one.
+MAX_CALIBRATION_BYTES = 16 * 2**20
+
+
 def read_calibration(path: Path) -> dict:
     """The calibration file at ``path``, every row the fit reads checked (BenchError names the row and field)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():
+        raise BenchError(f"{path}: not a regular file (a device, pipe or socket); give the file apmw bench "
+                         "--calibrate FILE wrote")
+    if p.is_file() and p.stat().st_size > MAX_CALIBRATION_BYTES:
+        raise BenchError(f"{path}: {p.stat().st_size:,} bytes, where a calibration file is a few kB (at most "
+                         f"{MAX_CALIBRATION_BYTES:,} read) -- not an apmw calibration file; {_REMEASURE}")
     try:
-        cal = json.loads(Path(path).read_text(encoding="utf-8"))
+        cal = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BenchError(f"{path}: calibration file not found (write one with apmw bench --calibrate FILE)") from None
     except IsADirectoryError:

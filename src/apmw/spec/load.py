@@ -150,6 +150,9 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
     """Validate a parsed document, raising :class:`SpecError` with every problem."""
     if not isinstance(data, dict):
         raise SpecError(path, ["the file must be a YAML mapping with sections workload, model, hardware, slo, cost"])
+    if "workloads" in data and "workload" not in data:
+        raise SpecError(path, ["a fleet file (a top-level 'workloads' list), not one workload's spec: size it with "
+                               "apmw fleet FILE; this verb takes a spec such as examples/coding-agent.yaml"])
     try:
         return Spec.model_validate(data)
     except ValidationError as exc:
@@ -203,6 +206,25 @@ class _SpecLoader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node):
+        self._not_base_60(node)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        self._not_base_60(node)
+        return super().construct_yaml_float(node)
+
+    @staticmethod
+    def _not_base_60(node) -> None:
+        """YAML 1.1 reads ``2:30`` as 150 (base 60, for times); YAML 1.2 and JSON do not: a value written so is
+        more likely a typo or a time than a count."""
+        if ":" in str(node.value):
+            raise _Refused(node.start_mark, f"'{node.value}' reads as a base-60 number in YAML 1.1 (2:30 is 150): "
+                           "write the number itself, or quote it if it is text")
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _SpecLoader.construct_yaml_int)
+_SpecLoader.add_constructor("tag:yaml.org,2002:float", _SpecLoader.construct_yaml_float)
 
 # YAML 1.1 (PyYAML) reads an exponent without a decimal point (1e3, 48e6) as text; YAML 1.2 and JSON read it as a
 # number, as a user writing one means.

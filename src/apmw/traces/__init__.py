@@ -125,6 +125,9 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached)
     rates, why_no_rates = tasks_per_hour(c, s, weekly) if has_sessions else (None, None)
+    if weekly and rates is None:     # asked for by name: its absence is an error, not a note
+        raise TraceError(f"{p}: --weekly: " + (why_no_rates or "the trace has no sessions, so no task starts")
+                         + "; leave --weekly out for the day's profile, or give a longer trace")
     return {
         "path": str(p),
         "format": fmt,

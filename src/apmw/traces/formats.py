@@ -80,7 +80,7 @@ def check_trace_file(path: str | Path) -> Path:
     if p.is_file():
         return p
     if p.is_dir():
-        raise TraceError(f"{path}: is a directory; give one trace file (a JSONL, CSV, Parquet or OTel file)")
+        raise TraceError(f"{path}: is a directory; give one trace file (a JSONL, CSV or OTel file)")
     if p.exists():
         raise TraceError(f"{path}: not a regular file (a device, pipe or socket); give one trace file")
     raise TraceError(f"{path}: no such file")

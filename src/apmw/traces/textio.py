@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 
@@ -58,7 +59,8 @@ class _GzipTrace(gzip.GzipFile):
 
 def open_binary(path: str | Path) -> IO[bytes]:
     """Open a trace for reading bytes; ``.gz`` files are decompressed on the fly (and one that is not
-    gzip, or ends early, is a :class:`TraceError` naming it)."""
+    gzip, or ends early, is a :class:`TraceError` naming it). A UTF-8 byte-order mark is skipped; UTF-16 and
+    UTF-32 text is refused."""
     p = Path(path)
     if p.suffix == ".gz":
         with open(p, "rb") as f:
@@ -69,7 +71,10 @@ def open_binary(path: str | Path) -> IO[bytes]:
         stream: IO[bytes] = _GzipTrace(p, "rb")
     else:
         stream = open(p, "rb", buffering=1 << 20)
-    _refuse_wide_text(stream.peek(4)[:4], p, stream)
+    head = stream.peek(4)[:4]
+    _refuse_wide_text(head, p, stream)
+    if head.startswith(UTF8_BOM):       # Windows tools start UTF-8 text with one; JSON does not allow it
+        stream.read(len(UTF8_BOM))
     return stream
 
 

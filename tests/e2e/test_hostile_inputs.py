@@ -663,3 +663,31 @@ def test_an_output_never_replaces_a_file_the_spec_or_fleet_file_reads(tmp_path):
     fleet = _write(tmp_path, "fleet.yaml", b"workloads:\n  - name: code\n    spec: coding.yaml\n")
     said = _clean(_run("fleet", str(fleet), "--csv", str(workload)))
     assert "is the input" in said and workload.read_text() == CODING
+
+
+def test_azure_stamps_in_iso_8601_are_read_and_a_zoneless_one_is_utc_on_any_machine(tmp_path):
+    """ISO 8601 stamps (T and Z) skipped every line as "could not convert string to float" (fuzzing, session 41); a
+    stamp without a zone was read in the machine's own time zone, moving tasks_per_hour by its offset."""
+    import os
+
+    rows = [(f"2023-11-16 {h:02d}:17:03.9799600", 4808, 10) for h in range(24) for _ in range(3)]
+    plain = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{t},{i},{o}\n" for t, i, o in rows)
+    iso = plain.replace(" ", "T").replace("600,", "600Z,")
+    fitted = {}
+    for name, text, tz in (("plain", plain, "UTC"), ("iso", iso, "UTC"), ("plain", plain, "America/Los_Angeles")):
+        path = _write(tmp_path, f"AzureLLMInferenceTrace_{name}.csv", text.encode())
+        r = subprocess.run([APMW, "fit", str(path), "--json"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "TZ": tz})
+        _clean(r, 0)
+        d = json.loads(r.stdout)
+        assert d["skipped_lines"] == 0, d["skipped"]
+        fitted[(name, tz)] = d["tasks_per_hour"]
+    assert fitted[("plain", "UTC")] == fitted[("iso", "UTC")] == fitted[("plain", "America/Los_Angeles")]
+
+
+def test_predict_names_the_engines_own_batch_limit_when_none_was_given():
+    r = _run("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "100", "--osl", "10",
+             "--concurrency", "64", "--token-budget", "16")
+    _clean(r, 0)
+    out = " ".join(r.stdout.split())
+    assert "the engine's batch limit, 16 here" in out and "--max-batch sets it" in out

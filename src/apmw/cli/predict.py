@@ -234,7 +234,7 @@ def predict(
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
     if p.queued_requests:
-        table.add_row("running capped by", _cap(p, engine))
+        table.add_row("running capped by", _cap(p, engine, max_batch is not None))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("next batch formed", "while the current iteration runs" if p.iterations_scheduled_ahead
@@ -356,10 +356,12 @@ def _replica_text(tp: int, layout: dict | None, gpu: str) -> str:
     return f"{gpus} x {gpu} (tp {tp}, " + ", ".join(f"{k} {v}" for k, v in layout.items()) + ")"
 
 
-def _cap(p, engine: str) -> str:
-    """Why the rest queue: the batch limit, or KV memory as the engine counts it."""
+def _cap(p, engine: str, given_max_batch: bool) -> str:
+    """Why the rest queue: the batch limit (the one given, or the engine's default), or KV memory as the engine
+    counts it."""
     if p.running_limited_by != "kv_memory":
-        return "--max-batch"
+        return "--max-batch" if given_max_batch else (f"the engine's batch limit, {p.running_requests:,} here "
+                                                      "(--max-batch sets it)")
     from apmw.perf.serving_policy import FULL_RESERVATION_ENGINES, canonical_engine
 
     held = f"{p.kv_tokens_per_running_request:,.0f} KV tokens each"

@@ -7,6 +7,7 @@ request is a one-call session: the fit gives per-call sizes, not session shape
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -23,10 +24,21 @@ def matches_header(columns: list[str]) -> bool:
     return set(REQUIRED) <= set(columns)
 
 
+# A date and time as the trace writes it ('2023-11-16 18:17:03.9799600'), or in ISO 8601 with a T and a zone
+# ('2023-11-16T18:17:03.9799600Z', '+01:00'), as a re-export writes it. Seven fractional digits: datetime reads six.
+_STAMP = re.compile(r"(?P<base>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?P<zone>Z|[+-]\d\d:?\d\d)?")
+
+
 def _seconds(stamp: str) -> float:
-    """'2023-11-16 18:17:03.9799600' -> POSIX seconds (7 fractional digits: trim to 6 for datetime)."""
-    head, _, frac = stamp.partition(".")
-    return datetime.fromisoformat(head).timestamp() + (float("0." + frac) if frac else 0.0)
+    """A TIMESTAMP cell -> POSIX seconds. Without a zone it is UTC (the traces' clock), whatever this machine's
+    time zone: tasks_per_hour counts hours of the UTC day."""
+    m = _STAMP.fullmatch(stamp.strip())
+    if m is None:
+        raise ValueError(f"TIMESTAMP {stamp[:40]!r} is not a date and time such as 2023-11-16 18:17:03.9799600 (UTC; "
+                         "ISO 8601 with a T and a Z or an offset is read too)")
+    zone = m["zone"] or "Z"
+    when = datetime.fromisoformat(m["base"] + ("+00:00" if zone == "Z" else zone))
+    return when.timestamp() + (float(m["frac"]) if m["frac"] else 0.0)
 
 
 def read(path: str | Path, errors: LineErrors) -> CallStream:

@@ -691,3 +691,25 @@ def test_predict_names_the_engines_own_batch_limit_when_none_was_given():
     _clean(r, 0)
     out = " ".join(r.stdout.split())
     assert "the engine's batch limit, 16 here" in out and "--max-batch sets it" in out
+
+
+def test_an_otel_span_exported_twice_is_counted_once_and_a_usage_given_twice_is_refused(tmp_path):
+    """`cat a.jsonl a.jsonl` (or a collector's retry) doubled every call; a span giving its input tokens twice was
+    read with the last value (fuzzing, session 41)."""
+    from pathlib import Path
+
+    spans = (Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "otel_genai.jsonl").read_bytes()
+    once = json.loads(_fit(tmp_path, "once.jsonl", spans).stdout)
+    r = _fit(tmp_path, "twice.jsonl", spans + spans)
+    _clean(r, 0)
+    twice = json.loads(r.stdout)
+    assert (twice["calls"], twice["sessions"]) == (once["calls"], once["sessions"])
+    assert twice["input_tokens_per_call"] == once["input_tokens_per_call"]
+    assert twice["skipped_lines"] == once["skipped_lines"] + len(spans.splitlines())
+    assert any("a span exported twice" in reason for reason in twice["skipped"])
+    usage = b'{"key":"gen_ai.usage.input_tokens","value":{"intValue":"1200"}}'
+    assert usage in spans
+    doubled = spans.replace(usage, usage + b',{"key":"gen_ai.usage.input_tokens","value":{"intValue":"999999"}}', 1)
+    d = json.loads(_fit(tmp_path, "usage.jsonl", doubled).stdout)
+    assert d["calls"] == once["calls"] - 1
+    assert any("attribute gen_ai.usage.input_tokens is given twice, with two values" in why for why in d["skipped"])

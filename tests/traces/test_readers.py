@@ -160,12 +160,12 @@ def test_otlp_pretty_printed_document_and_bad_span(tmp_path):
     q.write_text(json.dumps(doc) + "\n" + chat + "\n")
     s = fit_trace(q).summary
     assert s["calls"] == 1 and s["skipped_lines"] == 1
-    assert list(s["skipped"]) == ["span 'chat deepseek-chat': ValueError: token usage: no output token count"]
+    assert list(s["skipped"]) == ["span 'chat deepseek-chat': token usage: no output token count"]
     # a negative count is named as what it is (it was "without both input and output counts")
     span["attributes"].append({"key": "gen_ai.usage.output_tokens", "value": {"intValue": "-100"}})
     q.write_text(json.dumps(doc) + "\n" + chat + "\n")
     assert list(fit_trace(q).summary["skipped"]) == [
-        "span 'chat deepseek-chat': ValueError: token usage: negative token count"]
+        "span 'chat deepseek-chat': token usage: negative token count"]
 
 
 def test_otel_conversation_id_on_agent_spans_only():

@@ -53,6 +53,9 @@ NOT_CALLS = {"invoke_agent", "create_agent", "execute_tool", "embeddings"}
 EARLIEST_UNIX_S = 946_684_800.0            # 2000-01-01T00:00:00Z
 LATEST_UNIX_S = (2**63 - 1) / 1e9          # 2262-04-11, the last int64 nanosecond
 OPENINFERENCE_NOT_CALLS = {"AGENT", "CHAIN", "TOOL", "RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EVALUATOR"}
+# The attributes a call is read from: one given twice with two values is a span apmw cannot read one way.
+READ_KEYS = frozenset(INPUT_KEYS + OUTPUT_KEYS + CACHED_KEYS + SESSION_KEYS
+                      + ("gen_ai.operation.name", "openinference.span.kind"))
 
 
 def matches_record(obj: dict) -> bool:
@@ -90,6 +93,8 @@ class Reader:
         self.trace_conversation: dict[str, object] = {}
         # (session key, start s) of each tool span: model calls with no tool span between them form one step
         self.tool_starts: list[tuple[object, float]] = []
+        # (trace id, span id) -> the line that gave the span: one exported twice is counted once
+        self.span_lines: dict[tuple[object, object], int] = {}
 
     def session_alias(self, key: object) -> object:
         """After reading: a call keyed by its trace joins the conversation some span of that trace named."""
@@ -107,10 +112,12 @@ class Reader:
                 continue
             for span in spans:
                 try:
+                    self._once(span, line)
                     call = self._call(span)
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     name = span.get("name") if isinstance(span, dict) else None
-                    errors.skip(line, f"span {name!r}: {type(exc).__name__}: {exc}")
+                    said = str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}"
+                    errors.skip(line, f"span {name!r}: {said}")
                     continue
                 if call is not None:
                     yield call
@@ -146,10 +153,25 @@ class Reader:
             raise TraceError(f"{path}: not an OTLP JSON document (no 'resourceSpans')")
         yield 1, obj
 
+    def _once(self, span: dict, line: int) -> None:
+        """ValueError where the span (its trace and span ids) was read before."""
+        key = (span.get("traceId"), span.get("spanId"))
+        if not all(isinstance(k, str) and k for k in key):
+            return
+        if key in self.span_lines:
+            raise ValueError("its trace and span ids were given before: a span exported twice (a collector's retry, "
+                             "files concatenated) is counted once")
+        self.span_lines[key] = line
+
     def _call(self, span: dict) -> Call | None:
         self.spans += 1
         # key -> raw OTLP AnyValue; only the few attributes used below are decoded
-        attrs = {a["key"]: a.get("value") for a in span.get("attributes", ())}
+        attrs: dict[str, object] = {}
+        for a in span.get("attributes", ()):
+            k, v = a["key"], a.get("value")
+            if k in attrs and attrs[k] != v and k in READ_KEYS:
+                raise ValueError(f"attribute {k} is given twice, with two values: keep one")
+            attrs[k] = v
         conversation = session_key(_decoded(attrs, SESSION_KEYS), "the conversation id")
         trace_id = session_key(span.get("traceId"), "traceId")
         if conversation:

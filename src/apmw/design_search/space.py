@@ -78,10 +78,24 @@ def _canonical(value: object) -> object:
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+# Sections a search holds fixed, and why: its points are compared for one workload and SLO, and the fleet's day
+# sizes replicas (apmw fleet), not one.
+FIXED_SECTIONS = {
+    "workload": "the workload is what a search compares deployments for: search each workload's spec on its own",
+    "slo": "the SLO is what each point must meet, so points under two SLOs do not compare: search each SLO's spec",
+    "fleet": "fleet.* sizes a fleet over a day (apmw fleet), not a replica: every point would be the same",
+}
+
+
 def _check_spec_path(path: str, where: str) -> None:
     """Refuse an axis whose path names no field of the spec (``apmw.spec.Spec``), naming the first part that
-    is not one and the fields that are there; a path may go on inside a field holding a mapping."""
+    is not one and the fields that are there, or one in a section the search holds fixed (FIXED_SECTIONS); a path
+    may go on inside a field holding a mapping."""
     from apmw.spec import Spec
+
+    section = path.split(".")[0]
+    if section in FIXED_SECTIONS:
+        raise ApmwError(f"{where}: axis {path}: {FIXED_SECTIONS[section]}")
 
     models: list[type[BaseModel]] = [Spec]
     walked: list[str] = []

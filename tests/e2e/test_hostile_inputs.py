@@ -718,3 +718,21 @@ def test_an_otel_span_exported_twice_is_counted_once_and_a_usage_given_twice_is_
     d = json.loads(_fit(tmp_path, "usage.jsonl", doubled).stdout)
     assert d["calls"] == once["calls"] - 1
     assert any("attribute gen_ai.usage.input_tokens is given twice, with two values" in why for why in d["skipped"])
+
+
+def test_calls_that_start_before_the_one_before_them_ended_are_noted_not_dropped_silently(tmp_path):
+    """A start column in seconds mapped as milliseconds put every start before the previous call's end: 246 of 249
+    tool waits were dropped with no word, and the fit read 0.3 ms waits off the other 3 (fuzzing, session 41)."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mini_swe_calls_3sessions.csv"
+    columns = "session=instance_id,order=call_index,input_tokens=prompt_tokens,output_tokens=completion_tokens"
+    r = _run("fit", str(trace), "--format", "csv", "--map", columns + ",start_ms=t_request_s,end_s=t_response_s",
+             "--json")
+    _clean(r, 0)
+    (note,) = [n for n in json.loads(r.stdout)["notes"] if "before the call before them ended" in n]
+    assert note.startswith("246 of 249 call(s)") and "two units" in note
+    right = _run("fit", str(trace), "--format", "csv", "--map", columns + ",start_s=t_request_s,end_s=t_response_s",
+                 "--json")
+    _clean(right, 0)
+    assert not [n for n in json.loads(right.stdout)["notes"] if "before the call before them ended" in n]

@@ -195,6 +195,11 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
                      "their new input is counted as 0")
     if s.negative_waits:
         notes.append(f"{s.negative_waits} negative tool time(s) in the trace (clock skew) counted as 0")
+    if s.overlapping_calls:
+        gaps = int((~s.first).sum())
+        notes.append(f"{s.overlapping_calls} of {gaps} call(s) after a session's first start before the call before "
+                     "them ended, so no tool wait is read there: parallel calls, or start and end times on two clocks "
+                     "or in two units (with --map, check that each column's _s or _ms is its unit)")
     if cached is None:
         notes.append("the trace reports no cache counts: see reusable_prefix_share for what a prefix cache could serve")
     if has_sessions and len(s.calls_per_session) < 2:

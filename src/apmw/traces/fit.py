@@ -215,6 +215,7 @@ class Shape:
     negative_waits: int = 0        # tool times below 0 in the trace (clock skew), counted as 0
     steps_per_session: np.ndarray | None = None   # only when the trace marks steps (tool spans)
     calls_per_step: np.ndarray | None = None
+    overlapping_calls: int = 0     # calls that start before the one before them in their session ended (no wait)
 
 
 def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None,
@@ -240,7 +241,10 @@ def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None,
     nxt_gap[:-1] = np.where(last[:-1], np.nan, c.gap_before_s[1:])
     wall = np.full(n, np.nan)
     wall[:-1] = np.where(last[:-1], np.nan, c.start_s[1:] - c.end_s[:-1])
-    wall[wall < 0] = np.nan
+    with np.errstate(invalid="ignore"):
+        negative_gap = wall < 0     # parallel calls, or start and end stamps on two clocks or in two units
+    wall[negative_gap] = np.nan
+    overlapping = negative_gap & ~np.isfinite(wait) & ~np.isfinite(nxt_gap)    # where the gap was to be the wait
     wait = np.where(np.isfinite(wait), wait, np.where(np.isfinite(nxt_gap), nxt_gap, wall))
     with np.errstate(invalid="ignore"):
         negative_waits = int((wait < 0).sum())   # clock skew between the agent's and the tools' stamps
@@ -258,7 +262,7 @@ def shape(c: Columns, has_sessions: bool, step_end: np.ndarray | None = None,
         duration = np.fmax.reduceat(c.end_s, starts) - np.fmin.reduceat(c.start_s, starts) if n else np.zeros(0)
     return Shape(first, counts.astype(float), np.maximum(raw_new, 0.0), shrank, system,
                  first_prompt - system, wait, latency, np.maximum.reduceat(prompt + out, starts) if n else prompt,
-                 duration, negative_waits, steps_per_session, calls_per_step)
+                 duration, negative_waits, steps_per_session, calls_per_step, int(overlapping.sum()))
 
 
 def cache_shares(c: Columns, s: Shape) -> tuple[float | None, float]:

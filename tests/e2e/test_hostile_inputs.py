@@ -736,3 +736,27 @@ def test_calls_that_start_before_the_one_before_them_ended_are_noted_not_dropped
                  "--json")
     _clean(right, 0)
     assert not [n for n in json.loads(right.stdout)["notes"] if "before the call before them ended" in n]
+
+
+def test_a_jsonl_whose_first_line_is_past_the_sniffed_bytes_asks_for_its_format(tmp_path):
+    """A first line over 4 MiB was cut before its JSON ended and blamed on CSV line endings (fuzzing, session 41)."""
+    turn = '{"text": "' + "x" * (5 * 2**20) + '", "output_length": 10}'
+    line = ('{"session_id": "a", "turns": [' + turn + "]}\n").encode()
+    said = _clean(_fit(tmp_path, "long.jsonl", line))
+    assert "the first line is longer than the 4 MiB apmw reads to recognise a format: give it with --format" in said
+    r = _fit(tmp_path, "long.jsonl", line, "--format", "aiperf-multi-turn")
+    _clean(r, 0)
+    assert json.loads(r.stdout)["calls"] == 1
+
+
+@pytest.mark.parametrize("args,said", [
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "100", "--osl", "10",
+      "--concurrency", "4,8,4"], "--concurrency: '4,8,4' gives 4 more than once"),
+    (["fit", "{trace}", "--format", "csv", "--map", "input_tokens=prompt_tokens,output_tokens=prompt_tokens"],
+     "--map reads column 'prompt_tokens' as both input_tokens and output_tokens"),
+])
+def test_one_value_asked_for_twice_is_refused(args, said):
+    from pathlib import Path
+
+    trace = str(Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mini_swe_calls_3sessions.csv")
+    assert said in _clean(_run(*[a.replace("{trace}", trace) for a in args]))

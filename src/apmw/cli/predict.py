@@ -409,10 +409,15 @@ def _levels(text: str, option: str, kind, example: str) -> list:
         # an empty entry is a typo: dropping it would answer for other levels than the user asked
         fail(f"{option}: '{text}' has an empty entry between commas; give each level once (e.g. {example})")
     try:
-        return [kind(x) for x in items]
+        levels = [kind(x) for x in items]
     except ValueError:
         noun = "whole number" if kind is int else "number"
         fail(f"{option}: '{text}' is not a {noun} or a comma list of them (e.g. {example})")
+    twice = sorted({x for x in levels if levels.count(x) > 1})
+    if twice:
+        fail(f"{option}: '{text}' gives {', '.join(f'{x:g}' for x in twice)} more than once; give each level once "
+             f"(e.g. {example})")
+    return levels
 
 
 def _within_capacity(predict, sweep: bool):

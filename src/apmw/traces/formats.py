@@ -100,6 +100,9 @@ def detect(path: str | Path) -> str:
             obj = None
             if first.lstrip().startswith(b"{") and b'"resourceSpans"' in _head(p):
                 return otel.NAME  # one pretty-printed OTLP document
+            if first.lstrip().startswith(b"{") and len(first) >= SNIFF_BYTES:
+                raise TraceError(f"{path}:1: the first line is longer than the {SNIFF_BYTES >> 20} MiB apmw reads to "
+                                 f"recognise a format: give it with --format (one of: {', '.join(NAMES)})") from None
         if isinstance(obj, dict):
             for module in (otel, agentperf, aiperf, mooncake):
                 if module.matches_record(obj):

@@ -27,6 +27,7 @@ DESCRIPTION = "generic CSV or JSONL with --map field=column,... (input_tokens an
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 TIMED = ("start", "end", "tool_wait", "gap_before")
 PLAIN = ("session", "order", "input_tokens", "output_tokens", "cached_tokens")
+COUNTS = ("input_tokens", "output_tokens", "cached_tokens")
 
 
 def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
@@ -57,6 +58,15 @@ def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
     for need in ("input_tokens", "output_tokens"):
         if need not in mapping:
             raise TraceError(f"--map must name the {need} column (e.g. {need}=...)")
+    counts: dict[str, str] = {}
+    for field in COUNTS:
+        column = mapping[field][0] if field in mapping else None
+        if column in counts:        # one column read as two token counts: a typo in one of them (order and a start
+            #                         time may share a column)
+            raise TraceError(f"--map reads column {column!r} as both {counts[column]} and {field}; each token count "
+                             "takes its own column")
+        if column is not None:
+            counts[column] = field
     return mapping
 
 

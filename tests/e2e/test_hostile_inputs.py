@@ -760,3 +760,21 @@ def test_one_value_asked_for_twice_is_refused(args, said):
 
     trace = str(Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mini_swe_calls_3sessions.csv")
     assert said in _clean(_run(*[a.replace("{trace}", trace) for a in args]))
+
+
+@pytest.mark.parametrize("text,said", [
+    ("workload:\x00\n", "line 1, column 10: character U+0000 is not allowed in YAML"),
+    (CODING + "1: 2\n", f"line {CODING.count(chr(10)) + 1}: 1: Keys should be strings"),
+])
+def test_a_yaml_error_without_a_mark_still_names_its_line(tmp_path, text, said):
+    assert said in _clean(_plan_text(tmp_path, text))
+
+
+def test_a_session_id_written_as_a_number_or_as_text_is_one_session(tmp_path):
+    """Mooncake sessions 1, "1" and 1.0 were two sessions, by JSON type (fuzzing, session 41)."""
+    lines = [{"session_id": sid, "input_length": n, "output_length": 5, "timestamp": t}
+             for sid, n, t in ((1, 100, 0), ("1", 50, 1000), (1.0, 50, 2000))]
+    r = _fit(tmp_path, "mooncake.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert (d["sessions"], d["calls"]) == (1, 3)

@@ -306,6 +306,12 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
             raise SpecError(str(path), [f"{where}a YAML merge key (<<: *name) is not read here: write the keys out "
                                         "(an alias of a whole value, key: *name, is)"]) from None
         raise SpecError(str(path), [f"{where}YAML syntax error: {exc.problem}"]) from None
+    except yaml.reader.ReaderError as exc:      # a character YAML does not allow (a NUL, a control byte)
+        before = text[:exc.position]
+        where = f"line {before.count(chr(10)) + 1}, column {len(before) - before.rfind(chr(10))}"
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or " ")
+        raise SpecError(str(path), [f"{where}: character U+{code:04X} is not allowed in YAML (a binary file, or "
+                                    "a control character pasted in): remove it"]) from None
     except yaml.YAMLError as exc:
         raise SpecError(str(path), [f"YAML error: {exc}"]) from None
     return data, node

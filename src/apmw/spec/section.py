@@ -13,8 +13,9 @@ def line_for(loc: tuple, lines: dict[tuple, int]) -> int | None:
     """The line of the deepest key of ``loc`` that exists in the file."""
     keys = tuple(str(k) if not isinstance(k, int) else k for k in loc)
     for n in range(len(keys), 0, -1):
-        if keys[:n] in lines:
-            return lines[keys[:n]]
+        for path in (keys[:n], keys[:n - 1] + (str(keys[n - 1]),)):    # an index, or a mapping key written 1:
+            if path in lines:
+                return lines[path]
     return None
 
 

@@ -114,10 +114,15 @@ def cell(text: str) -> float:
 
 
 def session_key(value: object, field: str) -> object:
-    """A session id as the trace gives it (a string or a number), None when absent; anything else
-    (a list, an object, a boolean) raises ValueError, so that its line is skipped and counted."""
-    if value is None or isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool)):
+    """A session id as the trace gives it (a string or a number, as text: 1, 1.0 and "1" are one session), None when
+    absent; anything else (a list, an object, a boolean, a number that is not finite) raises ValueError, so that its
+    line is skipped and counted."""
+    if value is None or isinstance(value, str):
         return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
     raise ValueError(f"{field} must be a string or a number, got {type(value).__name__} {str(value)[:40]}")
 
 

@@ -908,19 +908,12 @@ def fit_amd_launch(rows: list[Row]) -> dict[str, float]:
     fitted = {}
     for die, part in AMD_LAUNCH_TRAINING_PART.items():
         train = _amd_launch_rows(rows, part)
-        best = (math.inf, None)
-        for us in np.arange(4.0, 80.01, 0.5):
+
+        def launch(us: float, die: str = die) -> None:
             efficiency.AMD_GEMM_LAUNCH_S_BY_DIE[die] = us * 1e-6
-            _refresh_amd_efficiencies()
-            for r in train:
-                predict_row(r)
-            score = statistics.median(abs(x) for x in errors(train, "tpot_s"))
-            if score < best[0] - 1e-9:
-                best = (score, round(float(us), 1))
-        efficiency.AMD_GEMM_LAUNCH_S_BY_DIE[die] = best[1] * 1e-6
-        _refresh_amd_efficiencies()
-        fitted[die] = best[1]
-        print(f"fitted {die} GEMM launch: {best[1]:.1f} us (on {part}: train median |TPOT err| {best[0]:.1f}%, "
+
+        score, fitted[die] = _smallest_best(np.round(np.arange(4.0, 80.01, 0.5), 1), launch, train, "tpot_s")
+        print(f"fitted {die} GEMM launch: {fitted[die]:.1f} us (on {part}: train median |TPOT err| {score:.1f}%, "
               f"{len(train)} rows)")
     return fitted
 
@@ -937,6 +930,23 @@ def amd_held_out_rows(rows: list[Row], gpu: str) -> list[Row]:
     return []
 
 
+def _smallest_best(grid: np.ndarray, apply, train: list[Row], metric: str) -> tuple[float, float]:
+    """(median |``metric`` error| %, value): the smallest value of ``grid`` with the best score on ``train``, each
+    tried by ``apply(value)`` and the AMD efficiencies rebuilt from it; the best is left applied."""
+    best = (math.inf, float(grid[0]))
+    for value in map(float, grid):
+        apply(value)
+        _refresh_amd_efficiencies()
+        for r in train:
+            predict_row(r)
+        score = statistics.median(abs(x) for x in errors(train, metric))
+        if score < best[0] - 1e-9:
+            best = (score, value)
+    apply(best[1])
+    _refresh_amd_efficiencies()
+    return best
+
+
 def _refresh_amd_efficiencies() -> None:
     for gpu in efficiency.AMD_DIE:
         efficiency.EFFICIENCY_BY_GPU[gpu] = efficiency.amd_efficiency(gpu, efficiency.AMD_FP8_FLOPS_EFFICIENCY.get(gpu))
@@ -949,20 +959,14 @@ def fit_amd_flops(rows: list[Row]) -> dict[str, float]:
     fitted = {}
     for gpu in sorted(efficiency.AMD_FP8_FLOPS_EFFICIENCY):
         train = _amd_offline_rows(rows, gpu)
-        best = (math.inf, None)
-        for share in np.arange(0.20, 0.801, 0.005):
-            efficiency.AMD_FP8_FLOPS_EFFICIENCY[gpu] = round(float(share), 3)
-            _refresh_amd_efficiencies()
-            for r in train:
-                predict_row(r)
-            score = statistics.median(abs(x) for x in errors(train, "output_tokens_per_s_per_gpu"))
-            if score < best[0] - 1e-9:
-                best = (score, round(float(share), 3))
-        efficiency.AMD_FP8_FLOPS_EFFICIENCY[gpu] = best[1]
-        _refresh_amd_efficiencies()
-        fitted[gpu] = best[1]
-        print(f"fitted {gpu} fp8 matrix efficiency: {best[1]:.3f} of the peak (train median |throughput err| "
-              f"{best[0]:.1f}%, {len(train)} rows)")
+
+        def share(value: float, gpu: str = gpu) -> None:
+            efficiency.AMD_FP8_FLOPS_EFFICIENCY[gpu] = value
+
+        score, fitted[gpu] = _smallest_best(np.round(np.arange(0.20, 0.801, 0.005), 3), share, train,
+                                            "output_tokens_per_s_per_gpu")
+        print(f"fitted {gpu} fp8 matrix efficiency: {fitted[gpu]:.3f} of the peak (train median |throughput err| "
+              f"{score:.1f}%, {len(train)} rows)")
     return fitted
 
 

@@ -10,9 +10,9 @@ Default values were measured from aiconfigurator's vLLM 0.24.0 GEMM tables
 * bandwidth: median achieved HBM bandwidth of weight-streaming GEMMs (m <= 8,
   n*k >= 4096^2) over the spec-sheet figure, each GEMM's time less its launch latency
   (``gemm_launch_s``, charged per GEMM on top) -- bf16 0.85 on H200, 0.90 on H100;
-  fp8 0.65 / 0.72 (the per-tensor FP8 GEMMs stream weights markedly less well); with the
-  launch left in, as before session 33, 0.74 / 0.80 and 0.52 / 0.61, which charged a small
-  GEMM too little and a large one too much. aiconfigurator's own
+  fp8 0.65 / 0.72 (the per-tensor FP8 GEMMs stream weights markedly less well). With the
+  launch left in the figures would be 0.74 / 0.80 and 0.52 / 0.61, which charge a small
+  GEMM too little and a large one too much, so the launch is charged apart. aiconfigurator's own
   ``mem_bw_empirical_scaling_factor`` is 0.8.
 * flops: median achieved rate of large GEMMs (m, n, k >= 4096) over the dense
   peak -- bf16 0.77 (H200) / 0.80 (H100); fp8 0.60 / 0.53.
@@ -54,7 +54,7 @@ class Efficiency:
     gemm_launch_s: float = 4.0e-6
     # Streaming efficiency of the small elementwise kernels (norms, residual adds, activation, RoPE) the
     # calibrated path adds to its measured GEMMs and attention: the median weight-streaming figure with
-    # launches left in (the form before gemm_launch_s), which the fitted per-layer overheads
+    # launches left in (no gemm_launch_s charged beside it), which the fitted per-layer overheads
     # (apmw.perf.serving_policy.ENGINE_OVERHEAD_S_PER_LAYER) were fitted beside.
     elementwise_bandwidth: float = 0.77
     # KV-reading efficiency of decode attention by KV dtype (bench/derive_efficiencies.py).
@@ -121,12 +121,12 @@ EFFICIENCY_BY_GPU: dict[str, Efficiency] = {
 # Interactive and Server runs and InferenceMAX's runs (docs/accuracy.md). Bandwidth and KV figures stay NVIDIA's.
 AMD_FP8_FLOPS_EFFICIENCY = {"MI300X": 0.375, "MI325X": 0.465}
 
-# What each GEMM a decode step launches costs on AMD's parts beyond its weights over the bandwidth: NVIDIA's 4 us
-# (gemm_launch_s) leaves InferenceMAX's DeepSeek-R1 decode on SGLang short by a near-constant time per iteration,
-# whatever the batch (MI300X 18-22 ms, MI355X 3-5 ms at TP8; the same on AMD's ATOM engine and, for llama2-70b, on
-# vLLM in MLPerf's Interactive runs): a cost per kernel the step launches (ROCm's launches and the many small kernels
-# around each GEMM), not a rate. FITTED per compute die, each on one engine's runs and held out on the others
-# (``python bench/accuracy.py --fit-amd``, fit_amd_launch; docs/accuracy.md, "What changed in session 41"): CDNA3 on
+# What each GEMM a decode step launches costs on AMD's parts beyond its weights over the bandwidth. Priced with
+# NVIDIA's 4 us (gemm_launch_s), InferenceMAX's DeepSeek-R1 decode on SGLang comes out short by a near-constant time
+# per iteration, whatever the batch (MI300X 18-22 ms, MI355X 3-5 ms at TP8; the same on AMD's ATOM engine and, for
+# llama2-70b, on vLLM in MLPerf's Interactive runs): a cost per kernel the step launches (ROCm's launches and the many
+# small kernels around each GEMM), not a rate. FITTED per compute die, each on one engine's runs and held out on the others
+# (``python bench/accuracy.py --fit-amd``, fit_amd_launch; docs/accuracy.md has the rows before and after): CDNA3 on
 # MI300X's DeepSeek-R1 SGLang runs (MI325X, the same die, holds it out with its SGLang and its MLPerf vLLM runs),
 # CDNA4 on MI355X's DeepSeek-R1 SGLang runs (its ATOM runs of DeepSeek-R1 and gpt-oss hold it out). MI350X is
 # MI355X's die at a lower power cap: ASSUMPTION, the same figure (no run of it here).

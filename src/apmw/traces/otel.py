@@ -93,8 +93,8 @@ class Reader:
         self.trace_conversation: dict[str, object] = {}
         # (session key, start s) of each tool span: model calls with no tool span between them form one step
         self.tool_starts: list[tuple[object, float]] = []
-        # (trace id, span id) -> the line that gave the span: one exported twice is counted once
-        self.span_lines: dict[tuple[object, object], int] = {}
+        # (trace id, span id) of each span read: one exported twice is counted once
+        self.seen_spans: set[tuple[object, object]] = set()
 
     def session_alias(self, key: object) -> object:
         """After reading: a call keyed by its trace joins the conversation some span of that trace named."""
@@ -112,7 +112,7 @@ class Reader:
                 continue
             for span in spans:
                 try:
-                    self._once(span, line)
+                    self._once(span)
                     call = self._call(span)
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     name = span.get("name") if isinstance(span, dict) else None
@@ -153,15 +153,15 @@ class Reader:
             raise TraceError(f"{path}: not an OTLP JSON document (no 'resourceSpans')")
         yield 1, obj
 
-    def _once(self, span: dict, line: int) -> None:
+    def _once(self, span: dict) -> None:
         """ValueError where the span (its trace and span ids) was read before."""
         key = (span.get("traceId"), span.get("spanId"))
         if not all(isinstance(k, str) and k for k in key):
             return
-        if key in self.span_lines:
+        if key in self.seen_spans:
             raise ValueError("its trace and span ids were given before: a span exported twice (a collector's retry, "
                              "files concatenated) is counted once")
-        self.span_lines[key] = line
+        self.seen_spans.add(key)
 
     def _call(self, span: dict) -> Call | None:
         self.spans += 1

@@ -778,3 +778,23 @@ def test_a_session_id_written_as_a_number_or_as_text_is_one_session(tmp_path):
     _clean(r, 0)
     d = json.loads(r.stdout)
     assert (d["sessions"], d["calls"]) == (1, 3)
+
+
+# Session 42: flags that did nothing where they were given (fuzzing, session 40's S9).
+@pytest.mark.parametrize("args,said", [
+    (["model", "--list", "--gpus"], "--list, --gpus given together: each lists one catalogue"),
+    (["model", "--gpus", "--systems"], "--gpus, --systems given together"),
+    (["model", "deepseek-ai/DeepSeek-V3", "--list"],
+     "--list lists a catalogue and takes no model, but 'deepseek-ai/DeepSeek-V3' was given"),
+    (["plan", str(EXAMPLES / "support-chat.yaml"), "--trace-format", "mooncake"],
+     "--trace-format mooncake applies to --workload-from TRACE"),
+])
+def test_a_flag_that_would_do_nothing_is_refused(args, said):
+    assert said in _clean(_run(*args))
+
+
+def test_search_says_check_tasks_does_nothing_without_check(tmp_path):
+    r = _run("search", str(EXAMPLES / "support-chat.yaml"), "--space", str(tmp_path / "missing.yaml"),
+             "--check-tasks", "5")
+    said = _clean(r)
+    assert "--check-tasks has no effect without --check K" in said

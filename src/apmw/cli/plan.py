@@ -51,6 +51,9 @@ def plan(
     from apmw.traces import fit_trace
 
     fit_notes: list[str] = []
+    if trace_format is not None and workload_from is None:
+        _fail(f"--trace-format {trace_format} applies to --workload-from TRACE (the trace a workload is fitted "
+              "from): give the trace, or leave --trace-format out")
     if check_tasks is not None and (analytic or agents is not None):
         note(f"--check-tasks has no effect with {'--analytic' if analytic else '--agents'}: nothing is checked "
              "in the simulator")
@@ -148,6 +151,12 @@ def model(
     from apmw.catalog.gpus import get_gpu, gpu_names
     from apmw.catalog.models import model_names
 
+    listings = [flag for flag, given in (("--list", list_models), ("--gpus", gpus), ("--systems", systems)) if given]
+    if len(listings) > 1:
+        _fail(f"{', '.join(listings)} given together: each lists one catalogue; give one of them per command")
+    if listings and config is not None:
+        _fail(f"{listings[0]} lists a catalogue and takes no model, but {config!r} was given: run "
+              f"`apmw model {config}` for its figures, or `apmw model {listings[0]}` alone")
     if list_models:
         names = model_names()
         _emit_json({"models": names}) if as_json else out.print("\n".join(names))

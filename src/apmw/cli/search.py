@@ -76,8 +76,9 @@ def search(
     explain: bool = typer.Option(False, "--explain", help="list every pruned point with its reason"),
     check: int = typer.Option(0, "--check", min=0, max=50, help="settle N* in the simulator for this many front "
                               "points, best agents/MW first, as apmw plan does (tens of seconds each)"),
-    check_tasks: int = typer.Option(CHECK_TASKS_PER_POINT, "--check-tasks", min=1, max=10_000,
-                                    help="tasks simulated per agent count when checking"),
+    check_tasks: Optional[int] = typer.Option(None, "--check-tasks", min=1, max=10_000,
+                                              help="tasks simulated per agent count when checking (default "
+                                              f"{CHECK_TASKS_PER_POINT}; needs --check)"),
     workers: int = typer.Option(0, "--workers", min=0, max=1024, help="processes planning points on this machine "
                                 "(0: one per core, in this process when the space has under 32 points)"),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="plan on an existing Ray cluster: auto, "
@@ -100,6 +101,10 @@ def search(
     if workers and ray_address is not None:
         fail(f"--workers {workers} and --ray {ray_address} both given: --workers sizes the process pool on this "
              "machine, --ray plans on the Ray cluster's workers instead; give one")
+    if check_tasks is not None and not check:
+        note("--check-tasks has no effect without --check K: nothing is checked in the simulator (--check K "
+             "settles the K best front points)")
+    check_tasks = CHECK_TASKS_PER_POINT if check_tasks is None else check_tasks
     if resume and parquet_out is None:
         fail("--resume continues the search saved in --parquet OUT: give the same --parquet path as the stopped run")
     for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):

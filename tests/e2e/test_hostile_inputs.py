@@ -798,3 +798,38 @@ def test_search_says_check_tasks_does_nothing_without_check(tmp_path):
              "--check-tasks", "5")
     said = _clean(r)
     assert "--check-tasks has no effect without --check K" in said
+
+
+def test_a_mooncake_request_that_arrives_before_the_one_it_continues_is_skipped_and_said(tmp_path):
+    """Out of time order, a continuation's gap came out negative and was dropped, and its session re-sorted so
+    that its prompt shrank (fuzzing, session 40)."""
+    lines = [{"timestamp": t, "input_length": n, "output_length": 50, "hash_ids": list(range(1, n // 512 + 2))}
+             for t, n in ((5000, 1200), (1000, 1800), (9000, 2400))]
+    for fast in (True, False):      # the fast path, and the general one (a float count sends a line there)
+        if not fast:
+            lines[1]["output_length"] = 50.0
+        r = _fit(tmp_path, "mooncake.jsonl", "".join(json.dumps(x) + "\n" for x in lines).encode())
+        _clean(r, 0)
+        d = json.loads(r.stdout)
+        assert (d["calls"], d["skipped_lines"]) == (2, 1)
+        reason, = d["skipped"]
+        assert "earlier than that of the request whose blocks it extends" in reason and "sort it by timestamp" in reason
+        assert d["skipped"][reason]["examples"] == [f"{tmp_path / 'mooncake.jsonl'}:2"]
+        assert d["tool_wait_s"]["count"] == 1 and d["tool_wait_s"]["p50"] == 4.0     # 5 s -> 9 s
+
+
+@pytest.mark.parametrize("name,text,flags", [
+    ("mooncake.jsonl", '{"timestamp": 0, "input_length": 10.5, "output_length": 3}\n'
+                       '{"timestamp": 1, "input_length": 10, "output_length": 3}\n', ()),
+    ("calls.csv", "sid,inp,out\na,10.5,3\na,10,3\n",
+     ("--format", "csv", "--map", "session=sid,input_tokens=inp,output_tokens=out")),
+    ("mini_swe.csv", "run,instance_id,call_index,model,t_response_s,t_request_s,llm_latency_s,prompt_tokens,"
+     "completion_tokens,cached_prompt_tokens,reasoning_tokens,n_actions,tool_phase_s,finish_reason\n"
+     "r,i,0,m,0.0,,,2036,77.5,320,,1,0.3,tool_calls\nr,i,1,m,1.0,,,2136,77,320,,1,0.3,tool_calls\n", ()),
+])
+def test_a_fractional_token_count_is_skipped_and_counted(tmp_path, name, text, flags):
+    """10.5 tokens were read as they were (fuzzing, session 40)."""
+    r = _fit(tmp_path, name, text.encode(), *flags)
+    _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert d["calls"] == 1 and d["skipped"]["a token count that is not a whole number"]["count"] == 1

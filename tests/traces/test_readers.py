@@ -89,8 +89,8 @@ def test_aiperf_mooncake_sessions_are_deltas():
     assert (s["sessions"], s["calls"]) == (3, 6)
     # AIPerf replays a session's input_length turns as deltas on top of the history:
     # sess-1 prompts 1200 and 1200 + 52 + 300; sess-2 1100 and 1100 + 40 + 150;
-    # chat-3 is 'messages' (whole prompts): 5 and 5 + 19 + 28 characters at 4 per token
-    prompts = [1200, 1552, 1100, 1290, 5 / 4, 52 / 4]
+    # chat-3 is 'messages' (whole prompts): 5 and 5 + 19 + 28 characters at 4 per token, a part-token a token
+    prompts = [1200, 1552, 1100, 1290, 2, 13]
     assert s["input_tokens_per_call"]["mean"] == pytest.approx(sum(prompts) / 6)
     assert s["tool_wait_s"]["mean"] == pytest.approx(2.0)   # delays 2000, 3000, 1000 ms
     # cached: history (1252, 1140) + leading seen blocks ([0,4,5] finds block 0: 512); chat-3 has no hash_ids
@@ -101,8 +101,8 @@ def test_aiperf_mooncake_sessions_are_deltas():
 def test_aiperf_multi_turn_accumulates_history():
     s = fit_trace(FIXTURES / "aiperf_multi_turn.jsonl").summary
     assert (s["sessions"], s["calls"]) == (2, 5)
-    # chat-1 prompts 500, 700, 800; chat-2 500, 590 + 46 chars / 4
-    assert s["input_tokens_per_call"]["mean"] == pytest.approx((500 + 700 + 800 + 500 + 601.5) / 5)
+    # chat-1 prompts 500, 700, 800; chat-2 500, 590 + 46 chars / 4 (a part-token a token)
+    assert s["input_tokens_per_call"]["mean"] == pytest.approx((500 + 700 + 800 + 500 + 602) / 5)
     assert s["tool_wait_s"]["mean"] == pytest.approx((2 + 5 + 1) / 3)
 
 

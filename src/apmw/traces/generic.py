@@ -117,7 +117,7 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
         except ValueError as exc:
             errors.skip(line, str(exc))
             continue
-        if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):
+        if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL) or inp % 1 or out % 1:
             errors.skip(line, require_counts(inp, out) or "bad token count")
             continue
         bad = inconsistent(inp, rest[0], rest[1], rest[2])          # cached tokens, start, end

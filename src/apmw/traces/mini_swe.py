@@ -48,7 +48,7 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
         row.append(empty)  # index `width` reads as a missing optional column
         try:
             inp, out = cell(row[i_in]), cell(row[i_out])
-            if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL):  # and an empty (nan) cell
+            if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL) or inp % 1 or out % 1:  # and an empty (nan) cell
                 errors.skip(line, require_counts(inp, out) or "bad token count")
                 continue
             cached, start, end = cell(row[i_cached]), cell(row[i_req]), cell(row[i_resp])

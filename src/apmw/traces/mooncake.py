@@ -37,6 +37,10 @@ from apmw.traces.tokens import estimate_text_tokens
 
 NAME = "mooncake"
 ALIASES = ("aiperf-mooncake",)
+# A request that continues a session (by its hash_ids) but arrives before the request it continues: sessions
+# are inferred in file order, which a Mooncake trace keeps in time order, so its place in the session is unknown.
+BEFORE_ITS_PARENT = ("its timestamp is earlier than that of the request whose blocks it extends: the trace is not in "
+                     "time order, and its sessions are inferred in file order (sort it by timestamp)")
 DESCRIPTION = ("Mooncake / AIPerf mooncake_trace JSONL (timestamp, input_length or messages, output_length, "
                "hash_ids, session_id, delay)")
 
@@ -119,6 +123,9 @@ class Reader:
                         self._first_request(hash_ids)
                     start_s = t_ms / 1e3
                     prev = last_arrival.get(session)
+                    if prev is not None and start_s < prev:
+                        errors.skip(line, BEFORE_ITS_PARENT)
+                        continue
                     last_arrival[session] = start_s
                     # a Call as a plain tuple (same field order)
                     yield (session, start_s, float(inp), float(out), cached, start_s, NAN, NAN,
@@ -131,7 +138,8 @@ class Reader:
                     continue
                 bad = require_counts(call.input_tokens, call.output_tokens)
                 if bad:
-                    errors.skip(line, bad + " (need input_length or messages, and output_length)")
+                    errors.skip(line, bad + (" (need input_length or messages, and output_length)"
+                                             if bad.startswith("no ") else ""))
                     continue
                 yield call
 
@@ -170,6 +178,8 @@ class Reader:
             self._first_request(hash_ids)
         start_s = t_ms / 1e3
         gap = delay_ms / 1e3
+        if start_s == start_s and start_s < last_arrival.get(session, start_s):
+            raise ValueError(BEFORE_ITS_PARENT)
         if gap != gap and start_s == start_s and session in last_arrival:
             # arrival-to-arrival gap; it includes the previous call's own latency (no response times)
             gap = start_s - last_arrival[session]
@@ -191,3 +201,4 @@ class Reader:
         self.context[session] = prompt + out if out == out else prompt
         start_s = t_ms / 1e3
         return Call(session, float(line), prompt, out, cached, start_s, NAN, NAN, delay_ms / 1e3)
+

@@ -147,4 +147,6 @@ def require_counts(inp: float, out: float) -> str | None:
         return "negative token count"
     if max(inp, out) > MAX_TOKENS_PER_CALL:
         return f"more than {MAX_TOKENS_PER_CALL:,} tokens in one call (past any model's context window)"
+    if inp % 1 or out % 1:
+        return "a token count that is not a whole number"
     return None

@@ -163,8 +163,9 @@ def test_a_call_with_more_cached_tokens_than_its_prompt_or_ending_before_it_star
     assert s["skipped_lines"] == 2 and s["calls"] == 250
     reasons = {r: d["examples"] for r, d in s["skipped"].items()}
     assert [w for r, w in reasons.items() if r.startswith("more cached prompt tokens")] == [[f"{p}:4"]]
-    assert [w for r, w in reasons.items() if r.startswith("ends (")] == [[f"{p}:7"]]
-    with pytest.raises(TraceError, match=rf"{p}:4: more cached prompt tokens \(999999\) than prompt tokens"):
+    assert [w for r, w in reasons.items() if r.startswith("ends before it starts")] == [[f"{p}:7"]]
+    with pytest.raises(TraceError, match=rf"{p}:4: more cached prompt tokens than prompt tokens \(cached, prompt: "
+                                         r"'999999, 2881'\)"):
         fit_trace(p, strict=True)
 
 

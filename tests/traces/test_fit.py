@@ -168,6 +168,29 @@ def test_a_week_of_demand_starts_on_monday(tmp_path):
     assert len(daily) == 24 and daily[5] == pytest.approx((6 * 4 + 2 * 1) / 8, rel=0.02)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1.0e9, 1.8e9), st.floats(0, 4.0e6), st.sampled_from([24, 168]))
+def test_the_seconds_a_trace_covers_each_hour_are_counted_in_closed_form(lo, span, period_h):
+    """The same seconds per hour of the period as a loop over every hour of the span (which took minutes on a start
+    time in ns read as s: fuzzing, session 42)."""
+    from apmw.traces.fit import EPOCH_HOURS_AFTER_MONDAY, seconds_covered
+
+    hi = lo + span
+    looped = np.zeros(period_h)
+    for h in range(int(lo // 3600), int(hi // 3600) + 1):
+        looped[(h + EPOCH_HOURS_AFTER_MONDAY) % period_h] += min(hi, (h + 1) * 3600.0) - max(lo, h * 3600.0)
+    assert np.allclose(seconds_covered(lo, hi, period_h), looped, rtol=0, atol=1e-4)
+
+
+def test_a_time_past_2262_is_a_time_in_another_unit(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("sid,inp,out,t0\na,100,10,1700000000\nb,100,10,1700000000000\n")
+    summary = fit_trace(path, "csv", mapping=MAP.replace("start_ms", "start_s")).summary
+    assert summary["calls"] == 1
+    reason, = summary["skipped"]
+    assert "past the year 2262 as Unix seconds" in reason and "start_ms" in reason
+
+
 def test_no_week_from_two_days(tmp_path):
     """Asked for by name (--weekly), a week the trace cannot give is an error; the day's profile stays a note."""
     with pytest.raises(TraceError, match="--weekly: task starts cover .* needs a trace of at least 168 h"):

@@ -313,6 +313,20 @@ SECONDS_PER_DAY = 86400.0
 EPOCH_HOURS_AFTER_MONDAY = 3 * 24
 
 
+def seconds_covered(lo: float, hi: float, period_h: int) -> np.ndarray:
+    """Seconds of the span ``lo..hi`` (Unix seconds) that fall on each hour of the period (hour 0 first: 00:00 UTC,
+    or Monday 00:00 UTC for a week), in closed form, since a trace's starts may be years apart."""
+    first_h, last_h = int(lo // 3600), int(hi // 3600)
+    k = np.arange(period_h)
+    shift = EPOCH_HOURS_AFTER_MONDAY - k      # hour h falls on k when (h + EPOCH_HOURS_AFTER_MONDAY - k) % period_h == 0
+    whole_hours = np.floor_divide(last_h + shift, period_h) - np.floor_divide(first_h - 1 + shift, period_h)
+    seconds = whole_hours * 3600.0
+    # the first and last hours are covered only from the first start and up to the last
+    seconds[(first_h + EPOCH_HOURS_AFTER_MONDAY) % period_h] -= lo - first_h * 3600.0
+    seconds[(last_h + EPOCH_HOURS_AFTER_MONDAY) % period_h] -= (last_h + 1) * 3600.0 - hi
+    return seconds
+
+
 def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[float] | None, str | None]:
     """Tasks started per hour of the day (UTC, hour 0 first), or with ``weekly`` per hour of the week
     (Monday 00:00 UTC first), from the sessions' first calls; or (None, why not). Each hour's rate is
@@ -329,10 +343,7 @@ def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[flo
                       f"(fleet.tasks_per_hour) needs a trace of at least {period_h} h")
     hour_of = lambda h: (h + EPOCH_HOURS_AFTER_MONDAY) % period_h  # noqa: E731  (hours since the epoch)
     counts = np.bincount(hour_of((starts // 3600).astype(int)), minlength=period_h)[:period_h]
-    exposure = np.zeros(period_h)
-    for h0 in range(int(lo // 3600), int(hi // 3600) + 1):
-        covered = min(hi, (h0 + 1) * 3600.0) - max(lo, h0 * 3600.0)
-        exposure[hour_of(h0)] += max(covered, 0.0)
+    exposure = seconds_covered(lo, hi, period_h)
     rates = np.where(exposure > 0, counts / np.maximum(exposure, 1e-9) * 3600.0, 0.0)
     return [round(float(x), 2) for x in rates], None
 

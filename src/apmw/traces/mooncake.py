@@ -31,7 +31,8 @@ from pathlib import Path
 
 from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from apmw.spec.model import MAX_TOKENS_PER_CALL
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
+from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, number, require_counts,
+                                 session_key)
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 from apmw.traces.tokens import estimate_text_tokens
 
@@ -41,6 +42,7 @@ ALIASES = ("aiperf-mooncake",)
 # are inferred in file order, which a Mooncake trace keeps in time order, so its place in the session is unknown.
 BEFORE_ITS_PARENT = ("its timestamp is earlier than that of the request whose blocks it extends: the trace is not in "
                      "time order, and its sessions are inferred in file order (sort it by timestamp)")
+LATEST_UNIX_MS = LATEST_UNIX_S * 1e3
 DESCRIPTION = ("Mooncake / AIPerf mooncake_trace JSONL (timestamp, input_length or messages, output_length, "
                "hash_ids, session_id, delay)")
 
@@ -108,6 +110,7 @@ class Reader:
                 inp, out, t_ms = obj.get("input_length"), obj.get("output_length"), obj.get("timestamp")
                 hash_ids = obj.get("hash_ids")
                 if (type(inp) is int and type(out) is int and type(t_ms) in (int, float) and type(hash_ids) is list
+                        and t_ms <= LATEST_UNIX_MS
                         and 0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL and "session_id" not in obj and "delay" not in obj):
                     if hash_ids:
                         try:
@@ -177,6 +180,9 @@ class Reader:
         if session == line:
             self._first_request(hash_ids)
         start_s = t_ms / 1e3
+        if start_s > LATEST_UNIX_S:
+            raise ValueError("timestamp past the year 2262 as Unix milliseconds (Mooncake's unit): a time in us or "
+                             "ns? (convert it to ms)")
         gap = delay_ms / 1e3
         if start_s == start_s and start_s < last_arrival.get(session, start_s):
             raise ValueError(BEFORE_ITS_PARENT)

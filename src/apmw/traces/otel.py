@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apmw.traces.records import (NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number, require_counts,
-                                 session_key)
+from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number,
+                                 require_counts, session_key)
 from apmw.traces.textio import JSONDecodeError, loads, open_binary
 
 NAME = "otel"
@@ -51,7 +51,6 @@ NOT_CALLS = {"invoke_agent", "create_agent", "execute_tool", "embeddings"}
 # A span's times are Unix epoch nanoseconds (OTLP fixed64; 0 means unset). Traces of LLM calls postdate 2000, and
 # int64 nanoseconds end in 2262: anything outside is not a time this span could have been recorded at.
 EARLIEST_UNIX_S = 946_684_800.0            # 2000-01-01T00:00:00Z
-LATEST_UNIX_S = (2**63 - 1) / 1e9          # 2262-04-11, the last int64 nanosecond
 OPENINFERENCE_NOT_CALLS = {"AGENT", "CHAIN", "TOOL", "RETRIEVER", "EMBEDDING", "RERANKER", "GUARDRAIL", "EVALUATOR"}
 # The attributes a call is read from: one given twice with two values is a span apmw cannot read one way.
 READ_KEYS = frozenset(INPUT_KEYS + OUTPUT_KEYS + CACHED_KEYS + SESSION_KEYS

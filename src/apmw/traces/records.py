@@ -126,14 +126,22 @@ def session_key(value: object, field: str) -> object:
     raise ValueError(f"{field} must be a string or a number, got {type(value).__name__} {str(value)[:40]}")
 
 
+# The last second int64 nanoseconds reach (2262-04-11): a later time in seconds is a time in ms, us or ns read as s.
+LATEST_UNIX_S = (2**63 - 1) / 1e9
+PAST_2262 = ("a time past the year 2262 as Unix seconds: a time in ms, us or ns read as seconds? (map it with its "
+             "unit, e.g. start_ms, start_us)")
+
+
 def inconsistent(inp: float, cached: float, start: float, end: float) -> str | None:
     """Why a call's cached prompt tokens or its times contradict the rest of it, or None (``nan``: not recorded)."""
     if cached > inp:
-        return f"more cached prompt tokens ({cached:g}) than prompt tokens ({inp:g})"
+        return f"more cached prompt tokens than prompt tokens (cached, prompt: '{cached:g}, {inp:g}')"
     if cached < 0:
         return "negative cached token count"
     if end < start:
-        return f"ends ({end:g} s) before it starts ({start:g} s)"
+        return f"ends before it starts (start, end: '{start!r} s, {end!r} s')"
+    if start > LATEST_UNIX_S or end > LATEST_UNIX_S:
+        return PAST_2262
     return None
 
 

@@ -52,10 +52,13 @@ def csv_rows(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, list[s
     rows = csv.reader(stream)
     seen = _counter.count
     counter = _counter
+    width = None                       # the header's cells
+    ended = 0                          # the line the last row ended on: a row runs from the line after it
     with stream:
         while True:
             try:
                 for row in rows:
+                    first, ended = ended + 1, rows.line_num
                     if counter.count != seen:
                         bad = sum(len(_SURROGATE.findall(c)) for c in row)
                         if bad:
@@ -65,8 +68,36 @@ def csv_rows(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, list[s
                             continue
                     if not row or (len(row) == 1 and not row[0].strip()):
                         continue                # a blank line, as in JSONL: neither read nor skipped
+                    if width is None:
+                        width = len(row)
+                    elif ended > first and _holds_rows(row, width):
+                        _skip_lines(errors, first, ended, UNCLOSED_QUOTE)
+                        continue
                     yield rows.line_num, row
                 return
             except csv.Error as exc:       # the reader goes on with the next line
-                errors.lines_read += 1
-                errors.skip(rows.line_num, f"unreadable CSV ({exc})")
+                first, ended = ended + 1, rows.line_num
+                if ended > first:          # a quoted cell ran on until the size limit: every line it took
+                    _skip_lines(errors, first, ended, f"{UNCLOSED_QUOTE} ({exc})")
+                else:
+                    errors.lines_read += 1
+                    errors.skip(ended, f"unreadable CSV ({exc})")
+
+
+# A quoted cell that holds whole CSV lines: a quote opened and never closed reads every line after it as one cell.
+UNCLOSED_QUOTE = ("in a quoted cell that runs over several lines holding whole CSV rows: a quote opened and not "
+                  "closed? (its first line is where the quote opens)")
+
+
+def _holds_rows(row: list[str], width: int) -> bool:
+    """Does a cell of ``row`` hold a line break followed by a line with a row's worth of commas? (Text with line
+    breaks in a quoted cell is valid CSV; other rows swallowed into one cell are not.)"""
+    return any("\n" in cell and any(line.count(",") >= width - 1 for line in cell.splitlines()[1:])
+               for cell in row if len(cell) > width)
+
+
+def _skip_lines(errors: LineErrors, first: int, last: int, reason: str) -> None:
+    """Lines ``first``..``last``, read as one row, each skipped for ``reason``: every call they held is counted."""
+    errors.lines_read += last - first + 1
+    for line in range(first, last + 1):
+        errors.skip(line, reason)

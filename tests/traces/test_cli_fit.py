@@ -81,6 +81,20 @@ def test_export_aiperf_round_trip(tmp_path):
     assert 0.9 < back["cached_prompt_share"] <= orig["reusable_prefix_share"]
 
 
+def test_export_keeps_sessions_apart_whose_names_would_meet(tmp_path):
+    """Runs 'a-b' with instance 'c' and 'a' with 'b-c' were both written as session 'a-b-c', one session of six
+    turns on the way back (fuzzing, session 42)."""
+    src, target = tmp_path / "calls.csv", tmp_path / "out.jsonl"
+    src.write_text("run,instance_id,call_index,prompt_tokens,completion_tokens\n"
+                   + "".join(f"{r},{i},{k},{1000 + 200 * k},50\n" for r, i in (("a-b", "c"), ("a", "b-c"))
+                             for k in range(3)))
+    assert run(str(src), "--export", "aiperf", "--export-path", str(target)).returncode == 0
+    names = [json.loads(line)["session_id"] for line in target.read_text().splitlines()]
+    assert len(set(names)) == 2 and names[:3] == [names[0]] * 3
+    back = json.loads(run(str(target), "--json").stdout)
+    assert (back["sessions"], back["calls"]) == (2, 6)
+
+
 def test_export_fitted_is_seeded(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     src = str(FIXTURES / "otel_genai.jsonl")

@@ -66,10 +66,10 @@ def write_measured(c: Columns, system_prompt_tokens: int, tool_wait_s: np.ndarra
                    block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> int:
     """The trace's own calls, in session order; returns the number of lines written."""
     blocks = _Blocks(system_prompt_tokens, block_tokens)
+    names = session_names(c.session_keys)
     with open(path, "w", encoding="utf-8") as f:
         for i in range(len(c)):
-            key = c.session_keys[c.session[i]]
-            name = "-".join(map(str, key)) if isinstance(key, tuple) else str(key)
+            name = names[c.session[i]]
             if i == 0 or c.session[i] != c.session[i - 1]:
                 new = c.input_tokens[i]
                 ids, delay = blocks.first_turn(new), None
@@ -79,6 +79,24 @@ def write_measured(c: Columns, system_prompt_tokens: int, tool_wait_s: np.ndarra
                 ids, delay = blocks.delta(new), float(w) if np.isfinite(w) else 0.0
             f.write(_line(name, new, c.output_tokens[i], ids, delay) + "\n")
     return len(c)
+
+
+def session_names(keys: list) -> list[str]:
+    """A ``session_id`` per session key, no two alike: a key of several parts (mini-swe-agent's run and instance)
+    joined by '-', and a name two keys would share (('a-b', 'c') and ('a', 'b-c')) given its session's number
+    after '~', so that a replay keeps the sessions apart."""
+    names = ["-".join(map(str, key)) if isinstance(key, tuple) else str(key) for key in keys]
+    taken: dict[str, int] = {}
+    for name in names:
+        taken[name] = taken.get(name, 0) + 1
+    for i, name in enumerate(names):
+        if taken[name] > 1:
+            unique = f"{name}~{i}"
+            while unique in taken:
+                unique += "~"
+            names[i] = unique
+            taken[unique] = 1
+    return names
 
 
 def write_fitted(w: Workload, path: str | Path, sessions: int, seed: int,

@@ -283,3 +283,101 @@ def test_text_with_line_breaks_in_a_quoted_cell_is_read(tmp_path):
     p.write_text('sid,inp,out,prompt\na,100,10,"first line\nsecond, with a comma"\na,200,10,plain\n')
     s = fit_trace(p, "csv", mapping="session=sid,input_tokens=inp,output_tokens=out").summary
     assert (s["calls"], s["skipped_lines"]) == (2, 0)
+
+
+# Session 42's fuzzing of the trace readers: calls split, merged or read wrong without a word.
+def _span(i: int, attrs: dict, trace: str | None = "t1", end: str | None = None) -> dict:
+    span = {"spanId": f"s{i}", "name": "chat m", "startTimeUnixNano": str(1767225600 + 10 * i) + "000000000",
+            "endTimeUnixNano": end if end is not None else str(1767225602 + 10 * i) + "000000000",
+            "attributes": [{"key": k, "value": v} for k, v in attrs.items()]}
+    if trace is not None:
+        span["traceId"] = trace
+    return span
+
+
+def _otel(tmp_path, spans: list[dict]):
+    import json
+
+    p = tmp_path / "spans.jsonl"
+    p.write_text("".join(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [s]}]}]}) + "\n" for s in spans))
+    return p
+
+
+USAGE = {"gen_ai.usage.input_tokens": {"intValue": "1000"}, "gen_ai.usage.output_tokens": {"intValue": "50"}}
+
+
+@pytest.mark.parametrize("attrs,trace,reason", [
+    ({**USAGE, "gen_ai.usage.input_tokens": {"intValue": True}}, "t1", "intValue True is not an integer"),
+    ({"gen_ai.usage.input_tokens": {"arrayValue": {"values": []}},
+      "gen_ai.usage.output_tokens": {"kvlistValue": {"values": []}}}, "t1", "given as an array or a key-value list"),
+    (USAGE, None, "no traceId and no conversation id"),
+    (USAGE, "", "no traceId and no conversation id"),
+])
+def test_an_otel_span_read_wrong_before_is_skipped_with_its_reason(tmp_path, attrs, trace, reason):
+    """A boolean count was 1 token, two array counts made the span 'not a model call', and spans without a trace
+    or a conversation were all one session."""
+    p = _otel(tmp_path, [_span(0, USAGE), _span(1, attrs, trace), _span(2, attrs, trace)])
+    s = fit_trace(p).summary
+    assert s["calls"] == 1 and s["skipped_lines"] == 2 and any(reason in r for r in s["skipped"])
+
+
+def test_otel_attributes_as_a_map_are_named_and_an_unset_end_is_kept(tmp_path):
+    bad = _span(1, USAGE)
+    bad["attributes"] = {"gen_ai.usage.input_tokens": 5}
+    s = fit_trace(_otel(tmp_path, [_span(0, USAGE), bad, _span(2, USAGE, end="0")])).summary
+    assert s["calls"] == 2 and any("attributes is not a list of" in r for r in s["skipped"])
+    assert s["calls_missing_time"] == {"end": 1}
+
+
+def test_an_empty_conversation_id_does_not_hide_the_session_id(tmp_path):
+    spans = [_span(i, {**USAGE, "gen_ai.conversation.id": {}, "session.id": {"stringValue": "s"}}, trace=f"t{i}")
+             for i in range(3)]
+    assert fit_trace(_otel(tmp_path, spans)).summary["sessions"] == 1
+
+
+def test_a_mapped_column_named_twice_in_the_header_is_refused(tmp_path):
+    p = tmp_path / "calls.csv"
+    p.write_text("conv,p,c,p\na,1000,50,9\na,1100,50,9\n")
+    with pytest.raises(TraceError, match=r"calls.csv:1: column\(s\) 'p' head more than one column"):
+        fit_trace(p, "csv", mapping="session=conv,input_tokens=p,output_tokens=c")
+
+
+@pytest.mark.parametrize("name,text,flags,reason", [
+    ("calls.csv", "run,instance_id,call_index,prompt_tokens,completion_tokens\nr,a,,1000,50\nr,a,0,1000,50\n"
+     "r,a,1,1200,50\n", {}, "no call_index"),
+    ("calls.csv", "sid,inp,out\na,1000,50\n,1000,50\na,1200,50\n",
+     {"fmt": "csv", "mapping": "session=sid,input_tokens=inp,output_tokens=out"}, "no session: the --map session column"),
+    ("calls.jsonl", '{"sid": "a", "inp": 1000, "out": 50}\n{"sid": null, "inp": 1000, "out": 50}\n'
+     '{"sid": "a", "inp": 1200, "out": 50}\n',
+     {"fmt": "jsonl", "mapping": "session=sid,input_tokens=inp,output_tokens=out"}, "no session: the --map session"),
+    ("agentperf.jsonl", "".join(f'{{"conversation_id": {c}, "conversation_idx": {k}, "recorded_prompt_tokens": 1000, '
+                                f'"recorded_completion_tokens": 50}}\n' for c, k in (('"a"', 0), ("null", 1), ('"a"', 1))),
+     {}, "conversation_id is null"),
+    ("multi.jsonl", '{"session_id": "a", "turns": [{"input_length": 100, "output_length": 5}]}\n'
+     '{"session_id": "b", "turns": [{"text": "", "output_length": 5}]}\n'
+     '{"session_id": "c", "turns": [{"input_length": 100, "output_length": 5}]}\n', {}, "holds no text"),
+])
+def test_a_call_whose_session_or_place_is_unknown_is_skipped_and_counted(tmp_path, name, text, flags, reason):
+    """Each was read as a one-call session of its own, or (an empty call_index) put nowhere in its session."""
+    p = tmp_path / name
+    p.write_text(text)
+    s = fit_trace(p, flags.get("fmt"), mapping=flags.get("mapping")).summary
+    assert s["calls"] == 2 and s["skipped_lines"] == 1 and any(reason in r for r in s["skipped"])
+
+
+def test_a_multi_turn_line_without_a_session_id_is_its_own_conversation(tmp_path):
+    """A null session_id split its turns into sessions of one; a line without one clashed with session_id "2"."""
+    p = tmp_path / "multi.jsonl"
+    turns = '[{"input_length": 100, "output_length": 5}, {"input_length": 50, "output_length": 5, "delay": 1000}]'
+    p.write_text(f'{{"session_id": "2", "turns": {turns}}}\n{{"turns": {turns}}}\n{{"session_id": null, "turns": {turns}}}\n')
+    s = fit_trace(p).summary
+    assert (s["sessions"], s["calls"], s["skipped_lines"]) == (3, 6, 0)
+
+
+def test_a_skipped_mooncake_turn_leaves_its_session_history_alone(tmp_path):
+    p = tmp_path / "sessions.jsonl"
+    p.write_text('{"session_id": "a", "input_length": 1000, "output_length": 50}\n'
+                 '{"session_id": "a", "input_length": 5000}\n'
+                 '{"session_id": "a", "input_length": 100, "output_length": 50, "delay": 1000}\n')
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 1 and s["input_tokens_per_call"]["max"] == 1150

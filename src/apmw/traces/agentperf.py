@@ -34,7 +34,10 @@ def _convert(line: int, obj: dict):
     idx = number(obj.get("conversation_idx"))
     # no wall-clock stamps in the format: start 0 and end = the recorded model time give the LLM latency;
     # the tool wait comes from simulated_tool_delay_ms_after, so the start/end gap is never used
-    yield Call(session_key(obj["conversation_id"], "conversation_id"), idx if idx == idx else float(line), inp, out, NAN,
+    session = session_key(obj["conversation_id"], "conversation_id")
+    if session is None:
+        raise ValueError("conversation_id is null: the conversation this call belongs to is unknown")
+    yield Call(session, idx if idx == idx else float(line), inp, out, NAN,
                0.0 if model_ms == model_ms else NAN, model_ms / 1e3, tool_ms / 1e3)
 
 

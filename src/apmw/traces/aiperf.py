@@ -33,7 +33,9 @@ class Reader:
         turns = obj["turns"]
         if not isinstance(turns, list) or not turns:
             raise ValueError("'turns' must be a non-empty list")
-        session = session_key(obj.get("session_id", line), "session_id")
+        # a conversation without a session_id is its line's own, apart from any session_id a line gives
+        session = session_key(obj.get("session_id"), "session_id")
+        session = ("line", line) if session is None else session
         first = self._lines_of.setdefault(session, line)
         if first != line:
             raise ValueError(f"session_id {obj.get('session_id')!r} is the conversation of line {first} already: each "
@@ -49,6 +51,9 @@ class Reader:
                 text = turn.get("messages", turn.get("texts", turn.get("text")))
                 if text is not None:
                     new = estimate_text_tokens(text)
+                    if new == 0:
+                        raise ValueError(f"turns[{k}]: the prompt holds no text to count its tokens from "
+                                         "(give input_length)")
                     self.estimated_lines += 1
             out = number(turn.get("output_length"))
             bad = require_counts(new, out)

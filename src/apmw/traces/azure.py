@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from apmw.traces.csv_rows import csv_rows
+from apmw.traces.csv_rows import column_index, csv_rows
 from apmw.traces.records import Call, CallStream, LineErrors, TraceError, cell, require_counts
 
 NAME = "azure"
@@ -47,7 +47,7 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
     if first is None:
         return
     header = first[1]
-    col = {name: i for i, name in enumerate(header)}
+    col = column_index(header, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), path, first[0])
     missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in col]
     if missing:
         raise TraceError(f"{path}:{first[0]}: the header lacks {', '.join(missing)}, the columns of an Azure "

@@ -18,9 +18,9 @@ import csv
 import io
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from apmw.traces.records import LineErrors
+from apmw.traces.records import LineErrors, TraceError
 from apmw.traces.textio import open_binary
 
 _MARK = "apmw-mark-undecodable"
@@ -82,6 +82,16 @@ def csv_rows(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, list[s
                 else:
                     errors.lines_read += 1
                     errors.skip(ended, f"unreadable CSV ({exc})")
+
+
+def column_index(header: list[str], read: Iterable[str], path: str | Path, line: int = 1) -> dict[str, int]:
+    """Each header name's column; a name the reader reads (``read``) that heads two columns is refused, since
+    which of them holds the figure cannot be told (the last one was read)."""
+    twice = sorted({name for name in read if header.count(name) > 1})
+    if twice:
+        raise TraceError(f"{path}:{line}: column(s) {', '.join(map(repr, twice))} head more than one column of the "
+                         "header, so which one to read cannot be told: rename the others")
+    return {name: i for i, name in enumerate(header)}
 
 
 # A quoted cell that holds whole CSV lines: a quote opened and never closed reads every line after it as one cell.

@@ -18,7 +18,7 @@ from apmw.traces.jsonl import records
 from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import (NAN, Call, CallStream, LineErrors, TraceError, cell, inconsistent, number, require_counts,
                                  session_key)
-from apmw.traces.csv_rows import csv_rows
+from apmw.traces.csv_rows import column_index, csv_rows
 
 NAME_CSV = "csv"
 NAME_JSONL = "jsonl"
@@ -70,6 +70,14 @@ def parse_mapping(text: str | dict | None) -> dict[str, tuple[str, float]]:
     return mapping
 
 
+def _no_session(mapping: dict) -> str | None:
+    """Why a call whose mapped session is missing or empty is skipped (None where --map names no session): its
+    conversation is unknown, and read as one of its own it would split that conversation unseen."""
+    if "session" not in mapping:
+        return None
+    return f"no session: the --map session column {mapping['session'][0]!r} is missing or empty"
+
+
 def _build(get, mapping: dict, line: int) -> Call:
     def val(field: str) -> float:
         if field not in mapping:
@@ -82,6 +90,8 @@ def _build(get, mapping: dict, line: int) -> Call:
     if bad:
         raise ValueError(bad)
     session = session_key(get(mapping["session"][0]), "session") if "session" in mapping else None
+    if session in (None, "") and "session" in mapping:
+        raise ValueError(_no_session(mapping))
     order = val("order")
     cached, start, end = val("cached_tokens"), val("start"), val("end")
     bad = inconsistent(inp, cached, start, end)
@@ -94,7 +104,7 @@ def _build(get, mapping: dict, line: int) -> Call:
 def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
     rows = csv_rows(path, errors)
     header = next(rows, (1, []))[1]
-    col = {name: i for i, name in enumerate(header)}
+    col = column_index(header, [c for c, _ in mapping.values()], path)
     missing = sorted({c for c, _ in mapping.values()} - col.keys())
     if missing:
         raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
@@ -104,6 +114,7 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
     idx = {f: col[c] for f, (c, _) in mapping.items()}
     scale = {f: k for f, (_, k) in mapping.items()}
     i_sess = idx.get("session", width)
+    no_session = _no_session(mapping)
     numeric = [(idx.get(f, width), scale.get(f, 1.0)) for f in
                ("order", "input_tokens", "output_tokens", "cached_tokens", "start", "end", "tool_wait", "gap_before")]
     for line, row in rows:
@@ -123,6 +134,9 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
         bad = inconsistent(inp, rest[0], rest[1], rest[2])          # cached tokens, start, end
         if bad:
             errors.skip(line, bad)
+            continue
+        if no_session and not row[i_sess]:
+            errors.skip(line, no_session)
             continue
         yield (row[i_sess] or line, order if order == order else float(line), inp, out, *rest)
 

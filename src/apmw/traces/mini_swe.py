@@ -13,11 +13,12 @@ from pathlib import Path
 
 from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import NAN, TraceError, CallStream, LineErrors, cell, inconsistent, require_counts
-from apmw.traces.csv_rows import csv_rows
+from apmw.traces.csv_rows import column_index, csv_rows
 
 NAME = "mini-swe-agent"
 DESCRIPTION = "mini-swe-agent calls.csv (run, instance_id, call_index, prompt_tokens, completion_tokens, ...)"
 REQUIRED = ("run", "instance_id", "call_index", "prompt_tokens", "completion_tokens")
+OPTIONAL = ("cached_prompt_tokens", "t_request_s", "t_response_s", "tool_phase_s")
 
 
 def matches_header(columns: list[str]) -> bool:
@@ -33,11 +34,11 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
     missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} in the header of a {NAME} CSV")
-    col = {name: i for i, name in enumerate(header)}
+    col = column_index(header, (*REQUIRED, *OPTIONAL), path)
     i_run, i_inst, i_idx = col["run"], col["instance_id"], col["call_index"]
     i_in, i_out = col["prompt_tokens"], col["completion_tokens"]
     width = len(header)
-    optional = [col.get(c) for c in ("cached_prompt_tokens", "t_request_s", "t_response_s", "tool_phase_s")]
+    optional = [col.get(c) for c in OPTIONAL]
     i_cached, i_req, i_resp, i_tool = (i if i is not None else width for i in optional)
     empty = ""
     for line, row in rows:
@@ -56,8 +57,12 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
             if bad:
                 errors.skip(line, bad)
                 continue
+            index = cell(row[i_idx])
+            if index != index:
+                errors.skip(line, "no call_index (the call's place in its session)")
+                continue
             # a Call as a plain tuple (same field order): the hot path of the reader
-            yield ((row[i_run], row[i_inst]), cell(row[i_idx]), inp, out, cached, start, end, cell(row[i_tool]), NAN)
+            yield ((row[i_run], row[i_inst]), index, inp, out, cached, start, end, cell(row[i_tool]), NAN)
         except ValueError as exc:
             errors.skip(line, f"not a number: {exc}")
             continue

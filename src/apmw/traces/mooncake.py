@@ -204,7 +204,8 @@ class Reader:
         cached = NAN
         if hash_ids is not None:
             cached = (0.0 if whole else history) + cache.hit_tokens(hash_ids, inp)
-        self.context[session] = prompt + out if out == out else prompt
+        if require_counts(prompt, out) is None:     # a turn the reader skips leaves the history as it was
+            self.context[session] = prompt + out
         start_s = t_ms / 1e3
         return Call(session, float(line), prompt, out, cached, start_s, NAN, NAN, delay_ms / 1e3)
 

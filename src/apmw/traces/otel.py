@@ -62,10 +62,15 @@ def matches_record(obj: dict) -> bool:
 
 
 def _value(v: dict) -> object:
-    """An OTLP AnyValue: intValue is a JSON string in OTLP/JSON (64-bit ints), the rest are plain."""
-    for key in ("intValue", "doubleValue", "stringValue", "boolValue"):
+    """An OTLP AnyValue: intValue is a JSON string in OTLP/JSON (64-bit ints), the rest are plain; an array or a
+    key-value list as it is (a list or an object), which no attribute apmw reads takes."""
+    for key in ("intValue", "doubleValue", "stringValue", "boolValue", "arrayValue", "kvlistValue"):
         if key in v:
-            return int(v[key]) if key == "intValue" else v[key]
+            if key == "intValue":
+                if isinstance(v[key], bool):
+                    raise ValueError(f"intValue {v[key]!r} is not an integer")
+                return int(v[key])
+            return v[key]
     return None
 
 
@@ -74,13 +79,17 @@ def _decoded(attrs: dict, keys: tuple[str, ...]) -> object:
     for k in keys:
         v = attrs.get(k)
         if v is not None:
-            return _value(v)
+            value = _value(v)
+            if value not in (None, ""):     # an empty value does not hide the next key (session.id after an empty
+                return value                # gen_ai.conversation.id)
     return None
 
 
 def _as_float(x: object) -> float:
-    """A token count from a decoded AnyValue: a boolean or a non-finite number raises ValueError, so the span is
-    skipped and counted (:func:`apmw.traces.records.number`)."""
+    """A token count from a decoded AnyValue: a boolean, an array, a key-value list or a non-finite number raises
+    ValueError, so the span is skipped and counted (:func:`apmw.traces.records.number`)."""
+    if isinstance(x, (list, dict)):
+        raise ValueError("a token count given as an array or a key-value list")
     return number(x)
 
 
@@ -166,7 +175,10 @@ class Reader:
         self.spans += 1
         # key -> raw OTLP AnyValue; only the few attributes used below are decoded
         attrs: dict[str, object] = {}
-        for a in span.get("attributes", ()):
+        listed = span.get("attributes", ())
+        if not isinstance(listed, list) or not all(isinstance(a, dict) and "key" in a for a in listed):
+            raise ValueError("attributes is not a list of {\"key\": ..., \"value\": ...} objects (OTLP JSON)")
+        for a in listed:
             k, v = a["key"], a.get("value")
             if k in attrs and attrs[k] != v and k in READ_KEYS:
                 raise ValueError(f"attribute {k} is given twice, with two values: keep one")
@@ -189,9 +201,11 @@ class Reader:
         unusable = require_counts(inp, out)
         if unusable:
             raise ValueError(f"token usage: {unusable}")
+        if not conversation and not trace_id:
+            raise ValueError("no traceId and no conversation id: the conversation this call belongs to is unknown")
         session = conversation or ("trace", trace_id)
         start = _unix_s(span, "startTimeUnixNano")
-        end = _unix_s(span, "endTimeUnixNano") if "endTimeUnixNano" in span else NAN
+        end = _unix_s(span, "endTimeUnixNano") if str(span.get("endTimeUnixNano", 0)) != "0" else NAN   # 0: unset
         cached = _as_float(_decoded(attrs, CACHED_KEYS))
         bad = inconsistent(inp, cached, start, end)
         if bad:

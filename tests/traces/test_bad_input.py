@@ -381,3 +381,17 @@ def test_a_skipped_mooncake_turn_leaves_its_session_history_alone(tmp_path):
                  '{"session_id": "a", "input_length": 100, "output_length": 50, "delay": 1000}\n')
     s = fit_trace(p).summary
     assert s["skipped_lines"] == 1 and s["input_tokens_per_call"]["max"] == 1150
+
+
+def test_a_session_without_tool_spans_keeps_a_step_per_call(tmp_path):
+    """One tool span anywhere made every session without one a single step of all its calls (fuzzing, session 42)."""
+    conv = {k: {**USAGE, "gen_ai.conversation.id": {"stringValue": k}} for k in "ab"}
+    spans = [_span(i, conv["a" if i < 3 else "b"], trace=f"t{i}") for i in range(6)]
+    tool = _span(9, {"gen_ai.operation.name": {"stringValue": "execute_tool"}, "gen_ai.conversation.id":
+                     {"stringValue": "a"}}, trace="t0")
+    tool["startTimeUnixNano"] = str(1767225600 + 13) + "000000000"      # between a's second and third calls
+    s = fit_trace(_otel(tmp_path, [*spans, tool])).summary
+    # a: calls 0 and 1, the tool, call 2 (two steps); b: three calls, three steps
+    assert (s["steps_per_session"]["mean"], s["steps_per_session"]["max"]) == (2.5, 3)
+    assert (s["calls_per_step"]["count"], s["calls_per_step"]["max"]) == (5, 2)
+    assert any("1 of 2 session(s) have no tool span" in n for n in s["notes"])

@@ -23,8 +23,8 @@ import yaml
 
 from apmw.spec import Workload
 from apmw.traces import formats
-from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, shape, stats, step_ends, tasks_per_hour,
-                              validate, workload_dict)
+from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, sessions_without_tool_spans, shape, stats,
+                              step_ends, tasks_per_hour, validate, workload_dict)
 from apmw.traces.generic import parse_mapping
 from apmw.traces.records import LineErrors, TraceError
 
@@ -93,12 +93,13 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
         has_sessions = False
     if fmt == "mooncake" and not (opened.state.saw_session_ids or opened.state.inferred_sessions):
         has_sessions = False
-    tools = getattr(opened.state, "tool_starts", None)
-    sh = shape(cols, has_sessions, step_ends(cols, [(alias(k), t) for k, t in tools]) if tools else None,
+    tools = [(alias(k), t) for k, t in getattr(opened.state, "tool_starts", None) or ()]
+    sh = shape(cols, has_sessions, step_ends(cols, tools) if tools else None,
                getattr(opened.state, "shared_prefix_tokens", None))
     section = workload_dict(cols, sh, form, name or p.stem, f"apmw fit {p.name} ({fmt})")
     workload = validate(section, str(path))
-    summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions, weekly)
+    summary = _summary(p, fmt, cols, sh, errors, opened, has_sessions, weekly,
+                       sessions_without_tool_spans(cols, tools) if tools else 0)
     return FitResult(summary, workload, section, cols, sh)
 
 
@@ -118,12 +119,12 @@ def workload_from_trace(path: str | Path, format: str | None = None, **kwargs) -
 
 
 def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened: formats.Opened,
-             has_sessions: bool, weekly: bool = False) -> dict:
+             has_sessions: bool, weekly: bool = False, untraced_sessions: int = 0) -> dict:
     cached, reusable = cache_shares(c, s)
     source = None
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
-    notes = _notes(fmt, c, s, opened, has_sessions, cached)
+    notes = _notes(fmt, c, s, opened, has_sessions, cached, untraced_sessions)
     rates, why_no_rates = tasks_per_hour(c, s, weekly) if has_sessions else (None, None)
     if weekly and rates is None:     # asked for by name: its absence is an error, not a note
         raise TraceError(f"{p}: --weekly: " + (why_no_rates or "the trace has no sessions, so no task starts")
@@ -170,7 +171,8 @@ def _missing_times(c: Columns) -> dict[str, int]:
     return missing
 
 
-def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions: bool, cached) -> list[str]:
+def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions: bool, cached,
+           untraced_sessions: int = 0) -> list[str]:
     notes = []
     for name, k in _missing_times(c).items():
         notes.append(f"{k} of {len(c)} call(s) have no {name} time (an empty or missing cell): the tool waits "
@@ -187,7 +189,9 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
                      "per token")
     if s.calls_per_step is not None:
         notes.append("steps split at tool spans: calls with no tool span between them form one step "
-                     "(calls_per_step), and the gap inside a step is not tool wait")
+                     "(calls_per_step), and the gap inside a step is not tool wait"
+                     + (f"; {untraced_sessions} of {len(s.calls_per_session)} session(s) have no tool span, so "
+                        "each of their calls is a step of its own" if untraced_sessions else ""))
     if not np.isfinite(s.tool_wait_s).any():
         notes.append("no tool timing in the trace: tool_wait_s is 0")
     if s.shrank:

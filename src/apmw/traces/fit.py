@@ -121,7 +121,8 @@ def step_ends(c: Columns, tools: list[tuple[object, float]]) -> np.ndarray | Non
     """Per call: does a tool span of its session start after it and before the next call?
 
     None when there are no tool spans (then every call is its own step). The session's
-    last call always ends a step.
+    last call always ends a step, and so does every call of a session without tool spans
+    (its tools are not traced, which says nothing about where its steps end).
     """
     ids = {key: i for i, key in enumerate(c.session_keys)}
     pairs = [(ids[k], t) for k, t in tools if k in ids]
@@ -141,7 +142,14 @@ def step_ends(c: Columns, tools: list[tuple[object, float]]) -> np.ndarray | Non
     found = np.searchsorted(tool_axis, nxt, side="left") > np.searchsorted(tool_axis, after, side="left")
     last = np.ones(n, dtype=bool)
     last[:-1] = ~same
-    return found | last
+    traced = np.zeros(len(c.session_keys), dtype=bool)
+    traced[t_sess] = True
+    return found | last | ~traced[c.session]
+
+
+def sessions_without_tool_spans(c: Columns, tools: list[tuple[object, float]]) -> int:
+    """Sessions of ``c`` with no tool span of ``tools`` (session key, start): each call of theirs is a step."""
+    return len(set(c.session_keys) - {k for k, _ in tools})
 
 
 def stats(x: np.ndarray) -> dict:

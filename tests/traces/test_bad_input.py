@@ -395,3 +395,29 @@ def test_a_session_without_tool_spans_keeps_a_step_per_call(tmp_path):
     assert (s["steps_per_session"]["mean"], s["steps_per_session"]["max"]) == (2.5, 3)
     assert (s["calls_per_step"]["count"], s["calls_per_step"]["max"]) == (5, 2)
     assert any("1 of 2 session(s) have no tool span" in n for n in s["notes"])
+
+
+@pytest.mark.parametrize("header,said", [
+    ("conv, p, c", "the header's names have spaces around them"),
+    ("conv;p;c", "the file is not comma-separated"),
+])
+def test_a_header_that_misses_mapped_columns_says_what_it_has_instead(tmp_path, header, said):
+    p = tmp_path / "calls.csv"
+    p.write_text(header + "\na,1000,50\n")
+    with pytest.raises(TraceError, match=said):
+        fit_trace(p, "csv", mapping="session=conv,input_tokens=p,output_tokens=c")
+
+
+@pytest.mark.parametrize("name,text", [
+    ("calls.csv", "sid,inp,out,t\na,100,10,2024-01-01T00:00:00\na,200,10,5\nb,100,10,x\n"),
+    ("calls.jsonl", '{"sid": "a", "inp": 100, "out": 10, "t": {"x": 1}}\n{"sid": "a", "inp": 200, "out": 10, "t": 5}\n'
+                    '{"sid": "b", "inp": 100, "out": 10, "t": "1,5"}\n'),
+])
+def test_a_mapped_value_that_is_not_a_number_names_its_column_once(tmp_path, name, text):
+    """The reason was "could not convert string to float: ..." without the column, one reason per value."""
+    p = tmp_path / name
+    p.write_text(text)
+    s = fit_trace(p, name.split(".")[1], mapping="session=sid,input_tokens=inp,output_tokens=out,start_s=t").summary
+    (reason, got), = s["skipped"].items()
+    assert got["count"] == 2 and ("column 't'" in reason or "t (start)" in reason)
+    assert "is not a number" in reason and "start_ms" in reason

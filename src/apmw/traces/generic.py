@@ -25,6 +25,8 @@ NAME_JSONL = "jsonl"
 DESCRIPTION = "generic CSV or JSONL with --map field=column,... (input_tokens and output_tokens required)"
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+# What a mapped field holds: a number, a time as seconds (or ms, us, ns: the --map unit) since the Unix epoch.
+NUMBERS = "token counts and times are plain numbers, a time in the unit its --map name gives: start_s, start_ms, ..."
 TIMED = ("start", "end", "tool_wait", "gap_before")
 PLAIN = ("session", "order", "input_tokens", "output_tokens", "cached_tokens")
 COUNTS = ("input_tokens", "output_tokens", "cached_tokens")
@@ -83,7 +85,12 @@ def _build(get, mapping: dict, line: int) -> Call:
         if field not in mapping:
             return NAN
         column, scale = mapping[field]
-        return number(get(column)) * scale
+        value = get(column)
+        try:
+            return number(value) * scale
+        except (ValueError, TypeError):
+            raise ValueError(f"{column} ({field}) is not a number ({NUMBERS}): "
+                             f"'{str(value)[:40].replace(chr(39), '')}'") from None
 
     inp, out = val("input_tokens"), val("output_tokens")
     bad = require_counts(inp, out)
@@ -108,7 +115,7 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
     missing = sorted({c for c, _ in mapping.values()} - col.keys())
     if missing:
         raise TraceError(f"{path}:1: --map names column(s) {', '.join(missing)} not in the header "
-                         f"({', '.join(header[:20])})")
+                         f"({', '.join(map(repr, header[:20]))}){_header_hint(header, missing)}")
     width = len(header)
     # column index per Call field (`width` = an always-empty cell appended to each row) and its scale
     idx = {f: col[c] for f, (c, _) in mapping.items()}
@@ -125,8 +132,8 @@ def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
         row.append("")
         try:
             order, inp, out, *rest = [cell(row[i]) * k for i, k in numeric]
-        except ValueError as exc:
-            errors.skip(line, str(exc))
+        except ValueError:
+            errors.skip(line, _unreadable_cell(row, numeric, header))
             continue
         if not (0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL) or inp % 1 or out % 1:
             errors.skip(line, require_counts(inp, out) or "bad token count")
@@ -147,6 +154,27 @@ def _dig(obj: dict, dotted: str) -> object:
             return None
         obj = obj.get(part)
     return obj
+
+
+def _header_hint(header: list[str], missing: list[str]) -> str:
+    """What a header that lacks mapped columns may have instead: another separator, or spaces around names."""
+    if len(header) == 1 and any(sep in header[0] for sep in (";", "\t", "|")):
+        return ": the header is one column, so the file is not comma-separated (';', tab or '|'?); apmw reads CSV " \
+               "with commas: convert it (e.g. tr ';' ',' < FILE > FILE.csv, where no cell holds one)"
+    if {name.strip() for name in header} >= set(missing):
+        return ": the header's names have spaces around them; remove them from the header"
+    return ""
+
+
+def _unreadable_cell(row: list[str], numeric: list[tuple[int, float]], header: list[str]) -> str:
+    """Which mapped column of ``row`` is not a number, and its value last (quoted, so that such lines count as one
+    reason)."""
+    for i, _ in numeric:
+        try:
+            cell(row[i])
+        except ValueError:
+            return f"column {header[i]!r} is not a number ({NUMBERS}): '{row[i][:40]}'"
+    return "a mapped column is not a number"
 
 
 def read_jsonl(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:

@@ -46,6 +46,8 @@ def _alias_bomb(depth: int, width: int) -> str:
      "'gpus_per_replica' is given twice (first on line"),
     (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: .inf"), "finite number"),
     (CODING.replace("pue: 1.3", "pue: .nan"), "finite number"),
+    (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 010"),
+     "'010' has a leading zero, which YAML 1.1 reads as octal (010 is 8)"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", 'config: "~0"'), "unknown model '~0'"),
     (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),
@@ -833,3 +835,10 @@ def test_a_fractional_token_count_is_skipped_and_counted(tmp_path, name, text, f
     _clean(r, 0)
     d = json.loads(r.stdout)
     assert d["calls"] == 1 and d["skipped"]["a token count that is not a whole number"]["count"] == 1
+
+
+def test_a_rate_sweep_with_an_infinite_level_is_refused():
+    """`--request-rate 2,inf --json` ended in an internal error writing inf to JSON (fuzzing, session 42)."""
+    said = _clean(_run("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1024", "--osl",
+                       "256", "--request-rate", "2,inf", "--json"))
+    assert "--request-rate: '2,inf' holds a level that is not a finite number" in said

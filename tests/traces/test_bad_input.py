@@ -421,3 +421,27 @@ def test_a_mapped_value_that_is_not_a_number_names_its_column_once(tmp_path, nam
     (reason, got), = s["skipped"].items()
     assert got["count"] == 2 and ("column 't'" in reason or "t (start)" in reason)
     assert "is not a number" in reason and "start_ms" in reason
+
+
+def test_spans_stamped_in_microseconds_are_one_reason(tmp_path):
+    """Each span's value was in the middle of its reason: 2,000 spans gave a 347 KB message (fuzzing, session 42)."""
+    spans = [_span(i, USAGE) for i in range(4)]
+    for s in spans[1:]:
+        s["startTimeUnixNano"] = str(int(s["startTimeUnixNano"]) // 1000)
+    got = fit_trace(_otel(tmp_path, spans)).summary["skipped"]
+    assert [d["count"] for d in got.values()] == [3]
+
+
+@pytest.mark.parametrize("name,times,said", [
+    ("calls.csv", 1, "gzip-compressed, but its name does not end in .gz: rename it to calls.csv.gz"),
+    ("calls.csv.gz", 2, "it is gzip again (compressed twice?)"),
+])
+def test_gzip_under_another_name_or_twice_says_so(tmp_path, name, times, said):
+    import gzip
+
+    data = (FIXTURES / "mini_swe_calls_3sessions.csv").read_bytes()
+    for _ in range(times):
+        data = gzip.compress(data)
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(TraceError, match=re.escape(said)):
+        fit_trace(tmp_path / name)

@@ -413,6 +413,9 @@ def _levels(text: str, option: str, kind, example: str) -> list:
     except ValueError:
         noun = "whole number" if kind is int else "number"
         fail(f"{option}: '{text}' is not a {noun} or a comma list of them (e.g. {example})")
+    if not all(math.isfinite(x) for x in levels):
+        fail(f"{option}: '{text}' holds a level that is not a finite number (inf or nan); give finite levels "
+             f"(e.g. {example})")
     twice = sorted({x for x in levels if levels.count(x) > 1})
     if twice:
         fail(f"{option}: '{text}' gives {', '.join(f'{x:g}' for x in twice)} more than once; give each level once "

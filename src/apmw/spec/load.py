@@ -208,6 +208,10 @@ class _SpecLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         self._not_base_60(node)
+        if re.fullmatch(r"[-+]?0[0-9_]+", str(node.value)):
+            # YAML 1.1 reads 010 as octal (8), YAML 1.2 and a reader of the file as 10
+            raise _Refused(node.start_mark, f"'{node.value}' has a leading zero, which YAML 1.1 reads as octal "
+                           f"({node.value} is {super().construct_yaml_int(node)}): write the number without it")
         return super().construct_yaml_int(node)
 
     def construct_yaml_float(self, node):

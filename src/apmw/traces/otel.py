@@ -217,6 +217,6 @@ def _unix_s(span: dict, key: str) -> float:
     """``span[key]`` (Unix epoch nanoseconds) in seconds; ValueError where it is no time a span was recorded at."""
     t = int(span[key]) / 1e9
     if not EARLIEST_UNIX_S <= t <= LATEST_UNIX_S:
-        raise ValueError(f"{key} {span[key]} is not a Unix time in nanoseconds from 2000 to 2262 "
-                         "(OTLP's epoch nanoseconds; 0 means unset)")
+        raise ValueError(f"{key} is not a Unix time in nanoseconds from 2000 to 2262 (OTLP's epoch nanoseconds; 0 "
+                         f"means unset): '{span[key]}'")
     return t

@@ -72,6 +72,12 @@ def open_binary(path: str | Path) -> IO[bytes]:
     else:
         stream = open(p, "rb", buffering=1 << 20)
     head = stream.peek(4)[:4]
+    if head[:2] == GZIP_MAGIC:
+        stream.close()
+        raise TraceError(f"{p}: " + ("decompressed, it is gzip again (compressed twice?): gunzip it once"
+                                     if p.suffix == ".gz" else
+                                     f"the file is gzip-compressed, but its name does not end in .gz: rename it "
+                                     f"to {p.name}.gz, or gunzip it"))
     _refuse_wide_text(head, p, stream)
     if head.startswith(UTF8_BOM):       # Windows tools start UTF-8 text with one; JSON does not allow it
         stream.read(len(UTF8_BOM))

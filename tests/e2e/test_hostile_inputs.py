@@ -842,3 +842,27 @@ def test_a_rate_sweep_with_an_infinite_level_is_refused():
     said = _clean(_run("predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1024", "--osl",
                        "256", "--request-rate", "2,inf", "--json"))
     assert "--request-rate: '2,inf' holds a level that is not a finite number" in said
+
+
+IDLE_AGENTS = """workload: {steps_per_task: 2, system_prompt_tokens: 300, new_input_tokens_per_call: 60,
+           output_tokens_per_call: 20, tool_wait_s: {p50: 600, p95: 1800}}
+model: {config: meta-llama/Meta-Llama-3.1-8B, weight_dtype: fp8, kv_dtype: fp8}
+hardware: {gpu: B200}
+serving: {tool_wait_kv_policy: evict}
+slo: {task_latency_p95_s: 3600}
+cost: {electricity_usd_per_kwh: 0.08, gpu_hour_usd: 4.0}
+"""
+
+
+def test_an_n_star_at_the_search_ceiling_says_so_and_is_not_simulated(tmp_path):
+    """A human-in-the-loop agent on a B200: N* stopped at the 1,000,000-agent ceiling was reported as bound by the
+    batch limit, and the default plan failed with "agents must be between 1 and 200,000" (fuzzing, session 42)."""
+    path = tmp_path / "idle.yaml"
+    path.write_text(IDLE_AGENTS)
+    r = _run("plan", str(path), "--json", timeout=300)
+    said = _clean(r, 0)
+    d = json.loads(r.stdout)
+    assert (d["agents_per_replica"], d["binding_constraint"]) == (1_000_000, "agent_limit")
+    assert {q["stopped_by"] for q in d["slo_sensitivity"]} == {"agent_limit"}
+    assert "N* is at the 1,000,000 agents per replica apmw searches up to" in said
+    assert "not checked in the simulator: the analytic N* (1,000,000 agents) is at or past the 200,000" in said

@@ -70,7 +70,7 @@ def largest_below(ok: Callable[[int], bool], lo: int, hi: int) -> int:
 @dataclass(frozen=True)
 class SearchResult:
     agents: int                   # N*
-    binding_constraint: str       # "slo" | "kv_memory" | "batch_limit"
+    binding_constraint: str       # "slo" | "kv_memory" | "batch_limit" | "agent_limit" (N* at MAX_AGENTS)
     at_optimum: Evaluation | None  # the evaluation at N* (None when N* = 0)
     first_failure: Evaluation     # the evaluation at N* + 1
     agents_latency_only: int      # N meeting latency, ignoring memory
@@ -100,6 +100,8 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
     batch_full = at(n_latency + 1).loop.batch_full_share
     if n_memory < n_latency:
         binding = "kv_memory"
+    elif n_latency >= MAX_AGENTS:
+        binding = "agent_limit"      # the search's own ceiling: more agents would still meet the SLO and fit
     elif batch_full < BATCH_FULL_NEGLIGIBLE:
         binding = "slo"
     else:

@@ -45,8 +45,8 @@ def plan(
     from apmw.capacity import InfeasibleError, plan as solve
     from apmw.capacity.sensitivity import slo_sensitivity
     from apmw.render import check_table, plan_table, verify_table
-    from apmw.sim import unsupported, verify_plan
-    from apmw.sim.checked import check_plan
+    from apmw.sim import verify_plan
+    from apmw.sim.checked import check_plan, why_not_checked
     from apmw.spec import load_spec
     from apmw.traces import fit_trace
 
@@ -77,11 +77,15 @@ def plan(
             step = step_model_from_calibration(read_calibration(calibration), s)
         result = solve(s, agents=agents, step=step)
         note_moe_exchange(result.replica.step)
+        if agents is None and result.search.binding_constraint == "agent_limit":
+            note(f"N* is at the {MAX_AGENTS:,} agents per replica apmw searches up to: more would still meet the SLO "
+                 "and fit the KV memory, so this workload keeps the engine nearly idle (check its tool waits and "
+                 "token counts, or give a tighter SLO)")
         settled = None
         if agents is None and not analytic:
-            gap = unsupported(s)
-            if gap:
-                note(f"N* is the analytic model's, not checked in the simulator: it does not model {gap}")
+            why = why_not_checked(result)
+            if why:
+                note(f"N* is the analytic model's, not checked in the simulator: {why}")
             else:
                 with Progress(console=out, transient=True, disable=as_json) as bar:
                     task = bar.add_task("checking N* in the simulator", total=1.0)

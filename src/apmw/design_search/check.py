@@ -10,8 +10,7 @@ from apmw.capacity import plan
 from apmw.design_search.answer import SearchAnswer
 from apmw.design_search.space import settings_text, with_settings
 from apmw.errors import ApmwError
-from apmw.sim import unsupported
-from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan
+from apmw.sim.checked import CHECK_TASKS_PER_POINT, check_plan, why_not_checked
 from apmw.spec import Spec, spec_from_dict
 
 
@@ -35,11 +34,12 @@ def check_front(spec: Spec, answer: SearchAnswer, top: int, tasks_per_point: int
 
 
 def _checked(point_spec: Spec, tasks_per_point: int) -> dict:
-    gap = unsupported(point_spec)
-    if gap:
-        return {"not_checked": f"the simulator does not model {gap}"}
+    analytic = plan(point_spec)
+    why = why_not_checked(analytic)
+    if why:
+        return {"not_checked": why}
     try:
-        d = check_plan(plan(point_spec), tasks_per_point=tasks_per_point).to_dict()
+        d = check_plan(analytic, tasks_per_point=tasks_per_point).to_dict()
     except ApmwError as exc:
         return {"not_checked": str(exc)}
     return {"agents_per_replica": d["agents_per_replica"], "agents_per_replica_interval": d["agents_per_replica_interval"],

@@ -14,8 +14,7 @@ from apmw.examples import bundled_examples
 from apmw.levers import evaluate_levers
 from apmw.report import charts
 from apmw.report.html import render
-from apmw.sim import unsupported
-from apmw.sim.checked import check_plan
+from apmw.sim.checked import check_plan, why_not_checked
 from apmw.spec import Spec, load_spec
 
 # Points on the latency and KV curves.
@@ -76,7 +75,7 @@ def build_report(spec: Spec, title: str, progress: Callable[[str, float], None] 
     base = plan(spec)
     d = base.to_dict()
     sim_points = None
-    if simulated and not unsupported(spec):       # the headline is the checked N*, as apmw plan prints it
+    if simulated and not why_not_checked(base):    # the headline is the checked N*, as apmw plan prints it
         d = check_plan(base, progress=lambda what, done: step(f"checking N*: {what}", done * STAGE_SHARES["check"])
                        ).to_dict()
         sim_points = _simulated_points(d)

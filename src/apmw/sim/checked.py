@@ -267,15 +267,27 @@ class CheckedPlan:
         return d
 
 
+def why_not_checked(analytic: Plan) -> str | None:
+    """Why the simulator cannot settle ``analytic``'s N* (None when it can): a spec it does not model, or an N* at
+    or past the most agents it runs (the check simulates counts on both sides of N*)."""
+    gap = unsupported(analytic.spec)
+    if gap:
+        return f"the simulator does not model {gap}"
+    if analytic.agents_per_replica >= MAX_AGENTS:
+        return (f"the analytic N* ({analytic.agents_per_replica:,} agents) is at or past the {MAX_AGENTS:,} agents "
+                "the simulator runs")
+    return None
+
+
 def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, replications: int = CHECK_REPLICATIONS,
                max_points: int = CHECK_MAX_POINTS, progress: Callable[[str, float], None] | None = None
                ) -> CheckedPlan:
     """The analytic plan's N* settled in the simulator (module docstring). ``progress(what, done)``
     is told what runs and the share of the largest possible work done."""
     spec, replica = analytic.spec, analytic.replica
-    gap = unsupported(spec)
-    if gap:
-        raise ApmwError(f"the simulator does not model {gap}, so N* cannot be checked; use --analytic")
+    why = why_not_checked(analytic)
+    if why:
+        raise ApmwError(f"{why}, so N* cannot be checked; use --analytic")
     if tasks_per_point < 1 or replications < 1 or max_points < 1:
         raise ApmwError("tasks_per_point, replications and max_points must each be at least 1")
     model = closed_loop_model(spec, replica)

@@ -66,3 +66,24 @@ def test_predict_prices_the_default_it_names(tmp_path):
     named = CliRunner().invoke(app, base + ["--model", fp8_ckpt])
     fp8 = CliRunner().invoke(app, base + ["--model", fp8_ckpt, "--kv-dtype", "fp8"])
     assert "KV cache fp8" in named.stderr and json.loads(named.stdout) == json.loads(fp8.stdout)
+
+
+@pytest.mark.parametrize("qc, dtype", [
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),
+    ({"quant_method": "awq", "bits": 8}, "int8"),
+    ({"quant_method": "gptq", "bits": 4}, "int4"),
+    ({"quant_method": "awq"}, "int4"),
+])
+def test_a_gptq_or_awq_checkpoint_is_priced_at_its_bits(tmp_path, qc, dtype):
+    """GPTQ-Int8 checkpoints were priced as int4 whatever their bits (fuzzing, session 42)."""
+    from apmw.catalog.models import config_weight_dtype
+
+    assert config_weight_dtype(_checkpoint(tmp_path, qc)) == dtype
+
+
+@pytest.mark.parametrize("bits", [2, 3, True, "8"])
+def test_gptq_bits_apmw_does_not_price_are_refused(tmp_path, bits):
+    from apmw.arch import load_architecture
+
+    with pytest.raises(ApmwError, match=f"quantization_config gptq bits {bits!r} is not one apmw prices"):
+        load_architecture(_checkpoint(tmp_path, {"quant_method": "gptq", "bits": bits}))

@@ -13,7 +13,7 @@ from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
 from apmw.catalog.checkpoint_formats import compressed_tensors_format, quantization_config
-from apmw.catalog.models import (QUANT_METHODS_READ, load_config, local_path, on_disk, published_format,
+from apmw.catalog.models import (QUANT_METHODS_READ, integer_weight_dtype, load_config, local_path, on_disk, published_format,
                                  resolve_model_name)
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
@@ -73,6 +73,7 @@ def _stored_as(arch: Architecture, quantisation: dict[str, Any]) -> Architecture
             raise ConfigError(f"{arch.name}: quantization_config.quant_method {method!r} is not one apmw reads "
                               f"({', '.join(sorted(QUANT_METHODS_READ))}), so how the checkpoint stores its weights is "
                               "not known; remove quantization_config from a copy of the config and give --weight-dtype")
+        integer_weight_dtype(quantisation, arch.name)        # bits apmw does not price are refused
         return arch
     if arch.linear_attention_layers:
         raise ConfigError(f"{arch.name}: apmw does not read a compressed-tensors quantization_config of a model with "

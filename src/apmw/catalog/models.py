@@ -192,6 +192,20 @@ def checkpoint_weight_dtype(name: str) -> str | None:
 # MXFP4 is gpt-oss's: only the experts are 4-bit, as apmw's "fp4" for a MoE checkpoint prices them.
 _QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq": "int4", "awq": "int4",
                         "gptq": "int4"}
+# GPTQ and AWQ store integer weights of quantization_config.bits (4 when unset, their libraries' default).
+_INTEGER_BITS = {4: "int4", 8: "int8"}
+
+
+def integer_weight_dtype(q: dict, where: str) -> str | None:
+    """The weight dtype of a GPTQ or AWQ ``quantization_config`` (``q``) by its ``bits``, or None for another
+    method; bits apmw does not price (2, 3) are refused."""
+    if str(q.get("quant_method", "")).lower() not in ("gptq", "awq"):
+        return None
+    bits = q.get("bits", q.get("w_bit", 4))
+    if isinstance(bits, bool) or bits not in _INTEGER_BITS:
+        raise ConfigError(f"{where}: quantization_config {q.get('quant_method')} bits {bits!r} is not one apmw prices "
+                          f"(4 or 8); remove quantization_config from a copy of the config and give --weight-dtype")
+    return _INTEGER_BITS[bits]
 # Every quantization_config.quant_method apmw reads: the ones above, compressed-tensors' schemes
 # (apmw.catalog.checkpoint_formats) and ModelOpt's quant_algo; a config naming another is refused.
 QUANT_METHODS_READ = frozenset(_QUANT_WEIGHT_DTYPES) | {"compressed-tensors", "modelopt"}
@@ -215,6 +229,12 @@ def config_weight_dtype(name_or_path: str) -> str | None:
         return None         # a config apmw cannot price: the architecture's reading says why
     if stated is not None:
         return stated.weight_dtype
+    try:
+        integer = integer_weight_dtype(q, name_or_path)
+    except ConfigError:
+        return None         # as above: the architecture's reading refuses it
+    if integer is not None:
+        return integer
     method = q.get("quant_algo") if q.get("quant_method") == "modelopt" else q.get("quant_method")
     return _QUANT_WEIGHT_DTYPES.get(str(method).lower()) if method else None
 

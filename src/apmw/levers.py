@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from pydantic import ValidationError
+
 from apmw.capacity import InfeasibleError, Plan, plan
 from apmw.sim import unsupported, verify_plan
 from apmw.errors import ApmwError
@@ -248,6 +250,13 @@ LEVERS: tuple[Lever, ...] = (
 
 
 def _first_line(exc: Exception) -> str:
+    """What a refused change breaks: a validation error's first problem with its field (pydantic's own first line
+    only counts them), else the message's first line."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        message = str(first.get("msg", "")).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
 

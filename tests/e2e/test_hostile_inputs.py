@@ -866,3 +866,22 @@ def test_an_n_star_at_the_search_ceiling_says_so_and_is_not_simulated(tmp_path):
     assert {q["stopped_by"] for q in d["slo_sensitivity"]} == {"agent_limit"}
     assert "N* is at the 1,000,000 agents per replica apmw searches up to" in said
     assert "not checked in the simulator: the analytic N* (1,000,000 agents) is at or past the 200,000" in said
+
+
+def test_levers_say_why_the_spec_refuses_a_change(tmp_path):
+    """On llama.cpp five levers read "the spec refuses the change: 1 validation error for Serving", pydantic's
+    count, not the reason (fuzzing, session 42)."""
+    path = tmp_path / "llamacpp.yaml"
+    path.write_text("workload: {steps_per_task: 10, system_prompt_tokens: 500, new_input_tokens_per_call: 200,\n"
+                    "           output_tokens_per_call: 100, tool_wait_s: 2}\n"
+                    "model: {config: meta-llama/Meta-Llama-3.1-8B, weight_dtype: bf16}\n"
+                    "hardware: {gpu: H100, gpus_per_replica: 1}\nslo: {task_latency_p95_s: 300}\n"
+                    "cost: {electricity_usd_per_kwh: 0.08, gpu_hour_usd: 2.0}\n"
+                    "serving: {engine: llamacpp, max_batch: 4, tool_wait_kv_policy: evict}\n")
+    r = _run("levers", str(path), "--json", timeout=300)
+    _clean(r, 0)
+    skipped = json.loads(r.stdout)["not_applicable"]
+    refused = {k: v for k, v in skipped.items() if v.startswith("the spec refuses the change")}
+    assert set(refused) >= {"policy_retain", "speculative_decoding"}
+    assert not any("validation error" in v for v in refused.values())
+    assert "'retain' is not what engine llamacpp does" in refused["policy_retain"]

@@ -885,3 +885,14 @@ def test_levers_say_why_the_spec_refuses_a_change(tmp_path):
     assert set(refused) >= {"policy_retain", "speculative_decoding"}
     assert not any("validation error" in v for v in refused.values())
     assert "'retain' is not what engine llamacpp does" in refused["policy_retain"]
+
+
+def test_plan_says_when_tensor_parallelism_leaves_the_node(tmp_path):
+    """TP16 on H100 was planned without a word, where apmw levers refuses to go past the 8-GPU domain (fuzzing,
+    session 42): it is priced over the scale-out network, and plan says so."""
+    path = tmp_path / "tp16.yaml"
+    path.write_text((EXAMPLES / "support-chat.yaml").read_text().replace("gpus_per_replica: 2", "gpus_per_replica: 16"))
+    said = _clean(_run("plan", str(path), "--analytic", timeout=300), 0)
+    assert "tensor parallelism over 16 GPUs crosses the 8-GPU scale-up domain of H100-SXM5-80GB" in said
+    quiet = _run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", timeout=300)
+    assert "crosses the" not in quiet.stderr

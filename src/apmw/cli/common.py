@@ -183,6 +183,19 @@ def note_moe_exchange(step) -> None:
              "measurement, an estimate (sources.step_time in --json names the tables)")
 
 
+def note_tensor_parallel_scaleout(step) -> None:
+    """Say so when a replica's tensor-parallel group is larger than its GPU's scale-up domain: its all-reduces
+    cross the scale-out network (:func:`apmw.perf.interconnect.link_bandwidth_bytes_per_s`)."""
+    from apmw.perf.interconnect import link_bandwidth_bytes_per_s, scaleup_domain_gpus
+
+    tp, domain = step.parallel.tp, scaleup_domain_gpus(step.gpu)
+    if tp > domain:
+        note(f"tensor parallelism over {tp} GPUs crosses the {domain}-GPU scale-up domain of {step.gpu.name}: its "
+             f"all-reduces are priced at the scale-out network's {link_bandwidth_bytes_per_s(step.gpu, tp) / 1e9:.0f} "
+             f"GB/s per GPU, a ring paced by its slowest hop (apmw model --systems lists the links); engines run "
+             "tensor parallelism inside a node, and pipeline stages or expert parallelism across nodes")
+
+
 def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None:
     """Say what a separate draft model left unnamed leaves out of memory (a named one, and the model's own MTP
     modules, are counted: apmw.perf.memory)."""

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
-                              note_draft_memory, note_moe_exchange, out, warn)
+                              note_draft_memory, note_moe_exchange, note_tensor_parallel_scaleout, out, warn)
 from apmw.errors import ApmwError
 from apmw.capacity.search import MAX_AGENTS
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
@@ -77,6 +77,7 @@ def plan(
             step = step_model_from_calibration(read_calibration(calibration), s)
         result = solve(s, agents=agents, step=step)
         note_moe_exchange(result.replica.step)
+        note_tensor_parallel_scaleout(result.replica.step)
         if agents is None and result.search.binding_constraint == "agent_limit":
             note(f"N* is at the {MAX_AGENTS:,} agents per replica apmw searches up to: more would still meet the SLO "
                  "and fit the KV memory, so this workload keeps the engine nearly idle (check its tool waits and "

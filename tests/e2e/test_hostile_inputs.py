@@ -896,3 +896,17 @@ def test_plan_says_when_tensor_parallelism_leaves_the_node(tmp_path):
     assert "tensor parallelism over 16 GPUs crosses the 8-GPU scale-up domain of H100-SXM5-80GB" in said
     quiet = _run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", timeout=300)
     assert "crosses the" not in quiet.stderr
+
+
+def test_a_prefill_queue_that_misses_the_slo_asks_for_prefill_workers(tmp_path):
+    """1,000 decode workers on one prefill worker were told to get "a faster replica" (fuzzing, session 42)."""
+    path = tmp_path / "disagg.yaml"
+    path.write_text("workload: {steps_per_task: 10, system_prompt_tokens: 500, new_input_tokens_per_call: 200,\n"
+                    "           output_tokens_per_call: 100, tool_wait_s: 2}\n"
+                    "model: {config: Qwen/Qwen3-30B-A3B, weight_dtype: bf16}\n"
+                    "hardware: {gpu: H100, gpus_per_replica: 2}\nslo: {task_latency_p95_s: 300}\n"
+                    "cost: {electricity_usd_per_kwh: 0.08, gpu_hour_usd: 2.0}\n"
+                    "serving: {disaggregation: {prefill_gpus: 1, decode_workers: 1000}}\n")
+    said = _clean(_run("plan", str(path), "--analytic", timeout=300), 2)
+    assert "queue dominates" in said and "more prefill workers for its 1000 decode worker(s)" in said
+    assert "a faster replica" not in said

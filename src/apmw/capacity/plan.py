@@ -179,8 +179,16 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
     slo, missed = spec.slo, set(ev.slo.failed)
     failures = []
     if "task_latency_p95" in missed:
-        need = ("shorter tool waits or tasks (a faster replica helps only the model's share)" if top == "tool"
-                else "a faster replica (more GPUs per replica, a faster GPU, lower-byte weights)")
+        disagg = spec.serving.disaggregation
+        if top == "tool":
+            need = "shorter tool waits or tasks (a faster replica helps only the model's share)"
+        elif top == "queue" and disagg is not None:
+            # a disaggregated replica queues its prompts for the prefill workers its decode workers share
+            need = (f"more prefill workers for its {disagg.decode_workers} decode worker(s) "
+                    f"(serving.disaggregation.prefill_workers, now {disagg.prefill_workers}), fewer decode workers, "
+                    "or larger prefill workers (prefill_gpus)")
+        else:
+            need = "a faster replica (more GPUs per replica, a faster GPU, lower-byte weights)"
         failures.append(
             f"p95 task latency {ev.task_latency_p95_s:.1f} s against task_latency_p95_s {slo.task_latency_p95_s:g} s "
             f"(mean {ev.task_latency_mean_s:.1f} s: {detail}; {top} dominates). Needed: an SLO of at least "

@@ -46,6 +46,9 @@ def _alias_bomb(depth: int, width: int) -> str:
      "'gpus_per_replica' is given twice (first on line"),
     (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: .inf"), "finite number"),
     (CODING.replace("pue: 1.3", "pue: .nan"), "finite number"),
+    (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  overlap_scheduling: true\n  max_batch: 256")
+     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict"),
+     "engine llamacpp forms each batch after the last one ends (no overlap scheduling)"),
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 010"),
      "'010' has a leading zero, which YAML 1.1 reads as octal (010 is 8)"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),

@@ -279,6 +279,9 @@ class Serving(Section):
                 raise FieldError(name, "not modelled with engine llamacpp")
         if self.attention_data_parallel:
             raise FieldError("attention_data_parallel", "engine llamacpp has no attention data parallelism; leave attention_data_parallel off")
+        if self.overlap_scheduling:
+            raise FieldError("overlap_scheduling", "engine llamacpp forms each batch after the last one ends (no "
+                             "overlap scheduling); leave overlap_scheduling out")
         return self
 
     @model_validator(mode="after")

@@ -13,8 +13,8 @@ from apmw.arch.config import Cfg, ignored_notes, layer_kinds, text_config
 from apmw.arch.ffn import ffn_counts
 from apmw.arch.linear_attention import NO_LINEAR, gated_deltanet
 from apmw.catalog.checkpoint_formats import compressed_tensors_format, quantization_config
-from apmw.catalog.models import (QUANT_METHODS_READ, integer_weight_dtype, load_config, local_path, on_disk, published_format,
-                                 resolve_model_name)
+from apmw.catalog.models import (QUANT_METHODS_READ, integer_weight_dtype, load_config, local_path, on_disk,
+                                 published_format, resolve_model_name)
 from apmw.config_fields import refusal
 from apmw.errors import ConfigError
 

@@ -190,25 +190,25 @@ def checkpoint_weight_dtype(name: str) -> str | None:
 
 # quantization_config.quant_method (or ModelOpt's quant_algo) -> the weight dtype apmw prices it as.
 # MXFP4 is gpt-oss's: only the experts are 4-bit, as apmw's "fp4" for a MoE checkpoint prices them.
-_QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq": "int4", "awq": "int4",
-                        "gptq": "int4"}
+_QUANT_WEIGHT_DTYPES = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "w4a8_awq": "int4"}
 # GPTQ and AWQ store integer weights of quantization_config.bits (4 when unset, their libraries' default).
+_INTEGER_METHODS = ("gptq", "awq")
 _INTEGER_BITS = {4: "int4", 8: "int8"}
+# Every quantization_config.quant_method apmw reads: the ones above, compressed-tensors' schemes
+# (apmw.catalog.checkpoint_formats) and ModelOpt's quant_algo; a config naming another is refused.
+QUANT_METHODS_READ = frozenset(_QUANT_WEIGHT_DTYPES) | frozenset(_INTEGER_METHODS) | {"compressed-tensors", "modelopt"}
 
 
 def integer_weight_dtype(q: dict, where: str) -> str | None:
     """The weight dtype of a GPTQ or AWQ ``quantization_config`` (``q``) by its ``bits``, or None for another
     method; bits apmw does not price (2, 3) are refused."""
-    if str(q.get("quant_method", "")).lower() not in ("gptq", "awq"):
+    if str(q.get("quant_method", "")).lower() not in _INTEGER_METHODS:
         return None
     bits = q.get("bits", q.get("w_bit", 4))
     if isinstance(bits, bool) or bits not in _INTEGER_BITS:
         raise ConfigError(f"{where}: quantization_config {q.get('quant_method')} bits {bits!r} is not one apmw prices "
                           f"(4 or 8); remove quantization_config from a copy of the config and give --weight-dtype")
     return _INTEGER_BITS[bits]
-# Every quantization_config.quant_method apmw reads: the ones above, compressed-tensors' schemes
-# (apmw.catalog.checkpoint_formats) and ModelOpt's quant_algo; a config naming another is refused.
-QUANT_METHODS_READ = frozenset(_QUANT_WEIGHT_DTYPES) | {"compressed-tensors", "modelopt"}
 
 
 def config_weight_dtype(name_or_path: str) -> str | None:

@@ -34,11 +34,11 @@ def check_front(spec: Spec, answer: SearchAnswer, top: int, tasks_per_point: int
 
 
 def _checked(point_spec: Spec, tasks_per_point: int) -> dict:
-    analytic = plan(point_spec)
-    why = why_not_checked(analytic)
-    if why:
-        return {"not_checked": why}
     try:
+        analytic = plan(point_spec)
+        why = why_not_checked(analytic)
+        if why:
+            return {"not_checked": why}
         d = check_plan(analytic, tasks_per_point=tasks_per_point).to_dict()
     except ApmwError as exc:
         return {"not_checked": str(exc)}

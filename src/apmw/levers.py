@@ -31,7 +31,7 @@ from typing import Callable
 from pydantic import ValidationError
 
 from apmw.capacity import InfeasibleError, Plan, plan
-from apmw.sim import unsupported, verify_plan
+from apmw.sim import unsupported_on_one_replica, verify_plan
 from apmw.errors import ApmwError
 from apmw.perf import replica_from_spec, resolve_gpu
 from apmw.perf.interconnect import scaleup_domain_gpus
@@ -394,7 +394,7 @@ def verify_levers(results: list[LeverResult], top: int = 2,
         if done < top and r.gain > 1.0 and r.plan_after is not None:
             if progress:
                 progress(f"simulating {r.lever}")
-            gap = unsupported(r.plan_after.spec)
+            gap = unsupported_on_one_replica(r.plan_after.spec)
             r = replace(r, verified={"skipped": f"the simulator does not model {gap}"} if gap
                         else verify_plan(r.plan_after))
             done += 1

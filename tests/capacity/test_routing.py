@@ -147,3 +147,23 @@ def test_fleet_day_shows_the_policy_and_compares_routing_at_the_peak():
     assert rnd["routing"] == {"policy": "random", "replicas": rnd["routing"]["replicas"],
                               "same_replica_share": 1 / rnd["routing"]["replicas"]}
     assert rnd["agents_per_replica_max"] < day["agents_per_replica_max"]
+
+
+@pytest.mark.parametrize("policy", ["random", "least_loaded"])
+def test_one_replica_simulation_refuses_a_spreading_router(policy):
+    """One replica's simulation serves every call of its tasks (affinity): it would find every context the
+    analytic plan prices as landing elsewhere, and a checked N* came out 3x the analytic one (18 against 6 at
+    100,000 replicas). It refuses instead, and plan keeps its analytic N* with the reason."""
+    from apmw.sim import simulate
+    from apmw.sim.checked import check_plan, why_not_checked
+
+    spec = with_routing(_spec("retain"), policy, 4)
+    with pytest.raises(ApmwError, match=f"fleet.routing {policy} over 4 replicas"):
+        simulate(spec, 4, duration_s=60.0)
+    analytic = plan(spec)
+    assert "fleet.routing" in (why_not_checked(analytic) or "")
+    with pytest.raises(ApmwError, match="--analytic"):
+        check_plan(analytic)
+    one = with_routing(_spec("retain"), policy, 1)   # one replica: nowhere else to land, simulated as before
+    assert why_not_checked(plan(one)) is None
+    assert simulate(one, 2, duration_s=60.0).completed_tasks >= 0

@@ -11,7 +11,9 @@ from apmw.sim.batch import Seq
 from apmw.sim.engine import Engine
 from apmw.sim.kv_ledger import BLOCK_TOKENS
 from apmw.sim.result import SimResult
-from apmw.sim.run import SweepResult, simulate, simulate_open_loop, sweep, unsupported
+from apmw.sim.run import (SweepResult, simulate, simulate_open_loop, sweep, unsupported,
+                          unsupported_on_one_replica)
 from apmw.sim.verify import verify_plan
 
-__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "TaskShape", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep", "unsupported", "verify_plan"]
+__all__ = ["BLOCK_TOKENS", "Engine", "Seq", "TaskShape", "SimResult", "SweepResult", "simulate", "simulate_open_loop", "sweep", "unsupported",
+           "unsupported_on_one_replica", "verify_plan"]

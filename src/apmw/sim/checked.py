@@ -66,7 +66,7 @@ from apmw.capacity.search import largest_near, largest_passing
 from apmw.capacity.slo import check_slo, slo_slack, slo_table
 from apmw.errors import ApmwError
 from apmw.sim.result import SimResult, percentiles, quantile_interval
-from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, MAX_DURATION_S, simulate, unsupported
+from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, MAX_DURATION_S, simulate, unsupported_on_one_replica
 
 # Tasks recorded per agent count, pooled over the replications: about 300 puts the p95 in a
 # distribution-free 95 % interval of roughly +-10 % on the bundled examples (docs/simulate.md).
@@ -270,7 +270,7 @@ class CheckedPlan:
 def why_not_checked(analytic: Plan) -> str | None:
     """Why the simulator cannot settle ``analytic``'s N* (None when it can): a spec it does not model, or an N* at
     or past the most agents it runs (the check simulates counts on both sides of N*)."""
-    gap = unsupported(analytic.spec)
+    gap = unsupported_on_one_replica(analytic.spec)
     if gap:
         return f"the simulator does not model {gap}"
     if analytic.agents_per_replica >= MAX_AGENTS:

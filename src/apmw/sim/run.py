@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
+from apmw.capacity.routing import routing_of
 from apmw.capacity.slo import check_slo, slo_table
 from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
@@ -96,6 +97,22 @@ def unsupported(spec: Spec) -> str | None:
     return None
 
 
+def unsupported_on_one_replica(spec: Spec) -> str | None:
+    """What in ``spec`` a one-replica simulation (:func:`simulate`) does not model: :func:`unsupported`, and a
+    router that spreads a task's calls over other replicas (``fleet.routing`` random or least_loaded over
+    ``fleet.routing_replicas`` > 1). One replica serves every call of its tasks (affinity), so it would find
+    every context the analytic plan prices as a miss elsewhere; :mod:`apmw.sim.fleet` simulates the spreading."""
+    gap = unsupported(spec)
+    if gap:
+        return gap
+    routing = routing_of(spec)
+    if routing.spreads:
+        return (f"a router spreading a task's calls over replicas (fleet.routing {routing.policy} over "
+                f"{routing.replicas:,} replicas; one replica's simulation serves every call of its tasks, as affinity "
+                "does)")
+    return None
+
+
 def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | None = None, *,
              warmup_s: float | None = None, drain_limit_s: float | None = None, fast: bool = True,
              replica: Replica | None = None, progress: Callable[[float, float], None] | None = None,
@@ -117,7 +134,7 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     if not 1 <= agents <= MAX_AGENTS:
         raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 sequences "
                         f"at once; more agents only queue), got {agents:,}")
-    gap = unsupported(spec)
+    gap = unsupported_on_one_replica(spec)
     if gap:
         raise ApmwError(f"the simulator does not model {gap} yet; remove it from the spec to simulate, "
                         "or rely on apmw plan's analytic figures for it")

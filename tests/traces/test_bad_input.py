@@ -445,3 +445,26 @@ def test_gzip_under_another_name_or_twice_says_so(tmp_path, name, times, said):
     (tmp_path / name).write_bytes(data)
     with pytest.raises(TraceError, match=re.escape(said)):
         fit_trace(tmp_path / name)
+
+
+def test_an_otel_document_after_blank_lines_and_a_cut_first_record(tmp_path):
+    """A pretty-printed OTLP document is one document wherever its first line falls (it was read as broken JSON
+    lines after a blank line); a JSON-lines file whose first record is cut short loses that line only (the whole
+    file was refused); a pretty document cut short is refused as neither form."""
+    import json
+
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    doc = json.dumps(json.loads(lines[0]), indent=2)
+    alone = tmp_path / "doc.json"
+    alone.write_text(doc)
+    blank = tmp_path / "blank.json"
+    blank.write_text("\n\n" + doc)
+    assert fit_trace(blank).summary == {**fit_trace(alone).summary, "path": str(blank)}
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(lines[0][:200] + "\n" + "\n".join(lines[1:]) + "\n")
+    s = fit_trace(cut).summary
+    assert s["skipped_lines"] == 1 and list(s["skipped"].values())[0]["examples"] == [f"{cut}:1"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(doc[:-30])
+    with pytest.raises(TraceError, match="neither JSON lines nor one JSON document"):
+        fit_trace(broken)

@@ -131,6 +131,11 @@ class Reader:
                     yield call
 
     def _documents(self, path: str | Path, errors: LineErrors):
+        """Each OTLP JSON object of the file: one per line (JSON lines), or the whole file as one pretty-printed
+        document when its first non-blank line is not JSON on its own. Where the whole file is not JSON either,
+        that first line is skipped as a bad line and the rest read as JSON lines (a truncated first record); a
+        file with no good line then is refused as neither form."""
+        whole_error = None
         with open_binary(path) as f:
             first = None
             for line, raw in enumerate(f, start=1):
@@ -140,9 +145,11 @@ class Reader:
                 try:
                     obj = loads(raw)
                 except JSONDecodeError as exc:
-                    if first is None and line == 1 and raw.lstrip().startswith(b"{"):
-                        yield from self._whole_document(path, errors)
-                        return
+                    if first is None and errors.lines_read == 1 and raw.lstrip().startswith(b"{"):
+                        whole_error = self._whole_document_error(path)
+                        if whole_error is None:
+                            yield from self._whole_document(path, errors)
+                            return
                     errors.skip(line, f"not valid JSON ({exc})")
                     continue
                 first = first or obj
@@ -150,13 +157,22 @@ class Reader:
                     errors.skip(line, "not an OTLP JSON object (no 'resourceSpans')")
                     continue
                 yield line, obj
+        if first is None and whole_error is not None:
+            raise TraceError(f"{path}: neither JSON lines nor one JSON document ({whole_error})")
+
+    @staticmethod
+    def _whole_document_error(path: str | Path) -> JSONDecodeError | None:
+        """Why the whole file is not one JSON document (None where it is)."""
+        with open_binary(path) as f:
+            try:
+                loads(f.read())
+            except JSONDecodeError as exc:
+                return exc
+        return None
 
     def _whole_document(self, path: str | Path, errors: LineErrors):
         with open_binary(path) as f:
-            try:
-                obj = loads(f.read())
-            except JSONDecodeError as exc:
-                raise TraceError(f"{path}: neither JSON lines nor one JSON document ({exc})") from None
+            obj = loads(f.read())
         if not isinstance(obj, dict) or "resourceSpans" not in obj:
             raise TraceError(f"{path}: not an OTLP JSON document (no 'resourceSpans')")
         yield 1, obj

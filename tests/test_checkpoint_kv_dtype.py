@@ -87,3 +87,16 @@ def test_gptq_bits_apmw_does_not_price_are_refused(tmp_path, bits):
 
     with pytest.raises(ApmwError, match=f"quantization_config gptq bits {bits!r} is not one apmw prices"):
         load_architecture(_checkpoint(tmp_path, {"quant_method": "gptq", "bits": bits}))
+
+
+@pytest.mark.parametrize("name, dtype", [
+    ("Qwen/Qwen3-8B-GPTQ-Int8", "int8"), ("Qwen/Qwen3-8B-Int8-GPTQ", "int8"),
+    ("Qwen/Qwen3-8B-Instruct-Int8-AWQ", "int8"), ("Qwen/Qwen3-8B-Int4-GPTQ", "int4"),
+    ("Qwen/Qwen3-8B-AWQ", "int4"), ("Qwen/Qwen3-8B-GPTQ", "int4"),
+])
+def test_a_bit_width_tag_outranks_the_method_tag_wherever_it_stands(name, dtype):
+    """"-Int8-GPTQ" was read from its outer tag alone, GPTQ's 4-bit default, and priced an 8-bit checkpoint at
+    half its weight bytes (fuzzing, session 42)."""
+    from apmw.catalog.models import checkpoint_weight_dtype
+
+    assert checkpoint_weight_dtype(name) == dtype

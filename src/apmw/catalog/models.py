@@ -146,15 +146,24 @@ def _resolve(name: str) -> tuple[str, str] | None:
     return None
 
 
+# Tags naming a quantisation method whose bit width another tag may state ("-Int8-GPTQ" as "-GPTQ-Int8"): the
+# dtype given is their libraries' default, taken only where no other tag names one.
+METHOD_TAGS = ("-awq", "-gptq")
+
+
 def _strip_tags(key: str) -> tuple[str, str | None]:
-    """``key`` without its trailing checkpoint tags, and the weight dtype the tags name (or None)."""
-    dtype = None
+    """``key`` without its trailing checkpoint tags, and the weight dtype the tags name (or None): the outermost
+    tag that states one, a method's default (:data:`METHOD_TAGS`) only where no tag does."""
+    dtype = default = None
     while True:
         tag = next((t for t in CHECKPOINT_TAGS if key.endswith(t)), None)
         if tag is None:
-            return key, dtype
+            return key, dtype or default
         key = key[: -len(tag)]
-        dtype = dtype or CHECKPOINT_TAGS[tag]
+        if tag in METHOD_TAGS:
+            default = default or CHECKPOINT_TAGS[tag]
+        else:
+            dtype = dtype or CHECKPOINT_TAGS[tag]
 
 
 def _on_disk(path: Path, kind: str) -> bool:

@@ -468,3 +468,15 @@ def test_an_otel_document_after_blank_lines_and_a_cut_first_record(tmp_path):
     broken.write_text(doc[:-30])
     with pytest.raises(TraceError, match="neither JSON lines nor one JSON document"):
         fit_trace(broken)
+
+
+def test_a_symbolic_link_to_nothing_says_so(tmp_path):
+    """A link loop or a dangling link said "no such file" of a path that is there."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "missing.jsonl")
+    for name in ("a", "gone"):
+        with pytest.raises(TraceError, match="a symbolic link to nothing readable"):
+            fit_trace(tmp_path / name)
+    with pytest.raises(TraceError, match="no such file"):
+        fit_trace(tmp_path / "absent.jsonl")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -83,6 +84,9 @@ def check_trace_file(path: str | Path) -> Path:
         raise TraceError(f"{path}: is a directory; give one trace file (a JSONL, CSV or OTel file)")
     if p.exists():
         raise TraceError(f"{path}: not a regular file (a device, pipe or socket); give one trace file")
+    if p.is_symlink():
+        raise TraceError(f"{path}: a symbolic link to nothing readable (its target is missing, or the links loop: "
+                         f"{os.readlink(p)!r}); give the trace file itself")
     raise TraceError(f"{path}: no such file")
 
 

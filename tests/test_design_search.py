@@ -83,6 +83,14 @@ def test_infeasible_points_are_pruned_and_counted_by_reason():
     ({"axes": {"serving.engine.name": ["vllm"]}}, "serving.engine is a value, not a section"),
     ({"axes": {"serving.max_batch": list(range(1, 1002)), "hardware.gpus_per_replica": list(range(1, 101))}},
      f"at most {MAX_POINTS:,} are evaluated"),
+    # an axis inside another's field: an internal error, or the inner axis silently undone (fuzzing, session 43)
+    ({"axes": {"serving.speculative": [None, {"draft": "model", "draft_tokens": 3, "acceptance_rate": 0.7}],
+               "serving.speculative.draft_tokens": [2, 4]}},
+     "axes serving.speculative and serving.speculative.draft_tokens overlap"),
+    ({"axes": {"serving.speculative.draft_tokens": [2, 4], "serving.speculative": [None]}}, "overlap"),
+    # a value JSON cannot hold: an internal error under --json --explain (fuzzing, session 43)
+    ({"axes": {"serving.max_batch": [float("nan"), 64]}}, "axis serving.max_batch: nan holds a number that is not finite"),
+    ({"axes": {"cost.gpu_hour_usd": [{"x": float("inf")}]}}, "not finite"),
 ])
 def test_a_bad_space_is_refused(space, words):
     with pytest.raises(ApmwError, match=words):
@@ -441,3 +449,12 @@ def test_a_yes_or_no_where_a_number_goes_is_refused_not_read_as_one():
     d["serving"] = {**d.get("serving", {}), "max_batch": True}
     with pytest.raises(SpecError, match="max_batch: true is a yes/no, not a number"):
         spec_from_dict(d)
+
+
+def test_a_value_keyed_by_numbers_and_text_alike_has_a_results_key():
+    """json.dumps(sort_keys=True) could not order 1 against 'name', an internal error with --parquet (fuzzing,
+    session 43); the point itself is pruned by the spec's own check."""
+    from apmw.design_search.space import search_key
+
+    axes = {"hardware.gpu": ["H100", {"name": "H100", 1: 2}]}
+    assert search_key(small_spec_dict(), axes) == search_key(small_spec_dict(), axes)

@@ -414,3 +414,13 @@ def test_the_bundled_mixed_fleet():
     assert by_model["pools"] == ["coding-emea+coding-apac@H200x8", "research@H200x8"]
     assert by_model["compared_with_split"]["peak_gpus_saved"] > 0
     assert d["cheapest_placement"] is not None
+
+
+def test_names_with_brackets_are_printed_as_written(tmp_path):
+    """A workload named "[/]" was read as a closing markup tag by the tables (an internal error), and "b[x]" lost
+    its "[x]" in them."""
+    path = _fleet(tmp_path, [{"name": "[/]", "spec": "a.yaml"}, {"name": "b[x]", "spec": "a.yaml"}],
+                  {"a": _spec_dict()})
+    r = run("fleet", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "[/]@H100x1" in r.stdout and "b[x]@H100x1" in r.stdout

@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 # Exit codes, one meaning each (README, "Exit codes"): 1 bad input (a spec, a trace, a flag: the
@@ -26,6 +27,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Agents per megawatt: size LLM agent-serving fleets by task-latency SLO.")
 out = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
+
+
+def plain_table(title: str, **options) -> Table:
+    """A rich Table whose title and cells (:func:`plain_row`) are printed as written: a workload, file or GPU name
+    with ``[x]`` in it is text, not a markup tag (``[/]`` in a name was an internal error)."""
+    return Table(title=Text(title), **options)
+
+
+def plain_row(table: Table, *cells: str) -> None:
+    """Add ``cells`` to ``table`` as written (:func:`plain_table`)."""
+    table.add_row(*(Text(c) for c in cells))
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:

@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, distinct_outputs, emit_json, fail, files_read_by, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import (app, distinct_outputs, emit_json, fail, files_read_by, note_checkpoint_dtype, note_gpu_basis,
+                             out, output_path, plain_row, plain_table, write_text)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 from apmw.spec.economics import MAX_TASKS_PER_HOUR
@@ -38,7 +39,7 @@ def _csv(day: dict) -> str:
 
 def _routing_table(d: dict) -> Table:
     rows = d["routing_comparison"]
-    t = Table(title=f"routing at the peak's {rows[0]['replicas']:,} replicas (* used; N* and prefill tokens/s "
+    t = plain_table(f"routing at the peak's {rows[0]['replicas']:,} replicas (* used; N* and prefill tokens/s "
               "per replica)" if rows else "routing",
               title_justify="left")
     for col in ("routing", "N*", "bound", "prefix hits", "prefill tok/s", "task p95 s"):
@@ -46,10 +47,10 @@ def _routing_table(d: dict) -> Table:
     for r in rows:
         mark = "*" if r["policy"] == d["routing"]["policy"] else ""
         if r["agents_per_replica"] is None:      # the policy cannot serve this spec: say why
-            t.add_row(r["policy"] + mark, "-", f"not modelled: {r['refused']}", "-", "-", "-")
+            plain_row(t, r["policy"] + mark, "-", f"not modelled: {r['refused']}", "-", "-", "-")
             continue
         hit = "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}"
-        t.add_row(r["policy"] + mark, f"{r['agents_per_replica']:,}", r["binding_constraint"], hit,
+        plain_row(t, r["policy"] + mark, f"{r['agents_per_replica']:,}", r["binding_constraint"], hit,
                   f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}")
     return t
 
@@ -74,7 +75,7 @@ def _parquet(day: dict, path: Path) -> None:
 def _table(d: dict, title: str) -> Table:
     from apmw.capacity.fleet_day import hour_label
 
-    t = Table(title=title, title_justify="left")
+    t = plain_table(title, title_justify="left")
     sim = d.get("simulated")
     cols = ("hour", "tasks", "agents", "task s", "up (needed)", "warming", "GPUs", "facility kW", "USD")
     for col in cols + (("sim up", "sim kW", "sim p95 s", "sim queued") if sim else ()):
@@ -88,7 +89,7 @@ def _table(d: dict, title: str) -> Table:
             s = sim["hours"][i]
             p95 = "-" if s["task_latency_p95_s"] is None else f"{s['task_latency_p95_s']:,.0f}"
             row += [f"{s['replica_hours']:,.1f}", f"{s['facility_energy_kwh']:,.1f}", p95, f"{s['tasks_queued']:,}"]
-        t.add_row(*row)
+        plain_row(t, *row)
     return t
 
 
@@ -374,7 +375,7 @@ def _money(x: float | None, digits: int = 0) -> str:
 
 
 def _placements_table(d: dict) -> Table:
-    t = Table(title="placements: GPUs at each pool's peak and at once, a day's replica-hours, MWh and $, a month's $, "
+    t = plain_table("placements: GPUs at each pool's peak and at once, a day's replica-hours, MWh and $, a month's $, "
               f"the secured GPUs a month (* cheapest a month{'' if d['power_cap_mw'] is None else ' inside the cap'})",
               title_justify="left")
     for col in ("placement", "pools", "peak GPUs", "at once", "replica-h", "MWh", "$/day", "$/month", "$/task",
@@ -385,11 +386,11 @@ def _placements_table(d: dict) -> Table:
     for r in d["placements"]:
         mark = "*" if r["placement"] == d["cheapest_placement"] else ""
         if r["refused"] is not None:      # the reasons once, in the pools table
-            t.add_row(r["placement"], "refused: pool " + ", ".join(q for q in r["pools"] if q in refused),
+            plain_row(t, r["placement"], "refused: pool " + ", ".join(q for q in r["pools"] if q in refused),
                       *["-"] * 8)
             continue
         over = " (over cap)" if r["within_power_cap"] is False else ""
-        t.add_row(r["placement"] + mark + over, "\n".join(r["pools"]), f"{r['peak_gpus']:,.0f}",
+        plain_row(t, r["placement"] + mark + over, "\n".join(r["pools"]), f"{r['peak_gpus']:,.0f}",
                   f"{r['coincident_peak_gpus']:,.0f}", f"{r['replica_hours_per_day']:,.0f}",
                   f"{r['facility_mwh_per_day']:,.2f}", _money(r["cost_per_day_usd"]), _money(r["cost_per_month_usd"]),
                   _money(r["cost_per_task_usd"], 4), _money(r["secured_gpu_cost_per_month_usd"]))
@@ -397,15 +398,15 @@ def _placements_table(d: dict) -> Table:
 
 
 def _pools_table(d: dict) -> Table:
-    t = Table(title="pools (N* and what bounds it at the pool's peak hour)", title_justify="left")
+    t = plain_table("pools (N* and what bounds it at the pool's peak hour)", title_justify="left")
     for col in ("pool", "N*", "bound by", "peak replicas", "GPUs", "replica-h/day", "$/day", "$/task"):
         t.add_column(col, justify="left" if col in ("pool", "bound by") else "right",
                      overflow="fold" if col == "pool" else "ellipsis")
     for p in d["pools"]:
         if p["refused"] is not None:
-            t.add_row(p["name"], "-", f"refused: {_first_sentence(p['refused'])}", *["-"] * 5)
+            plain_row(t, p["name"], "-", f"refused: {_first_sentence(p['refused'])}", *["-"] * 5)
             continue
-        t.add_row(p["name"], f"{p['agents_per_replica_max_at_peak']:,}", p["binding_at_peak"],
+        plain_row(t, p["name"], f"{p['agents_per_replica_max_at_peak']:,}", p["binding_at_peak"],
                   f"{p['peak_replicas']:,} at {p['peak_hour']:02d}", f"{p['peak_gpus']:,.0f}",
                   f"{p['replica_hours_per_day']:,.0f}", _money(p["cost_per_day_usd"]), _money(p["cost_per_task_usd"], 4))
     return t

@@ -10,10 +10,10 @@ from typing import Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, files_read_by, note, note_checkpoint_dtype, note_gpu_basis, out, output_path, write_text
+from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, files_read_by, note, note_checkpoint_dtype,
+                             note_gpu_basis, out, output_path, plain_row, plain_table, write_text)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -159,14 +159,14 @@ def search(
         emit_json(d)
         _none_feasible(d, explain)
         return
-    t = Table(title=f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
+    t = plain_table(f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
     cols = ["settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"]
     if check:
         cols += ["simulated N* (interval)", "simulated agents/MW"]
     for col in cols:
         t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
     for p in d["front"]:
-        t.add_row(settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
+        plain_row(t, settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                   f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
                   f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if check else ()))
     out.print(t)

@@ -16,6 +16,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import re
 import typing
 from typing import Iterator
@@ -52,11 +53,40 @@ def read_space(data: object, where: str) -> dict[str, list]:
         if twice:
             raise ApmwError(f"{where}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
                             "of the space: list it once")
+    paths = sorted(axes)
+    for outer, inner in zip(paths, paths[1:]):
+        if inner.startswith(outer + "."):
+            raise ApmwError(f"{where}: axes {outer} and {inner} overlap: each value of {outer} sets the whole of what "
+                            f"{inner} sets a part of, so one would undo or ignore the other; vary {inner} inside "
+                            f"{outer}'s values, or drop one axis")
+    for path, values in axes.items():
+        odd = next((v for v in values if not _finite(v)), None)
+        if odd is not None:
+            raise ApmwError(f"{where}: axis {path}: {odd!r} holds a number that is not finite (nan or inf); give "
+                            "finite values")
     size = space_size(axes)
     if size > MAX_POINTS:
         raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
                         "(about a plan each): drop values or axes")
     return axes
+
+
+def _finite(value: object) -> bool:
+    """Whether every number in ``value`` (a list's or mapping's, keys too) is finite."""
+    if isinstance(value, dict):
+        return all(_finite(k) and _finite(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def _text_keys(value: object) -> object:
+    """``value`` with every mapping key as text, so that one keyed by numbers and text alike sorts."""
+    if isinstance(value, dict):
+        return {str(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    return value
 
 
 def _canonical(value: object) -> object:
@@ -219,5 +249,5 @@ def settings_text(settings: dict) -> str:
 
 def search_key(base: dict, axes: dict[str, list]) -> str:
     """A digest of the spec and the space: a results file from another spec or space is not resumed."""
-    text = json.dumps({"spec": base, "axes": axes}, sort_keys=True, default=str)
+    text = json.dumps(_text_keys({"spec": base, "axes": axes}), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -2,8 +2,8 @@
 
 Run: .venv/bin/python bench/fleet_sim_speed.py [--scale K] [--seed S]
 
-The bundled coding-agent example's day of demand times K (default 33.4: about 1,000 replicas at the
-analytic peak, 1.34 million tasks a day), simulated task by task (apmw.sim.fleet_day) in cells of about
+The bundled coding-agent example's day of demand times K (default 37: about 1,000 replicas at the
+analytic peak, 988, and 1.48 million tasks a day), simulated task by task (apmw.sim.fleet_day) in cells of about
 100 replicas on the local process pool (the executor of apmw search) with 1 and 2 workers. Prints the
 wall time of each against the analytic day's in the same process (the ratio is what to compare across
 machines), the two runs' agreement (same seed, same day), and the simulated day beside the analytic one
@@ -26,7 +26,7 @@ from apmw.sim.fleet_day import cells_for, replica_table, simulate_cells, simulat
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scale", type=float, default=33.4)
+    parser.add_argument("--scale", type=float, default=37.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     spec = load_spec(EXAMPLES / "coding-agent.yaml")

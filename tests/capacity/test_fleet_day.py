@@ -11,7 +11,7 @@ import pytest
 
 from apmw.capacity import plan
 from apmw.capacity.closed_loop import ClosedLoopModel
-from apmw.capacity.fleet_day import DAYS_PER_MONTH, _load, fleet_day
+from apmw.capacity.fleet_day import DAYS_PER_MONTH, _load, admission_cap, fleet_day
 from apmw.errors import ApmwError
 from apmw.spec import SpecError, spec_from_dict
 from tests.conftest import EXAMPLES, small_spec_dict
@@ -42,14 +42,16 @@ def test_each_hour_holds_littles_law(day):
 def test_each_hour_has_the_fewest_replicas_that_keep_the_headroom(day):
     result, d = day
     model = ClosedLoopModel(result.spec, result.replica, result.sample)
-    n_star = result.agents_per_replica
+    cap = d.agents_per_replica_admitted         # N*, or fewer where a replica at N* finishes fewer tasks
+    assert cap <= result.agents_per_replica
     for h in d.hours:
         assert h.replicas >= 2
         if h.tasks:
-            assert h.agents_per_replica * 1.2 <= n_star + 1e-9
+            assert h.agents_per_replica * 1.2 <= cap + 1e-9
         if h.replicas > 2:
-            fewer, _ = _load(model.evaluate, h.tasks / 3600, h.replicas - 1, n_star, result.at.task_latency_mean_s)
-            assert fewer * 1.2 > n_star
+            fewer, _ = _load(model.evaluate, h.tasks / 3600, h.replicas - 1, cap,
+                             model.evaluate(cap).task_latency_mean_s)
+            assert fewer * 1.2 > cap
 
 
 def test_the_day_adds_up(day):
@@ -353,3 +355,29 @@ def test_replicas_that_start_at_once_are_never_shown_warming():
     ahead = fleet_day(plan(_spec(tasks_per_hour=DAY, min_replicas=0, scale_up_s=600)), compare_routing=False)
     assert any(h.replicas_warming for h in ahead.hours)
     assert instant.owned() is None or instant.owned()["gpus"] == max(h.gpus for h in instant.hours)
+
+
+def test_a_replica_is_given_no_more_agents_than_finish_the_most_tasks():
+    """Near a full KV pool the mean task time can grow faster than the agents: the bundled coding agent finishes
+    153.9 tasks an hour at 24 agents and 139.1 at its N* of 27. A fleet is given the count where that peaks, not N*;
+    a curve still rising at N* keeps N*."""
+    def peaked(c: int) -> float:        # tasks a second c / R(c) peak at 6 of N* 9
+        return c / (1.0 + c / 10.0 + (0.5 * (c - 6) ** 2 if c > 6 else 0.0))
+
+    assert admission_cap(lambda c: c / peaked(c), 9) == 6
+    assert admission_cap(lambda c: 1.0 + c / 10.0, 9) == 9
+    assert admission_cap(lambda c: 1.0, 1) == 1
+
+
+def test_a_looser_slo_never_needs_more_replicas():
+    """The coding agent's day took 30 replicas at its peak under a 1,800 s SLO (N* 27) and 27 under 1,200 s (N* 25):
+    replicas allowed up to N* settle where a full KV pool slows every task (fuzzing, session 43)."""
+    import yaml
+
+    base = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    peaks = []
+    for slo in (900, 1200, 1800):
+        base["slo"]["task_latency_p95_s"] = slo
+        d = fleet_day(plan(spec_from_dict(base)))
+        peaks.append(max(h.replicas for h in d.hours))
+    assert peaks == sorted(peaks, reverse=True), peaks

@@ -98,6 +98,7 @@ class FleetHour:
 @dataclass(frozen=True)
 class FleetDay:
     agents_per_replica_max: int      # N*, from the plan
+    agents_per_replica_admitted: int  # the most agents the fleet gives a replica (admission_cap): N* or fewer
     headroom: float
     min_replicas: int
     scale_up_s: float
@@ -106,7 +107,7 @@ class FleetDay:
     api_cost_per_task_usd: float | None = None     # the same task's tokens at cost.api_usd_per_million_tokens
     power_cap_mw: float | None = None
     provisioned_w_per_replica: float = 0.0
-    task_latency_at_n_star_s: float = 0.0
+    task_latency_at_admitted_s: float = 0.0
     routing: Routing = Routing()
     routing_comparison: tuple[dict, ...] = ()
     capex: Capex | None = None       # cost.capex: the GPUs' purchase, for the owned fleet's month
@@ -118,15 +119,15 @@ class FleetDay:
         return [] if cap is None else [h.hour for h in self.hours if h.provisioned_power_w > cap * 1e6 * (1 + 1e-12)]
 
     def within_power_cap(self) -> dict | None:
-        """How big a fleet fits in the cap: replicas, the agents they hold with the headroom (N* / (1 + headroom)
-        each, as the hours are sized), and the tasks per hour they start at N*'s task time (a day of that demand
-        is sized at these replicas)."""
+        """How big a fleet fits in the cap: replicas, the agents they hold with the headroom (the admitted agents
+        / (1 + headroom) each, as the hours are sized), and the tasks per hour they start at that load's task time
+        (a day of that demand is sized at these replicas)."""
         if self.power_cap_mw is None:
             return None
         replicas = math.floor(self.power_cap_mw * 1e6 / self.provisioned_w_per_replica + 1e-9)
-        agents = replicas * self.agents_per_replica_max / (1 + self.headroom)
+        agents = replicas * self.agents_per_replica_admitted / (1 + self.headroom)
         return {"replicas": replicas, "concurrent_agents": agents,
-                "tasks_per_hour": agents / self.task_latency_at_n_star_s * 3600.0}
+                "tasks_per_hour": agents / self.task_latency_at_admitted_s * 3600.0}
 
     @property
     def days(self) -> float:
@@ -167,6 +168,7 @@ class FleetDay:
         day_usd = self.cost_per_day_usd
         return {
             "agents_per_replica_max": self.agents_per_replica_max,
+            "agents_per_replica_admitted": self.agents_per_replica_admitted,
             "headroom": self.headroom,
             "min_replicas": self.min_replicas,
             "scale_up_s": self.scale_up_s,
@@ -255,8 +257,8 @@ class Sizing:
     spec: Spec                                  # fleet policy (headroom, minimum, delays), prices, routing
     replica: Replica
     stage: PrefillStage | None                  # a disaggregated prefill instance counted with the replica
-    agents_max: int                             # N*
-    slowest_s: float                            # mean task time at N*
+    agents_max: int                             # the most agents a replica is given (admission_cap)
+    slowest_s: float                            # mean task time there
     fastest_s: float                            # ... at one agent
     evaluate: Callable[[int], Evaluation]       # the closed loop at n agents
 
@@ -265,9 +267,28 @@ def sizing_of(result: Plan) -> Sizing:
     """The sizing of ``result``'s replica: its closed loop (cached per load: the hours share most of theirs)."""
     model = ClosedLoopModel(result.spec, result.replica, result.sample)
     evaluate = functools.cache(model.evaluate)
-    return Sizing(spec=result.spec, replica=result.replica, stage=model.prefill, agents_max=result.agents_per_replica,
-                  slowest_s=result.at.task_latency_mean_s, fastest_s=evaluate(1).task_latency_mean_s,
+    cap = admission_cap(lambda c: evaluate(c).task_latency_mean_s, result.agents_per_replica)
+    return Sizing(spec=result.spec, replica=result.replica, stage=model.prefill, agents_max=cap,
+                  slowest_s=evaluate(cap).task_latency_mean_s, fastest_s=evaluate(1).task_latency_mean_s,
                   evaluate=evaluate)
+
+
+def admission_cap(task_time_s: Callable[[int], float], n_star: int) -> int:
+    """The most agents a fleet gives one replica: N*, or fewer where a replica at N* finishes fewer tasks a second
+    than with fewer agents, ``c / R(c)`` (``task_time_s``: R, the mean task time at ``c`` agents) falling towards N*
+    as the KV pool fills (the bundled coding agent: 153.9 tasks an hour at 24 agents, 139.1 at its N* of 27). Then
+    the count where it peaks (taken as rising to one peak and falling after it).
+
+    A fleet whose replicas take up to N* each can settle in that slower state: tasks arrive faster than replicas at
+    N* finish them, so they stay at N*, while at the peak count the same replicas keep up. Sizing for it needed
+    more replicas under a looser SLO (a larger N*) than under a tighter one; sizing for the lower state alone left
+    the simulated day's fleet short (tasks queued), since nothing kept its replicas from filling up to N*."""
+    def done_per_s(c: int) -> float:
+        return c / task_time_s(c)
+
+    if n_star <= 1 or done_per_s(n_star) >= done_per_s(n_star - 1):
+        return n_star
+    return largest_below(lambda c: c == 1 or done_per_s(c) >= done_per_s(c - 1), 1, n_star)
 
 
 def _day(result: Plan) -> FleetDay:
@@ -278,13 +299,15 @@ def _day(result: Plan) -> FleetDay:
         raise ApmwError("apmw fleet needs fleet.tasks_per_hour in the spec: the tasks started in each hour from hour 0, "
                         "24 values for a day or 168 for a week from Monday 00:00 (fleet.target_agents alone is sized "
                         "by apmw plan)")
-    return FleetDay(agents_per_replica_max=result.agents_per_replica, headroom=spec.fleet.headroom,
+    sizing = sizing_of(result)
+    return FleetDay(agents_per_replica_max=result.agents_per_replica, agents_per_replica_admitted=sizing.agents_max,
+                    headroom=spec.fleet.headroom,
                     min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
                     scale_down_delay_s=spec.fleet.scale_down_delay_s,
-                    hours=day_hours([sizing_of(result)] * len(rates), rates),
+                    hours=day_hours([sizing] * len(rates), rates),
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
-                    task_latency_at_n_star_s=result.at.task_latency_mean_s, capex=spec.cost.capex,
+                    task_latency_at_admitted_s=sizing.slowest_s, capex=spec.cost.capex,
                     gpus_per_replica=result.replica.gpus + result.prefill_gpus)
 
 

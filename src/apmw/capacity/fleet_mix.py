@@ -50,8 +50,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from apmw.capacity.closed_loop import ClosedLoopModel
-from apmw.capacity.fleet_day import (DAYS_PER_MONTH, HOURS, FleetDay, Sizing, day_hours, fleet_day,
-                                     sizing_of)
+from apmw.capacity.fleet_day import (DAYS_PER_MONTH, HOURS, FleetDay, Sizing, admission_cap, day_hours,
+                                     fleet_day, sizing_of)
 from apmw.capacity.plan import plan
 from apmw.capacity.routing import with_routing
 from apmw.capacity.search import SearchResult, largest_near, search
@@ -126,6 +126,7 @@ class _Hour:
     sizing: Sizing
     joint: JointSlo
     sample: SessionSample
+    n_star: int
 
     def binding(self) -> str:
         """What bounds N* (the full search, its evaluations mostly cached)."""
@@ -151,10 +152,11 @@ def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str
         failed = "; ".join(joint.evaluate(1).slo.failed) or "the KV of one agent does not fit"
         raise _Refused(f"no number of agents meets every workload's SLO at the mix {mix} (tasks started): at one "
                        f"agent, {failed}")
-    sizing = Sizing(spec=spec, replica=replica, stage=model.prefill, agents_max=n_star,
-                    slowest_s=joint.evaluate(n_star).task_latency_mean_s,
+    cap = admission_cap(lambda c: joint.evaluate(c).task_latency_mean_s, n_star)
+    sizing = Sizing(spec=spec, replica=replica, stage=model.prefill, agents_max=cap,
+                    slowest_s=joint.evaluate(cap).task_latency_mean_s,
                     fastest_s=joint.evaluate(1).task_latency_mean_s, evaluate=joint.evaluate)
-    return _Hour(sizing, joint, main.sample)
+    return _Hour(sizing, joint, main.sample, n_star)
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ def shared_pool(loaded: LoadedFleet, group: tuple[int, ...], hw: FleetHardware) 
             counts = mix_counts(tasks if sum(tasks) > 0 else day_tasks, specs)
             if counts not in cache:
                 cache[counts] = _mixed_hour(spec, replica, specs, names, counts,
-                                            hours[-1].sizing.agents_max if hours else None)
+                                            hours[-1].n_star if hours else None)
             hours.append(cache[counts])
     except (_Refused, ApmwError) as exc:
         return Pool(tuple(names), hw.label, refused=_first_line(exc))
@@ -285,13 +287,14 @@ def shared_pool(loaded: LoadedFleet, group: tuple[int, ...], hw: FleetHardware) 
     fh = day_hours([h.sizing for h in hours], totals)
     peak = max(fh, key=lambda h: h.replicas)
     top = hours[peak.hour]
-    day = FleetDay(agents_per_replica_max=top.sizing.agents_max, headroom=spec.fleet.headroom,
+    day = FleetDay(agents_per_replica_max=top.n_star, agents_per_replica_admitted=top.sizing.agents_max,
+                   headroom=spec.fleet.headroom,
                    min_replicas=spec.fleet.min_replicas, scale_up_s=spec.fleet.scale_up_s,
                    scale_down_delay_s=spec.fleet.scale_down_delay_s, hours=fh)
     at_peak = top.joint.evaluate(max(1, min(top.sizing.agents_max, math.ceil(peak.agents_per_replica - 1e-9))))
     figures = top.joint.figures(at_peak)      # the workloads with tasks in the peak hour's mix
     return Pool(tuple(names), hw.label, day=day, gpus_per_replica=_gpus(top.sizing),
-                gpu_hour_usd=spec.cost.gpu_hour_usd, agents_max_by_hour=tuple(h.sizing.agents_max for h in hours),
+                gpu_hour_usd=spec.cost.gpu_hour_usd, agents_max_by_hour=tuple(h.n_star for h in hours),
                 binding_at_peak=top.binding(), slo_at_peak=tuple(figures),
                 tasks_by_workload=tuple(tuple(r) for r in rates))
 

@@ -60,7 +60,7 @@ from typing import Callable
 import numpy as np
 
 from apmw.capacity.economics import economics
-from apmw.capacity.fleet_day import smallest_fitting
+from apmw.capacity.fleet_day import admission_cap, smallest_fitting
 from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.plan import Plan
 from apmw.errors import ApmwError
@@ -99,7 +99,8 @@ def replica_table(result: Plan, model: ClosedLoopModel, scale: float = 1.0) -> d
     if fleet.routing != "affinity":
         raise ApmwError(f"apmw fleet --simulate routes by affinity only; fleet.routing is '{fleet.routing}' "
                         "(the analytic day prices it: leave out --simulate)")
-    n_star = result.agents_per_replica
+    # replicas take at most the analytic day's admitted agents (apmw.capacity.fleet_day.admission_cap)
+    n_star = admission_cap(lambda c: model.evaluate(c).task_latency_mean_s, result.agents_per_replica)
     stage = model.prefill
     prefill_gpus = stage.gpus if stage else 0
     power = replica.power

@@ -424,3 +424,19 @@ def test_names_with_brackets_are_printed_as_written(tmp_path):
     r = run("fleet", str(path))
     assert r.returncode == 0, r.stderr
     assert "[/]@H100x1" in r.stdout and "b[x]@H100x1" in r.stdout
+
+
+def test_a_workload_cap_or_purchase_a_fleet_file_would_not_read_is_refused_where_it_is_written(tmp_path):
+    """A workload's fleet.power_cap_mw and cost.capex were dropped in a fleet file: a placement over that cap was
+    named the cheapest (fuzzing, session 43)."""
+    capped = _spec_dict(fleet={"power_cap_mw": 0.0001})
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(_spec_dict()))
+    (tmp_path / "capped.yaml").write_text(yaml.safe_dump(capped, sort_keys=False))
+    path = tmp_path / "f.yaml"
+    path.write_text("workloads:\n  - name: a\n    spec: a.yaml\n    overrides:\n      cost:\n"
+                    "        capex: {usd_per_gpu: 30000, years: 4}\n  - name: b\n    spec: capped.yaml\n")
+    msg = _error(path)
+    assert "line 6: workloads.0.overrides.cost.capex: the owned-GPU month is priced for one spec only" in msg
+    line = (tmp_path / "capped.yaml").read_text().splitlines().index("  power_cap_mw: 0.0001") + 1
+    assert (f"workloads.1 ({tmp_path / 'capped.yaml'}, line {line}): fleet.power_cap_mw: a fleet file's workloads "
+            "share one hall") in msg

@@ -183,6 +183,19 @@ def _replaced_overrides(fleet: FleetFile, lines: dict[tuple, int]) -> list[str]:
     return problems
 
 
+def _unread_in_fleet_file(spec: Spec) -> tuple[str, str] | None:
+    """(field, why) of a workload's setting a fleet file would not read: the hall's power cap is the file's own,
+    and the owned-GPU month (cost.capex) is priced for one spec only. A silently dropped cap let a placement over it
+    be named the cheapest."""
+    if spec.fleet.power_cap_mw is not None:
+        return ("fleet.power_cap_mw", "a fleet file's workloads share one hall, whose power the file's own top-level "
+                "power_cap_mw gives; move the cap there (apmw fleet on this spec alone reads it)")
+    if spec.cost.capex is not None:
+        return ("cost.capex", "the owned-GPU month is priced for one spec only (apmw fleet on this spec alone), not "
+                "across a fleet file's placements; remove it from this workload")
+    return None
+
+
 def load_fleet_file(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file and every spec it refers to (raising :class:`FleetFileError`)."""
     data, node = _read_yaml(path, "fleet file; see examples/fleets/")
@@ -232,6 +245,17 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
                 else:
                     line = _line_for(loc, spec_lines)
                     problems.append(f"workloads.{i} ({spec_path}{f', line {line}' if line else ''}): {field}: {text}")
+            continue
+        unread = _unread_in_fleet_file(spec)
+        if unread:
+            field, why = unread
+            loc = tuple(field.split("."))
+            if _in(w.overrides or {}, loc) == len(loc):
+                line = _line_for(("workloads", i, "overrides") + loc, lines)
+                problems.append(f"{f'line {line}: ' if line else ''}workloads.{i}.overrides.{field}: {why}")
+            else:
+                line = _line_for(loc, spec_lines)
+                problems.append(f"workloads.{i} ({spec_path}{f', line {line}' if line else ''}): {field}: {why}")
             continue
         if spec.fleet.tasks_per_hour is None:
             problems.append(f"workloads.{i} ({spec_path}): fleet.tasks_per_hour: missing; a mixed fleet needs each "

@@ -84,7 +84,10 @@ def test_a_busier_hour_never_gets_fewer_replicas(day):
 
 
 @pytest.mark.parametrize("value,words", [
-    (DAY[:23], "at least 24 items"),
+    # 23 values said "List should have at least 24 items after validation", 25 what to give (fuzzing, session 43)
+    (DAY[:23], "23 values; give 24 .a day, hour 0 first. or 168"),
+    (DAY + [1], "25 values; give 24"),
+    (DAY * 8, "192 values; give 24"),
     (DAY[:23] + [-5], "tasks_per_hour.23: -5 tasks in hour 23"),
     (DAY[:23] + [1e12], "each hour needs 0 to 1,000,000,000 tasks"),
 ])

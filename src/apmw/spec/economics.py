@@ -143,7 +143,7 @@ class Fleet(Section):
         default=None, ge=1, le=10**9, description="concurrent agents the fleet serves (at most a billion: past "
         "that the figure is a typo)")
     tasks_per_hour: list[float] | None = Field(
-        default=None, min_length=24, max_length=168,
+        default=None,
         description="tasks started in each hour, hour 0 first: a day (24 values) or a week from Monday 00:00 "
         "(168 values), each 0 to a billion; the period repeats")
     headroom: float = Field(default=0.0, ge=0, le=10, description="spare share of capacity kept above the demand "

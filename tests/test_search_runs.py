@@ -248,3 +248,33 @@ def test_a_pool_worker_killed_mid_search_is_replaced_and_nothing_is_lost_or_coun
     assert proc.returncode == 0, stderr
     assert json.loads(stdout)["evaluated"] == 2 * 48
     _same_table(out, reference)
+
+
+def test_a_resumed_search_keeps_the_simulator_answers_the_earlier_run_wrote(space, tmp_path):
+    """Resuming without --check rewrote the checked column empty, with no word (fuzzing, session 43)."""
+    out = tmp_path / "points.parquet"
+    spec = load_spec(SPEC)
+    store = ResultStore(out, search_key(spec_document(spec), AXES), AXES)
+    answer = search(spec, AXES, store=store)
+    answer_check = {"agents": 11, "interval": [10, 12]}        # as the simulator's check writes one
+    store.finish(answer.rows, {2: answer_check})
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 point(s) checked in the simulator by the earlier run keep their answers" in " ".join(r.stderr.split())
+    checked = pq.read_table(out, columns=["point", "checked"]).to_pylist()
+    assert [json.loads(c["checked"]) for c in checked if c["checked"]] == [answer_check]
+    assert checked[2]["checked"] is not None
+
+
+def test_a_fresh_search_drops_a_leftover_part_it_cannot_read(space, tmp_path):
+    """Starting afresh refused a junk part left in the parts folder ("remove it to start afresh"), although the
+    user was starting afresh (fuzzing, session 43)."""
+    out = tmp_path / "points.parquet"
+    parts = tmp_path / "points.parquet.parts"
+    parts.mkdir()
+    (parts / "part-000000000-1.parquet").write_text("junk\n")
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).num_rows == 48 and not parts.exists()

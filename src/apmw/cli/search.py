@@ -142,7 +142,11 @@ def search(
                                      progress=lambda what: bar.update(task, description=what))
         checked = {p.index: p.checked for p in answer.points if p.checked is not None}
         if store is not None:
-            store.finish(answer.rows, checked)
+            earlier = store.saved_checks() if resume else {}
+            if earlier and not check:
+                note(f"{len(earlier)} point(s) checked in the simulator by the earlier run keep their answers in "
+                     f"{store.path} (--check K checks afresh)")
+            store.finish(answer.rows, {**earlier, **checked})
         if csv_out is not None:
             write_csv(answer.rows, axes, csv_out)
         if html_out is not None:

@@ -83,9 +83,30 @@ class ResultStore:
                 rows.setdefault(row["point"], row)
         return list(rows.values())
 
+    def saved_checks(self) -> dict[int, dict]:
+        """The simulator's answers ``OUT`` holds from an earlier run of the same search (its ``checked`` column), by
+        point: a resumed search without ``--check`` keeps them rather than writing the column empty."""
+        if not self.path.is_file():
+            return {}
+        _, pq = _pa()
+        self._read(self.path)           # the same spec and space, or a clear refusal
+        try:
+            if "checked" not in pq.read_schema(self.path).names:
+                return {}
+            table = pq.read_table(self.path, columns=["point", "checked"]).to_pylist()
+        except Exception:       # the rows were read above: a column that is not there to read holds no answers
+            return {}
+        return {r["point"]: json.loads(r["checked"]) for r in table if r["checked"]}
+
     def clear(self) -> int:
-        """Forget saved parts (a fresh start); how many rows they held."""
-        held = sum(len(self._read(f)) for f in sorted(self.parts.glob("part-*.parquet"))) if self.parts.is_dir() else 0
+        """Forget saved parts (a fresh start); how many rows they held (a part that cannot be read holds none: it
+        is removed all the same, since the search starts afresh)."""
+        held = 0
+        for f in sorted(self.parts.glob("part-*.parquet")) if self.parts.is_dir() else ():
+            try:
+                held += len(self._read(f))
+            except ApmwError:
+                pass
         shutil.rmtree(self.parts, ignore_errors=True)
         return held
 

@@ -913,3 +913,12 @@ def test_a_prefill_queue_that_misses_the_slo_asks_for_prefill_workers(tmp_path):
     said = _clean(_run("plan", str(path), "--analytic", timeout=300), 2)
     assert "queue dominates" in said and "more prefill workers for its 1000 decode worker(s)" in said
     assert "a faster replica" not in said
+
+
+@pytest.mark.parametrize("verb,flag", [("fleet", "--csv"), ("search", "--csv")])
+def test_an_output_file_that_is_standard_output_is_refused_beside_json(verb, flag):
+    """--json --csv /dev/stdout interleaved the CSV with the JSON, which then did not parse (fuzzing, session 43)."""
+    r = _run(verb, str(EXAMPLES / "support-chat.yaml"), "--json", flag, "/dev/stdout")
+    said = _clean(r)
+    assert f"{flag} /dev/stdout writes to standard output, where --json prints its document" in said
+    assert r.stdout == ""

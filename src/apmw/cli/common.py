@@ -131,13 +131,27 @@ def _unwritable(path: Path) -> str | None:
     return None
 
 
-def distinct_outputs(outputs: dict[str, Path | None]) -> None:
-    """No two output flags name the same file (the second write would replace the first)."""
+def distinct_outputs(outputs: dict[str, Path | None], json_on_stdout: bool = False) -> None:
+    """No two output flags name the same file (the second write would replace the first), nor, with ``--json``
+    printing to standard output, that output (/dev/stdout: the file and the JSON would interleave)."""
     given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    if json_on_stdout:
+        for flag, path in given:
+            if _is_stdout(path):
+                fail(f"{flag} {path} writes to standard output, where --json prints its document: the two would "
+                     f"mix; give {flag} a file, or leave out --json")
     for i, (flag, path) in enumerate(given):
         for other, there in given[i + 1:]:
             if _same_file(path, there):
                 fail(f"{flag} and {other} both write {path}; give each its own path")
+
+
+def _is_stdout(path: Path) -> bool:
+    try:
+        here, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
 
 
 def _same_file(a: Path, b: Path) -> bool:

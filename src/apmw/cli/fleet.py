@@ -190,7 +190,7 @@ def fleet(
         output_path(csv_out, "--csv", inputs=[spec, *files_read_by(spec)])
     if parquet_out is not None:
         output_path(parquet_out, "--parquet", inputs=[spec, *files_read_by(spec)], put_in_place=True)
-    distinct_outputs({"--csv": csv_out, "--parquet": parquet_out})
+    distinct_outputs({"--csv": csv_out, "--parquet": parquet_out}, json_on_stdout=as_json)
     simulation_only = [flag for flag, on in (("--workers", workers != 1), ("--ray", ray_address is not None),
                                              ("--seed", seed is not None), ("--replications", replications != 1),
                                              ("--cells", cells is not None)) if on]

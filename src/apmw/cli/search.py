@@ -110,7 +110,7 @@ def search(
     for path, flag in ((parquet_out, "--parquet"), (csv_out, "--csv"), (html_out, "--html")):
         if path is not None:
             output_path(path, flag, inputs=[spec, space, *files_read_by(spec)], put_in_place=flag == "--parquet")
-    distinct_outputs({"--parquet": parquet_out, "--csv": csv_out, "--html": html_out})
+    distinct_outputs({"--parquet": parquet_out, "--csv": csv_out, "--html": html_out}, json_on_stdout=as_json)
     store = None
     try:
         s = load_spec(spec)

@@ -430,6 +430,9 @@ def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engi
     # one engine in two spellings (fuzzing, session 40)
     ({"axes": {"serving.engine": ["vllm", "vLLM", "TensorRT-LLM", "trtllm"]}},
      'axis serving.engine lists "trtllm", "vllm" more than once'),
+    # one GPU or dtype in two spellings planned the same point twice (fuzzing, session 43)
+    ({"axes": {"hardware.gpu": ["H100", "h100_sxm"]}}, 'axis hardware.gpu lists "H100-SXM5-80GB" more than once'),
+    ({"axes": {"model.kv_dtype": ["fp8", "FP8", "bfloat16", "bf16"]}}, 'lists "bf16", "fp8" more than once'),
 ])
 def test_a_space_with_stray_keys_or_repeated_values_is_refused(document, words):
     from apmw.design_search import read_space
@@ -458,3 +461,11 @@ def test_a_value_keyed_by_numbers_and_text_alike_has_a_results_key():
 
     axes = {"hardware.gpu": ["H100", {"name": "H100", 1: 2}]}
     assert search_key(small_spec_dict(), axes) == search_key(small_spec_dict(), axes)
+
+
+def test_the_spec_stands_at_its_point_whatever_the_axis_spelling():
+    """An axis value FP8 beside the spec's fp8 lost the "where the spec stands" line (fuzzing, session 43)."""
+    from apmw.design_search.space import spec_point
+
+    base = {"model": {"kv_dtype": "fp8"}, "hardware": {"gpu": "H100"}}
+    assert spec_point(base, {"model.kv_dtype": ["bf16", "FP8"], "hardware.gpu": ["h200", "H100-SXM5-80GB"]}) == 3

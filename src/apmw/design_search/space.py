@@ -24,7 +24,7 @@ from typing import Iterator
 from pydantic import BaseModel
 
 from apmw.errors import ApmwError
-from apmw.spec.spellings import engine_key
+from apmw.spec.spellings import dtype_key, engine_key
 
 # Points one search evaluates. Each is about one plan (70-140 ms on the bundled examples, per core),
 # so the largest space is about an hour on 8 cores; a larger one is a sign of an axis with too many values.
@@ -47,7 +47,7 @@ def read_space(data: object, where: str) -> dict[str, list]:
         _check_spec_path(path, where)
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
-        spelled = [engine_key(v) for v in values] if path == "serving.engine" else values   # vLLM and vllm alike
+        spelled = [_spelling(path, v) for v in values]      # vLLM and vllm, H100 and h100_sxm, FP8 and fp8 alike
         seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in spelled]
         twice = sorted({t for t in seen if seen.count(t) > 1})
         if twice:
@@ -69,6 +69,27 @@ def read_space(data: object, where: str) -> dict[str, list]:
         raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
                         "(about a plan each): drop values or axes")
     return axes
+
+
+# Axes whose values have one spelling apmw reads them as: a value in two spellings plans one point twice.
+_SPELLINGS = {"serving.engine": engine_key, "model.weight_dtype": dtype_key, "model.kv_dtype": dtype_key,
+              "model.moe_dtype": dtype_key}
+
+
+def _spelling(path: str, value: object) -> object:
+    """``value`` as the spec reads it on axis ``path``: an engine or dtype in apmw's spelling, a catalogue GPU by
+    its catalogue name (a name the catalogue does not hold is left for the spec to refuse)."""
+    if path in _SPELLINGS:
+        return _SPELLINGS[path](value)
+    if path == "hardware.gpu" and isinstance(value, str):
+        from apmw.catalog.gpus import get_gpu
+        from apmw.errors import UnknownNameError
+
+        try:
+            return get_gpu(value).name
+        except UnknownNameError:
+            return value
+    return value
 
 
 def _finite(value: object) -> bool:
@@ -191,9 +212,10 @@ def spec_point(base: dict, axes: dict[str, list]) -> int | None:
         node: object = base
         for key in path.split("."):
             node = node.get(key) if isinstance(node, dict) else None
-        if node not in values:
+        spelled = [_spelling(path, v) for v in values]      # the spec's "fp8" is the axis's "FP8"
+        if _spelling(path, node) not in spelled:
             return None
-        index = index * len(values) + values.index(node)
+        index = index * len(values) + spelled.index(_spelling(path, node))
     return index
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import math
 import os
 import subprocess
@@ -151,6 +152,9 @@ def test_an_slo_no_mix_can_meet_refuses_the_shared_pool_naming_it(tmp_path):
     shared = _placement(d, "shared:H100x1")
     assert "no number of agents meets every workload's SLO" in shared["refused"]
     assert "fast TTFT p95" in shared["refused"] and d["cheapest_placement"] is None
+    # what it takes, what its SLO allows and what would help: it said "fast TTFT p95" alone (fuzzing, session 43)
+    assert re.search(r"at one agent, fast TTFT p95 [\d.,]+ m?s against its SLO's 0.1 ms\. Needed: a looser SLO",
+                     shared["refused"]), shared["refused"]
 
 
 @pytest.mark.slow

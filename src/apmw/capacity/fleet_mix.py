@@ -58,7 +58,7 @@ from apmw.capacity.search import SearchResult, largest_near, search
 from apmw.capacity.session_mix import (JointSlo, mix_counts, mix_samples, mixed_variant, priced_variants,
                                        workload_figures)
 from apmw.capacity.sessions import (SessionSample)
-from apmw.capacity.slo import SLO_LABELS
+from apmw.capacity.slo import SLO_LABELS, seconds_text
 from apmw.arch import load_architecture
 from apmw.errors import ApmwError
 from apmw.perf import Replica, replica_from_spec
@@ -149,14 +149,29 @@ def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str
               else largest_near(feasible, max(guess, 1)))
     if n_star == 0:
         mix = ", ".join(f"{names[i]} {counts[i] / sum(counts):.0%}" for i in present)
-        failed = "; ".join(joint.evaluate(1).slo.failed) or "the KV of one agent does not fit"
+        failed = _missed(joint, joint.evaluate(1)) or "the KV of one agent does not fit"
         raise _Refused(f"no number of agents meets every workload's SLO at the mix {mix} (tasks started): at one "
-                       f"agent, {failed}")
+                       f"agent, {failed}. Needed: a looser SLO for those workloads (at least what they take at one "
+                       "agent), a faster replica, or a pool of their own (the split placements)")
     cap = admission_cap(lambda c: joint.evaluate(c).task_latency_mean_s, n_star)
     sizing = Sizing(spec=spec, replica=replica, stage=model.prefill, agents_max=cap,
                     slowest_s=joint.evaluate(cap).task_latency_mean_s,
                     fastest_s=joint.evaluate(1).task_latency_mean_s, evaluate=joint.evaluate)
     return _Hour(sizing, joint, main.sample, n_star)
+
+
+def _missed(joint: JointSlo, ev) -> str:
+    """Each workload's SLO ``ev`` misses, with what it takes and what its SLO allows."""
+    out = []
+    for r in joint.figures(ev):
+        for f in r["slo_failed"]:
+            label = f"{r['workload']} {SLO_LABELS[f]}"
+            if f == "output_speed":
+                out.append(f"{label} below its SLO's {r['slo']['output_speed_tokens_per_s']:g} tokens/s")
+            else:
+                out.append(f"{label} {seconds_text(r.get(f + '_s'))} against its SLO's "
+                           f"{seconds_text(r['slo'].get(f + '_s'))}")
+    return "; ".join(out)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -384,3 +385,17 @@ def test_a_looser_slo_never_needs_more_replicas():
         d = fleet_day(plan(spec_from_dict(base)))
         peaks.append(max(h.replicas for h in d.hours))
     assert peaks == sorted(peaks, reverse=True), peaks
+
+
+@pytest.mark.parametrize("extra,advice", [
+    # a cap below one replica was told "or at most 0 tasks per hour", which did not fit either (fuzzing, session 43)
+    ("  power_cap_mw: 0.001\n", r"a cap of [\d.]+ MW \(the cap holds no replica: one needs 0\.013 MW provisioned\), or"),
+    ("  power_cap_mw: 0.04\n  min_replicas: 5\n", r"or fleet\.min_replicas of at most 3 \(it is 5\), or"),
+])
+def test_a_cap_the_kept_replicas_do_not_fit_says_what_would(tmp_path, extra, advice):
+    text = (EXAMPLES / "coding-agent.yaml").read_text().replace("  headroom: 0.1\n", "  headroom: 0.1\n" + extra)
+    spec = tmp_path / "hall.yaml"
+    spec.write_text(text)
+    r = _fleet_cli(spec)
+    assert r.returncode == 2 and re.search(advice, " ".join(r.stderr.split())), r.stderr
+    assert "tasks per hour" not in r.stderr.split("Needed:")[-1]

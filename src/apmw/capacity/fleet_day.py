@@ -19,8 +19,9 @@ billed for every replica that is up. A month is 365.25 / 12 days.
 
 With ``fleet.power_cap_mw`` (the hall's power), the hours whose provisioned facility power does
 not fit are named, and the largest fleet that fits is given: ``floor(cap / provisioned power per
-replica)`` replicas at ``N* / (1 + headroom)`` agents each, and the tasks per hour they start at N*'s
-task time (a day of that demand is sized at those replicas).
+replica)`` replicas at ``admitted / (1 + headroom)`` agents each (the agents a replica is admitted:
+:func:`admission_cap`), and the tasks per hour they start at that load's task time (a day of that demand
+is sized at those replicas).
 
 The day is a forecast that repeats, so the autoscaler scales ahead of it: the replicas the next
 hour adds start ``fleet.scale_up_s`` before it (provisioning, weight load, warm-up), billed and

@@ -235,10 +235,17 @@ def fleet(
         from apmw.capacity.fleet_day import hour_label
 
         need = day["peak_provisioned_mw"]
+        fits = day["within_power_cap"]
+        one_mw = max(h["provisioned_power_w"] / h["replicas"] for h in day["hours"] if h["replicas"]) / 1e6
+        if fits["replicas"] == 0:
+            less = f" (the cap holds no replica: one needs {one_mw:,.3f} MW provisioned)"
+        elif fits["replicas"] < day["min_replicas"]:
+            less = f", or fleet.min_replicas of at most {fits['replicas']} (it is {day['min_replicas']})"
+        else:
+            less = f", or at most {fits['tasks_per_hour']:,.0f} tasks per hour"
         fail(f"the fleet does not fit fleet.power_cap_mw {day['power_cap_mw']:g} MW in hour(s) "
              f"{', '.join(hour_label(h, day['period_hours']) for h in over)}: its peak needs {need:,.3f} MW provisioned. Needed: a cap of "
-             f"{need:,.3f} MW, or at most {day['within_power_cap']['tasks_per_hour']:,.0f} tasks per hour, or a "
-             "replica that does more per MW (apmw levers)", code=2)
+             f"{need:,.3f} MW{less}, or a replica that does more per MW (apmw levers)", code=2)
 
 
 def _emit(d: dict, csv_out: Path | None, parquet_out: Path | None, as_json: bool, csv_text: Callable[[dict], str],

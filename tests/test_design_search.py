@@ -469,3 +469,14 @@ def test_the_spec_stands_at_its_point_whatever_the_axis_spelling():
 
     base = {"model": {"kv_dtype": "fp8"}, "hardware": {"gpu": "H100"}}
     assert spec_point(base, {"model.kv_dtype": ["bf16", "FP8"], "hardware.gpu": ["h200", "H100-SXM5-80GB"]}) == 3
+
+
+def test_points_pruned_for_one_cause_are_counted_together_whatever_their_values():
+    """Reasons that quoted their values ("max_batched_tokens 1 is below max_batch 256", "16 is below ...") were
+    counted apart (fuzzing, session 43); names keep their digits."""
+    from apmw.design_search.point import prune_reason
+
+    a = prune_reason("serving.max_batched_tokens 1 is below max_batch 256; raise it")
+    b = prune_reason("serving.max_batched_tokens 16 is below max_batch 64; raise it")
+    assert a == b == "serving.max_batched_tokens N is below max_batch N"
+    assert prune_reason("no layout of Qwen3-32B on 8 x H100: why") == "no layout of Qwen3-32B on N x H100"

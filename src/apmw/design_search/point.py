@@ -7,6 +7,7 @@ between processes and Ray workers as is and reads back from Parquet unchanged.
 from __future__ import annotations
 
 import json
+import re
 
 from apmw.capacity import InfeasibleError, plan
 from apmw.design_search.space import with_settings
@@ -281,4 +282,8 @@ def prune_reason(message: str) -> str:
     if "invalid spec" in message:
         detail = message.split("\n")[-1].strip()
         return f"not a valid spec ({detail.split(':')[0]})"
-    return message.split(";")[0].split(":")[0][:120]
+    return _NUMBER.sub("N", message.split(";")[0].split(":")[0])[:120]     # "max_batch N": one count for all values
+
+
+# A number standing alone in a reason ("below max_batch 256"), not part of a name (H100, Qwen3-32B).
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w.])")

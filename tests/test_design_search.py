@@ -148,8 +148,12 @@ def test_a_one_point_space_is_the_plan():
 
 def test_an_axis_through_a_field_that_is_not_a_section_is_refused():
     spec = spec_from_dict(small_spec_dict())
-    with pytest.raises(ApmwError, match="axis seed.x: seed is not a section of the spec"):
+    with pytest.raises(ApmwError, match="axis seed.x: the spec gives seed as 0, a value with nothing under it; "
+                                        "vary seed itself"):
         search(spec, {"seed.x": [1]})
+    # a catalogue GPU by name: the way to vary its figures is said (fuzzing, session 43)
+    with pytest.raises(ApmwError, match=r"hardware.gpu as 'H100', .* \(hardware.gpu: \{name: H100\}"):
+        search(spec, {"hardware.gpu.hbm_bytes": [8e10]})
     # a section the spec leaves out is created
     (point,) = search(spec, {"serving.speculative.draft_tokens": [2], "serving.speculative.acceptance_rate": [0.5]}).points
     assert "serving.speculative.draft_tokens" in point.settings

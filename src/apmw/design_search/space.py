@@ -240,10 +240,16 @@ def check_paths(base: dict, axes: dict[str, list]) -> None:
 
     for path, values in axes.items():
         node: object = base
+        walked: list[str] = []
         for key in path.split(".")[:-1]:
             node = node.get(key, {}) if isinstance(node, dict) else None
+            walked.append(key)
             if not isinstance(node, dict):
-                raise ApmwError(f"axis {path}: {key} is not a section of the spec, so nothing lies under it")
+                at = ".".join(walked)
+                named = (f"write it as a mapping in the spec ({at}: {{name: {node}}}, a catalogue entry whose fields "
+                         f"an axis may then vary) or " if isinstance(node, str) else "")
+                raise ApmwError(f"the space's axis {path}: the spec gives {at} as {node!r}, a value with nothing under "
+                                f"it; {named}vary {at} itself")
         try:
             spec_from_dict(with_settings(base, {path: values[0]}), path="search space")
         except SpecError as exc:

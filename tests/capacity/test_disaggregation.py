@@ -126,3 +126,24 @@ def test_a_disaggregated_plan_warns_where_retained_contexts_would_spill_unpriced
     apart = plan(spec_from_dict(d)).to_dict()
     assert apart["kv_overflow_share"] is None
     assert any("retained KV exceeds the decode pool" in w and "optimistic" in w for w in apart["warnings"])
+
+
+@pytest.mark.parametrize("moe_dtype,gpus,prefill_gpus,fits", [("fp4", 4, 4, True), ("bf16", 16, 8, False)])
+def test_prefill_workers_hold_the_experts_in_the_models_moe_dtype(moe_dtype, gpus, prefill_gpus, fits):
+    """A prefill worker was built at weight_dtype for the experts: DeepSeek-V3 with FP4 experts was refused on the 4
+    H200s its decode replica fits on, and with BF16 experts planned on 8 that cannot hold its 1,327 GB (fuzzing,
+    session 43)."""
+    import yaml
+
+    from apmw.errors import ApmwError
+    from tests.conftest import EXAMPLES
+
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    d["model"]["moe_dtype"] = moe_dtype
+    d["hardware"]["gpus_per_replica"] = gpus
+    d["serving"]["disaggregation"] = {"prefill_gpus": prefill_gpus}
+    if fits:
+        assert plan(spec_from_dict(d)).to_dict()["replica"]["prefill_gpus"] == prefill_gpus
+    else:
+        with pytest.raises(ApmwError, match=r"does not fit on 8 x H200-SXM-141GB: weights 1,326\.9 GB against "):
+            plan(spec_from_dict(d))

@@ -116,12 +116,13 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
                             replica.step.efficiency, engine=spec.serving.engine,
                             # the decode replica's form: a plain roofline (a fitted efficiency) stays plain
                             calibrated=not isinstance(replica.step, RooflineStepModel), layout=layout,
-                            engine_version=spec.serving.engine_version,
+                            engine_version=spec.serving.engine_version, moe_dtype=spec.model.moe_dtype,
                             mxfp4_moe_activations=spec.serving.mxfp4_moe_activations)
     mem = replica_memory(step, replica.policy, replica.speculative)     # the draft runs here too
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "
-                        f"{g} x {replica.gpu.name}; give each prefill worker more GPUs")
+                        f"{g} x {replica.gpu.name}: weights {mem.weight_bytes / 1e9:,.1f} GB against "
+                        f"{mem.usable_bytes / 1e9:,.1f} GB usable; give each prefill worker more GPUs")
     chunk = max(s.call_prefill_tokens / s.call_prefill_iters, 1.0)
     attn = s.call_prefill_attn_flops / s.call_prefill_iters
     full = IterationLoad(decode_seqs=0.0, prefill_tokens=chunk, kv_read_bytes=s.call_prefill_kv_bytes,

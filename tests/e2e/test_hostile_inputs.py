@@ -49,6 +49,10 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  overlap_scheduling: true\n  max_batch: 256")
      .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict"),
      "engine llamacpp forms each batch after the last one ends (no overlap scheduling)"),
+    # FlashInfer's MXFP4 kernel choice changed a llama.cpp answer 39 -> 53 agents (fuzzing, session 43)
+    (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  mxfp4_moe_activations: mxfp8\n  max_batch: 256")
+     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict"),
+     "engine llamacpp runs its own: leave mxfp4_moe_activations out"),
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 010"),
      "'010' has a leading zero, which YAML 1.1 reads as octal (010 is 8)"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),

@@ -282,6 +282,9 @@ class Serving(Section):
         if self.overlap_scheduling:
             raise FieldError("overlap_scheduling", "engine llamacpp forms each batch after the last one ends (no "
                              "overlap scheduling); leave overlap_scheduling out")
+        if self.mxfp4_moe_activations is not None:
+            raise FieldError("mxfp4_moe_activations", "picks the MXFP4 MoE kernel of vLLM, SGLang or TensorRT-LLM "
+                             "(FlashInfer's); engine llamacpp runs its own: leave mxfp4_moe_activations out")
         return self
 
     @model_validator(mode="after")

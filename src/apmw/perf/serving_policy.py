@@ -230,7 +230,7 @@ class ServingSettingError(ApmwError):
 def mxfp4_moe_activations(setting: str | None, engine: str, gpu: GpuSpec, expert_dtype: str | None) -> str:
     """The activations MXFP4 routed experts take (``setting``, else the engine's default on ``gpu``): "bf16"
     (W4A16) or "mxfp8" (W4A8); refused where the experts are not 4-bit or the GPU has no FP4/MX tensor cores."""
-    mx_gpu = gpu.fp4_flops is not None
+    mx_gpu = gpu.fp4_flops is not None and gpu.vendor.upper() == "NVIDIA"      # FlashInfer's kernels: NVIDIA's
     if setting is None:
         return MXFP4_MOE_ACTIVATIONS_ON_MX_GPUS.get(engine, "bf16") if mx_gpu else "bf16"
     if setting not in MXFP4_MOE_ACTIVATIONS:
@@ -239,8 +239,9 @@ def mxfp4_moe_activations(setting: str | None, engine: str, gpu: GpuSpec, expert
         raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts (gpt-oss's); these experts are "
                         f"{expert_dtype or 'not routed'}: leave it out")
     if setting == "mxfp8" and not mx_gpu:
-        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' needs FP4/MX tensor cores (Blackwell); {gpu.name} runs MXFP4 "
-                        f"experts with bf16 activations: leave it out")
+        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' needs NVIDIA's FP4/MX tensor cores (Blackwell: "
+                                  f"FlashInfer's W4A8 kernel); {gpu.name} is priced with MXFP4 experts at bf16 "
+                                  "activations: leave it out")
     return setting
 
 

@@ -23,7 +23,8 @@ from typing import Iterator
 
 from pydantic import BaseModel
 
-from apmw.errors import ApmwError
+from apmw.catalog.gpus import get_gpu
+from apmw.errors import ApmwError, UnknownNameError
 from apmw.spec.spellings import dtype_key, engine_key
 
 # Points one search evaluates. Each is about one plan (70-140 ms on the bundled examples, per core),
@@ -82,9 +83,6 @@ def _spelling(path: str, value: object) -> object:
     if path in _SPELLINGS:
         return _SPELLINGS[path](value)
     if path == "hardware.gpu" and isinstance(value, str):
-        from apmw.catalog.gpus import get_gpu
-        from apmw.errors import UnknownNameError
-
         try:
             return get_gpu(value).name
         except UnknownNameError:
@@ -212,10 +210,10 @@ def spec_point(base: dict, axes: dict[str, list]) -> int | None:
         node: object = base
         for key in path.split("."):
             node = node.get(key) if isinstance(node, dict) else None
-        spelled = [_spelling(path, v) for v in values]      # the spec's "fp8" is the axis's "FP8"
-        if _spelling(path, node) not in spelled:
+        spelled, own = [_spelling(path, v) for v in values], _spelling(path, node)   # the spec's fp8, the axis's FP8
+        if own not in spelled:
             return None
-        index = index * len(values) + spelled.index(_spelling(path, node))
+        index = index * len(values) + spelled.index(own)
     return index
 
 

@@ -122,6 +122,17 @@ def test_ttl_policy_needs_ttl():
     assert "needs ttl_s" in _problems(data)
 
 
+@pytest.mark.parametrize("policy, extra", [("offload", {}), ("ttl", {"ttl_s": 60})])
+def test_a_kept_context_policy_needs_prefix_caching(policy, extra):
+    """Without prefix caching no call reads an earlier call's KV: offload and ttl changed nothing, silently."""
+    data = small_spec_dict()
+    data["serving"].update(prefix_caching=False, tool_wait_kv_policy=policy, **extra)
+    problems = _problems(data)
+    assert "serving.tool_wait_kv_policy" in problems and "prefix_caching" in problems
+    data["serving"]["prefix_caching"] = True
+    assert spec_from_dict(data, "x.yaml").serving.tool_wait_kv_policy == policy
+
+
 def test_yaml_errors_give_line_and_column(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("workload:\n  steps_per_task: [1, 2\nmodel: {}\n")

@@ -315,6 +315,16 @@ class Serving(Section):
         return self
 
     @model_validator(mode="after")
+    def _policy_needs_prefix_caching(self) -> "Serving":
+        """Without prefix caching no call reuses an earlier call's KV (every call prefills its whole prompt), so
+        keeping a waiting session's KV in host memory or for a while has nothing to act on."""
+        if not self.prefix_caching and self.tool_wait_kv_policy in ("offload", "ttl"):
+            raise FieldError("tool_wait_kv_policy", f"'{self.tool_wait_kv_policy}' keeps a waiting session's KV for "
+                             "its next call, which only prefix caching reuses; with prefix_caching: false every call "
+                             "prefills its whole prompt. Turn prefix_caching on, or set tool_wait_kv_policy: evict")
+        return self
+
+    @model_validator(mode="after")
     def _offload_bandwidth(self) -> "Serving":
         """The host link is read only where tool waits offload their KV: a figure beside another policy would be
         ignored silently (its default is not told apart from the same value written)."""

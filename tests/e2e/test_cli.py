@@ -256,6 +256,10 @@ def test_a_4_bit_kv_cache_is_refused_on_a_gpu_without_fp4_tensor_cores():
     assert "--kv-dtype fp4 needs a GPU with FP4 tensor cores" in said and "Use --kv-dtype fp8" in said
     r = run(*args, "--gpu", "B200")
     assert r.returncode == 0, r.stderr
+    r = run(*args, "--gpu", "MI355X", "--engine", "sglang")      # FP4 rates, but the FP4 KV kernels are NVIDIA's
+    said = " ".join(r.stderr.split())
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "NVIDIA Blackwell kernels" in said and "MI355X" in said and "Use --kv-dtype fp8" in said
 
 
 def test_deepseek_v4s_fp4_experts_beside_fp8_layers_are_named_when_priced_otherwise():

@@ -136,12 +136,16 @@ def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str, engine: str) -> str | None:
     only the dtypes it has a name for (:data:`apmw.perf.serving_policy.KV_CACHE_DTYPES`: no integer KV in vLLM or
     SGLang, no float8 or float4 in llama.cpp); and a 4-bit float cache needs FP4 tensor cores and the kernels
     that read it (NVFP4 KV, Blackwell), so a GPU whose catalogue row has no FP4 rate (Hopper, Ampere, MI300X)
-    cannot run one."""
+    cannot run one; nor can an AMD part that has FP4 rates (MI355X), since the FP4 KV kernels are NVIDIA's."""
     stored = KV_CACHE_DTYPES.get(engine)
     if stored is not None and kv_dtype not in stored:
         able = sorted(e for e, row in KV_CACHE_DTYPES.items() if kv_dtype in row)
         return (f"kv_dtype {kv_dtype}: {engine} stores its KV cache in {', '.join(sorted(stored))} only. Use one of "
                 f"those" + (f", or engine {' or '.join(able)}" if able else ""))
+    if kv_dtype == "fp4" and gpu.vendor == "AMD":
+        return (f"kv_dtype fp4: the engines' 4-bit KV caches are NVIDIA Blackwell kernels (vLLM's and TensorRT-LLM's "
+                f"NVFP4 KV, SGLang's fp4_e2m1 through FlashInfer and TensorRT-LLM's XQA), and {gpu.name} is "
+                f"{gpu.vendor}'s. Use kv_dtype fp8")
     if kv_dtype == "fp4" and gpu.fp4_flops is None:
         return (f"kv_dtype fp4 needs a GPU with FP4 tensor cores: a 4-bit KV cache is read by FP4 kernels (NVFP4 "
                 f"KV, Blackwell), and {gpu.name} has none (no FP4 rate in apmw's GPU catalogue), so no engine stores "

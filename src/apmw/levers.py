@@ -262,10 +262,15 @@ def _first_line(exc: Exception) -> str:
 
 
 def _replan(spec: Spec) -> Plan | None:
+    return _replan_or_why(spec)[0]
+
+
+def _replan_or_why(spec: Spec) -> tuple[Plan | None, str | None]:
+    """The changed spec's plan, or None and why no agent count meets it (the lever leaves no capacity)."""
     try:
-        return plan(spec)
-    except InfeasibleError:
-        return None
+        return plan(spec), None
+    except InfeasibleError as exc:
+        return None, _first_line(exc)
 
 
 def evaluate_levers(spec: Spec, base: Plan | None = None, progress: Callable[[str], None] | None = None,
@@ -288,7 +293,7 @@ def evaluate_levers(spec: Spec, base: Plan | None = None, progress: Callable[[st
             skipped[lever.name] = changed
             continue
         try:
-            after = _replan(changed)
+            after, infeasible = _replan_or_why(changed)
         except ApmwError as exc:          # e.g. the model no longer fits on fewer GPUs
             skipped[lever.name] = f"the changed spec cannot be planned: {_first_line(exc)}"
             continue
@@ -302,7 +307,7 @@ def evaluate_levers(spec: Spec, base: Plan | None = None, progress: Callable[[st
             cost_per_session_usd_before=before["cost_per_session_usd"],
             cost_per_session_usd_after=a["cost_per_session_usd"] if a else None,
             plan_after=after,
-            detail=lever.detail(changed) if lever.detail else None,
+            detail=infeasible or (lever.detail(changed) if lever.detail else None),
         ))
     return sorted(results, key=lambda r: -r.gain)
 

@@ -153,3 +153,14 @@ def test_levers_json_lists_the_levers_that_do_not_apply(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert "policy_retain" in d["not_applicable"] and "policy_retain" not in {x["lever"] for x in d["levers"]}
+
+
+def test_a_lever_that_leaves_no_capacity_says_why():
+    """Halving support-chat's 2 H100s leaves 0.9 GB of KV memory for a session whose p95 needs 2.4 GB: the lever
+    stays in the ranking at gain 0 (it lowers agents/MW) and its detail carries the planner's reason, which the
+    table printed as only 'infeasible'."""
+    from tests.conftest import EXAMPLES
+    from apmw.spec import load_spec
+    half = next(r for r in evaluate_levers(load_spec(EXAMPLES / "support-chat.yaml")) if r.lever == "gpus_half")
+    assert half.gain == 0 and half.plan_after is None
+    assert "one session's KV" in half.detail and "exceeds the replica's KV memory" in half.detail

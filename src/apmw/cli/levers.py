@@ -74,6 +74,9 @@ def levers(
     lowered = [r.lever for r in results if r.gain < 1]
     if lowered:
         out.print(f"[red]lower agents/MW here:[/] {', '.join(lowered)}")
+    for r in results:
+        if r.plan_after is None and r.detail:
+            out.print(f"{r.lever} leaves no capacity: {r.detail}", markup=False, highlight=False)
     for name, why in not_applicable.items():
         out.print(f"not applicable: {name}: {why}", markup=False, highlight=False)
     if elastic:

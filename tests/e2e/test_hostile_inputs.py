@@ -905,6 +905,18 @@ def test_plan_says_when_tensor_parallelism_leaves_the_node(tmp_path):
     assert "crosses the" not in quiet.stderr
 
 
+def test_predict_says_when_expert_parallelism_leaves_the_rack():
+    """EP 128 on GB200 spans two NVL72 racks: its exchange was priced over the scale-out network without a word
+    (fuzzing, session 42). EP 64 stays inside one rack and says nothing."""
+    args = ["predict", "--model", "deepseek-ai/DeepSeek-R1", "--gpu", "GB200", "--tp", "1", "--weight-dtype", "fp8",
+            "--isl", "1000", "--osl", "100", "--concurrency", "1024", "--json"]
+    said = _clean(_run(*args, "--dp-attention", "128", "--ep", "128", timeout=300), 0)
+    assert ("expert parallelism over 128 GPUs crosses the 72-GPU scale-up domain of GB200 (per GPU)" in said
+            and "100 GB/s per GPU" in said)
+    inside = _run(*args, "--dp-attention", "64", "--ep", "64", timeout=300)
+    assert inside.returncode == 0 and "crosses the" not in inside.stderr
+
+
 def test_a_prefill_queue_that_misses_the_slo_asks_for_prefill_workers(tmp_path):
     """1,000 decode workers on one prefill worker were told to get "a faster replica" (fuzzing, session 42)."""
     path = tmp_path / "disagg.yaml"

@@ -210,16 +210,29 @@ def note_moe_exchange(step) -> None:
 
 
 def note_tensor_parallel_scaleout(step) -> None:
-    """Say so when a replica's tensor-parallel group is larger than its GPU's scale-up domain: its all-reduces
-    cross the scale-out network (:func:`apmw.perf.interconnect.link_bandwidth_bytes_per_s`)."""
+    """:func:`note_scaleout` for a replica's step model."""
+    lay = step.parallel
+    note_scaleout(step.gpu, lay.tp, lay.tp * lay.dp if lay.ep > 1 else 1)
+
+
+def note_scaleout(gpu, tp: int, expert_gpus: int = 1) -> None:
+    """Say so when a replica's tensor-parallel group, or the GPUs its routed experts are spread over
+    (``expert_gpus``: tp x dp_attention under expert parallelism, else 1), is larger than its GPU's scale-up
+    domain: their all-reduces or token exchange cross the scale-out network
+    (:func:`apmw.perf.interconnect.link_bandwidth_bytes_per_s`)."""
     from apmw.perf.interconnect import link_bandwidth_bytes_per_s, scaleup_domain_gpus
 
-    tp, domain = step.parallel.tp, scaleup_domain_gpus(step.gpu)
+    domain = scaleup_domain_gpus(gpu)
     if tp > domain:
-        note(f"tensor parallelism over {tp} GPUs crosses the {domain}-GPU scale-up domain of {step.gpu.name}: its "
-             f"all-reduces are priced at the scale-out network's {link_bandwidth_bytes_per_s(step.gpu, tp) / 1e9:.0f} "
+        note(f"tensor parallelism over {tp} GPUs crosses the {domain}-GPU scale-up domain of {gpu.name}: its "
+             f"all-reduces are priced at the scale-out network's {link_bandwidth_bytes_per_s(gpu, tp) / 1e9:.0f} "
              f"GB/s per GPU, a ring paced by its slowest hop (apmw model --systems lists the links); engines run "
              "tensor parallelism inside a node, and pipeline stages or expert parallelism across nodes")
+    elif expert_gpus > domain:
+        note(f"expert parallelism over {expert_gpus} GPUs crosses the {domain}-GPU scale-up domain of {gpu.name}: "
+             "its MoE dispatch/combine is priced at the scale-out network's "
+             f"{link_bandwidth_bytes_per_s(gpu, expert_gpus) / 1e9:.0f} GB/s per GPU (apmw model --systems lists the "
+             "links), by the link-bandwidth formula: no table measures an exchange across nodes")
 
 
 def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None:

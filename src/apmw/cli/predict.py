@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_gpu_basis, note_draft_memory,
-                             out)
+                             note_scaleout, out)
 from apmw.errors import ApmwError
 
 
@@ -211,6 +211,7 @@ def predict(
                       requests_per_client=per_client, **common) for c in levels]
     except ApmwError as exc:
         fail(as_flags(str(exc)))
+    _note_scaleout(gpu, tp, layout)
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
         _sweep(ps, levels, key, as_json, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens ({engine})")
@@ -339,6 +340,8 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
         if side in ("prefill", "decode"):     # each layout flag by its --prefill-/--decode- form
             message = re.sub(r"--(tp|pp|dp-attention|moe-tp|ep)\b", rf"--{side}-\1", message)
         fail(message)
+    for workers in (pre, dec):
+        _note_scaleout(gpu, workers.tp, workers.layout)
     if as_json:
         rows = [{"concurrency": c, **p.to_dict()} for c, p in zip(levels, ps)]
         emit_json(rows if len(rows) > 1 else rows[0])
@@ -346,6 +349,14 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
     title = (f"{model}: {pre.count} prefill x {_replica_text(pre.tp, pre.layout, gpu)} + {dec.count} decode x "
              f"{_replica_text(dec.tp, dec.layout, gpu)}, {isl}/{osl} tokens ({engine})")
     _sweep(ps, levels, "concurrency", False, title)
+
+
+def _note_scaleout(gpu: str, tp: int, layout: dict | None) -> None:
+    """:func:`apmw.cli.common.note_scaleout` for a replica (or a worker) laid out by the flags."""
+    from apmw.perf.replica import resolve_gpu
+
+    lay = layout or {}
+    note_scaleout(resolve_gpu(gpu), tp, tp * lay.get("dp_attention", 1) if lay.get("ep", 1) > 1 else 1)
 
 
 def _replica_text(tp: int, layout: dict | None, gpu: str) -> str:

@@ -173,6 +173,37 @@ def test_a_ttft_no_agent_meets_asks_for_a_larger_chunk_and_prefix_caching_only_w
     assert ("prefix caching, " in said) is (not prefix_caching)
 
 
+def test_an_offload_reload_that_misses_the_slo_asks_for_a_faster_link_not_a_faster_replica():
+    """Reloading offloaded KV over a 0.1 GB/s host link dominated one agent's task, and the advice was "a faster
+    replica (more GPUs per replica, a faster GPU, lower-byte weights)", none of which moves a reload."""
+    data = small_spec_dict()
+    data["serving"].update(tool_wait_kv_policy="offload", offload_bandwidth_bytes_per_s=1e8)
+    with pytest.raises(InfeasibleError) as err:
+        _plan(data)
+    said = str(err.value)
+    assert "kv_transfer dominates" in said and "a faster replica" not in said
+    assert "serving.offload_bandwidth_bytes_per_s, now 0.1 GB/s" in said and "retain or evict" in said
+
+
+@pytest.mark.parametrize("gpu, share, kv, advised", [("H100", 0.9, "bf16", "kv_dtype fp8 (now bf16)"),
+                                                     ("H100", 0.9, "fp8", None),
+                                                     ("B200", 0.42, "fp8", "kv_dtype fp4 (now fp8)")])
+def test_a_session_too_big_for_the_kv_pool_is_advised_only_a_kv_dtype_the_replica_can_store(gpu, share, kv, advised):
+    """One session's KV past the pool was told "a lower-byte kv_dtype (fp8)" when its KV was already fp8; B200
+    stores fp4 KV (a memory share of 0.42 leaves its pool as small as one H100's)."""
+    data = small_spec_dict()
+    data["model"].update(config="meta-llama/Meta-Llama-3.1-70B", weight_dtype="fp8", kv_dtype=kv)
+    data["hardware"]["gpu"] = gpu
+    data["serving"]["kv_memory_fraction"] = share
+    data["workload"]["new_input_tokens_per_call"] = {"mean": 30000, "p95": 90000}
+    data["workload"]["summarize_at_tokens"] = 120_000
+    with pytest.raises(InfeasibleError) as err:
+        _plan(data)
+    said = str(err.value)
+    assert "exceeds the replica's KV memory" in said
+    assert (advised in said) if advised else ("kv_dtype" not in said)
+
+
 def test_fleet_rounds_replicas_up():
     data = small_spec_dict()
     data["fleet"] = {"target_agents": 1001}

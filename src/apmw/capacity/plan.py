@@ -166,12 +166,24 @@ class Plan:
         }
 
 
-def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
+def _smaller_kv_dtype(spec: Spec, replica: Replica) -> str | None:
+    """The next smaller KV dtype the replica's engine can store on its GPU, or None (already the smallest)."""
+    from apmw.perf.replica import kv_dtype_refusal
+
+    smaller = {"bf16": "fp8", "fp16": "fp8", "fp8": "fp4", "int8": "int4"}.get(spec.model.kv_dtype)
+    if smaller is None or kv_dtype_refusal(replica.gpu, smaller, replica.policy.engine):
+        return None
+    return smaller
+
+
+def _explain_infeasible(spec: Spec, replica: Replica, result: SearchResult) -> str:
     ev = result.first_failure     # the evaluation at N = 1
     if not ev.fits_memory:
+        smaller = _smaller_kv_dtype(spec, replica)
+        kv = f"kv_dtype {smaller} (now {spec.model.kv_dtype}), " if smaller else ""
         return (f"no number of agents fits: one session's KV (p95 {ev.kv_bytes_resident_p95 / 1e9:.1f} GB) exceeds "
-                f"the replica's KV memory ({ev.kv_capacity_bytes / 1e9:.1f} GB). Use more GPUs per replica, a "
-                "lower-byte kv_dtype (fp8), or shorter contexts (summarisation).")
+                f"the replica's KV memory ({ev.kv_capacity_bytes / 1e9:.1f} GB). Use more GPUs per replica, "
+                f"{kv}or shorter contexts (summarisation).")
     parts = {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s, "tool": ev.tool_s,
              "kv_transfer": ev.kv_transfer_s}
     top = max(parts, key=lambda k: parts[k])
@@ -182,6 +194,11 @@ def _explain_infeasible(spec: Spec, result: SearchResult) -> str:
         disagg = spec.serving.disaggregation
         if top == "tool":
             need = "shorter tool waits or tasks (a faster replica helps only the model's share)"
+        elif top == "kv_transfer":
+            # the tool-wait offload's reload over the host link, which the replica's speed does not touch
+            need = (f"a faster host link for the offloaded KV (serving.offload_bandwidth_bytes_per_s, now "
+                    f"{spec.serving.offload_bandwidth_bytes_per_s / 1e9:g} GB/s), or tool_wait_kv_policy retain or "
+                    "evict")
         elif top == "queue" and disagg is not None:
             # a disaggregated replica queues its prompts for the prefill workers its decode workers share
             need = (f"more prefill workers for its {disagg.decode_workers} decode worker(s) "
@@ -229,7 +246,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     result = search(spec, replica, sample, model)
     if agents is None:
         if result.agents == 0:
-            raise InfeasibleError(_explain_infeasible(spec, result),
+            raise InfeasibleError(_explain_infeasible(spec, replica, result),
                                   NO_SLO if result.first_failure.fits_memory else NO_KV_ROOM)
         at = result.at_optimum
         assert at is not None      # N* > 0 was checked above

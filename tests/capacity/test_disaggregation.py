@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from apmw.capacity import plan
+from apmw.capacity import InfeasibleError, plan
 from apmw.capacity.disaggregation import erlang_c_wait_s
 from apmw.spec import SpecError, spec_from_dict
 from tests.conftest import small_spec_dict
@@ -147,3 +147,23 @@ def test_prefill_workers_hold_the_experts_in_the_models_moe_dtype(moe_dtype, gpu
     else:
         with pytest.raises(ApmwError, match=r"does not fit on 8 x H200-SXM-141GB: weights 1,326\.9 GB against "):
             plan(spec_from_dict(d))
+
+
+def test_the_kv_hand_off_is_a_transfer_in_the_breakdown_and_a_slow_link_is_named():
+    """The prefill workers' hand-off to the decode worker was counted as prefill, and a hand-off that took the
+    task past its SLO was told to find "a faster replica": the breakdown now shows it as kv_transfer (the
+    prefill part what is left), the same total, and the advice names the link."""
+    fast = plan(spec_from_dict(_prefill_heavy(prefill_gpus=1)), agents=4).to_dict()["residence_breakdown_s"]
+    slow_link = _prefill_heavy(prefill_gpus=1, kv_transfer_bandwidth_bytes_per_s=2e7)
+    slow = plan(spec_from_dict(slow_link), agents=4).to_dict()["residence_breakdown_s"]
+    kv_bytes_per_token = 131072       # Llama-3.1-8B bf16: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes
+    tokens = 10 * 3000                # a task's prefilled tokens (no cached prefix: each call's new input)
+    assert slow["kv_transfer"] == pytest.approx(tokens * kv_bytes_per_token / 2e7, rel=0.02)
+    assert fast["kv_transfer"] == pytest.approx(tokens * kv_bytes_per_token / 50e9, rel=0.02)
+    assert slow["prefill"] == pytest.approx(fast["prefill"], rel=0.01)
+    slow_link["slo"]["task_latency_p95_s"] = 60
+    with pytest.raises(InfeasibleError) as err:
+        plan(spec_from_dict(slow_link))
+    said = str(err.value)
+    assert "kv_transfer dominates" in said and "a faster replica" not in said
+    assert "serving.disaggregation.kv_transfer_bandwidth_bytes_per_s, now 0.02 GB/s" in said

@@ -59,7 +59,7 @@ class Evaluation:
     prefill_s: float
     decode_s: float
     tool_s: float
-    kv_transfer_s: float
+    kv_transfer_s: float        # KV over a link: offloaded KV reloaded after tool waits, the prefill workers' hand-off
     tpot_p95_s: float
     kv_bytes_resident_mean: float
     kv_bytes_resident_p95: float
@@ -279,9 +279,11 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
     queue = wq * s.mean_calls
-    prefill_s = float(session_prefill.mean())
+    # the prefill workers' KV hand-off is a transfer over a link, not prefill: the breakdown says so
+    handoff = 0.0 if prefill is None else prefill.transfer_per_token_s * float(s.prefill_tokens.mean())
+    prefill_s = float(session_prefill.mean()) - handoff
     decode = float(s.decode_iters.mean()) * t_dec
-    tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
+    tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean()) + handoff
     mean_r = queue + prefill_s + decode + tool + transfer
 
     d = demand or s

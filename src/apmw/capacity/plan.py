@@ -195,10 +195,18 @@ def _explain_infeasible(spec: Spec, replica: Replica, result: SearchResult) -> s
         if top == "tool":
             need = "shorter tool waits or tasks (a faster replica helps only the model's share)"
         elif top == "kv_transfer":
-            # the tool-wait offload's reload over the host link, which the replica's speed does not touch
-            need = (f"a faster host link for the offloaded KV (serving.offload_bandwidth_bytes_per_s, now "
-                    f"{spec.serving.offload_bandwidth_bytes_per_s / 1e9:g} GB/s), or tool_wait_kv_policy retain or "
-                    "evict")
+            # KV moved over a link (the tool-wait offload's reload, the prefill workers' hand-off), which the
+            # replica's speed does not touch
+            links = []
+            if disagg is not None:
+                links.append("a faster KV link from the prefill workers (serving.disaggregation."
+                             f"kv_transfer_bandwidth_bytes_per_s, now {disagg.kv_transfer_bandwidth_bytes_per_s / 1e9:g}"
+                             " GB/s per prefill GPU)")
+            if spec.serving.tool_wait_kv_policy == "offload":
+                links.append("a faster host link for the offloaded KV (serving.offload_bandwidth_bytes_per_s, now "
+                             f"{spec.serving.offload_bandwidth_bytes_per_s / 1e9:g} GB/s), or tool_wait_kv_policy "
+                             "retain or evict")
+            need = ", or ".join(links)
         elif top == "queue" and disagg is not None:
             # a disaggregated replica queues its prompts for the prefill workers its decode workers share
             need = (f"more prefill workers for its {disagg.decode_workers} decode worker(s) "

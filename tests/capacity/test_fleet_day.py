@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 import re
@@ -169,7 +171,8 @@ def test_a_task_on_the_api_is_priced_from_its_own_tokens():
     d["cost"]["api_usd_per_million_tokens"] = {"input": 1.0, "cached_input": 0.1, "output": 4.0}
     result = plan(spec_from_dict(d))
     t = result.tokens_per_task
-    expected = (t["prefill"] * 1.0 + (t["input"] - t["prefill"]) * 0.1 + t["output"] * 4.0) / 1e6
+    api = float(result.sample.api_prefill_tokens.mean())        # each call's new tokens (the rest cached)
+    expected = (api * 1.0 + (t["input"] - api) * 0.1 + t["output"] * 4.0) / 1e6
     assert result.to_dict()["api_cost_per_session_usd"] == pytest.approx(expected)
     day = fleet_day(result).to_dict()
     assert day["api_cost_per_task_usd"] == pytest.approx(expected)
@@ -178,6 +181,28 @@ def test_a_task_on_the_api_is_priced_from_its_own_tokens():
     uncached = plan(spec_from_dict(d)).to_dict()["api_cost_per_session_usd"]
     assert uncached == pytest.approx((t["input"] * 1.0 + t["output"] * 4.0) / 1e6)
     assert plan(_spec()).to_dict()["api_cost_per_session_usd"] is None
+
+
+def test_the_api_bill_does_not_depend_on_how_the_replica_is_served():
+    """An API with a context cache computes each call's new tokens and serves the system prompt and the session's
+    history from its cache. The bill followed the self-hosted replica's own cache instead: random routing over
+    100 replicas took the coding agent's from $0.156 to $0.372 a task. By hand: 10 calls of 300 new tokens and
+    150 output after a 1,000-token system prompt; call i's prompt is 1,000 + 300 i + 150 (i - 1)."""
+    d = small_spec_dict()
+    d["workload"].update(steps_per_task=10, new_input_tokens_per_call=300, output_tokens_per_call=150)
+    d["cost"]["api_usd_per_million_tokens"] = {"input": 1.0, "cached_input": 0.1, "output": 4.0}
+    prompts = sum(1000 + 300 * i + 150 * (i - 1) for i in range(1, 11))
+    expected = (3000 * 1.0 + (prompts - 3000) * 0.1 + 1500 * 4.0) / 1e6
+    bills = []
+    for serving in ({}, {"tool_wait_kv_policy": "evict"}, {"prefix_caching": False},
+                    {"max_batch": 8}):
+        v = copy.deepcopy(d)
+        v["serving"].update(serving)
+        bills.append(plan(spec_from_dict(v)).to_dict()["api_cost_per_session_usd"])
+    v = copy.deepcopy(d)
+    v["fleet"] = {"routing": "random", "routing_replicas": 100}
+    bills.append(plan(spec_from_dict(v)).to_dict()["api_cost_per_session_usd"])
+    assert bills == pytest.approx([expected] * len(bills), rel=1e-9)
 
 
 def test_a_power_cap_names_the_hours_over_it_and_the_fleet_that_fits():

@@ -96,8 +96,11 @@ def api_cost_per_task_usd(spec: Spec, input_tokens: float, prefilled_tokens: flo
                           ) -> float | None:
     """What one task's tokens cost at ``cost.api_usd_per_million_tokens`` (None without a price).
 
-    Prompt tokens the replica's prefix cache serves (``input - prefilled``) are priced as the API's
-    cached input: an ASSUMPTION that the API's cache hits the same prefixes."""
+    ``prefilled_tokens`` are those the API computes, :attr:`apmw.capacity.sessions.SessionSample.api_prefill_tokens`:
+    each call's new tokens. The rest (``input - prefilled``: the system prompt and the session's history) are
+    priced as the API's cached input, an ASSUMPTION that its context cache keeps a session's prefix between calls
+    (as DeepSeek's and OpenAI's do for repeated prefixes), whatever the self-hosted replica's routing or
+    tool-wait policy would find."""
     price = spec.cost.api_usd_per_million_tokens
     if price is None:
         return None

@@ -92,7 +92,7 @@ class Plan:
     @property
     def api_cost_per_session_usd(self) -> float | None:
         t = self.tokens_per_task
-        return api_cost_per_task_usd(self.spec, t["input"], t["prefill"], t["output"])
+        return api_cost_per_task_usd(self.spec, t["input"], float(self.sample.api_prefill_tokens.mean()), t["output"])
 
     def to_dict(self) -> dict:
         e, ev, r, one = self.economics, self.at, self.replica, self.search.single_agent

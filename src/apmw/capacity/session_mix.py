@@ -56,7 +56,7 @@ TIMELINE_CHUNKS = 64
 
 # How each field of a SessionSample pools (tests/capacity/test_fleet_mix.py checks that every field is named).
 PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s", "input_tokens", "output_tokens",
-            "prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
+            "prefill_tokens", "api_prefill_tokens", "kv_q", "kv_prefill", "kv_decode", "kv_tool", "kv2_q", "kv2_prefill", "kv2_decode",
             "kv2_tool", "queue_gamma", "exposure_uniform")
 PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
 TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_prefill_attn_flops_sample",

@@ -71,6 +71,9 @@ class SessionSample:
     input_tokens: np.ndarray     # prompt tokens the API sees (cached or not), per session
     output_tokens: np.ndarray
     prefill_tokens: np.ndarray   # prompt tokens actually computed
+    # prompt tokens an API with a context cache computes (each call's new tokens, the system prompt and the
+    # session's history cached), whatever this replica's routing, prefix caching or tool-wait policy
+    api_prefill_tokens: np.ndarray
     # KV-byte-seconds per session = kv_q * Wq + kv_prefill * t_prefill_iter + kv_decode * t_decode_iter
     # + kv_tool (and the squared-byte analogues kv2_* for the variance)
     kv_q: np.ndarray
@@ -413,6 +416,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         tool_s=_sum_by_session(wait_after_step, np.concatenate(([0], np.cumsum(steps)[:-1]))),
         kv_transfer_s=per(offload_s),
         input_tokens=per(prompt),
+        api_prefill_tokens=per(np.concatenate((np.maximum(reprefill, 1.0), np.ones(extra_rows)))),
         output_tokens=per(out),
         kv_decode=per(kv_decode * dec_iters),
         kv_tool=per(kv_after * hold_s),

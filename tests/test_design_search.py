@@ -238,6 +238,9 @@ def test_the_default_space_of_a_mixture_of_experts_tries_attention_data_parallel
     # a spec that lays its replica out itself keeps its layout
     laid_out = {**coding, "serving": {**coding["serving"], "parallelism": {"tp": 8}}}
     assert "serving.attention_data_parallel" not in default_space(laid_out, moe=True)
+    # ... and the GPU count its layout multiplies to: 1, 2 and 4 GPUs were every one pruned as a refused layout
+    assert default_space(laid_out, moe=True)["hardware.gpus_per_replica"] == [8]
+    assert default_space(coding, moe=True)["hardware.gpus_per_replica"] == [1, 2, 4, 8]
     r = subprocess.run([APMW, "search", str(EXAMPLES / "coding-agent.yaml"), "--json", "--workers", "1"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -180,7 +180,8 @@ def _is_plain(annotation: object) -> bool:
 def default_space(base: dict, moe: bool = False) -> dict[str, list]:
     """The axes every spec has, each holding the spec's own value (so the spec is one of the points,
     ``as_specified``): GPUs per replica 1-8, the engines, weight and KV dtype, batch cap. A
-    llama.cpp spec keeps its engine and GPUs: a GGUF server has no other engine to compare. A mixture
+    llama.cpp spec keeps its engine and GPUs: a GGUF server has no other engine to compare. A spec that lays its
+    replica out (``serving.parallelism``) keeps its GPU count, which the layout's sizes multiply to. A mixture
     of experts (``moe``) also tries attention data parallel over the replica's GPUs
     (``serving.attention_data_parallel``: one attention rank per GPU, the layout 2026's MoE deployments
     run and ``apmw levers`` tries), unless the spec lays its replica out itself (``serving.parallelism``)."""
@@ -191,14 +192,16 @@ def default_space(base: dict, moe: bool = False) -> dict[str, list]:
 
     ours = base.get("serving", {}).get("engine", "vllm")
     llamacpp = ours == "llamacpp"
+    laid_out = base.get("serving", {}).get("parallelism") is not None    # its layout fixes its GPU count
     axes = {
-        "hardware.gpus_per_replica": sorted(axis("hardware.gpus_per_replica", [] if llamacpp else [1, 2, 4, 8])),
+        "hardware.gpus_per_replica": sorted(axis("hardware.gpus_per_replica",
+                                                 [] if llamacpp or laid_out else [1, 2, 4, 8])),
         "serving.engine": axis("serving.engine", [] if llamacpp else ["vllm", "sglang", "trtllm"]),
         "model.weight_dtype": axis("model.weight_dtype", ["fp8", "bf16"]),
         "model.kv_dtype": axis("model.kv_dtype", ["fp8", "bf16"]),
         "serving.max_batch": axis("serving.max_batch", [64, 128, 256, 512]),
     }
-    if moe and not llamacpp and base.get("serving", {}).get("parallelism") is None:
+    if moe and not llamacpp and not laid_out:
         axes["serving.attention_data_parallel"] = axis("serving.attention_data_parallel", [False, True])
     return axes
 

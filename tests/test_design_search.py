@@ -487,3 +487,13 @@ def test_points_pruned_for_one_cause_are_counted_together_whatever_their_values(
     b = prune_reason("serving.max_batched_tokens 16 is below max_batch 64; raise it")
     assert a == b == "serving.max_batched_tokens N is below max_batch N"
     assert prune_reason("no layout of Qwen3-32B on 8 x H100: why") == "no layout of Qwen3-32B on N x H100"
+
+
+def test_points_that_tie_with_the_spec_share_its_rank():
+    """A batch cap far above N* changes nothing: the spec's point tied with it, and ranked 2nd when it came
+    second in the axis (ties went by index)."""
+    spec = load_spec(EXAMPLES / "support-chat.yaml")
+    own = spec.serving.max_batch
+    d = search(spec, {"serving.max_batch": [4 * own, own]}).to_dict()
+    assert d["as_specified"]["settings"] == {"serving.max_batch": own}
+    assert d["as_specified"]["rank_by_agents_per_mw"] == 1

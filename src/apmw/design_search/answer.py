@@ -78,9 +78,10 @@ class SearchAnswer:
         """The spec's own point: its figures and where it ranks by agents per MW, or why it was pruned."""
         if self.as_specified is None:
             return None
-        for rank, p in enumerate(sorted(self.points, key=lambda p: -p.figures["agents_per_mw"]), start=1):
-            if p.index == self.as_specified:
-                return {**point_dict(p), "rank_by_agents_per_mw": rank}
+        own = next((p for p in self.points if p.index == self.as_specified), None)
+        if own is not None:     # ties share a rank: 1 + the points strictly ahead of it
+            ahead = sum(p.figures["agents_per_mw"] > own.figures["agents_per_mw"] for p in self.points)
+            return {**point_dict(own), "rank_by_agents_per_mw": 1 + ahead}
         row = next(r for r in self.rows if r["point"] == self.as_specified)
         return {"point": row["point"], "settings": json.loads(row["settings"]), "reason": row["reason"],
                 "message": row["message"]}

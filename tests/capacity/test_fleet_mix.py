@@ -444,3 +444,21 @@ def test_a_workload_cap_or_purchase_a_fleet_file_would_not_read_is_refused_where
     line = (tmp_path / "capped.yaml").read_text().splitlines().index("  power_cap_mw: 0.0001") + 1
     assert (f"workloads.1 ({tmp_path / 'capped.yaml'}, line {line}): fleet.power_cap_mw: a fleet file's workloads "
             "share one hall") in msg
+
+
+def test_one_model_or_gpu_spelt_two_ways_is_one(tmp_path):
+    """'meta-llama/meta-llama-3.1-8b' and 'Meta-Llama-3.1-8B' are the bundled Llama-3.1-8B: the workloads were
+    refused a shared replica as 'different models', and 'h100' beside 'H100' doubled the own-hardware
+    candidates (every placement priced twice). A listed candidate spelt twice is refused with its place."""
+    a = _spec_dict(model={"config": "meta-llama/meta-llama-3.1-8b"})
+    b = _spec_dict(LATER, model={"config": "Meta-Llama-3.1-8B"}, hardware={"gpu": "h100"})
+    path = _fleet(tmp_path, [{"name": "a", "spec": "a.yaml"}, {"name": "b", "spec": "b.yaml"}], {"a": a, "b": b})
+    d = fleet_mix(load_fleet_file(path)).to_dict()
+    assert len(d["hardware"]) == 1
+    assert _placement(d, "shared:H100x1").get("refused") is None
+    listed = [{"gpu": "H100", "gpus_per_replica": 1, "gpu_hour_usd": 2.0},
+              {"gpu": "h100_sxm", "gpus_per_replica": 1, "gpu_hour_usd": 2.0}]
+    path = _fleet(tmp_path, [{"name": "a", "spec": "a.yaml"}], {"a": a}, hardware=listed)
+    with pytest.raises(FleetFileError) as err:
+        fleet_mix(load_fleet_file(path))
+    assert "hardware.1" in str(err.value) and "the same hardware as hardware.0" in str(err.value)

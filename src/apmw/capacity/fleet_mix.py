@@ -44,6 +44,7 @@ exceeds the cap in some hour does not fit. The cheapest placement is the one wit
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 
@@ -78,11 +79,31 @@ def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def model_key(model) -> str:
+    """One model as a replica serves it, however its config is spelt: a bundled name in any case or short form
+    (``DeepSeek-V3``, ``deepseek-ai/deepseek-v3``), a config path by the file it reaches; a published
+    derivative (``nvidia/DeepSeek-R1-NVFP4``) is a checkpoint of its own. With its dtypes."""
+    from apmw.catalog.models import local_path, on_disk, published_format, resolve_model_name
+
+    c = model.config.strip()
+    name = (str(local_path(c).resolve()) if on_disk(c) else c.lower() if published_format(c) is not None
+            else resolve_model_name(c) or c)
+    return json.dumps([name, model.weight_dtype, model.kv_dtype, model.moe_dtype])
+
+
+def hardware_key(hw: FleetHardware) -> str:
+    """One replica hardware candidate, however its GPU is spelt (``H200``, ``h200_sxm``): the catalogue row, the
+    GPUs per replica and the GPU-hour price."""
+    gpu = resolve_gpu(hw.gpu)
+    return json.dumps([gpu.name if isinstance(hw.gpu, str) else hw.gpu.model_dump_json(), hw.gpus_per_replica,
+                       hw.gpu_hour_usd])
+
+
 def share_refusal(specs: list[Spec], names: list[str]) -> str | None:
     """Why these workloads cannot share a replica, or None (module docstring)."""
     a = specs[0]
     for s, name in zip(specs[1:], names[1:]):
-        if s.model != a.model:
+        if model_key(s.model) != model_key(a.model):
             return (f"{names[0]} ({a.model.config}, {a.model.weight_dtype}) and {name} ({s.model.config}, "
                     f"{s.model.weight_dtype}) use different models; a replica serves one model")
         for section in ("serving", "power"):
@@ -438,11 +459,17 @@ def _check_names(loaded: LoadedFleet) -> None:
     """Every model and GPU named is known (a catalogue name, a config path, a complete custom GPU): a misspelt
     name is bad input, named with its file and field, not a pool refused."""
     problems = []
+    first: dict[str, int] = {}
     for j, hw in enumerate(loaded.fleet.hardware or []):
         try:
-            resolve_gpu(hw.gpu)
+            key = hardware_key(hw)
         except ApmwError as exc:
             problems.append(f"{loaded.where('hardware', j, 'gpu')}: {exc}")
+            continue
+        if key in first:
+            problems.append(f"{loaded.where('hardware', j, 'gpu')}: the same hardware as hardware.{first[key]} (the "
+                            "same GPU, GPUs per replica and GPU-hour price, spelt another way): list it once")
+        first.setdefault(key, j)
     for i, (spec, path) in enumerate(zip(loaded.specs, loaded.spec_paths)):
         try:
             load_architecture(spec.model.config)
@@ -488,7 +515,8 @@ def fleet_mix(loaded: LoadedFleet) -> FleetMix:
     def own_of(group: tuple[int, ...]) -> tuple[FleetHardware, ...]:
         seen: dict[str, FleetHardware] = {}
         for i in group:
-            seen.setdefault(own_hardware(loaded.specs[i]).label, own_hardware(loaded.specs[i]))
+            hw = own_hardware(loaded.specs[i])
+            seen.setdefault(hardware_key(hw), hw)
         return tuple(seen.values())
 
     candidates = tuple(listed) if listed else own_of(tuple(range(n)))
@@ -521,7 +549,7 @@ def fleet_mix(loaded: LoadedFleet) -> FleetMix:
             placements += [_placement(f"shared:{p.hardware}", "shared", [p]) for p in options(everyone)]
         by_model: dict[str, list[int]] = {}
         for i, s in enumerate(loaded.specs):
-            by_model.setdefault(s.model.model_dump_json(), []).append(i)
+            by_model.setdefault(model_key(s.model), []).append(i)
         groups = [tuple(g) for g in by_model.values()]
         if len(groups) > 1 and any(len(g) > 1 for g in groups):
             if listed:

@@ -384,3 +384,15 @@ def test_a_generic_trace_given_to_plan_says_to_fit_it_with_apmw_fit(tmp_path):
     said = " ".join(r.stderr.split())
     assert "apmw plan --workload-from and apmw simulate --trace do not" in said
     assert "apmw fit TRACE --format csv|jsonl --map ... -o workload.yaml" in said
+
+
+def test_a_switch_given_both_ways_is_refused():
+    """`--mixed-prefill --prefill-first` was settled by the last flag without a word."""
+    args = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H200", "--tp", "1", "--isl", "100",
+            "--osl", "10", "--concurrency", "1"]
+    r = run(*args, "--mixed-prefill", "--prefill-first")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--mixed-prefill and --prefill-first are the two sides of one switch" in " ".join(r.stderr.split())
+    r = run(*args, "--no-overlap-scheduling", "--overlap-scheduling")
+    assert r.returncode == 1 and "--overlap-scheduling and --no-overlap-scheduling" in " ".join(r.stderr.split())
+    assert run(*args, "--prefill-first").returncode == 0

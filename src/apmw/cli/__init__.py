@@ -43,6 +43,11 @@ def main() -> None:
     _register_verbs()
     args = sys.argv[1:]
     debug = "--debug" in args
+    both = _both_sides_of_a_switch(args)
+    if both:
+        err.print(f"error: {both[0]} and {both[1]} are the two sides of one switch: give one of them",
+                  highlight=False, markup=False)
+        sys.exit(USER_ERROR_EXIT)
     try:
         code = app(args=[a for a in args if a != "--debug"], prog_name="apmw", standalone_mode=False)
     except Exception as exc:  # the one place where an exception becomes an exit code
@@ -55,6 +60,21 @@ def main() -> None:
         else:
             code = _internal_error(exc.__cause__ if _is_a(exc, "Abort") else exc, debug)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _both_sides_of_a_switch(args: list[str]) -> tuple[str, str] | None:
+    """An on/off switch given both ways (``--mixed-prefill --prefill-first``), which the parser would settle by
+    the last one silently: the two flags, or None."""
+    command = typer.main.get_command(app)
+    verb = next((a for a in args if not a.startswith("-")), None)
+    sub = command.get_command(None, verb) if verb is not None and hasattr(command, "get_command") else None
+    given = set(args)
+    for param in getattr(sub, "params", ()):
+        on = [o for o in getattr(param, "opts", ()) if o in given]
+        off = [o for o in getattr(param, "secondary_opts", ()) if o in given]
+        if on and off:
+            return on[0], off[0]
+    return None
 
 
 def _is_a(exc: BaseException, name: str) -> bool:

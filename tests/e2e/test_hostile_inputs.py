@@ -938,3 +938,20 @@ def test_an_output_file_that_is_standard_output_is_refused_beside_json(verb, fla
     said = _clean(r)
     assert f"{flag} /dev/stdout writes to standard output, where --json prints its document" in said
     assert r.stdout == ""
+
+
+def test_simulate_refuses_a_workload_past_the_context_window_as_plan_does(tmp_path):
+    """Every call past Llama-3.1-70B's window: plan refused it, simulate ran it with every call rejected and told
+    the user to run longer (fuzzing, session 44)."""
+    path = tmp_path / "past.yaml"
+    path.write_text((EXAMPLES / "support-chat.yaml").read_text().replace(
+        "first_call_input_tokens: {mean: 11523, p95: 39039}", "first_call_input_tokens: 500000"))
+    said = _clean(_run("simulate", str(path), "--agents", "1", "--duration-s", "300", timeout=300), 1)
+    assert "100.0% of the workload's calls hold more tokens" in said and "summarize_at_tokens" in said
+
+
+def test_simulate_timeseries_without_json_is_refused():
+    """--timeseries only adds to --json: without it the table was printed the same, the flag dropped."""
+    said = _clean(_run("simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "1", "--duration-s", "60",
+                       "--timeseries", timeout=300), 1)
+    assert "--timeseries adds the decode batch and KV over time to --json" in said

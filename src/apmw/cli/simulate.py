@@ -102,6 +102,17 @@ def _table(d: dict, title: str) -> Table:
     return t
 
 
+def _refuse_past_window(spec) -> None:
+    """The context-window rule `apmw plan` applies (:func:`apmw.capacity.plan.refuse_past_window`): a workload
+    whose calls overrun the model's window would run with every such call refused, and no task recorded."""
+    from apmw.capacity.plan import refuse_past_window
+    from apmw.capacity.sessions import sample_sessions
+    from apmw.perf import replica_from_spec
+
+    replica = replica_from_spec(spec)
+    refuse_past_window(spec, replica, sample_sessions(spec, replica))
+
+
 def _replayed(spec, trace: Path, fmt: str | None):
     """The trace's sessions as simulator tasks, and the spec with the trace's shared system prompt.
 
@@ -154,6 +165,10 @@ def simulate(
     if trace_format is not None and trace is None:
         fail(f"--trace-format {trace_format} applies to --trace TRACE (the trace replayed): give the trace, or leave "
              "the format out")
+    if timeseries and not as_json:
+        fail("--timeseries adds the decode batch and KV over time to --json: add --json, or leave --timeseries out")
+    if timeseries and agents_sweep is not None:
+        fail("--timeseries applies to one run (--agents N), not to --agents-sweep: leave it out")
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
@@ -161,6 +176,8 @@ def simulate(
         kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
         if trace is not None:
             s, kw["tasks"] = _replayed(s, trace, trace_format)
+        else:
+            _refuse_past_window(s)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
             task = bar.add_task("simulating", total=duration_s)

@@ -96,6 +96,8 @@ def test_aiperf_mooncake_sessions_are_deltas():
     # cached: history (1252, 1140) + leading seen blocks ([0,4,5] finds block 0: 512); chat-3 has no hash_ids
     assert s["cached_prompt_share"] == pytest.approx((1252 + 512 + 1140) / (1200 + 1552 + 1100 + 1290))
     assert any("2 record(s) had text" in n for n in s["notes"])
+    # the later calls' waits come from their delays: no note that start times are missing (there was one)
+    assert s["calls_missing_time"] == {} and not any("no start time" in n for n in s["notes"])
 
 
 def test_aiperf_multi_turn_accumulates_history():
@@ -104,6 +106,19 @@ def test_aiperf_multi_turn_accumulates_history():
     # chat-1 prompts 500, 700, 800; chat-2 500, 590 + 46 chars / 4 (a part-token a token)
     assert s["input_tokens_per_call"]["mean"] == pytest.approx((500 + 700 + 800 + 500 + 602) / 5)
     assert s["tool_wait_s"]["mean"] == pytest.approx((2 + 5 + 1) / 3)
+
+
+def test_an_aiperf_turn_without_a_delay_waits_0_ms(tmp_path):
+    """AIPerf sends a later turn without a delay at once: its wait was dropped, leaving the other's 2 s as the
+    mean (fuzzing, session 44)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"session_id": "a", "turns": [{"input_length": 500, "output_length": 100}, '
+                    '{"input_length": 80, "output_length": 60, "delay": 2000}]}\n'
+                    '{"session_id": "f", "turns": [{"input_length": 500, "output_length": 100}, '
+                    '{"input_length": 80, "output_length": 60}]}\n')
+    s = fit_trace(path).summary
+    assert s["tool_wait_s"]["count"] == 2 and s["tool_wait_s"]["mean"] == pytest.approx(1.0)
+    assert any("1 later turn(s) have no delay: read as 0 ms" in n for n in s["notes"])
 
 
 def test_agentperf_real_replay_traces():

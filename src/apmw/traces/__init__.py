@@ -162,12 +162,17 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
 
 
 def _missing_times(c: Columns) -> dict[str, int]:
-    """Calls with no start or end time where other calls of the trace have one (an empty cell)."""
+    """Calls with no start or end time where other calls of the trace have one (an empty cell), among the calls
+    whose waits the times would give: a call that records its own wait (AIPerf's ``delay``, a tool time) needs
+    neither."""
     missing = {}
+    needs = ~(np.isfinite(c.gap_before_s) | np.isfinite(c.tool_wait_after_s))
     for name, t in (("start", c.start_s), ("end", c.end_s)):
         known = int(np.isfinite(t).sum())
         if 0 < known < len(t):
-            missing[name] = len(t) - known
+            lacking = int((~np.isfinite(t) & needs).sum())
+            if lacking:
+                missing[name] = lacking
     return missing
 
 
@@ -175,7 +180,7 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
            untraced_sessions: int = 0) -> list[str]:
     notes = []
     for name, k in _missing_times(c).items():
-        notes.append(f"{k} of {len(c)} call(s) have no {name} time (an empty or missing cell): the tool waits "
+        notes.append(f"{k} of {len(c)} call(s) have no {name} time (an empty or missing field): the tool waits "
                      f"and latencies next to them are left out of the fit, not guessed")
     state = opened.state
     if not has_sessions:
@@ -184,6 +189,9 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
     if fmt == "mooncake" and state is not None and state.inferred_sessions:
         notes.append("sessions inferred from hash_ids (a request continues the latest one whose blocks it "
                      "extends); the gaps between calls are arrival-to-arrival and include each call's own latency")
+    if getattr(state, "undelayed_turns", 0):
+        notes.append(f"{state.undelayed_turns} later turn(s) have no delay: read as 0 ms, as AIPerf sends them (a "
+                     "run's --conversation-turn-delay-mean would have added its own)")
     if getattr(state, "estimated_lines", 0):
         notes.append(f"{state.estimated_lines} record(s) had text but no token counts: estimated at 4 characters "
                      "per token")

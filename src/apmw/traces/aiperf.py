@@ -5,7 +5,9 @@
 (AIPerf appends the history itself), so a call's prompt is the sum of earlier
 turns' inputs and outputs plus its own. Text without counts is estimated (see
 :mod:`apmw.traces.tokens`); a turn without ``output_length`` is skipped (the
-output size is what the fit needs and the format does not record it otherwise).
+output size is what the fit needs and the format does not record it otherwise). A later turn
+without ``delay`` is sent at once (AIPerf's default, unless its run sets a turn delay), so its wait
+is 0 ms, and a note counts them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def matches_record(obj: dict) -> bool:
 class Reader:
     def __init__(self) -> None:
         self.estimated_lines = 0
+        self.undelayed_turns = 0                     # later turns without a delay, read as 0 ms
         self._lines_of: dict[object, int] = {}       # session id -> the line that gave it
 
     def _convert(self, line: int, obj: dict):
@@ -61,6 +64,9 @@ class Reader:
                 raise ValueError(f"turns[{k}]: {bad}")
             context += new
             delay_ms = number(turn.get("delay"))
+            if k and delay_ms != delay_ms:      # AIPerf sends a later turn without a delay at once
+                delay_ms = 0.0
+                self.undelayed_turns += 1
             calls.append(Call(session, float(k), context, out, NAN, NAN, NAN, NAN,
                               delay_ms / 1e3 if k else NAN))
             context += out

@@ -23,7 +23,7 @@ import yaml
 from apmw import plan
 from apmw.capacity.plan import sweep
 from apmw.errors import ApmwError
-from apmw.spec import spec_from_dict
+from apmw.spec import SpecError, spec_from_dict
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "src" / "apmw" / "examples"
 
@@ -56,7 +56,11 @@ def variants() -> list[tuple[str, dict]]:
 
 def fingerprint(d: dict) -> dict | str:
     try:
-        r = plan(spec_from_dict(d))
+        s = spec_from_dict(d)
+    except SpecError as exc:          # a combination the spec refuses (offload without prefix caching)
+        return "refused: " + str(exc)
+    try:
+        r = plan(s)
     except ApmwError as exc:
         return "infeasible: " + str(exc)
     x = r.to_dict()

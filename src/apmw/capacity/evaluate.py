@@ -279,12 +279,13 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
     queue = wq * s.mean_calls
+    prefill_s = float(session_prefill.mean())
+    decode = float(s.decode_iters.mean()) * t_dec
+    tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean())
+    mean_r = queue + prefill_s + decode + tool + transfer
     # the prefill workers' KV hand-off is a transfer over a link, not prefill: the breakdown says so
     handoff = 0.0 if prefill is None else prefill.transfer_per_token_s * float(s.prefill_tokens.mean())
-    prefill_s = float(session_prefill.mean()) - handoff
-    decode = float(s.decode_iters.mean()) * t_dec
-    tool, transfer = float(s.tool_s.mean()), float(s.kv_transfer_s.mean()) + handoff
-    mean_r = queue + prefill_s + decode + tool + transfer
+    prefill_s, transfer = prefill_s - handoff, transfer + handoff
 
     d = demand or s
     per_agent_kv = float((d.kv_q.mean() * wq + d.kv_prefill.mean() * t_pf + d.kv_decode.mean() * t_dec

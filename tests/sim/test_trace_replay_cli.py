@@ -36,3 +36,26 @@ def test_trace_replay_bad_file(tmp_path):
     r = subprocess.run([APMW, "simulate", str(EXAMPLES / "coding-agent.yaml"), "--agents", "2", "--trace", str(bad)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+BROKEN = ('{"session_id": "s1", "input_length": 1000, "output_length": 50, "timestamp": 0}\n'
+          '{"session_id": "s1", "input_length": 200, "delay": 2000}\n'
+          '{"session_id": "s2", "input_length": 1000, "output_length": 50, "timestamp": 100}\n')
+
+
+def test_a_replayed_trace_says_what_it_skipped(tmp_path):
+    """A line without an output count was dropped: `apmw fit` said so, simulate --trace and plan --workload-from did
+    not (the dropped line held the trace's only tool wait; fuzzing, session 44)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(BROKEN)
+    spec = str(EXAMPLES / "support-chat.yaml")
+    r = subprocess.run([APMW, "simulate", spec, "--agents", "2", "--duration-s", "300", "--trace", str(trace), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    skipped = "skipped 1 malformed line(s) of the trace: 1 x no output token count"
+    assert skipped in json.loads(r.stdout)["trace_notes"][0] and "t.jsonl:2" in r.stdout
+    assert skipped in " ".join(r.stderr.split())
+    r = subprocess.run([APMW, "plan", spec, "--analytic", "--workload-from", str(trace), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert skipped in json.loads(r.stdout)["workload_fit_notes"][0]

@@ -48,7 +48,7 @@ def plan(
     from apmw.sim import verify_plan
     from apmw.sim.checked import check_plan, why_not_checked
     from apmw.spec import load_spec
-    from apmw.traces import fit_trace
+    from apmw.traces import fit_trace, read_notes
 
     fit_notes: list[str] = []
     if trace_format is not None and workload_from is None:
@@ -66,7 +66,7 @@ def plan(
             note_draft_memory(s.serving.speculative.draft, s.serving.speculative.draft_model)
         if workload_from is not None:
             fitted = fit_trace(workload_from, trace_format)
-            fit_notes = fitted.summary["notes"]
+            fit_notes = read_notes(fitted.summary)
             for line in fit_notes:          # what the fit could not see, before any figure built on it
                 note(f"{workload_from}: {line}")
             s = s.model_copy(update={"workload": fitted.workload})

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note_checkpoint_dtype, note_gpu_basis, out, warn
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -114,7 +114,8 @@ def _refuse_past_window(spec) -> None:
 
 
 def _replayed(spec, trace: Path, fmt: str | None):
-    """The trace's sessions as simulator tasks, and the spec with the trace's shared system prompt.
+    """The spec with the trace's shared system prompt, the trace's sessions as simulator tasks, and what reading
+    it skipped or could not see (said on stderr here, and kept for the JSON's ``trace_notes``).
 
     A recorded call whose prompt shrank (the agent trimmed its context) is replayed as
     growing context instead: the simulator's tasks only grow (stated in docs/simulate.md).
@@ -122,7 +123,9 @@ def _replayed(spec, trace: Path, fmt: str | None):
     from apmw.loadgen.replay import load_trace
     from apmw.sim import TaskShape
 
-    recorded, system, _ = load_trace(trace, fmt)
+    recorded, system, info = load_trace(trace, fmt)
+    for line in info["notes"]:          # what was skipped or could not be read, before any figure built on it
+        note(f"{trace}: {line}")
     tasks = []
     for t in recorded:
         new, outs, waits = [], [], []
@@ -133,7 +136,7 @@ def _replayed(spec, trace: Path, fmt: str | None):
                 waits.append(step.tool_wait_s if k == len(step.calls) - 1 else 0.0)
         tasks.append(TaskShape(new_input_tokens=new, output_tokens=outs, wait_after_s=waits))
     workload = spec.workload.model_copy(update={"system_prompt_tokens": system})
-    return spec.model_copy(update={"workload": workload}), tasks
+    return spec.model_copy(update={"workload": workload}), tasks, info["notes"]
 
 
 @app.command()
@@ -174,8 +177,9 @@ def simulate(
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
         note_gpu_basis(s.hardware.gpu)
         kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
+        trace_notes = None
         if trace is not None:
-            s, kw["tasks"] = _replayed(s, trace, trace_format)
+            s, kw["tasks"], trace_notes = _replayed(s, trace, trace_format)
         else:
             _refuse_past_window(s)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -195,11 +199,15 @@ def simulate(
         fail(str(exc))
     if agents_sweep is None:
         d = result.to_dict(timeseries=timeseries)
+        if trace_notes is not None:
+            d["trace_notes"] = trace_notes
         emit_json(d) if as_json else out.print(_table(d, f"apmw simulate {spec}"))
         for w in d["warnings"]:
             warn(w)
         return
     d = result.to_dict()
+    if trace_notes is not None:
+        d["trace_notes"] = trace_notes
     if as_json:
         emit_json(d)
         return

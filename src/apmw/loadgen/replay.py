@@ -32,7 +32,7 @@ def _wait(cols, i: int, last: bool) -> float:
 
 def load_trace(path: str | Path, fmt: str | None = None) -> tuple[list[TaskShape], int, dict]:
     """Tasks to replay, the shared system prompt's tokens, and what was read (for the results file)."""
-    from apmw.traces import fit_trace
+    from apmw.traces import fit_trace, read_notes
 
     result = fit_trace(path, fmt)
     cols = result.columns
@@ -60,5 +60,6 @@ def load_trace(path: str | Path, fmt: str | None = None) -> tuple[list[TaskShape
             key = cols.session_keys[int(cols.session[idx[0]])] if cols.session_keys else int(cols.session[idx[0]])
             tasks.append(TaskShape(steps=tuple(steps), key=str(key)))
     info = {"path": str(Path(path).resolve()), "format": result.summary["format"], "sessions": len(tasks),
-            "calls": int(sum(t.calls for t in tasks)), "system_prompt_tokens": system}
+            "calls": int(sum(t.calls for t in tasks)), "system_prompt_tokens": system,
+            "notes": read_notes(result.summary)}
     return tasks, system, info

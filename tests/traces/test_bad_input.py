@@ -480,3 +480,15 @@ def test_a_symbolic_link_to_nothing_says_so(tmp_path):
             fit_trace(tmp_path / name)
     with pytest.raises(TraceError, match="no such file"):
         fit_trace(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize("kind", [{"gen_ai.operation.name": {"stringValue": "chat"}},
+                                  {"openinference.span.kind": {"stringValue": "LLM"}}])
+def test_a_model_call_span_without_usage_is_a_bad_line_not_ignored(tmp_path, kind):
+    """A chat span with no token usage (a streamed call) vanished without a word and its time joined the tool wait
+    around it (fuzzing, session 44); an HTTP or framework span without usage is still not a call."""
+    http = _span(3, {"http.method": {"stringValue": "POST"}})
+    s = fit_trace(_otel(tmp_path, [_span(0, USAGE), _span(1, kind), _span(2, USAGE), http])).summary
+    assert s["calls"] == 2 and s["skipped_lines"] == 1
+    (reason,) = s["skipped"]
+    assert "without token usage" in reason and "tool wait" in reason

@@ -48,6 +48,7 @@ OUTPUT_KEYS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "
 CACHED_KEYS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
 SESSION_KEYS = ("gen_ai.conversation.id", "session.id")
 NOT_CALLS = {"invoke_agent", "create_agent", "execute_tool", "embeddings"}
+CALLS = {"chat", "text_completion", "generate_content"}
 # A span's times are Unix epoch nanoseconds (OTLP fixed64; 0 means unset). Traces of LLM calls postdate 2000, and
 # int64 nanoseconds end in 2262: anything outside is not a time this span could have been recorded at.
 EARLIEST_UNIX_S = 946_684_800.0            # 2000-01-01T00:00:00Z
@@ -213,6 +214,10 @@ class Reader:
             return None
         inp, out = _as_float(_decoded(attrs, INPUT_KEYS)), _as_float(_decoded(attrs, OUTPUT_KEYS))
         if inp != inp and out != out:
+            if op in CALLS or kind == "LLM":      # a model call that recorded no usage (streamed calls often do not)
+                raise ValueError(f"a model call ({'gen_ai.operation.name ' + repr(op) if op in CALLS else 'LLM span'})"
+                                 " without token usage: skipped, so its time falls into the tool wait around it; "
+                                 "record usage on streamed calls (stream_options include_usage)")
             return None  # not a model call (no usage): HTTP, DB, framework spans
         unusable = require_counts(inp, out)
         if unusable:

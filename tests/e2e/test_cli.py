@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -334,6 +335,20 @@ def test_contrast_says_its_agents_are_the_analytic_models():
     assert {w["agents_per_replica_source"] for w in d["workloads"]} == {"analytic"}
     text = run("contrast", *args).stdout
     assert "analytic N*" in " ".join(text.split())
+
+
+def test_contrast_prints_every_figure_whole_at_80_columns():
+    """Piped, at the default 80 columns, the table cut its figures to '1,232…' and '134,1…' (fuzzing, session 44)."""
+    args = [str(EXAMPLES / name) for name in ("support-chat.yaml", "coding-agent.yaml", "deep-research.yaml")]
+    d = json.loads(run("contrast", *args, "--json").stdout)
+    r = subprocess.run([APMW, "contrast", *args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0 and "…" not in r.stdout
+    for w, ratio in zip(d["workloads"], d["ratios_to_first"]):
+        for figure in (f"{w['agents_per_mw']:,.0f}", f"{w['output_tokens_per_s_per_mw']:,.0f}",
+                       f"({ratio['output_tokens_per_s_per_mw']:.2f}x)", f"{w['kv_tokens_per_agent']:,.0f}",
+                       w["binding_constraint"]):
+            assert figure in r.stdout, figure
 
 
 def test_contrast_refuses_one_spec_given_twice():

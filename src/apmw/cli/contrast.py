@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, out
+from apmw.cli.common import app, emit_json, fail, out, plain_row
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -46,16 +47,22 @@ def contrast(
     if as_json:
         emit_json(result)
         return
+    # borderless, short headings, each ratio under its figure: nine columns fit 80 characters with no figure cut
     t = Table(title="agents/MW = (output tokens/s per MW) x (task seconds per output token), at the analytic N*",
-              title_justify="left", caption="N* is the analytic model's, as `apmw plan --analytic`; `apmw plan SPEC` "
-              "settles it in the simulator and may answer fewer agents", caption_justify="left")
-    for col in ("workload", "agents/MW", "out tok/s per MW", "s per out token", "calls/task", "prompt tok/call",
-                "KV tok/agent", "tool share", "binding"):
-        t.add_column(col, justify="left" if col in ("workload", "binding") else "right")
-    for row, ratio in zip(result["workloads"], result["ratios_to_first"]):
-        t.add_row(Path(row["name"]).stem, f"{row['agents_per_mw']:,.0f} ({ratio['agents_per_mw']:.2f}x)",
-                  f"{row['output_tokens_per_s_per_mw']:,.0f} ({ratio['output_tokens_per_s_per_mw']:.2f}x)",
-                  f"{row['residence_s_per_output_token']:.3f} ({ratio['residence_s_per_output_token']:.2f}x)",
-                  f"{row['calls_per_task']:.1f}", f"{row['mean_prompt_tokens']:,.0f}",
-                  f"{row['kv_tokens_per_agent']:,.0f}", f"{row['tool_share']:.0%}", row["binding_constraint"])
+              title_justify="left", caption="tok/s/MW: output tokens/s per MW; s/token: task seconds per output "
+              "token; calls, prompt, KV tok: per task, per call, per agent; tool: the tool share of a task. N* is the "
+              "analytic model's, as `apmw plan --analytic`; `apmw plan SPEC` settles it in the simulator and may "
+              "answer fewer agents", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              collapse_padding=True)
+    rows = [[Path(row["name"]).stem, f"{row['agents_per_mw']:,.0f}\n({ratio['agents_per_mw']:.2f}x)",
+             f"{row['output_tokens_per_s_per_mw']:,.0f}\n({ratio['output_tokens_per_s_per_mw']:.2f}x)",
+             f"{row['residence_s_per_output_token']:.3f}\n({ratio['residence_s_per_output_token']:.2f}x)",
+             f"{row['calls_per_task']:.1f}", f"{row['mean_prompt_tokens']:,.0f}",
+             f"{row['kv_tokens_per_agent']:,.0f}", f"{row['tool_share']:.0%}", row["binding_constraint"]]
+            for row, ratio in zip(result["workloads"], result["ratios_to_first"])]
+    for i, col in enumerate(("workload", "agents/MW", "tok/s/MW", "s/token", "calls", "prompt", "KV tok", "tool",
+                             "binding")):
+        t.add_column(col, justify="left" if i in (0, 8) else "right", overflow="fold", no_wrap=i != 0)
+    for r in rows:
+        plain_row(t, *r)
     out.print(t)

@@ -492,3 +492,22 @@ def test_a_model_call_span_without_usage_is_a_bad_line_not_ignored(tmp_path, kin
     assert s["calls"] == 2 and s["skipped_lines"] == 1
     (reason,) = s["skipped"]
     assert "without token usage" in reason and "tool wait" in reason
+
+
+def test_one_token_count_under_two_names_with_two_values_is_a_bad_line(tmp_path):
+    """gen_ai.usage.input_tokens 1000 beside the older gen_ai.usage.prompt_tokens 1234 was read as 1000 without a
+    word (fuzzing, session 44); the same count under both names is fine."""
+    both = {**USAGE, "gen_ai.usage.prompt_tokens": {"intValue": "1234"}}
+    agree = {**USAGE, "gen_ai.usage.prompt_tokens": {"intValue": "1000"}}
+    s = fit_trace(_otel(tmp_path, [_span(0, USAGE), _span(1, both), _span(2, agree)])).summary
+    assert s["calls"] == 2 and s["skipped_lines"] == 1
+    (reason,) = s["skipped"]
+    assert "gen_ai.usage.input_tokens 1000, gen_ai.usage.prompt_tokens 1234" in reason and "keep one" in reason
+
+
+def test_an_empty_csv_with_a_mapping_is_called_empty(tmp_path):
+    """It was told its --map columns were 'not in the header ()' (fuzzing, session 44)."""
+    p = tmp_path / "empty.csv"
+    p.write_text("")
+    with pytest.raises(TraceError, match="the file is empty"):
+        fit_trace(p, "csv", mapping="session=conv,input_tokens=prompt,output_tokens=completion")

@@ -110,7 +110,11 @@ def _build(get, mapping: dict, line: int) -> Call:
 
 def read_csv(path: str | Path, errors: LineErrors, mapping: dict) -> CallStream:
     rows = csv_rows(path, errors)
-    header = next(rows, (1, []))[1]
+    first = next(rows, None)
+    if first is None:
+        raise TraceError(f"{path}: the file is empty (no header, no rows): give a CSV with a header row naming the "
+                         "columns --map reads")
+    header = first[1]
     col = column_index(header, [c for c, _ in mapping.values()], path)
     missing = sorted({c for c, _ in mapping.values()} - col.keys())
     if missing:

@@ -86,6 +86,17 @@ def _decoded(attrs: dict, keys: tuple[str, ...]) -> object:
     return None
 
 
+def _count(attrs: dict, keys: tuple[str, ...]) -> float:
+    """A token count read under any of its names (``keys``, newest first); the same count under two names with two
+    values raises ValueError (which one the span meant cannot be told)."""
+    given = {k: _as_float(_decoded(attrs, (k,))) for k in keys if attrs.get(k) is not None}
+    values = {v for v in given.values() if v == v}
+    if len(values) > 1:
+        raise ValueError("one token count under two names with two values (" + ", ".join(
+            f"{k} {v:g}" for k, v in given.items() if v == v) + "): keep one")
+    return next(iter(values), NAN)
+
+
 def _as_float(x: object) -> float:
     """A token count from a decoded AnyValue: a boolean, an array, a key-value list or a non-finite number raises
     ValueError, so the span is skipped and counted (:func:`apmw.traces.records.number`)."""
@@ -212,7 +223,7 @@ class Reader:
             return None
         if op in NOT_CALLS or kind in OPENINFERENCE_NOT_CALLS:
             return None
-        inp, out = _as_float(_decoded(attrs, INPUT_KEYS)), _as_float(_decoded(attrs, OUTPUT_KEYS))
+        inp, out = _count(attrs, INPUT_KEYS), _count(attrs, OUTPUT_KEYS)
         if inp != inp and out != out:
             if op in CALLS or kind == "LLM":      # a model call that recorded no usage (streamed calls often do not)
                 raise ValueError(f"a model call ({'gen_ai.operation.name ' + repr(op) if op in CALLS else 'LLM span'})"
@@ -227,7 +238,7 @@ class Reader:
         session = conversation or ("trace", trace_id)
         start = _unix_s(span, "startTimeUnixNano")
         end = _unix_s(span, "endTimeUnixNano") if str(span.get("endTimeUnixNano", 0)) != "0" else NAN   # 0: unset
-        cached = _as_float(_decoded(attrs, CACHED_KEYS))
+        cached = _count(attrs, CACHED_KEYS)
         bad = inconsistent(inp, cached, start, end)
         if bad:
             raise ValueError(bad)

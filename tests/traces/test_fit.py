@@ -196,3 +196,31 @@ def test_no_week_from_two_days(tmp_path):
     with pytest.raises(TraceError, match="--weekly: task starts cover .* needs a trace of at least 168 h"):
         fit_trace(_two_days(tmp_path), "csv", mapping=MAP, weekly=True)
     assert fit_trace(_two_days(tmp_path), "csv", mapping=MAP).summary["tasks_per_hour"] is not None
+
+
+def test_the_first_and_last_hours_are_not_overcounted(tmp_path):
+    """One task an hour, each at half past, for 48 h read 1.33 in the first and last hours: the window's edges are
+    the first and last starts themselves (fuzzing, session 44). By hand: 1.0 every hour."""
+    t0 = 1_767_225_600                  # 2026-01-01 00:00 UTC
+    rows = ["sid,inp,out,t0"] + [f"s{h},1000,50,{(t0 + h * 3600 + 1800) * 1000}" for h in range(48)]
+    path = tmp_path / "hourly.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert fit_trace(path, "csv", mapping=MAP).summary["tasks_per_hour"] == [1.0] * 24
+
+
+def test_a_trace_without_sessions_gives_its_calls_per_hour_as_tasks(tmp_path):
+    """An Azure trace of 26 h gave tasks_per_hour null and no note, though each call is its own task in the fitted
+    workload (fuzzing, session 44): a call every 7.5 minutes is 8 tasks an hour."""
+    import datetime
+
+    t0 = datetime.datetime(2023, 11, 16)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"] + [
+        (t0 + datetime.timedelta(seconds=450 * i)).strftime("%Y-%m-%d %H:%M:%S.0000000") + ",1000,100"
+        for i in range(26 * 8)]
+    path = tmp_path / "azure.csv"
+    path.write_text("\n".join(lines) + "\n")
+    s = fit_trace(path).summary
+    assert s["format"] == "azure" and not s["has_sessions"]
+    rates = s["tasks_per_hour"]
+    assert rates == pytest.approx([8.0] * 24, rel=0.1)          # hours 0 and 1, covered twice, within a call
+    assert sum(rates) / 24 == pytest.approx(8.0, rel=0.01)

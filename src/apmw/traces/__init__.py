@@ -134,7 +134,7 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached, untraced_sessions)
-    rates, why_no_rates = tasks_per_hour(c, s, weekly) if has_sessions else (None, None)
+    rates, why_no_rates = tasks_per_hour(c, s, weekly)     # without sessions each call is its own task
     if weekly and rates is None:     # asked for by name: its absence is an error, not a note
         raise TraceError(f"{p}: --weekly: " + (why_no_rates or "the trace has no sessions, so no task starts")
                          + "; leave --weekly out for the day's profile, or give a longer trace")

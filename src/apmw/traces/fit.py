@@ -337,9 +337,9 @@ def seconds_covered(lo: float, hi: float, period_h: int) -> np.ndarray:
 
 def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[float] | None, str | None]:
     """Tasks started per hour of the day (UTC, hour 0 first), or with ``weekly`` per hour of the week
-    (Monday 00:00 UTC first), from the sessions' first calls; or (None, why not). Each hour's rate is
-    its starts over the time the trace covers that hour, so a trace of a day and a half counts its
-    doubled hours once."""
+    (Monday 00:00 UTC first), from the sessions' first calls (every call, where the trace has no sessions: each
+    is then its own task); or (None, why not). Each hour's rate is its starts over the time the trace covers
+    that hour, so a trace of a day and a half counts its doubled hours once."""
     starts = c.start_s[s.first]
     starts = starts[np.isfinite(starts)]
     if len(starts) < 2 or float(starts.min()) < WALL_CLOCK_FROM_S:
@@ -351,7 +351,10 @@ def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[flo
                       f"(fleet.tasks_per_hour) needs a trace of at least {period_h} h")
     hour_of = lambda h: (h + EPOCH_HOURS_AFTER_MONDAY) % period_h  # noqa: E731  (hours since the epoch)
     counts = np.bincount(hour_of((starts // 3600).astype(int)), minlength=period_h)[:period_h]
-    exposure = seconds_covered(lo, hi, period_h)
+    # the first and last starts bound the window, so each sits on its edge: the window reaches half the gap next
+    # to it past both (a start every hour from 00:30 then reads 1 an hour, not 1.33 in the first and last hours)
+    ordered = np.sort(starts)
+    exposure = seconds_covered(lo - (ordered[1] - lo) / 2, hi + (hi - ordered[-2]) / 2, period_h)
     rates = np.where(exposure > 0, counts / np.maximum(exposure, 1e-9) * 3600.0, 0.0)
     return [round(float(x), 2) for x in rates], None
 

@@ -248,7 +248,9 @@ def test_a_first_call_of_no_new_tokens_simulates(tmp_path, example):
 
 
 @pytest.mark.parametrize("args,words", [
-    (["report", str(EXAMPLES / "support-chat.yaml"), "-o", "{dir}"], "-o {dir} is a folder"),
+    (["report", str(EXAMPLES / "support-chat.yaml"), "-o", "{dir}"], "-o {dir} is a folder; give a file path inside "
+     "it, e.g. {dir}/report.html"),
+    (["fleet", str(EXAMPLES / "coding-agent.yaml"), "--csv", "-"], "--csv -: this output is written to a file"),
     (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "-o", "{dir}"],
      "-o {dir} is a folder"),
     (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "--export", "aiperf",
@@ -267,6 +269,15 @@ def test_work_and_output_paths_are_checked_before_any_work(tmp_path, args, words
     (tmp_path / "binary.jsonl").write_bytes(bytes(range(256)))
     r = _run(*[a.replace("{dir}", str(tmp_path)) for a in args], timeout=30)
     assert words.replace("{dir}", str(tmp_path)) in _clean(r)
+
+
+def test_report_to_standard_output(tmp_path):
+    """`-o -` wrote a file named '-' (fuzzing, session 44): it is the HTML on standard output, and no file."""
+    r = subprocess.run([APMW, "report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate",
+                        "-o", "-"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("<!DOCTYPE html>") and r.stdout.rstrip().endswith("</html>")
+    assert not (tmp_path / "-").exists()
 
 
 @pytest.mark.parametrize("fixture,field", [

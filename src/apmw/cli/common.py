@@ -47,14 +47,19 @@ def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (), put_in_place: bool = False) -> Path:
+def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (), put_in_place: bool = False,
+                example: str = "out") -> Path:
     """``path`` when a file can be written there, else a user error naming ``flag``: checked before
     any work, so that a long run does not end in a failed write, and never one of the command's ``inputs``
     (writing there would replace the spec or trace read). An output ``put_in_place`` (a Parquet file, written
     whole and renamed there, or removed when its write fails) is never a device, pipe or socket either: it
-    would replace it (text outputs write into one, such as /dev/stdout)."""
+    would replace it (text outputs write into one, such as /dev/stdout). ``example`` names a file for the
+    advice when ``path`` is a folder."""
+    if str(path) == "-":
+        fail(f"{flag} -: this output is written to a file (a file named '-' is not what '-' usually means); give a "
+             "file path")
     if path.is_dir():
-        fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / 'out'}")
+        fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / example}")
     if not path.parent.is_dir():
         fail(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another path")
     if put_in_place and path.exists() and not path.is_file():

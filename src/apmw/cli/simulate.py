@@ -221,6 +221,10 @@ def simulate(
                   _fmt(p["decode_batch_mean"]), f"{p['kv_tokens_resident_mean']:,.0f}", f"{p['preemptions']}",
                   str(p["meets_slo"]))
     out.print(t)
-    out.print(f"simulated N* (largest N meeting the SLO): {d['agents_per_replica']}; knee: {d['knee_agents']}")
+    from apmw.sim.run import KNEE_INFLATION
+
+    knee = d["knee_agents"]
+    out.print(f"simulated N* (largest N meeting the SLO): {d['agents_per_replica']}; knee: "
+              + (f"{knee}" if knee is not None else f"none (no N's mean task latency is {KNEE_INFLATION:.0%} above the first N's)"))
     for w in (w for p in d["curve"] for w in p["warnings"]):
         warn(w)

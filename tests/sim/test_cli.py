@@ -107,3 +107,11 @@ def test_a_run_that_records_no_task_says_so_and_what_to_do():
     (warning,) = d["warnings"]
     assert "no task was recorded in the 8e-10 s measurement window" in warning and "run longer" in warning
     assert "warning: no task was recorded" in r.stderr
+
+
+def test_a_sweep_without_a_knee_says_so_in_words(tmp_path):
+    """Two agents far below saturation bend nothing: the table said 'knee: None' (fuzzing, session 44)."""
+    r = run(_spec(tmp_path), "--agents-sweep", "1:2:1", "--duration-s", "150")
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "knee: none (no N's mean task latency is 25% above the first N's)" in said and "None" not in said

@@ -205,3 +205,20 @@ def test_otel_steps_of_several_calls():
     assert r.workload.steps_per_task.mean == pytest.approx(2.5)
     assert r.workload.calls_per_step.mean == pytest.approx(1.6, rel=0.05)
     assert any("steps split at tool spans" in n for n in s["notes"])
+
+
+def test_a_mooncake_trace_out_of_time_order_says_its_sessions_may_be_split(tmp_path):
+    """Sessions are inferred from hash_ids in file order: the same four lines gave 3 sessions out of order and 2 in
+    order, without a word (fuzzing, session 44)."""
+    lines = ['{"timestamp": 5000, "input_length": 1700, "output_length": 50, "hash_ids": [0, 1, 3, 4]}',
+             '{"timestamp": 0, "input_length": 1100, "output_length": 50, "hash_ids": [0, 1]}',
+             '{"timestamp": 10, "input_length": 1100, "output_length": 50, "hash_ids": [0, 2]}',
+             '{"timestamp": 6000, "input_length": 1700, "output_length": 50, "hash_ids": [0, 2, 5, 6]}']
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    notes = fit_trace(path).summary["notes"]
+    assert any("2 line(s) are stamped earlier than a line before them" in n and "sort the file by timestamp" in n
+               for n in notes)
+    path.write_text("\n".join(sorted(lines, key=lambda x: int(x.split(",")[0].split(":")[1]))) + "\n")
+    s = fit_trace(path).summary
+    assert s["sessions"] == 2 and not any("stamped earlier" in n for n in s["notes"])

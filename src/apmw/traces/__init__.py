@@ -198,6 +198,10 @@ def _notes(fmt: str, c: Columns, s: Shape, opened: formats.Opened, has_sessions:
     if fmt == "mooncake" and state is not None and state.inferred_sessions:
         notes.append("sessions inferred from hash_ids (a request continues the latest one whose blocks it "
                      "extends); the gaps between calls are arrival-to-arrival and include each call's own latency")
+        if state.out_of_order:
+            notes.append(f"{state.out_of_order} line(s) are stamped earlier than a line before them: the trace is not "
+                         "in time order, and its sessions are inferred in file order, so a request may start the "
+                         "session it continues; sort the file by timestamp")
     if getattr(state, "undelayed_turns", 0):
         notes.append(f"{state.undelayed_turns} later turn(s) have no delay: read as 0 ms, as AIPerf sends them (a "
                      "run's --conversation-turn-delay-mean would have added its own)")

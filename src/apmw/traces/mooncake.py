@@ -58,6 +58,9 @@ class Reader:
     def __init__(self, block_tokens: int = MOONCAKE_BLOCK_TOKENS):
         self.cache = PrefixCache(block_tokens)
         self.estimated_lines = 0
+        # lines without session ids stamped earlier than a line before them: sessions are inferred in file order
+        self.out_of_order = 0
+        self.latest_ms = float("-inf")
         self.inferred_sessions = False
         self.saw_session_ids = False
         self.context: dict[object, float] = {}  # AIPerf session -> tokens of its history so far
@@ -124,6 +127,10 @@ class Reader:
                         session, cached = line, 0.0
                     if session == line:
                         self._first_request(hash_ids)
+                    if t_ms < self.latest_ms:
+                        self.out_of_order += 1
+                    else:
+                        self.latest_ms = t_ms
                     start_s = t_ms / 1e3
                     prev = last_arrival.get(session)
                     if prev is not None and start_s < prev:
@@ -179,6 +186,11 @@ class Reader:
             session = line
         if session == line:
             self._first_request(hash_ids)
+        if t_ms == t_ms:
+            if t_ms < self.latest_ms:
+                self.out_of_order += 1
+            else:
+                self.latest_ms = t_ms
         start_s = t_ms / 1e3
         if start_s > LATEST_UNIX_S:
             raise ValueError("timestamp past the year 2262 as Unix milliseconds (Mooncake's unit): a time in us or "

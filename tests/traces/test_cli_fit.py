@@ -79,6 +79,21 @@ def test_export_aiperf_round_trip(tmp_path):
     assert abs(back["tool_wait_s"]["p50"] - orig["tool_wait_s"]["p50"]) < 0.01
     # the hash_ids we wrote make the history reusable: block-granular, so a little below the structural share
     assert 0.9 < back["cached_prompt_share"] <= orig["reusable_prefix_share"]
+    # the system prompt comes back in whole 512-token blocks, and the export says so (it claimed the same figures)
+    assert back["system_prompt_tokens"] == orig["system_prompt_tokens"] // 512 * 512 < orig["system_prompt_tokens"]
+    assert orig["export"]["notes"] == [f"the system prompt's {orig['system_prompt_tokens']:,} tokens are shared in "
+                                       f"whole 512-token blocks (hash_ids): the replay, and apmw fit on the export, "
+                                       f"share {back['system_prompt_tokens']:,}"]
+
+
+def test_an_export_of_steps_of_several_calls_says_they_come_back_one_call_a_step(tmp_path):
+    target = tmp_path / "replay.jsonl"
+    r = run(str(FIXTURES / "otel_steps.jsonl"), "--export", "aiperf", "--export-path", str(target), "--json")
+    assert r.returncode == 0, r.stderr
+    notes = json.loads(r.stdout)["export"]["notes"]
+    assert any("steps of several calls (1.60 calls a step)" in n for n in notes)
+    back = json.loads(run(str(target), "--json").stdout)
+    assert back["calls_per_step"] is None or back["calls_per_step"]["mean"] == 1.0
 
 
 def test_export_keeps_sessions_apart_whose_names_would_meet(tmp_path):

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, note, output_path, write_text
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -98,7 +98,9 @@ def fit(
                 n = exporter.write_fitted(result.workload, target, export_sessions or s["sessions"], seed)
         except OSError as exc:
             fail(f"--export-path {target}: cannot write it ({exc.strerror or exc})")
-        exported = {"format": "aiperf-mooncake", "path": str(target), "lines": n, "from": export_from}
+        step = s["calls_per_step"]["mean"] if isinstance(s.get("calls_per_step"), dict) else None
+        exported = {"format": "aiperf-mooncake", "path": str(target), "lines": n, "from": export_from,
+                    "notes": exporter.export_notes(s["system_prompt_tokens"], step)}
     if as_json:
         emit_json({**s, "workload": result.workload_section, "export": exported})
         return
@@ -109,6 +111,8 @@ def fit(
         err.print(f"wrote {output}")
     if exported:
         err.print(f"wrote {exported['lines']:,} AIPerf mooncake_trace lines to {exported['path']}")
+        for line in exported["notes"]:
+            note(f"--export: {line}")
 
 
 def _print_summary(s: dict) -> None:

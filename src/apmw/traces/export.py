@@ -54,6 +54,22 @@ class _Blocks:
         return self.fresh(math.ceil(tokens / self.block))
 
 
+def export_notes(system_prompt_tokens: float, calls_per_step: float | None,
+                 block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[str]:
+    """What the export cannot carry, for the user: a system prompt shared in whole blocks only (``hash_ids`` name
+    whole blocks, so its last part block is each session's own), and steps of several calls (a turn has one
+    delay before it and no step)."""
+    notes = []
+    shared = int(system_prompt_tokens) // block_tokens * block_tokens
+    if shared != int(system_prompt_tokens):
+        notes.append(f"the system prompt's {int(system_prompt_tokens):,} tokens are shared in whole {block_tokens}-token "
+                     f"blocks (hash_ids): the replay, and apmw fit on the export, share {shared:,}")
+    if calls_per_step is not None and calls_per_step > 1:
+        notes.append(f"steps of several calls ({calls_per_step:.2f} calls a step) are written as turns, each after the "
+                     "wait before it: reading the export back gives one call a step, and a tool wait of 0 inside each step")
+    return notes
+
+
 def _line(session: str, new_tokens: float, output: float, ids: list[int], delay_s: float | None) -> str:
     rec = {"session_id": session, "input_length": int(round(new_tokens)), "output_length": max(int(round(output)), 1),
            "hash_ids": ids}

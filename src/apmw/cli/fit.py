@@ -134,5 +134,5 @@ def _print_summary(s: dict) -> None:
         err.print(f"[yellow]skipped {s['skipped_lines']:,} malformed line(s)[/] (--strict stops at the first):")
         for reason, d in s["skipped"].items():
             err.print(f"  {d['count']:,} x {reason} (e.g. {', '.join(d['examples'])})", highlight=False, markup=False)
-    for note in s["notes"]:
-        err.print(f"note: {note}", highlight=False, markup=False)
+    for line in s["notes"]:
+        note(line)

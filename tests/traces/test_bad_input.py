@@ -511,3 +511,13 @@ def test_an_empty_csv_with_a_mapping_is_called_empty(tmp_path):
     p.write_text("")
     with pytest.raises(TraceError, match="the file is empty"):
         fit_trace(p, "csv", mapping="session=conv,input_tokens=prompt,output_tokens=completion")
+
+
+def test_skipped_lines_in_a_trace_of_sessions_say_what_they_leave(tmp_path):
+    """Both sessions' first calls skipped: the second calls were fitted as first prompts (a 2,600-token 'system
+    prompt') without a word beyond the skip count (fuzzing, session 44)."""
+    p = _otel(tmp_path, [_span(0, USAGE), _span(1, {**USAGE, "gen_ai.usage.input_tokens": {"intValue": True}}),
+                         _span(2, USAGE)])
+    notes = fit_trace(p).summary["notes"]
+    assert any("skipped line(s) leave their sessions shorter" in n for n in notes)
+    assert not any("leave their sessions shorter" in n for n in fit_trace(_otel(tmp_path, [_span(0, USAGE)])).summary["notes"])

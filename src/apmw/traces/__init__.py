@@ -134,6 +134,10 @@ def _summary(p: Path, fmt: str, c: Columns, s: Shape, errors: LineErrors, opened
     if cached is not None:
         source = "hash_ids prefix (infinite cache)" if fmt == "mooncake" else "reported cache-read tokens"
     notes = _notes(fmt, c, s, opened, has_sessions, cached, untraced_sessions)
+    if errors.skipped and has_sessions:
+        notes.append(f"the {errors.skipped:,} skipped line(s) leave their sessions shorter: each is fitted from the "
+                     "calls left, and one that lost its first call has its second read as a first prompt (the "
+                     "system prompt and first-call sizes shift with it); fix the lines to keep them whole")
     rates, why_no_rates = tasks_per_hour(c, s, weekly)     # without sessions each call is its own task
     if weekly and rates is None:     # asked for by name: its absence is an error, not a note
         raise TraceError(f"{p}: --weekly: " + (why_no_rates or "the trace has no sessions, so no task starts")

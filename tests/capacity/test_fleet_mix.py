@@ -462,3 +462,16 @@ def test_one_model_or_gpu_spelt_two_ways_is_one(tmp_path):
     with pytest.raises(FleetFileError) as err:
         fleet_mix(load_fleet_file(path))
     assert "hardware.1" in str(err.value) and "the same hardware as hardware.0" in str(err.value)
+
+
+def test_piped_tables_print_every_figure_whole(cli_fleet):
+    """Into a pipe at the default 80 columns the placements table cut '$9,438' to '$9,4…' (fuzzing, session 44):
+    a pipe has no width, so the tables print at the width they need."""
+    r = subprocess.run([APMW, "fleet", str(cli_fleet)], capture_output=True, text=True, timeout=600,
+                       env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")})
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    d = json.loads(run("fleet", str(cli_fleet), "--json").stdout)
+    for p in d["placements"]:
+        if "cost_per_month_usd" in p:
+            assert f"${p['cost_per_month_usd']:,.0f}" in r.stdout

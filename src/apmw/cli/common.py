@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +28,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Agents per megawatt: size LLM agent-serving fleets by task-latency SLO.")
 out = Console(emoji=False)
 err = Console(stderr=True, emoji=False)
+# The widest a table is printed into a file or a pipe (print_table): its own width up to this.
+MAX_PIPED_WIDTH = 400
 
 
 def plain_table(title: str, **options) -> Table:
@@ -38,6 +41,17 @@ def plain_table(title: str, **options) -> Table:
 def plain_row(table: Table, *cells: str) -> None:
     """Add ``cells`` to ``table`` as written (:func:`plain_table`)."""
     table.add_row(*(Text(c) for c in cells))
+
+
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout whole: where stdout is a file or a pipe, which has no width, at the width the table
+    needs (past 80 columns, rich cut its figures to '$9,4…'); on a terminal at the terminal's width."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    needed = Measurement.get(out, out.options.update(width=MAX_PIPED_WIDTH), table).maximum
+    Console(file=out.file, emoji=False, width=max(out.width, min(needed, MAX_PIPED_WIDTH)),
+            color_system=out.color_system).print(table)
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:

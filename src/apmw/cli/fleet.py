@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, distinct_outputs, emit_json, fail, files_read_by, note_checkpoint_dtype, note_gpu_basis,
-                             out, output_path, plain_row, plain_table, write_text)
+                             out, output_path, plain_row, plain_table, print_table, write_text)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 from apmw.spec.economics import MAX_TASKS_PER_HOUR
@@ -262,7 +262,7 @@ def _emit(d: dict, csv_out: Path | None, parquet_out: Path | None, as_json: bool
         if isinstance(item, str):
             out.print(item, highlight=False, markup=False)
         else:
-            out.print(item)
+            print_table(item)
 
 
 def _scaled(s, scale: float):

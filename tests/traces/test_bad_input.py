@@ -521,3 +521,15 @@ def test_skipped_lines_in_a_trace_of_sessions_say_what_they_leave(tmp_path):
     notes = fit_trace(p).summary["notes"]
     assert any("skipped line(s) leave their sessions shorter" in n for n in notes)
     assert not any("leave their sessions shorter" in n for n in fit_trace(_otel(tmp_path, [_span(0, USAGE)])).summary["notes"])
+
+
+@pytest.mark.parametrize("ids", ["[0, 1.5]", '[0, "a"]', "[[0], 1]"])
+def test_mooncake_block_ids_that_are_not_integers_are_a_bad_line(tmp_path, ids):
+    """[0, 1.5] was accepted where [0, "a"] was refused (fuzzing, session 44); both reader paths."""
+    p = tmp_path / "t.jsonl"
+    p.write_text(f'{{"timestamp": 0, "input_length": 1100, "output_length": 50, "hash_ids": {ids}}}\n'
+                 f'{{"timestamp": 5, "input_length": 1100, "output_length": 50, "hash_ids": [7, 8]}}\n'
+                 f'{{"timestamp": 9, "input_length": 1100, "output_length": 50, "hash_ids": {ids}, "delay": 3}}\n')
+    s = fit_trace(p, "mooncake").summary
+    assert s["calls"] == 1 and s["skipped_lines"] == 2
+    assert all("hash_ids must be a list of block ids (integers)" in r for r in s["skipped"])

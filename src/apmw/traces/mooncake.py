@@ -117,8 +117,11 @@ class Reader:
                         and 0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL and "session_id" not in obj and "delay" not in obj):
                     if hash_ids:
                         try:
-                            sum(hash_ids)      # numbers only (C speed): a nested list or a string raises here
+                            # integers only (C speed): a nested list or a string raises here, a float sums to one
+                            whole = type(sum(hash_ids)) is int
                         except TypeError:
+                            whole = False
+                        if not whole:
                             errors.skip(line, "hash_ids must be a list of block ids (integers)")
                             continue
                         session, cached = observe(hash_ids, inp, line)
@@ -169,8 +172,9 @@ class Reader:
         t_ms = number(obj.get("timestamp"))
         delay_ms = number(obj.get("delay"))
         hash_ids = obj.get("hash_ids")
-        if hash_ids is not None and not isinstance(hash_ids, list):
-            raise ValueError("hash_ids must be a list of block ids")
+        if hash_ids is not None and not (isinstance(hash_ids, list)
+                                         and all(type(h) is int for h in hash_ids)):
+            raise ValueError("hash_ids must be a list of block ids (integers)")
         session = session_key(obj.get("session_id"), "session_id")
         if session is not None:
             return self._session_turn(session, line, inp, out, hash_ids, whole, t_ms, delay_ms, cache)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NoReturn
@@ -52,6 +54,38 @@ def print_table(table: Table) -> None:
     needed = Measurement.get(out, out.options.update(width=MAX_PIPED_WIDTH), table).maximum
     Console(file=out.file, emoji=False, width=max(out.width, min(needed, MAX_PIPED_WIDTH)),
             color_system=out.color_system).print(table)
+
+
+class SafeInterrupt:
+    """Ctrl-C (SIGINT) held until the work reaches a point where stopping is safe (:meth:`check`, and the end of the
+    ``with`` block): Python raises KeyboardInterrupt wherever the signal lands, and one that lands inside a
+    finalizer is printed as 'Exception ignored' and lost, so the work ran on to the end as if never interrupted. A
+    second Ctrl-C interrupts at once, as usual. Outside the main thread it does nothing."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous = None
+
+    def __enter__(self) -> "SafeInterrupt":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._held)
+        return self
+
+    def _held(self, signum, frame) -> None:
+        self.pending = True
+        signal.signal(signal.SIGINT, self._previous)      # a second Ctrl-C is not held
+
+    def check(self) -> None:
+        """Raise the held Ctrl-C, if any, as KeyboardInterrupt."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if kind is None:
+            self.check()
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:

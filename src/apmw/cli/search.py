@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -13,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from apmw.design_search.space import settings_text
 from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, files_read_by, note, note_checkpoint_dtype,
-                             note_gpu_basis, out, output_path, plain_row, plain_table, write_text)
+                             note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -130,11 +131,20 @@ def search(
                 note(f"started afresh: {held} point(s) saved in {store.parts} by a stopped run were dropped "
                      "(--resume continues one)")
         procs = _workers(workers, axes)
-        with Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeRemainingColumn(), console=err, transient=True) as bar:
+        # planned in this process, a Ctrl-C waits for the point in hand to be saved (a pool's or Ray's workers are
+        # stopped by it where they are, and the parent mostly waits on them)
+        held = SafeInterrupt() if procs <= 1 and ray_address is None else contextlib.nullcontext()
+        with held, Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                            TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("search", total=None)
-            answer = run(s, axes, progress=lambda done, total: bar.update(task, completed=done, total=total),
-                         workers=procs, ray_address=ray_address, store=store, resume=resume)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+                if isinstance(held, SafeInterrupt):
+                    held.check()
+
+            answer = run(s, axes, progress=progress, workers=procs, ray_address=ray_address, store=store,
+                         resume=resume)
         if check:
             with Progress(TextColumn("{task.description}"), console=err, transient=True) as bar:
                 task = bar.add_task("checking", total=None)

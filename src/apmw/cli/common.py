@@ -60,14 +60,15 @@ class SafeInterrupt:
     """Ctrl-C (SIGINT) held until the work reaches a point where stopping is safe (:meth:`check`, and the end of the
     ``with`` block): Python raises KeyboardInterrupt wherever the signal lands, and one that lands inside a
     finalizer is printed as 'Exception ignored' and lost, so the work ran on to the end as if never interrupted. A
-    second Ctrl-C interrupts at once, as usual. Outside the main thread it does nothing."""
+    second Ctrl-C interrupts at once, as usual. Outside the main thread, or with ``hold`` False, it does nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: bool = True) -> None:
+        self.hold = hold            # False: Ctrl-C acts at once, as without this
         self.pending = False
         self._previous = None
 
     def __enter__(self) -> "SafeInterrupt":
-        if threading.current_thread() is threading.main_thread():
+        if self.hold and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._held)
         return self
 

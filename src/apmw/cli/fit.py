@@ -116,6 +116,8 @@ def fit(
 
 
 def _print_summary(s: dict) -> None:
+    from apmw.traces import skipped_reasons
+
     table = Table(title=f"{s['path']} ({s['format']}): {s['sessions']:,} sessions, {s['calls']:,} calls")
     for col in ("quantity", "count", "mean", "p50", "p95", "p99"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
@@ -132,7 +134,7 @@ def _print_summary(s: dict) -> None:
               f"reusable prefix share: {s['reusable_prefix_share']:.1%}", highlight=False)
     if s["skipped_lines"]:
         err.print(f"[yellow]skipped {s['skipped_lines']:,} malformed line(s)[/] (--strict stops at the first):")
-        for reason, d in s["skipped"].items():
-            err.print(f"  {d['count']:,} x {reason} (e.g. {', '.join(d['examples'])})", highlight=False, markup=False)
+        for line in skipped_reasons(s):
+            err.print(f"  {line}", highlight=False, markup=False)
     for line in s["notes"]:
         note(line)

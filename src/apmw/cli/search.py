@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import sys
@@ -133,15 +132,14 @@ def search(
         procs = _workers(workers, axes)
         # planned in this process, a Ctrl-C waits for the point in hand to be saved (a pool's or Ray's workers are
         # stopped by it where they are, and the parent mostly waits on them)
-        held = SafeInterrupt() if procs <= 1 and ray_address is None else contextlib.nullcontext()
-        with held, Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                            TimeRemainingColumn(), console=err, transient=True) as bar:
+        with SafeInterrupt(hold=procs <= 1 and ray_address is None) as ctrl_c, \
+                Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                         TimeRemainingColumn(), console=err, transient=True) as bar:
             task = bar.add_task("search", total=None)
 
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
-                if isinstance(held, SafeInterrupt):
-                    held.check()
+                ctrl_c.check()
 
             answer = run(s, axes, progress=progress, workers=procs, ray_address=ray_address, store=store,
                          resume=resume)

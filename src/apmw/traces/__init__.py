@@ -28,7 +28,7 @@ from apmw.traces.fit import (FORMS, Columns, Shape, cache_shares, collect, sessi
 from apmw.traces.generic import parse_mapping
 from apmw.traces.records import LineErrors, TraceError
 
-__all__ = ["FitResult", "TraceError", "fit_trace", "read_notes", "workload_from_trace", "FORMATS", "FORMS"]
+__all__ = ["FitResult", "TraceError", "fit_trace", "read_notes", "skipped_reasons", "workload_from_trace", "FORMATS", "FORMS"]
 
 FORMATS = formats.NAMES
 
@@ -113,12 +113,16 @@ def _refuse_repeated_calls(path: str | Path, c: Columns) -> None:
                          "duplicate rows")
 
 
+def skipped_reasons(summary: dict) -> list[str]:
+    """Each reason lines were skipped for, with its count and example ``file:line``s."""
+    return [f"{d['count']:,} x {reason} (e.g. {', '.join(d['examples'])})" for reason, d in summary["skipped"].items()]
+
+
 def read_notes(summary: dict) -> list[str]:
     """What a verb that reads a trace without `apmw fit`'s report should still say: the malformed lines it
-    skipped (each reason with an example ``file:line``), then the fit's notes."""
-    skipped = [f"{d['count']:,} x {reason} (e.g. {', '.join(d['examples'])})" for reason, d in summary["skipped"].items()]
-    head = ([f"skipped {summary['skipped_lines']:,} malformed line(s) of the trace: " + "; ".join(skipped)]
-            if summary["skipped_lines"] else [])
+    skipped (:func:`skipped_reasons`), then the fit's notes."""
+    head = ([f"skipped {summary['skipped_lines']:,} malformed line(s) of the trace: "
+             + "; ".join(skipped_reasons(summary))] if summary["skipped_lines"] else [])
     return head + list(summary["notes"])
 
 

@@ -444,3 +444,39 @@ def test_a_held_ctrl_c_is_raised_where_stopping_is_safe_and_never_lost():
             os.kill(os.getpid(), signal.SIGINT)       # the second is the default handler's: at once
             import time
             time.sleep(1)
+
+
+def test_a_terminal_too_narrow_for_a_table_gets_its_rows_as_records_never_cut_figures(monkeypatch):
+    """On an 80-column terminal `apmw fleet`'s placements table cut '$287,262' to '$287…' and folded pool names
+    a few letters a line, and `apmw levers` cut 'summarise_history' to 'summaris…' (session 45): a table that
+    cannot fit without cutting a word is printed one row after another, every figure whole; one that fits
+    is still a table."""
+    import io
+
+    from rich.console import Console
+
+    from apmw.cli import common
+
+    def printed(width: int, table) -> str:
+        buf = io.StringIO()
+        monkeypatch.setattr(common, "out", Console(file=buf, width=width, force_terminal=True, color_system=None))
+        common.print_table(table)
+        return buf.getvalue()
+
+    def placements():
+        t = common.plain_table("placements (* cheapest)")
+        for col in ("placement", "pools", "peak GPUs", "$/day", "$/month", "$/task", "secured $/mo", "MWh"):
+            t.add_column(col)
+        common.plain_row(t, "split:H200x8", "coding-emea@H200x8\ncoding-apac@H200x8", "336", "$9,438", "$287,262",
+                         "$0.1475", "$613,620", "2.22")
+        common.plain_row(t, "shared", "refused: pool a+b@any", *["-"] * 6)
+        return t
+
+    narrow = printed(80, placements())
+    assert "…" not in narrow and "┃" not in narrow
+    assert "split:H200x8\n  pools         coding-emea@H200x8, coding-apac@H200x8\n" in narrow
+    for figure in ("336", "$9,438", "$287,262", "$0.1475", "$613,620", "2.22"):
+        assert f"  {figure}\n" in narrow
+    assert "shared\n  pools         refused: pool a+b@any\n" in narrow and "  MWh           -" not in narrow
+    wide = printed(200, placements())
+    assert "┃" in wide and "$287,262" in wide and "…" not in wide

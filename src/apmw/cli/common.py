@@ -47,13 +47,30 @@ def plain_row(table: Table, *cells: str) -> None:
 
 def print_table(table: Table) -> None:
     """Print ``table`` on stdout whole: where stdout is a file or a pipe, which has no width, at the width the table
-    needs (past 80 columns, rich cut its figures to '$9,4…'); on a terminal at the terminal's width."""
+    needs (past 80 columns, rich cut its figures to '$9,4…'); on a terminal at the terminal's width, or, where the
+    terminal is too narrow for it without cutting a word, one row after another (:func:`table_records`)."""
+    needed = Measurement.get(out, out.options.update(width=MAX_PIPED_WIDTH), table)
     if out.is_terminal:
-        out.print(table)
+        out.print(table if needed.minimum <= out.width else table_records(table))
         return
-    needed = Measurement.get(out, out.options.update(width=MAX_PIPED_WIDTH), table).maximum
-    Console(file=out.file, emoji=False, width=max(out.width, min(needed, MAX_PIPED_WIDTH)),
+    Console(file=out.file, emoji=False, width=max(out.width, min(needed.maximum, MAX_PIPED_WIDTH)),
             color_system=out.color_system).print(table)
+
+
+def table_records(table: Table) -> Text:
+    """``table`` as records: its title, then each row's first cell and under it every other column's header and
+    cell on a line of its own (a cell of several lines joined by commas; an empty one, '-', left out), in the
+    row's style. What a terminal narrower than the table shows instead of cutting its figures."""
+    headers = [str(c.header) for c in table.columns]
+    cells = [[str(cell).replace("\n", ", ") for cell in c.cells] for c in table.columns]
+    pad = max((len(h) for h in headers[1:]), default=0)
+    text = Text(f"{table.title}\n" if table.title else "")
+    for i, first in enumerate(cells[0] if cells else []):
+        style = (table.rows[i].style or "") if i < len(table.rows) else ""
+        fields = [f"  {h:<{pad}}  {col[i]}" for h, col in zip(headers[1:], cells[1:]) if col[i] not in ("", "-")]
+        text.append("\n".join([first, *fields]) + "\n", style=style)
+    text.rstrip()
+    return text
 
 
 class SafeInterrupt:

@@ -8,7 +8,8 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out
+from apmw.cli.common import (app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
+                             print_table)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -52,7 +53,7 @@ def levers(
                    "not_applicable": not_applicable,
                    "elasticities": elastic})
         return
-    t = Table(title=f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
+    t = plain_table(f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
                     f"binding: {base.search.binding_constraint})", title_justify="left")
     for col in ("lever", "group", "relaxes", "agents/MW after", "gain", "N* after", "binding after"):
         t.add_column(col, justify="right" if col in ("agents/MW after", "gain", "N* after") else "left")
@@ -60,7 +61,7 @@ def levers(
         style = "green" if r in best else ("red" if r.gain < 1 else "")
         t.add_row(r.lever, r.group, r.relaxes, f"{r.agents_per_mw_after:,.0f}", f"{r.gain:.2f}x",
                   f"{r.agents_per_replica_after:,}", r.binding_after or "infeasible", style=style)
-    out.print(t)
+    print_table(t)
     for r in results:
         if r.verified and "skipped" in r.verified:
             out.print(f"not verified {r.lever}: {r.verified['skipped']}")
@@ -85,4 +86,4 @@ def levers(
         e.add_column("elasticity", justify="right")
         for name, v in sorted(elastic.items(), key=lambda kv: -abs(kv[1] or 0)):
             e.add_row(name, "n/a" if v is None else f"{v:+.2f}")
-        out.print(e)
+        print_table(e)

@@ -102,17 +102,6 @@ def _table(d: dict, title: str) -> Table:
     return t
 
 
-def _refuse_past_window(spec) -> None:
-    """The context-window rule `apmw plan` applies (:func:`apmw.capacity.plan.refuse_past_window`): a workload
-    whose calls overrun the model's window would run with every such call refused, and no task recorded."""
-    from apmw.capacity.plan import refuse_past_window
-    from apmw.capacity.sessions import sample_sessions
-    from apmw.perf import replica_from_spec
-
-    replica = replica_from_spec(spec)
-    refuse_past_window(spec, replica, sample_sessions(spec, replica))
-
-
 def _replayed(spec, trace: Path, fmt: str | None):
     """The spec with the trace's shared system prompt, the trace's sessions as simulator tasks, and what reading
     it skipped or could not see (said on stderr here, and kept for the JSON's ``trace_notes``).
@@ -180,8 +169,6 @@ def simulate(
         trace_notes = None
         if trace is not None:
             s, kw["tasks"], trace_notes = _replayed(s, trace, trace_format)
-        else:
-            _refuse_past_window(s)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), console=err, transient=True) as bar:
             task = bar.add_task("simulating", total=duration_s)

@@ -9,7 +9,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
+from apmw.capacity.plan import refuse_past_window
 from apmw.capacity.routing import routing_of
+from apmw.capacity.sessions import sample_sessions
 from apmw.capacity.slo import check_slo, slo_table
 from apmw.perf import GpuGroup, Replica, replica_from_spec
 from apmw.sim.agents import ClosedLoopAgents, OpenLoopRequests, TaskShape
@@ -129,7 +131,9 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     ``start_together=True`` starts every agent at time 0, as a fixed-concurrency benchmark
     client does (statistics still cover the window after ``warmup_s``).
     ``check=True`` verifies the block and token accounting before every step (slow; tests).
-    ``tasks`` replays the given task shapes (in order, cycling) instead of sampling the spec's workload.
+    ``tasks`` replays the given task shapes (in order, cycling) instead of sampling the spec's workload; without
+    them, a workload whose calls overrun the model's context window is refused, as ``apmw plan`` refuses it
+    (:func:`apmw.capacity.plan.refuse_past_window`): the engine would refuse every such call and record no task.
     """
     if not 1 <= agents <= MAX_AGENTS:
         raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 sequences "
@@ -147,6 +151,8 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
         raise ApmwError(f"warmup_s ({warmup_s:g}) must lie in [0, duration_s={duration_s:g})")
     drain_limit_s = duration_s if drain_limit_s is None else drain_limit_s
     replica = replica_from_spec(spec) if replica is None else replica
+    if tasks is None:
+        refuse_past_window(spec, replica, sample_sessions(spec, replica))
     rng = np.random.default_rng(seed)
     driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s, tasks,
                               start_spread_s=0.0 if start_together else warmup_s)

@@ -278,3 +278,19 @@ def test_a_fresh_search_drops_a_leftover_part_it_cannot_read(space, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert pq.read_table(out).num_rows == 48 and not parts.exists()
+
+
+def test_an_axis_integer_past_int64_is_kept_as_json_text_not_an_internal_error(tmp_path):
+    """An axis with 99999999999999999999999 (a pruned point) ended `--parquet` in OverflowError while writing the
+    axis column (fuzzing, session 45); it is written as JSON text, exactly, and the other point keeps its row."""
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.workspace_bytes_per_gpu: [3758096384, 99999999999999999999999]\n")
+    out = tmp_path / "points.parquet"
+    r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--workers", "1", "--parquet", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    t = pq.read_table(out)
+    assert t.schema.field("serving.workspace_bytes_per_gpu").type == pa.string()
+    assert t.column("serving.workspace_bytes_per_gpu").to_pylist() == ["3758096384", "99999999999999999999999"]
+    assert [row["status"] for row in t.to_pylist()] == ["feasible", "pruned"]
+    assert not out.with_name(out.name + ".parts").exists()

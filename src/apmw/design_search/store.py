@@ -225,13 +225,18 @@ def final_table(rows: list[dict], axes: dict[str, list], checked: dict[int, dict
         [json.dumps(checked[r["point"]]) if r["point"] in checked else None for r in rows], pa.string()))
 
 
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
 def _axis_type(values: list):
     """The Arrow type an axis' values share (null, "leave the field out", aside), or None (then they
-    are written as JSON text)."""
+    are written as JSON text): an integer past int64's range is JSON text too, never rounded to a float."""
     pa, _ = _pa()
     values = [v for v in values if v is not None] or [None]
     if all(isinstance(v, bool) for v in values):
         return pa.bool_
+    if any(isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX for v in values):
+        return None
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return pa.int64
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):

@@ -475,3 +475,32 @@ def test_piped_tables_print_every_figure_whole(cli_fleet):
     for p in d["placements"]:
         if "cost_per_month_usd" in p:
             assert f"${p['cost_per_month_usd']:,.0f}" in r.stdout
+
+
+def test_a_relative_model_config_is_read_beside_the_file_that_gives_it(tmp_path, monkeypatch):
+    """A spec in another folder whose `model.config: cfg.json` sits beside it was read as the fleet's current
+    folder's cfg.json (the 70B, refused: 'does not fit'; fuzzing, session 45). It is read beside the spec, and
+    an override's beside the fleet file."""
+    from apmw.catalog.models import load_config
+
+    small, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
+    large, _ = load_config("meta-llama/Meta-Llama-3.1-70B")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "ff").mkdir()
+    (tmp_path / "sub" / "cfg.json").write_text(json.dumps(small))
+    (tmp_path / "cfg.json").write_text(json.dumps(large))
+    (tmp_path / "ff" / "big.json").write_text(json.dumps(large))
+    d = small_spec_dict()
+    d["model"]["config"] = "cfg.json"
+    d["fleet"] = {"tasks_per_hour": [10.0] * 24}
+    (tmp_path / "sub" / "a.yaml").write_text(yaml.safe_dump(d))
+    fleet = tmp_path / "ff" / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"workloads": [
+        {"name": "a", "spec": "../sub/a.yaml"},
+        {"name": "b", "spec": "../sub/a.yaml", "overrides": {"model": {"config": "big.json"}}}]}))
+    monkeypatch.chdir(tmp_path)
+    loaded = load_fleet_file(fleet)
+    a, b = loaded.specs
+    assert Path(a.model.config).resolve() == (tmp_path / "sub" / "cfg.json").resolve()
+    assert Path(b.model.config).resolve() == (tmp_path / "ff" / "big.json").resolve()
+    assert loaded.data[0]["model"]["config"] == a.model.config

@@ -211,3 +211,38 @@ def test_a_sections_own_check_names_the_field_and_its_line(tmp_path, added, fiel
     with pytest.raises(SpecError) as err:
         load_spec(path)
     assert f"line {line}: {field}: {words}" in str(err.value)
+
+
+def test_a_relative_model_config_is_read_beside_the_spec_file(tmp_path, monkeypatch):
+    """`model.config: cfg.json` beside the spec was 'no file cfg.json exists' when run from another folder, and
+    with another cfg.json in that folder the other model was planned without a word (fuzzing, session 45).
+    It is read beside the spec, as a fleet file's spec paths are; an empty name is refused, not read as '.'."""
+    import json
+    import yaml
+    from apmw.arch import load_architecture
+    from apmw.catalog.models import load_config
+
+    small, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
+    large, _ = load_config("meta-llama/Meta-Llama-3.1-70B")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "cfg.json").write_text(json.dumps(small))
+    (tmp_path / "cfg.json").write_text(json.dumps(large))          # another one where apmw is run from
+    d = small_spec_dict()
+    d["model"]["config"] = "cfg.json"
+    (tmp_path / "sub" / "spec.yaml").write_text(yaml.safe_dump(d))
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec("sub/spec.yaml")
+    assert spec.model.config == str(tmp_path.joinpath("sub", "cfg.json").relative_to(tmp_path))
+    assert load_architecture(spec.model.config).hidden_size == small["hidden_size"]
+    monkeypatch.chdir(tmp_path / "sub")
+    assert load_spec("spec.yaml").model.config == "cfg.json"        # beside it already
+    d["model"]["config"] = "meta-llama/Meta-Llama-3.1-8B"             # a bundled name is not a path
+    (tmp_path / "sub" / "named.yaml").write_text(yaml.safe_dump(d))
+    monkeypatch.chdir(tmp_path)
+    assert load_spec("sub/named.yaml").model.config == "meta-llama/Meta-Llama-3.1-8B"
+    d["model"]["config"] = " "
+    with pytest.raises(SpecError, match="model.config: is empty"):
+        spec_from_dict(d)
+    from apmw.errors import UnknownNameError
+    with pytest.raises(UnknownNameError, match="an empty name"):
+        load_config("")

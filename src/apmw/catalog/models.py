@@ -292,8 +292,11 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     """Return (config dict, source description) for a file path or a bundled name.
 
     A path to an existing file wins over a bundled name. Unknown names raise
-    UnknownNameError listing the closest bundled names.
+    UnknownNameError listing the closest bundled names; an empty name is not read as the current folder.
     """
+    if not name_or_path.strip():
+        raise UnknownNameError("no model named (an empty name): give a bundled name (apmw model --list), a "
+                               "config.json or a checkpoint directory")
     path = local_path(name_or_path)
     if _on_disk(path, "dir"):       # a downloaded checkpoint: its config.json (HF layout)
         if not (path / "config.json").is_file():

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from apmw.spec.load import (SpecError, _describe, _key_lines, _line_for, _read_yaml, error_location,
+from apmw.spec.load import (SpecError, _describe, config_beside, _key_lines, _line_for, _read_yaml, error_location,
                              without_union_noise)
 from apmw.spec.economics import MAX_GPU_HOUR_USD
 from apmw.spec.model import MAX_GPUS_PER_REPLICA, GpuOverride, Spec
@@ -257,6 +257,9 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
                 line = _line_for(loc, spec_lines)
                 problems.append(f"workloads.{i} ({spec_path}{f', line {line}' if line else ''}): {field}: {why}")
             continue
+        # a relative model.config is read beside the file that gives it: the spec, or the fleet file's overrides
+        spec = config_beside(spec, Path(path) if _in(w.overrides or {}, ("model", "config")) == 2 else spec_path)
+        full = merged(full, {"model": {"config": spec.model.config}})
         if spec.fleet.tasks_per_hour is None:
             problems.append(f"workloads.{i} ({spec_path}): fleet.tasks_per_hour: missing; a mixed fleet needs each "
                             "workload's day of demand (24 values), in its spec or in the workload's overrides")

@@ -330,6 +330,19 @@ def load_spec(path: str | Path) -> Spec:
     """Load and validate a YAML spec file."""
     data, node = _read_yaml(path, "spec; see examples/")
     lines = _key_lines(node) if node is not None else {}
-    spec = spec_from_dict(data, str(path), lines)
+    spec = config_beside(spec_from_dict(data, str(path), lines), Path(path))
     spec._source = SpecSource(str(path), lines)
     return spec
+
+
+def config_beside(spec: Spec, path: Path) -> Spec:
+    """``spec`` with a relative ``model.config`` path read beside the spec file ``path``, as a fleet file's spec
+    paths are read beside it: run from another folder, it named a file that was not there, or silently another
+    one in that folder. A relative path found only from the current folder is read from there."""
+    from apmw.catalog.models import local_path, on_disk
+
+    config = local_path(spec.model.config.strip())
+    beside = path.parent / config
+    if config.is_absolute() or path.parent == Path(".") or not on_disk(str(beside)):
+        return spec
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"config": str(beside)})})

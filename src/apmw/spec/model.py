@@ -121,14 +121,23 @@ class Workload(Section):
 class Model(Section):
     """The served model: a HF ``config.json`` path or a bundled name, and its dtypes."""
 
-    config: str = Field(description="path to a HuggingFace config.json or checkpoint directory, a bundled name "
-                        "(apmw model --list), or a derived checkpoint's hub id (meta-llama/Llama-3.1-8B-Instruct)")
+    config: str = Field(description="path to a HuggingFace config.json or checkpoint directory (a relative path is "
+                        "read beside the spec file), a bundled name (apmw model --list), or a derived checkpoint's "
+                        "hub id (meta-llama/Llama-3.1-8B-Instruct)")
     weight_dtype: Dtype = "bf16"
     kv_dtype: Dtype = "bf16"
     moe_dtype: Dtype | None = Field(default=None, description="the routed experts' dtype where it differs from "
                                     "weight_dtype (NVFP4 experts beside FP8 layers; DeepSeek-V4's FP4 experts)")
 
     _spellings = field_validator("weight_dtype", "kv_dtype", "moe_dtype", mode="before")(dtype_field)
+
+    @field_validator("config")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is empty: name a bundled model (apmw model --list), a config.json or a checkpoint "
+                             "directory")
+        return v
 
 
 # What a described GPU may be, each bound far past any real part on both sides (a CPU core, which the tests

@@ -19,7 +19,8 @@ a gain near 1. Levers that lower agents per MW are kept and flagged: adding
 work (summary calls, recompute after eviction) or tail latency can backfire.
 
 Elasticities are ``d ln(agents/MW) / d ln(x)`` by a central difference of
-``+-ELASTICITY_STEP`` in ``x``. N* is an integer, so for small N* they are coarse.
+``+-ELASTICITY_STEP`` in ``x`` (an integer input at least one either way, divided by the step it took). N* is an
+integer, so for small N* they are coarse.
 """
 
 from __future__ import annotations
@@ -314,40 +315,54 @@ def evaluate_levers(spec: Spec, base: Plan | None = None, progress: Callable[[st
 
 # --- elasticities -------------------------------------------------------------------------------
 
-def _scale_workload(field: str) -> Callable[[Spec, float], Spec]:
-    def change(spec: Spec, f: float) -> Spec:
+def _stepped(value: int, f: float) -> int:
+    """``value`` scaled by ``f`` and rounded, but at least one away from it (where it can be, staying >= 1): a step
+    that rounding cancels (a batch limit of 4 scaled by 0.9 and 1.1) would read as no effect at all."""
+    v = round(value * f)
+    return max(1, min(v, value - 1) if f < 1 else max(v, value + 1))
+
+
+# Each input's change: (the spec with the input scaled by about f, the factor the input actually moved by).
+Change = Callable[[Spec, float], tuple[Spec, float]]
+
+
+def _scale_workload(field: str) -> Change:
+    def change(spec: Spec, f: float) -> tuple[Spec, float]:
         value = getattr(spec.workload, field)
-        scaled = round(value * f) if isinstance(value, int) else value.scaled(f)
-        return _with(spec, "workload", **{field: scaled})
+        if isinstance(value, int):
+            stepped = _stepped(value, f)
+            return _with(spec, "workload", **{field: stepped}), stepped / value if value else 1.0
+        return _with(spec, "workload", **{field: value.scaled(f)}), f
     return change
 
 
-def _scale_gpu(field: str) -> Callable[[Spec, float], Spec]:
-    def change(spec: Spec, f: float) -> Spec:
+def _scale_gpu(field: str) -> Change:
+    def change(spec: Spec, f: float) -> tuple[Spec, float]:
         gpu = resolve_gpu(spec.hardware.gpu)
         base = spec.hardware.gpu if isinstance(spec.hardware.gpu, GpuOverride) else GpuOverride(name=gpu.name)
-        return _with(spec, "hardware", gpu=base.model_copy(update={field: getattr(gpu, field) * f}))
+        return _with(spec, "hardware", gpu=base.model_copy(update={field: getattr(gpu, field) * f})), f
     return change
 
 
-def _scale_batch_limit(spec: Spec, f: float) -> Spec:
+def _scale_batch_limit(spec: Spec, f: float) -> tuple[Spec, float]:
     """The batch limit scaled from what the engine runs with (its default where the spec sets none: SGLang's
     sized from the KV pool), as ``serving.max_batch`` counts it (per attention-DP rank on vLLM and TensorRT-LLM)."""
     replica = replica_from_spec(spec)
     policy = replica.policy
     limit = policy.max_batch // schedulers_per_limit(policy.engine, replica.step.parallel.dp)
-    return _with(spec, "serving", max_batch=max(1, round(limit * f)))
+    stepped = _stepped(limit, f)
+    return _with(spec, "serving", max_batch=stepped), stepped / limit
 
 
-def _scale(section: str, field: str, integer: bool = False, upper: float | None = None):
-    def change(spec: Spec, f: float) -> Spec:
-        v = getattr(getattr(spec, section), field) * f
-        v = max(1, round(v)) if integer else v
-        return _with(spec, section, **{field: min(v, upper) if upper else v})
+def _scale(section: str, field: str, upper: float | None = None) -> Change:
+    def change(spec: Spec, f: float) -> tuple[Spec, float]:
+        value = getattr(getattr(spec, section), field)
+        v = min(value * f, upper) if upper else value * f
+        return _with(spec, section, **{field: v}), v / value
     return change
 
 
-ELASTICITY_INPUTS: dict[str, Callable[[Spec, float], Spec]] = {
+ELASTICITY_INPUTS: dict[str, Change] = {
     "workload.steps_per_task": _scale_workload("steps_per_task"),
     "workload.new_input_tokens_per_call": _scale_workload("new_input_tokens_per_call"),
     "workload.output_tokens_per_call": _scale_workload("output_tokens_per_call"),
@@ -364,21 +379,24 @@ ELASTICITY_INPUTS: dict[str, Callable[[Spec, float], Spec]] = {
 
 
 def elasticities(spec: Spec, progress: Callable[[str], None] | None = None) -> dict[str, float | None]:
-    """d ln(agents/MW) / d ln(x) for each continuous input (None where a side is infeasible)."""
+    """d ln(agents/MW) / d ln(x) for each continuous input, over the step the input actually took (an integer
+    input's rounded one); None where a side is infeasible or the input cannot move."""
     out: dict[str, float | None] = {}
     for name, change in ELASTICITY_INPUTS.items():
         if progress:
             progress(name)
-        sides = []
+        sides, factors = [], []
         for f in (1 - ELASTICITY_STEP, 1 + ELASTICITY_STEP):
             try:
-                p = _replan(change(spec, f))
+                changed, moved = change(spec, f)
+                p = _replan(changed)
             except (ApmwError, ValueError):
-                p = None
+                p, moved = None, f
             sides.append(p.to_dict()["agents_per_mw"] if p and p.agents_per_replica > 0 else None)
+            factors.append(moved)
         lo, hi = sides
-        out[name] = (math.log(hi / lo) / math.log((1 + ELASTICITY_STEP) / (1 - ELASTICITY_STEP))
-                     if lo and hi else None)
+        step = math.log(factors[1] / factors[0]) if factors[0] > 0 else 0.0
+        out[name] = math.log(hi / lo) / step if lo and hi and step > 0 else None
     return out
 
 

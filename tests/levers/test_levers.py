@@ -164,3 +164,25 @@ def test_a_lever_that_leaves_no_capacity_says_why():
     half = next(r for r in evaluate_levers(load_spec(EXAMPLES / "support-chat.yaml")) if r.lever == "gpus_half")
     assert half.gain == 0 and half.plan_after is None
     assert "one session's KV" in half.detail and "exceeds the replica's KV memory" in half.detail
+
+
+def test_an_integer_input_steps_at_least_one_and_is_divided_by_the_step_it_took():
+    """A batch limit of 4 scaled by 0.9 and 1.1 rounded to 4 both ways: elasticity 0.0 printed as 'no effect' where
+    the limit binds (fuzzing, session 45), and a rounded step was divided by ln(1.1 / 0.9) whatever it was.
+    The step is at least one either way (3 and 5), and the elasticity is over that step."""
+    import math
+
+    from apmw.capacity import plan
+
+    d = small_spec_dict()
+    d["serving"]["max_batch"] = 4
+    spec = spec_from_dict(d)
+    assert plan(spec).search.binding_constraint == "batch_limit"
+
+    def per_mw(limit: int) -> float:
+        d["serving"]["max_batch"] = limit
+        return plan(spec_from_dict(d)).to_dict()["agents_per_mw"]
+
+    e = elasticities(spec)
+    assert e["serving.max_batch"] == pytest.approx(math.log(per_mw(5) / per_mw(3)) / math.log(5 / 3))
+    assert e["serving.max_batch"] > 0.1

@@ -164,3 +164,18 @@ def test_a_quantisation_method_apmw_does_not_read_is_refused(tmp_path):
     assert "quant_method 'banana' is not one apmw reads" in message and "compressed-tensors" in message
     for method in ("fp8", "awq"):
         load_architecture(str(_write(tmp_path, LLAMA, "quantization_config", {"quant_method": method})))
+
+
+@pytest.mark.parametrize("model,field,value,same_as,named", [
+    ("openai--gpt-oss-20b", "experts_per_token", 2, "num_experts_per_tok",
+     "'num_experts_per_tok' is 4 but 'experts_per_token'"),
+    ("mistralai--Mixtral-8x7B-v0.1", "n_routed_experts", 64, "num_local_experts",
+     "'n_routed_experts' is 64 but 'num_local_experts'"),
+])
+def test_one_field_under_two_names_that_disagree_is_refused(tmp_path, model, field, value, same_as, named):
+    """gpt-oss-20b with experts_per_token 2 beside num_experts_per_tok 4 was read with the first name silently, and
+    Mixtral with n_routed_experts 64 beside num_local_experts 8 as 64 experts, 362 B parameters (fuzzing,
+    session 45); the same value under both names is still read."""
+    assert named in _refused(_write(tmp_path, model, field, value))
+    agreeing = json.loads((MODELS / f"{model}.json").read_text())[same_as]
+    load_architecture(str(_write(tmp_path, model, field, agreeing)))

@@ -70,6 +70,20 @@ class Cfg:
                               "Fix the value in the config.json.")
         return number
 
+    def alias(self, keys: tuple[str, ...], default: int = 0) -> int:
+        """:meth:`first` of one field that families name differently (``num_experts_per_tok`` and
+        ``experts_per_token``), refused where two of its names are given with different values: which one an
+        engine reads is not known. (:meth:`first` is also a precedence: ``intermediate_size_mlp`` before
+        ``intermediate_size``, which Llama-4 gives both of with different meanings.)"""
+        number = self.first(keys, default)
+        given = [k for k in keys if self.data.get(k) is not None]
+        other = next((k for k in given[1:] if self._int(k, self.data[k]) != number), None)
+        if other is not None:
+            raise ConfigError(f"{self.name}: '{given[0]}' is {shown(self.data[given[0]])} but '{other}', another name "
+                              f"for the same field, is {shown(self.data[other])}; keep one of them (or make them "
+                              "agree) in the config.json")
+        return number
+
     def positive(self, keys: tuple[str, ...], default: int) -> int:
         """:meth:`first` of a size that must be positive where given (``default`` where none is)."""
         number = self.first(keys, default)
@@ -209,7 +223,7 @@ def _llama4_kinds(c: Cfg, num_layers: int) -> list[str]:
 
 def ignored_notes(c: Cfg) -> list[str]:
     notes = []
-    mtp = c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
+    mtp = c.alias(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
     if mtp:
         notes.append(f"{mtp} multi-token-prediction module(s) not in params (serving.speculative draft: mtp uses them)")
     if c.model_type == "gpt_oss":

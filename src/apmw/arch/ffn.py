@@ -27,7 +27,7 @@ class _Ffn:
 def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, int]:
     """Per-layer MLP/MoE parameters, the number of routed experts and top-k."""
     check_layer_count(c, num_layers)
-    top_k = c.first(_TOP_K)
+    top_k = c.alias(_TOP_K)
     n_experts = _routed_experts(c, top_k)
     dense_inter = c.first(("intermediate_size_mlp", "intermediate_size"))
     bias = c.flag("mlp_bias") or c.model_type == "gpt_oss"
@@ -58,7 +58,7 @@ def _placement(c: Cfg) -> str:
 
 def _routed_experts(c: Cfg, top_k: int) -> int:
     """The routed experts per MoE layer (0: a dense model); 0 beside a top-k is a MoE config without experts."""
-    n_experts = c.first(_EXPERT_COUNTS)
+    n_experts = c.alias(_EXPERT_COUNTS)
     if n_experts == 0 and top_k:
         key = next((k for k in _EXPERT_COUNTS if c.data.get(k) is not None), _EXPERT_COUNTS[0])
         routing = next(k for k in _TOP_K if c.data.get(k) is not None)
@@ -171,7 +171,7 @@ def ffn_counts(c: Cfg, hidden: int, num_layers: int, vocab: int, extra_unquantis
             expert_dtype_in_checkpoint=_checkpoint_expert_dtype(c) if moe else None,
             mxfp4_experts=bool(moe) and str(_quant_method(c) or "").lower() == "mxfp4",
             max_context_tokens=c.optional_positive("max_position_embeddings"),
-            mtp_modules=c.first(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))))
+            mtp_modules=c.alias(("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))))
 
 
 def _hash_layers(c: Cfg, num_layers: int) -> int:

@@ -413,6 +413,23 @@ def test_a_switch_given_both_ways_is_refused():
     assert run(*args, "--prefill-first").returncode == 0
 
 
+def test_an_option_given_twice_is_refused():
+    """`predict --gpu H100 ... --gpu B200` ran on B200 and `plan --agents 3 --agents 5` at 5, the last value
+    silently (fuzzing, session 45), while a switch given both ways was refused. An option's value that looks
+    like an option (`--model --gpu`) is its value, not a second use."""
+    args = ["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H200", "--tp", "1", "--isl", "100",
+            "--osl", "10", "--concurrency", "1"]
+    r = run(*args, "--gpu", "B200")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--gpu is given more than once" in " ".join(r.stderr.split())
+    r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--agents", "3", "--agents=5")
+    assert r.returncode == 1 and "--agents is given more than once" in " ".join(r.stderr.split())
+    from apmw.cli import _given_twice, _register_verbs
+    _register_verbs()
+    assert _given_twice(["plan", "spec.yaml", "--workload-from", "--agents", "--agents", "3"]) is None
+    assert _given_twice(["plan", "spec.yaml", "--json", "--json"]) == "--json"
+
+
 def test_a_held_ctrl_c_is_raised_where_stopping_is_safe_and_never_lost():
     """A Ctrl-C that landed in a finalizer during `apmw search` was printed as 'Exception ignored' and lost: the
     search ran on and exited 0 (CI under load, session 44). Held, it surfaces at the next check, even from a

@@ -43,9 +43,10 @@ def main() -> None:
     _register_verbs()
     args = sys.argv[1:]
     debug = "--debug" in args
-    both = _both_sides_of_a_switch(args)
-    if both:
-        err.print(f"error: {both[0]} and {both[1]} are the two sides of one switch: give one of them",
+    both, twice = _both_sides_of_a_switch(args), _given_twice(args)
+    if both or twice:
+        err.print(f"error: {both[0]} and {both[1]} are the two sides of one switch: give one of them" if both else
+                  f"error: {twice} is given more than once, and only one value would be used: give it once",
                   highlight=False, markup=False)
         sys.exit(USER_ERROR_EXIT)
     try:
@@ -65,9 +66,7 @@ def main() -> None:
 def _both_sides_of_a_switch(args: list[str]) -> tuple[str, str] | None:
     """An on/off switch given both ways (``--mixed-prefill --prefill-first``), which the parser would settle by
     the last one silently: the two flags, or None."""
-    command = typer.main.get_command(app)
-    verb = next((a for a in args if not a.startswith("-")), None)
-    sub = command.get_command(None, verb) if verb is not None and hasattr(command, "get_command") else None
+    sub = _verb_command(args)
     given = set(args)
     for param in getattr(sub, "params", ()):
         on = [o for o in getattr(param, "opts", ()) if o in given]
@@ -75,6 +74,37 @@ def _both_sides_of_a_switch(args: list[str]) -> tuple[str, str] | None:
         if on and off:
             return on[0], off[0]
     return None
+
+
+def _given_twice(args: list[str]) -> str | None:
+    """An option given more than once (``--gpu H100 ... --gpu B200``, ``--agents 3 --agents 5``), which the parser
+    would settle by the last one silently (an option that takes a list apart): the option as written, or None."""
+    sub = _verb_command(args)
+    if sub is None:
+        return None
+    options = {o: p for p in getattr(sub, "params", ()) if getattr(p, "param_type_name", "") == "option"
+               and not getattr(p, "multiple", False) and not getattr(p, "count", False)
+               for o in (*p.opts, *p.secondary_opts)}
+    seen: dict[int, str] = {}
+    rest = iter(args[args.index(sub.name) + 1:] if sub.name in args else args)
+    for a in rest:
+        name = a.split("=", 1)[0]
+        param = options.get(name)
+        if param is None:
+            continue
+        if id(param) in seen:
+            return name if name == seen[id(param)] else f"{name} (as {seen[id(param)]})"
+        seen[id(param)] = name
+        if not param.is_flag and "=" not in a:
+            next(rest, None)        # its value, whatever it looks like
+    return None
+
+
+def _verb_command(args: list[str]):
+    """The click command of the verb ``args`` name, or None."""
+    command = typer.main.get_command(app)
+    verb = next((a for a in args if not a.startswith("-")), None)
+    return command.get_command(None, verb) if verb is not None and hasattr(command, "get_command") else None
 
 
 def _is_a(exc: BaseException, name: str) -> bool:

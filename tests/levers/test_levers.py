@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
 from apmw.levers import elasticities, evaluate_levers, top_two
 from apmw.spec import spec_from_dict
-from tests.conftest import small_spec_dict
+from tests.conftest import EXAMPLES, small_spec_dict
 from tests.e2e.test_cli import APMW
 
 
@@ -186,3 +187,27 @@ def test_an_integer_input_steps_at_least_one_and_is_divided_by_the_step_it_took(
     e = elasticities(spec)
     assert e["serving.max_batch"] == pytest.approx(math.log(per_mw(5) / per_mw(3)) / math.log(5 / 3))
     assert e["serving.max_batch"] > 0.1
+
+
+def test_levers_verify_exits_3_where_the_simulator_misses_and_names_the_slo_it_misses():
+    """`levers --verify` exited 0 with both verified levers missing the SLO in simulation, and its line gave the task
+    p95s (which met it) and 'SLO missed', not the TTFT p95 that missed (fuzzing, session 45). It exits 3 as
+    `plan --verify` does, naming each missed SLO with its figure and limit."""
+    spec = str(EXAMPLES / "support-chat.yaml")
+    r = subprocess.run([APMW, "levers", spec, "--verify", "--no-elasticities", "--json"], capture_output=True,
+                       text=True, timeout=600)
+    verified = [lv for lv in json.loads(r.stdout)["levers"] if lv.get("verify") and "skipped" not in lv["verify"]]
+    assert verified
+    missed = [lv for lv in verified if not lv["verify"]["simulated_meets_slo"]]
+    assert r.returncode == (3 if missed else 0), r.stderr
+    text = subprocess.run([APMW, "levers", spec, "--verify", "--no-elasticities"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert text.returncode == r.returncode
+    said = " ".join(text.stdout.split())
+    for lv in verified:
+        verdict = lv["verify"]["simulated_slo_verdict"]
+        assert f"verified {lv['lever']}: simulated task p95" in said
+        for name, v in verdict.items():
+            if not v["met"]:
+                assert f"{lv['lever']}'s {lv['verify']['agents']} agents" in text.stderr
+                assert name in text.stderr

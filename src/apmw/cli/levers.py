@@ -11,6 +11,7 @@ from rich.table import Table
 from apmw.cli.common import (app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
                              print_table)
 from apmw.errors import ApmwError
+from apmw.render import missed_slos, slo_line
 from apmw.spec import SpecError
 
 
@@ -52,6 +53,7 @@ def levers(
                    "top_two": [r.lever for r in best],
                    "not_applicable": not_applicable,
                    "elasticities": elastic})
+        _exit_if_a_verified_lever_missed(results)
         return
     t = plain_table(f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
                     f"binding: {base.search.binding_constraint})", title_justify="left")
@@ -67,9 +69,9 @@ def levers(
             out.print(f"not verified {r.lever}: {r.verified['skipped']}")
         elif r.verified:
             v = r.verified
-            out.print(f"verified {r.lever}: simulated p95 {v['task_latency_s']['simulated']['p95']:,.0f} s vs "
-                      f"analytic {v['task_latency_s']['analytic']['p95']:,.0f} s at {v['agents']} agents; SLO "
-                      f"{'met' if v['simulated_meets_slo'] else '[red]missed[/]'} in simulation")
+            out.print(f"verified {r.lever}: simulated task p95 {v['task_latency_s']['simulated']['p95']:,.0f} s vs "
+                      f"analytic {v['task_latency_s']['analytic']['p95']:,.0f} s at {v['agents']} agents; in "
+                      f"simulation {slo_line(v['simulated_slo_verdict'])}")
     if best:
         out.print("top two: " + "; ".join(f"[bold]{r.lever}[/] ({r.gain:.2f}x, relaxes {r.relaxes})" for r in best))
     lowered = [r.lever for r in results if r.gain < 1]
@@ -87,3 +89,17 @@ def levers(
         for name, v in sorted(elastic.items(), key=lambda kv: -abs(kv[1] or 0)):
             e.add_row(name, "n/a" if v is None else f"{v:+.2f}")
         print_table(e)
+    _exit_if_a_verified_lever_missed(results)
+
+
+def _exit_if_a_verified_lever_missed(results) -> None:
+    """``--verify``: exit 3, as ``apmw plan --verify`` does, where the simulator misses the SLO at a verified
+    lever's new N* (its gain is overstated), naming the SLOs it misses."""
+    from apmw.cli.plan import SIMULATED_SLO_MISSED_EXIT
+
+    missed = [r for r in results if r.verified and r.verified.get("simulated_meets_slo") is False]
+    if missed:
+        typer.echo("apmw levers --verify: the simulator misses the SLO at " + "; ".join(
+            f"{r.lever}'s {r.verified['agents']} agents ({missed_slos(r.verified['simulated_slo_verdict'])})"
+            for r in missed) + f"; exit {SIMULATED_SLO_MISSED_EXIT}", err=True)
+        raise typer.Exit(SIMULATED_SLO_MISSED_EXIT)

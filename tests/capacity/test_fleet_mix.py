@@ -504,3 +504,19 @@ def test_a_relative_model_config_is_read_beside_the_file_that_gives_it(tmp_path,
     assert Path(a.model.config).resolve() == (tmp_path / "sub" / "cfg.json").resolve()
     assert Path(b.model.config).resolve() == (tmp_path / "ff" / "big.json").resolve()
     assert loaded.data[0]["model"]["config"] == a.model.config
+
+
+def test_copies_of_one_workload_pooled_size_like_that_workload(tmp_path):
+    """16 copies of support-chat on one shared pool sized at N* 3 and 48 replicas where the spec alone sizes at
+    N* 20 (fuzzing, session 45): each copy's p95 was read off a sixteenth of the sample and the worst of 16 noisy
+    p95s bound. Copies with the same workload and SLO are one population, read together."""
+    d = yaml.safe_load((EXAMPLES / "support-chat.yaml").read_text())
+    d["fleet"] = {"tasks_per_hour": [100.0] * 24}
+    alone = plan(spec_from_dict(d)).agents_per_replica
+    path = _fleet(tmp_path, [{"name": f"w{i}", "spec": "sc.yaml"} for i in range(16)], {"sc": d})
+    out = fleet_mix(load_fleet_file(path)).to_dict()
+    shared = next(p for p in out["pools"] if p["name"].count("+") == 15)
+    assert shared["refused"] is None
+    assert shared["agents_per_replica_max_at_peak"] >= 0.7 * alone
+    rows = shared["slo_at_peak"]
+    assert len({(r["task_latency_p95_s"], r["ttft_p95_s"]) for r in rows}) == 1     # one population, one p95

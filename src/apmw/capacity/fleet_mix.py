@@ -164,7 +164,11 @@ def _mixed_hour(spec: Spec, replica: Replica, specs: list[Spec], names: list[str
     found = mixed_variant([v[1] for v in variants], own)
     lost = mixed_variant([v[2] for v in variants], own)
     model = ClosedLoopModel(spec, replica, main.sample, found_sample=found, lost_sample=lost)
-    joint = JointSlo(model, [names[i] for i in present], [specs[i].slo for i in present], main)
+    # workloads with the same sessions and SLO are one population: their p95s are read together
+    alike = tuple(next(k for k, j in enumerate(present) if (specs[j].workload, specs[j].slo) == (specs[i].workload,
+                                                                                               specs[i].slo))
+                  for i in present)
+    joint = JointSlo(model, [names[i] for i in present], [specs[i].slo for i in present], main, alike)
     feasible = lambda n: n == 0 or joint.evaluate(n).feasible  # noqa: E731
     n_star = (search(spec, replica, main.sample, joint).agents if guess is None  # type: ignore[arg-type]
               else largest_near(feasible, max(guess, 1)))

@@ -149,14 +149,19 @@ def priced_variants(spec: Spec, replica: Replica, sessions: int, seed: int
 
 
 def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: tuple[slice, ...],
-                     calls: tuple[slice, ...]) -> list[dict]:
+                     calls: tuple[slice, ...], alike: tuple[int, ...] | None = None) -> list[dict]:
     """Each workload's own p95s at ``ev`` (its tasks' latency, its calls' TTFT; the engine's time per output
-    token), its SLO and whether each holds."""
+    token), its SLO and whether each holds. ``alike[i]``: the first workload with the same workload and SLO as
+    workload ``i`` (default: each its own). Alike workloads are one population, so their p95s are read off
+    their tasks and calls together: read apart, off a share each, the worst of several noisy p95s binds,
+    and a pool of 16 copies of one workload sized at N* 3 where one copy alone sizes at 20."""
+    alike = tuple(range(len(names))) if alike is None else alike
     rows = []
-    for name, slo, t, c in zip(names, slos, tasks, calls):
-        task = ev.task_latency_samples_s[t]
+    for i, (name, slo) in enumerate(zip(names, slos)):
+        members = [j for j, a in enumerate(alike) if a == alike[i]]
+        task = np.concatenate([ev.task_latency_samples_s[tasks[j]] for j in members])
         task_p95 = quantile(task, 0.95) if len(task) else None
-        ttft = ev.ttft_samples_s[c]
+        ttft = np.concatenate([ev.ttft_samples_s[calls[j]] for j in members])
         ttft_p95 = quantile(ttft, 0.95) if len(ttft) else None
         verdict = check_slo(slo, task_p95, ttft_p95, ev.tpot_p95_s)
         rows.append({"workload": name, "task_latency_p95_s": task_p95, "ttft_p95_s": ttft_p95,
@@ -169,17 +174,19 @@ def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: t
 
 class JointSlo:
     """A closed-loop model whose SLO verdict is every workload's own (module docstring, 'The SLO rule'):
-    what :func:`apmw.capacity.search.search` asks of a model, for a pooled sample."""
+    what :func:`apmw.capacity.search.search` asks of a model, for a pooled sample. ``alike``: as
+    :func:`workload_figures` takes it."""
 
-    def __init__(self, model: ClosedLoopModel, names: list[str], slos: list[Slo], mixed: MixedSample):
-        self.model, self.names, self.slos, self.mixed = model, names, slos, mixed
+    def __init__(self, model: ClosedLoopModel, names: list[str], slos: list[Slo], mixed: MixedSample,
+                 alike: tuple[int, ...] | None = None):
+        self.model, self.names, self.slos, self.mixed, self.alike = model, names, slos, mixed, alike
         self._cache: dict[int, Evaluation] = {}
 
     def with_max_batch(self, max_batch: int) -> "JointSlo":
-        return JointSlo(self.model.with_max_batch(max_batch), self.names, self.slos, self.mixed)
+        return JointSlo(self.model.with_max_batch(max_batch), self.names, self.slos, self.mixed, self.alike)
 
     def figures(self, ev: Evaluation) -> list[dict]:
-        return workload_figures(ev, self.names, self.slos, self.mixed.tasks, self.mixed.calls)
+        return workload_figures(ev, self.names, self.slos, self.mixed.tasks, self.mixed.calls, self.alike)
 
     def evaluate(self, agents: int) -> Evaluation:
         if agents not in self._cache:
@@ -188,7 +195,6 @@ class JointSlo:
             meets = not failed and prefill_keeps_up(ev.prefill_utilisation)
             self._cache[agents] = replace(ev, meets_latency=meets, slo=SloVerdict(failed=failed, unmeasured=()))
         return self._cache[agents]
-
 
 
 def mixed_variant(samples: list[SessionSample | None], own: list[bool]) -> SessionSample | None:

@@ -497,3 +497,29 @@ def test_a_terminal_too_narrow_for_a_table_gets_its_rows_as_records_never_cut_fi
     assert "shared\n  pools         refused: pool a+b@any\n" in narrow and "  MWh           -" not in narrow
     wide = printed(200, placements())
     assert "┃" in wide and "$287,262" in wide and "…" not in wide
+
+
+def test_a_plan_whose_check_will_take_long_says_so_before_it_starts(tmp_path):
+    """A spec with N* in the thousands ran its simulated check for many minutes with nothing said into a pipe
+    (fuzzing, session 45): plan says so before the check starts, and how to answer at once."""
+    import yaml
+
+    d = yaml.safe_load((EXAMPLES / "support-chat.yaml").read_text())
+    d["model"]["config"] = "meta-llama/Meta-Llama-3.1-8B"
+    d["hardware"].update(gpu="B200", gpus_per_replica=8)
+    d["slo"] = {"task_latency_p95_s": d["slo"]["task_latency_p95_s"]}
+    d["serving"].pop("max_batch", None)
+    spec = tmp_path / "big.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    import selectors
+
+    proc = subprocess.Popen([APMW, "plan", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            ready = sel.select(timeout=120)     # the note comes before the simulator's first run, in seconds
+        first = proc.stderr.readline() if ready else ""
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert "settling N* (" in first and "--analytic answers at once" in first

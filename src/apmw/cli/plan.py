@@ -88,6 +88,10 @@ def plan(
             if why:
                 note(f"N* is the analytic model's, not checked in the simulator: {why}")
             else:
+                if result.agents_per_replica >= SLOW_CHECK_AGENTS:
+                    note(f"settling N* ({result.agents_per_replica:,} agents, analytic) in the simulator: each run of "
+                         "this many agents takes minutes, and settling takes several runs; --analytic answers at once, "
+                         "--check-tasks N with a smaller N shortens the runs")
                 with Progress(console=out, transient=True, disable=as_json) as bar:
                     task = bar.add_task("checking N* in the simulator", total=1.0)
                     settled = check_plan(result, tasks_per_point=check_tasks,
@@ -127,6 +131,10 @@ def plan(
             warn(w)
     _exit_if_simulation_missed(checked)
 
+
+# From this many agents per replica a simulated check takes minutes a run: plan says so before it starts (on a
+# terminal its bar shows the time; into a pipe nothing else would).
+SLOW_CHECK_AGENTS = 1_000
 
 # `apmw plan --verify` exits with this code when the simulator misses the SLO at the plan's answer
 # (1: bad input, 2: no N meets the SLO).

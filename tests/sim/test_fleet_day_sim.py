@@ -88,3 +88,24 @@ def test_bad_input_is_refused():
         replica_table(p, ClosedLoopModel(p.spec, p.replica, p.sample), scale=0.0)
     with pytest.raises(ApmwError, match="at least 1"):
         simulate_day(_planned()[2], cells=0)
+
+
+def test_a_day_too_big_to_simulate_is_refused_with_what_it_would_take(tmp_path):
+    """A day of 10^9 tasks (within the spec's limits) was simulated task by task: about three core-hours with
+    nothing said (fuzzing, session 45). Refused before any work, with the estimate and what to do instead."""
+    import subprocess
+
+    import yaml
+
+    from tests.conftest import EXAMPLES
+    from tests.e2e.test_cli import APMW
+
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    d["fleet"]["tasks_per_hour"] = [0.0] * 23 + [1e9]
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = subprocess.run([APMW, "fleet", str(spec), "--simulate"], capture_output=True, text=True, timeout=300)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "1,000,000,000 tasks to simulate one by one" in said and "core-hours" in said
+    assert "--replicas-scale" in said

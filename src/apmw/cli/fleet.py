@@ -281,6 +281,11 @@ def _scaled(s, scale: float):
 
 # Independent simulated days at most (--replications): each is a whole day, task by task.
 MAX_REPLICATIONS = 100
+# Tasks simulated at most in one --simulate (the day's tasks x replications), and the simulator's pace: the bundled
+# coding agent's day of 40,000 tasks in 0.4 s on one core (`apmw fleet examples/coding-agent.yaml --simulate
+# --workers 1`, 2026-12-06), so the limit is about 17 core-minutes.
+MAX_SIMULATED_TASKS = 100_000_000
+SIMULATED_TASKS_PER_CORE_S = 100_000
 
 
 def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed: int, replications: int,
@@ -308,6 +313,14 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     if replications > MAX_REPLICATIONS:
         raise ApmwError(f"--replications {replications}: at most {MAX_REPLICATIONS} days are simulated (each a whole day, "
                         "task by task; 30 already put the 95 % interval within 5 % of its limit)")
+    tasks = day["tasks_per_day"] * replications
+    if tasks > MAX_SIMULATED_TASKS:
+        hours = tasks / SIMULATED_TASKS_PER_CORE_S / 3600
+        raise ApmwError(f"--simulate: {replications} day(s) of {day['tasks_per_day']:,.0f} tasks is {tasks:,.0f} tasks "
+                        f"to simulate one by one, about {hours:,.1f} core-hours at the simulator's pace (some "
+                        f"{SIMULATED_TASKS_PER_CORE_S:,} tasks a second a core); at most {MAX_SIMULATED_TASKS:,} are "
+                        "simulated: simulate a scaled day (--replicas-scale) or "
+                        "fewer --replications, or leave --simulate out for the analytic day")
     table = replica_table(result, ClosedLoopModel(result.spec, result.replica, result.sample))
     n_cells = cells_for(day["peak_replicas"]) if cells is None else cells
     start = time.perf_counter()

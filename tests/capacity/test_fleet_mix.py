@@ -311,6 +311,11 @@ def test_fleet_file_rules_are_named(tmp_path):
         "workloads:\n  - {name: a, spec: a.yaml}\nhardware:\n  - {gpu: H1000, gpus_per_replica: 1, gpu_hour_usd: 2}\n":
             "line 4: hardware.0.gpu: unknown GPU 'H1000'",
         "workloads:\n  - {name: 'a+b', spec: a.yaml}\n": "workloads.0.name",
+        # a name a spreadsheet reads as a formula in --csv (fuzzing, session 45), or that splits a column
+        "workloads:\n  - {name: '=HYPERLINK(\"http://x\")', spec: a.yaml}\n": "may not start with '=' or '-'",
+        "workloads:\n  - {name: \"a\\tb\", spec: a.yaml}\n": "a tab",
+        "workloads:\n  - {name: a, spec: a.yaml}\nhardware:\n  - {name: 'x@y', gpu: H100, gpus_per_replica: 1, "
+        "gpu_hour_usd: 2}\n": "a hardware candidate's name may not contain '+', '@'",
     }
     d = _spec_dict(model={"config": "Qwen/Qwen2.5-7B"})
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(d))

@@ -58,10 +58,18 @@ class FleetWorkload(Section):
     @field_validator("name")
     @classmethod
     def _plain(cls, v: str) -> str:
-        if any(c in v for c in "+@,\n") or v != v.strip():
-            raise ValueError(f"{v!r}: a workload's name may not contain '+', '@', ',', a line break or outer spaces "
-                             "(tables and pool names join names with them)")
-        return v
+        return plain_name(v, "a workload's")
+
+
+def plain_name(v: str, whose: str) -> str:
+    """``v`` as a name in tables, pool names (``a+b@H200x8``) and the --csv: refused where it would be misread."""
+    if any(c in v for c in "+@,\n\r\t") or v != v.strip():
+        raise ValueError(f"{v!r}: {whose} name may not contain '+', '@', ',', a tab, a line break or outer spaces "
+                         "(tables and pool names join names with them)")
+    if v[0] in "=-":
+        raise ValueError(f"{v!r}: {whose} name may not start with '=' or '-': a spreadsheet opening the --csv would "
+                         "read it as a formula")
+    return v
 
 
 class FleetHardware(Section):
@@ -73,6 +81,11 @@ class FleetHardware(Section):
     gpu: str | GpuOverride
     gpus_per_replica: int = Field(ge=1, le=MAX_GPUS_PER_REPLICA)
     gpu_hour_usd: float = Field(ge=0, le=MAX_GPU_HOUR_USD, description="all-in price of one GPU-hour of this GPU")
+
+    @field_validator("name")
+    @classmethod
+    def _plain(cls, v: str | None) -> str | None:
+        return None if v is None else plain_name(v, "a hardware candidate's")
 
     @property
     def label(self) -> str:

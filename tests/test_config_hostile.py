@@ -179,3 +179,22 @@ def test_one_field_under_two_names_that_disagree_is_refused(tmp_path, model, fie
     assert named in _refused(_write(tmp_path, model, field, value))
     agreeing = json.loads((MODELS / f"{model}.json").read_text())[same_as]
     load_architecture(str(_write(tmp_path, model, field, agreeing)))
+
+
+def test_what_is_not_a_config_file_is_named_for_what_it_is(tmp_path):
+    """A FIFO read as 'no file exists', /dev/zero as 'not a bundled model', a 200 MB file read whole into 518 MB,
+    `{}` as "model_type '(none)' (?)" and `sliding_window: 0` as 'missing' (fuzzing, session 45)."""
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    assert "not a regular file (a device, a pipe or a socket)" in _refused(fifo)
+    big = tmp_path / "config.json"
+    big.write_text('{"pad": "' + "x" * (5 * 2**20) + '"}')
+    assert "past the 4 MiB a config.json can be" in _refused(big)
+    big.write_text("{}")
+    assert "the config has no model_type: a HuggingFace config.json names its family there" in _refused(big)
+    cfg = json.loads((MODELS / "openai--gpt-oss-20b.json").read_text())
+    cfg["sliding_window"] = 0
+    big.write_text(json.dumps(cfg))
+    assert "'sliding_window' is 0" in _refused(big)

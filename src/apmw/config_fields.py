@@ -111,8 +111,12 @@ def refusal(cfg: dict[str, Any], text: dict[str, Any]) -> str | None:
     if model_type in NOT_YET:
         return (f"model_type '{model_type}' ({family}) is not modelled yet: {NOT_YET[model_type]}{unread}. "
                 "apmw refuses it rather than read it as its nearest family")
+    if not model_type:
+        archs = "" if family == "?" else f" (architectures {family})"
+        return (f"the config has no model_type{archs}{unread}: a HuggingFace config.json names its family "
+                f"there; apmw reads {', '.join(sorted(FAMILIES))}. Pass the model's own config.json")
     if model_type not in FAMILIES:
-        return (f"model_type '{model_type or '(none)'}' ({family}) is not a family apmw reads exactly "
+        return (f"model_type '{model_type}' ({family}) is not a family apmw reads exactly "
                 f"({', '.join(sorted(FAMILIES))}){unread}; it refuses it rather than read it as a look-alike")
     if unknown:
         return (f"field(s) apmw does not understand for model_type '{model_type}': {', '.join(unknown)}. They may "

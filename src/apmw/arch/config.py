@@ -188,8 +188,9 @@ def check_layer_count(c: Cfg, num_layers: int) -> None:
 def _window(c: Cfg) -> int:
     """The sliding layers' window, which layer_types' sliding layers need."""
     if not c.get("sliding_window"):
-        raise ConfigError(f"{c.name}: layer_types has sliding layers but 'sliding_window' "
-                          "is missing; add the window size in tokens.")
+        given = "is 0" if c.data.get("sliding_window") == 0 else "is missing"
+        raise ConfigError(f"{c.name}: layer_types has sliding layers but 'sliding_window' {given}; give the "
+                          "window size in tokens.")
     return c.positive(("sliding_window",), 0)
 
 

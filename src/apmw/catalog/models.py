@@ -298,6 +298,9 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
         raise UnknownNameError("no model named (an empty name): give a bundled name (apmw model --list), a "
                                "config.json or a checkpoint directory")
     path = local_path(name_or_path)
+    if _on_disk(path, "any") and not (_on_disk(path, "dir") or _on_disk(path, "file")):
+        raise ConfigError(f"{path}: not a regular file (a device, a pipe or a socket); pass a HuggingFace "
+                          "config.json file, the checkpoint directory that holds it, or a bundled name")
     if _on_disk(path, "dir"):       # a downloaded checkpoint: its config.json (HF layout)
         if not (path / "config.json").is_file():
             raise ConfigError(f"{path}: a directory without a config.json; pass the checkpoint directory "
@@ -313,7 +316,16 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
     return _read_json(_bundled_files()[full]), f"{_OTHER_SOURCES.get(full, _BUNDLE_SOURCE)}: {full}{read_as}"
 
 
+# The largest config.json apmw reads: published ones are a few kB (a per-layer quantisation list, tens of kB).
+MAX_CONFIG_BYTES = 4 * 2**20
+
+
 def _read_json(path: Path) -> dict:
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: {size / 2**20:,.0f} MiB, past the {MAX_CONFIG_BYTES // 2**20} MiB a config.json "
+                          "can be (published ones are a few kB): is it the weights or another file? Pass the "
+                          "model's HuggingFace config.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=partial(_unique_keys, path))
     except json.JSONDecodeError as err:

@@ -440,12 +440,20 @@ def test_a_kv_dtype_the_engine_cannot_store_is_refused_with_the_ones_it_can(engi
     # one GPU or dtype in two spellings planned the same point twice (fuzzing, session 43)
     ({"axes": {"hardware.gpu": ["H100", "h100_sxm"]}}, 'axis hardware.gpu lists "H100-SXM5-80GB" more than once'),
     ({"axes": {"model.kv_dtype": ["fp8", "FP8", "bfloat16", "bf16"]}}, 'lists "bf16", "fp8" more than once'),
+    # a spec or a fleet file given as the space listed its sections as unknown keys (fuzzing, session 45)
+    ({"workload": {}, "model": {}, "slo": {}}, "a spec, not a search space"),
+    ({"workloads": [{"name": "a", "spec": "a.yaml"}]}, "a fleet file, not a search space"),
 ])
 def test_a_space_with_stray_keys_or_repeated_values_is_refused(document, words):
     from apmw.design_search import read_space
 
     with pytest.raises(ApmwError, match=words):
         read_space(document, "space.yaml")
+
+
+def test_a_space_given_as_the_spec_is_named_a_space():
+    with pytest.raises(SpecError, match="a search space .* not a spec: give it with --space"):
+        spec_from_dict({"axes": {"serving.engine": ["vllm"]}})
 
 
 def test_a_misspelt_axis_is_refused_before_any_point_is_planned():

@@ -35,6 +35,10 @@ MAX_POINTS = 100_000
 def read_space(data: object, where: str) -> dict[str, list]:
     """The axes of a space document, checked: a mapping ``axes: {dotted.path: [values]}``."""
     axes = data.get("axes") if isinstance(data, dict) else None
+    if isinstance(data, dict) and axes is None and ("workload" in data or "workloads" in data):
+        what = "a fleet file" if "workloads" in data else "a spec"
+        raise ApmwError(f"{where}: {what}, not a search space: --space takes a file of 'axes': {{spec.field: "
+                        "[values, ...]} (docs/search.md), and the spec comes first: apmw search SPEC --space SPACE")
     if not isinstance(axes, dict) or not axes:
         raise ApmwError(f"{where}: a space is a mapping with 'axes': {{spec.field: [values, ...]}}, e.g. "
                         "axes: {hardware.gpus_per_replica: [1, 2, 4, 8]}")

@@ -150,6 +150,9 @@ def spec_from_dict(data: Any, path: str = "<spec>", lines: dict[tuple, int] | No
     """Validate a parsed document, raising :class:`SpecError` with every problem."""
     if not isinstance(data, dict):
         raise SpecError(path, ["the file must be a YAML mapping with sections workload, model, hardware, slo, cost"])
+    if "axes" in data and "workload" not in data:
+        raise SpecError(path, ["a search space (a top-level 'axes' map), not a spec: give it with --space, after the "
+                               "spec: apmw search SPEC --space SPACE"])
     if "workloads" in data and "workload" not in data:
         raise SpecError(path, ["a fleet file (a top-level 'workloads' list), not one workload's spec: size it with "
                                "apmw fleet FILE; this verb takes a spec such as examples/coding-agent.yaml"])

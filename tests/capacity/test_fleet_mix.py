@@ -316,6 +316,7 @@ def test_fleet_file_rules_are_named(tmp_path):
         "workloads:\n  - {name: \"a\\tb\", spec: a.yaml}\n": "a tab",
         "workloads:\n  - {name: a, spec: a.yaml}\nhardware:\n  - {name: 'x@y', gpu: H100, gpus_per_replica: 1, "
         "gpu_hour_usd: 2}\n": "a hardware candidate's name may not contain '+', '@'",
+        "workloads:\n  - {name: a, spec: f.yaml}\n": "f.yaml is this fleet file itself",
     }
     d = _spec_dict(model={"config": "Qwen/Qwen2.5-7B"})
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(d))

@@ -235,13 +235,19 @@ def load_fleet_file(path: str | Path) -> LoadedFleet:
         if not spec_path.exists():     # a folder or a device is refused by the reader, saying what it is
             problems.append(f"{at}: {spec_path}: file not found (a spec file, relative to the fleet file)")
             continue
+        if spec_path.resolve() == Path(path).resolve():
+            problems.append(f"{at}: {w.spec} is this fleet file itself; name a spec file (one workload's spec, such "
+                            "as examples/coding-agent.yaml)")
+            continue
         try:
             spec_data, spec_node = _read_yaml(spec_path, "spec")
         except SpecError as exc:
             problems += [f"{at}: {exc.path}: {p}" for p in exc.problems]
             continue
         if not isinstance(spec_data, dict) or is_fleet_file(spec_data):
-            problems.append(f"{at}: {spec_path}: not a spec (a YAML mapping with workload, model, hardware, slo, cost)")
+            what = "a fleet file, " if isinstance(spec_data, dict) else ""
+            problems.append(f"{at}: {spec_path}: {what}not a spec (a YAML mapping with workload, model, hardware, slo, "
+                            "cost)")
             continue
         spec_lines = _key_lines(spec_node) if spec_node is not None else {}
         full = merged(spec_data, w.overrides or {})

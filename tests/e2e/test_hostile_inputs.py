@@ -510,7 +510,11 @@ def _line_of(text: str, key: str) -> int:
     (CODING.replace("  gpu: H200", "  gpu: {hbm_bytes: 141.0e+9}"), "gpu:",
      "hardware.gpu: a custom GPU (no 'name') needs hbm_bandwidth_bytes_per_s"),
     (CODING.replace("  gpu: H200", "  gpu: {name: H200, idle_power_w: 900}"), "gpu:",
-     "hardware.gpu: idle_power_w 900 W is not below busy_power_w 700 W"),
+     "hardware.gpu: idle_power_w 900 W is not below busy_power_w (H200-SXM-141GB's catalogue figure) 700 W"),
+    # a power cap alone: the idle and busy draws it was compared with are the catalogue's (fuzzing, session 45)
+    (CODING.replace("  gpu: H200", "  gpu: {name: H200, tdp_w: 100}"), "gpu:",
+     "idle_power_w (H200-SXM-141GB's catalogue figure) 105 W is not below busy_power_w (H200-SXM-141GB's catalogue "
+     "figure scaled to your tdp_w) 100 W"),
 ])
 def test_a_refusal_found_building_the_replica_names_the_spec_file_and_line(tmp_path, text, key, words):
     said = _clean(_plan_text(tmp_path, text))

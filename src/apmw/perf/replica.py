@@ -42,23 +42,32 @@ def _overridden(base: GpuSpec, overrides: dict) -> GpuSpec:
     """A catalogue GPU with fields overridden. A power cap (``tdp_w``) without a busy figure scales the
     catalogue's busy draw with it, since a GPU capped at 400 W cannot draw its 700 W part's busy
     power; the power source says so."""
-    power_note = base.power_source
+    power_note, given = base.power_source, set(overrides)
     if "tdp_w" in overrides and "busy_power_w" not in overrides:
         overrides = {**overrides, "busy_power_w": base.busy_power_w * overrides["tdp_w"] / base.tdp_w}
         power_note = (f"{base.power_source}; busy power scaled to the overridden tdp_w "
                       f"({base.busy_power_w:.0f} W x {overrides['tdp_w']:.0f} / {base.tdp_w:.0f} W)")
     return _checked_power(replace(base, **overrides, power_source=power_note,
-                                  source=f"{base.source}; overridden: {', '.join(sorted(overrides)) or 'nothing'}"))
+                                  source=f"{base.source}; overridden: {', '.join(sorted(overrides)) or 'nothing'}"),
+                          given=given)
 
 
-def _checked_power(gpu: GpuSpec) -> GpuSpec:
-    """Refuse power figures no GPU has: a busy draw above the TDP, an idle draw at or above the busy one."""
+def _checked_power(gpu: GpuSpec, given=None) -> GpuSpec:
+    """Refuse power figures no GPU has: a busy draw above the TDP, an idle draw at or above the busy one. ``given``:
+    the fields the user set (None: all of them); a figure they did not set is said to be the catalogue's."""
+    def named(field: str) -> str:
+        if given is None or field in given:
+            return field
+        if field == "busy_power_w" and "tdp_w" in given:
+            return f"busy_power_w ({gpu.name}'s catalogue figure scaled to your tdp_w)"
+        return f"{field} ({gpu.name}'s catalogue figure)"
+
     if gpu.busy_power_w > gpu.tdp_w:
-        raise ConfigError(f"busy_power_w {gpu.busy_power_w:.0f} W exceeds tdp_w {gpu.tdp_w:.0f} W; a GPU "
-                          "draws at most its TDP: lower busy_power_w or raise tdp_w")
+        raise ConfigError(f"{named('busy_power_w')} {gpu.busy_power_w:.0f} W exceeds {named('tdp_w')} "
+                          f"{gpu.tdp_w:.0f} W; a GPU draws at most its TDP: lower busy_power_w or raise tdp_w")
     if gpu.idle_power_w >= gpu.busy_power_w:
-        raise ConfigError(f"idle_power_w {gpu.idle_power_w:.0f} W is not below busy_power_w "
-                          f"{gpu.busy_power_w:.0f} W; give an idle draw below the busy one")
+        raise ConfigError(f"{named('idle_power_w')} {gpu.idle_power_w:.0f} W is not below {named('busy_power_w')} "
+                          f"{gpu.busy_power_w:.0f} W; give an idle draw below the busy one (idle_power_w)")
     return gpu
 
 

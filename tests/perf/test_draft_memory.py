@@ -238,3 +238,21 @@ def test_predict_counts_a_named_draft_and_notes_an_unnamed_one():
     assert unnamed.exit_code == 0 and "name the draft" in " ".join(unnamed.output.split())
     wrong = CliRunner().invoke(app, args + ["--draft-model", "Qwen/Qwen3-8B"])
     assert wrong.exit_code != 0 and "--draft-model: Qwen/Qwen3-8B has a vocabulary" in " ".join(wrong.output.split())
+
+
+def test_a_draft_that_makes_decoding_slower_is_said_so():
+    """An 8B draft for an 8B target (draft_cost_fraction 4.0 over four draft tokens) made every token about twice as
+    slow with nothing said (fuzzing, session 45): a note says decoding is slower than without it; a cheap draft
+    has none."""
+    import subprocess
+
+    from tests.e2e.test_cli import APMW
+
+    base = [APMW, "predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl",
+            "100", "--concurrency", "4", "--speculative", "model", "--draft-tokens", "4", "--acceptance-rate", "0.7"]
+    slow = subprocess.run(base + ["--draft-model", "meta-llama/Meta-Llama-3.1-8B"], capture_output=True, text=True,
+                          timeout=300)
+    assert slow.returncode == 0, slow.stderr
+    assert "decoding is slower than without it" in " ".join(slow.stderr.split())
+    cheap = subprocess.run(base + ["--draft-cost-fraction", "0.1"], capture_output=True, text=True, timeout=300)
+    assert cheap.returncode == 0 and "slower than without it" not in cheap.stderr

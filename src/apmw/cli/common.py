@@ -315,6 +315,19 @@ def note_draft_memory(draft: str | None, draft_model: str | None = None) -> None
              "(serving.speculative.draft_model, --draft-model) to count them")
 
 
+def note_speculation_loss(figures: dict | None) -> None:
+    """Say so where speculative decoding as priced yields fewer tokens an iteration than it multiplies the
+    iteration's time by (``figures``: :func:`apmw.capacity.benchmark.speculative_figures`): a draft as large as the
+    target, or a low acceptance, makes each token slower than without it."""
+    if figures is None:
+        return
+    tokens, factor = figures["tokens_per_iteration"], 1.0 + figures["draft_cost_fraction"]
+    if tokens <= factor:
+        note(f"speculative decoding as priced yields {tokens:.2f} tokens an iteration but makes each iteration "
+             f"{factor:.2f}x as long (draft_cost_fraction {figures['draft_cost_fraction']:.2f}): decoding is slower "
+             "than without it; a smaller draft, or fewer draft tokens, or none")
+
+
 def note_checkpoint_dtype(model: str, weight_dtype: str, moe_dtype: str | None = None) -> None:
     """Say so when a checkpoint's name, or else its config.json, states other weights than the dtypes being
     priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16; DeepSeek-V4's fp4 experts beside

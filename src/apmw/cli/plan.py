@@ -9,8 +9,10 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
-                              note_draft_memory, note_moe_exchange, note_tensor_parallel_scaleout, out, warn)
+                              note_draft_memory, note_moe_exchange, note_speculation_loss,
+                              note_tensor_parallel_scaleout, out, warn)
 from apmw.errors import ApmwError
+from apmw.capacity.benchmark import speculative_figures
 from apmw.capacity.search import MAX_AGENTS
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -76,6 +78,7 @@ def plan(
 
             step = step_model_from_calibration(read_calibration(calibration), s)
         result = solve(s, agents=agents, step=step)
+        note_speculation_loss(speculative_figures(result.replica))
         note_moe_exchange(result.replica.step)
         note_tensor_parallel_scaleout(result.replica.step)
         if agents is None and result.search.binding_constraint == "agent_limit":

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_gpu_basis, note_draft_memory,
-                             note_scaleout, out)
+from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_draft_memory, note_gpu_basis,
+                             note_scaleout, note_speculation_loss, out)
 from apmw.errors import ApmwError
 
 
@@ -212,6 +212,7 @@ def predict(
     except ApmwError as exc:
         fail(as_flags(str(exc)))
     _note_scaleout(gpu, tp, layout)
+    note_speculation_loss(next((p.speculative for p in ps if not isinstance(p, str)), None))
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
         _sweep(ps, levels, key, as_json, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens ({engine})")

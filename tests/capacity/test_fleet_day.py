@@ -424,3 +424,12 @@ def test_a_cap_the_kept_replicas_do_not_fit_says_what_would(tmp_path, extra, adv
     r = _fleet_cli(spec)
     assert r.returncode == 2 and re.search(advice, " ".join(r.stderr.split())), r.stderr
     assert "tasks per hour" not in r.stderr.split("Needed:")[-1]
+
+
+def test_a_day_of_fewer_than_one_task_is_not_printed_as_zero_tasks():
+    """`--replicas-scale 1e-12` printed 'day: 0 tasks ... $12,181,609,289.68 per task' (fuzzing, session 45): the
+    count of tasks the per-task cost divides by is shown as it is."""
+    from apmw.cli.fleet import _count
+
+    assert _count(4e-08) == "4e-08" and _count(0.4) == "0.4" and _count(12.5) == "12.5"
+    assert _count(40_000) == "40,000" and _count(0) == "0"

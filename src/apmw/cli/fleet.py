@@ -132,6 +132,12 @@ def _owned(o: dict | None) -> list[str]:
             f"${o['cost_per_month_usd']:,.0f} a month, {per_task} per task"]
 
 
+def _count(x: float) -> str:
+    """A count of tasks as read: whole from 100 up, three significant figures below (a day of 0.4 tasks, priced per
+    task, is not '0 tasks')."""
+    return f"{x:,.0f}" if x >= 100 or x == 0 else f"{x:.3g}"
+
+
 def _summary(d: dict) -> list[str]:
     per_task = "-" if d["cost_per_task_usd"] is None else f"${d['cost_per_task_usd']:,.4f}"
     return [
@@ -140,7 +146,7 @@ def _summary(d: dict) -> list[str]:
         f"scale-down delay {d['scale_down_delay_s']:,.0f} s",
         f"peak at hour {d['peak_hour_label']}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
         f"{d['peak_facility_mw']:,.3f} MW facility ({d['peak_provisioned_mw']:,.3f} MW provisioned)",
-        f"day: {d['tasks_per_day']:,.0f} tasks, {d['gpu_hours_per_day']:,.0f} GPU-hours, "
+        f"day: {_count(d['tasks_per_day'])} tasks, {d['gpu_hours_per_day']:,.0f} GPU-hours, "
         f"{d['facility_mwh_per_day']:,.2f} MWh (average {d['average_facility_mw']:,.3f} MW), "
         f"${d['cost_per_day_usd']:,.2f}, {per_task} per task",
         f"month: {d['facility_mwh_per_month']:,.1f} MWh, ${d['cost_per_month_usd']:,.0f}",

@@ -70,11 +70,11 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     check_request_lengths(isl, osl, concurrency)
     for side, w in (("prefill", prefill), ("decode", decode)):
         if w.count < 1:
-            raise PredictError(f"a disaggregated replica needs at least one {side} worker (--{side}-workers, "
-                               f"Workers.count): got {w.count}")
+            raise PredictError(f"a disaggregated replica needs at least one {side} worker (--{side}-workers): "
+                               f"got {w.count}")
         if w.count > MAX_DISAGG_WORKERS:
             raise PredictError(f"--{side}-workers {w.count:,}: a disaggregated replica has at most {MAX_DISAGG_WORKERS:,} "
-                               f"{side} workers, as serving.disaggregation allows (Workers.count)")
+                               f"{side} workers (--{side}-workers), as serving.disaggregation allows")
     if not MIN_LINK_BYTES_PER_S <= kv_transfer_bandwidth_bytes_per_s <= MAX_LINK_BYTES_PER_S:
         raise PredictError(f"kv_transfer_bandwidth_bytes_per_s must be {MIN_LINK_BYTES_PER_S:g} to "
                            f"{MAX_LINK_BYTES_PER_S:g} bytes/s (--kv-transfer-gb-per-s {MIN_LINK_BYTES_PER_S / 1e9:g} to "

@@ -236,8 +236,9 @@ def mxfp4_moe_activations(setting: str | None, engine: str, gpu: GpuSpec, expert
     if setting not in MXFP4_MOE_ACTIVATIONS:
         raise ServingSettingError(f"mxfp4_moe_activations '{setting}' is not known; use one of: {', '.join(MXFP4_MOE_ACTIVATIONS)}")
     if setting == "mxfp8" and (expert_dtype or "").lower() not in ("fp4", "mxfp4"):
-        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts (gpt-oss's); these experts are "
-                        f"{expert_dtype or 'not routed'}: leave it out")
+        held = f"its routed experts are {expert_dtype}" if expert_dtype else "this model has no routed experts"
+        raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' applies to MXFP4 routed experts (gpt-oss's); {held}: "
+                                  "leave it out")
     if setting == "mxfp8" and not mx_gpu:
         raise ServingSettingError(f"mxfp4_moe_activations 'mxfp8' needs NVIDIA's FP4/MX tensor cores (Blackwell: "
                                   f"FlashInfer's W4A8 kernel); {gpu.name} is priced with MXFP4 experts at bf16 "

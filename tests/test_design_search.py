@@ -505,3 +505,18 @@ def test_points_that_tie_with_the_spec_share_its_rank():
     d = search(spec, {"serving.max_batch": [4 * own, own]}).to_dict()
     assert d["as_specified"]["settings"] == {"serving.max_batch": own}
     assert d["as_specified"]["rank_by_agents_per_mw"] == 1
+
+
+def test_search_plans_on_no_more_processes_than_cores_or_points(capsys):
+    """`--workers 1024` on 2 cores started a process per batch and took three times one per core (fuzzing,
+    session 45): the pool is held to the cores apmw may use (said in a note) and to the points."""
+    import os
+
+    from apmw.cli.search import _workers
+
+    cores = len(os.sched_getaffinity(0))
+    axes = {"serving.max_batch": list(range(1, 201))}
+    assert _workers(1024, axes) == min(cores, 200)
+    assert "--workers 1024: this machine gives apmw" in capsys.readouterr().err or cores >= 1024
+    assert _workers(8, {"serving.max_batch": [1, 2]}) == min(2, cores)
+    assert _workers(0, axes) == min(cores, 200) and _workers(0, {"serving.max_batch": [1]}) == 1

@@ -33,12 +33,18 @@ POOL_FROM_POINTS = 32
 
 
 def _workers(asked: int, axes: dict) -> int:
-    """Processes to plan on: as asked, or one per core for a space big enough to pay for them."""
-    if asked:
-        return asked
+    """Processes to plan on: as asked, or one per core for a space big enough to pay for them; never more than
+    the space has points (each further process only starts), nor, noted, more than this machine's cores (planning
+    is computing: 1,024 processes on 2 cores took three times one per core)."""
     from apmw.design_search.space import space_size
 
-    return 1 if space_size(axes) < POOL_FROM_POINTS else max(1, len(os.sched_getaffinity(0)))
+    cores, points = max(1, len(os.sched_getaffinity(0))), space_size(axes)
+    if not asked:
+        return 1 if points < POOL_FROM_POINTS else min(cores, points)
+    if asked > cores:
+        note(f"--workers {asked}: this machine gives apmw {cores} core(s), and planning a point is computing, so "
+             f"more processes than cores only take turns: planning on {cores}")
+    return max(1, min(asked, cores, points))
 
 
 def _page(answer, spec, axes: dict, spec_path: Path, argv: list[str]) -> str:

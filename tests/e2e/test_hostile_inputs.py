@@ -40,6 +40,8 @@ def _alias_bomb(depth: int, width: int) -> str:
 @pytest.mark.parametrize("text,words", [
     (CODING.encode() + b"# caf\xe9\n", "byte 0xe9 is not UTF-8"),
     ("loop: &a [1, *a]\n", "refers to its own anchor"),
+    # at the anchor's own line, not the document's first (fuzzing, session 45)
+    (CODING + "loop: &a [1, *a]\n", f"line {CODING.count(chr(10)) + 1}, column 7: an alias refers to its own anchor"),
     ("base: &b {x: 1}\nmore:\n  <<: *b\n  y: 2\n", "line 3, column 3: a YAML merge key (<<: *name) is not read here"),
     ("x: " + "[" * 1000 + "]" * 1000 + "\n", "nested more than"),
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 8\n  gpus_per_replica: 1"),

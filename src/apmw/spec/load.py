@@ -244,18 +244,18 @@ class _Refused(yaml.MarkedYAMLError):
         super().__init__(problem=problem, problem_mark=mark)
 
 
-def _node_is_recursive(node: yaml.Node, stack: set[int] | None = None, done: set[int] | None = None) -> bool:
-    """Whether an alias points back into its own anchor (``loop: &a [1, *a]``); each node is
-    explored once, however often aliases repeat it."""
+def _recursive_node(node: yaml.Node, stack: set[int] | None = None, done: set[int] | None = None) -> yaml.Node | None:
+    """The anchored node an alias inside it points back to (``loop: &a [1, *a]``), or None; each node is explored
+    once, however often aliases repeat it."""
     stack = set() if stack is None else stack
     done = set() if done is None else done
     if id(node) in stack:
-        return True
+        return node
     if id(node) in done or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-        return False
+        return None
     stack.add(id(node))
     children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
-    found = any(_node_is_recursive(c, stack, done) for c in children)
+    found = next((r for r in (_recursive_node(c, stack, done) for c in children) if r is not None), None)
     stack.discard(id(node))
     done.add(id(node))
     return found
@@ -298,8 +298,9 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
         loader = _SpecLoader(text)
         try:
             node = loader.get_single_node()
-            if node is not None and _node_is_recursive(node):
-                raise _Refused(node.start_mark, "an alias refers to its own anchor (a recursive structure)")
+            looped = _recursive_node(node) if node is not None else None
+            if looped is not None:
+                raise _Refused(looped.start_mark, "an alias refers to its own anchor (a recursive structure)")
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()

@@ -520,3 +520,17 @@ def test_search_plans_on_no_more_processes_than_cores_or_points(capsys):
     assert "--workers 1024: this machine gives apmw" in capsys.readouterr().err or cores >= 1024
     assert _workers(8, {"serving.max_batch": [1, 2]}) == min(2, cores)
     assert _workers(0, axes) == min(cores, 200) and _workers(0, {"serving.max_batch": [1]}) == 1
+
+
+def test_a_space_file_error_names_the_axis_line(tmp_path):
+    """Spec errors named their line, space errors only the file (fuzzing, session 45)."""
+    import subprocess
+
+    from tests.e2e.test_cli import APMW
+
+    space = tmp_path / "space.yaml"
+    space.write_text("axes:\n  serving.engine: [vllm]\n\n  serving.max_batchh: [64]\n")
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", str(space)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    assert f"{space}: line 4: axis 'serving.max_batchh'" in " ".join(r.stderr.split())

@@ -102,7 +102,7 @@ def search(
                                     search_key, spec_document, write_csv)
     from apmw.arch.from_config import load_architecture
     from apmw.spec import load_spec
-    from apmw.spec.load import load_yaml
+    from apmw.spec.load import load_yaml_lines
 
     if workers and ray_address is not None:
         fail(f"--workers {workers} and --ray {ray_address} both given: --workers sizes the process pool on this "
@@ -121,8 +121,11 @@ def search(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
-        axes = (default_space(spec_document(s), moe=load_architecture(s.model.config).num_experts > 0) if space is None
-                else read_space(load_yaml(space, "search space"), str(space)))
+        if space is None:
+            axes = default_space(spec_document(s), moe=load_architecture(s.model.config).num_experts > 0)
+        else:
+            document, lines = load_yaml_lines(space, "search space")
+            axes = read_space(document, str(space), lines)
         # a catalogued GPU whose step times are least checked, wherever the space puts it (a custom GPU's own
         # figures are the user's)
         for gpu in dict.fromkeys(g for g in [s.hardware.gpu, *axes.get("hardware.gpu", [])] if isinstance(g, str)):

@@ -32,8 +32,15 @@ from apmw.spec.spellings import dtype_key, engine_key
 MAX_POINTS = 100_000
 
 
-def read_space(data: object, where: str) -> dict[str, list]:
-    """The axes of a space document, checked: a mapping ``axes: {dotted.path: [values]}``."""
+def read_space(data: object, where: str, lines: dict[tuple, int] | None = None) -> dict[str, list]:
+    """The axes of a space document, checked: a mapping ``axes: {dotted.path: [values]}``. ``lines``: each key
+    path's line in the file (:func:`apmw.spec.load.load_yaml_lines`), so that an axis' error names its line."""
+    lines = lines or {}
+
+    def at(*key) -> str:
+        line = lines.get(key)
+        return f"{where}: line {line}" if line else where
+
     axes = data.get("axes") if isinstance(data, dict) else None
     if isinstance(data, dict) and axes is None and ("workload" in data or "workloads" in data):
         what = "a fleet file" if "workloads" in data else "a spec"
@@ -45,29 +52,29 @@ def read_space(data: object, where: str) -> dict[str, list]:
     assert isinstance(data, dict)
     unknown = [str(k) for k in data if k != "axes"]
     if unknown:
-        raise ApmwError(f"{where}: unknown key(s) {', '.join(unknown)}: a space holds 'axes' only")
+        raise ApmwError(f"{at(unknown[0])}: unknown key(s) {', '.join(unknown)}: a space holds 'axes' only")
     for path, values in axes.items():
         if not isinstance(path, str) or path.count(".") < 1:
-            raise ApmwError(f"{where}: axis {path!r} is not a dotted spec path such as serving.engine")
-        _check_spec_path(path, where)
+            raise ApmwError(f"{at('axes', path)}: axis {path!r} is not a dotted spec path such as serving.engine")
+        _check_spec_path(path, at("axes", path))
         if not isinstance(values, list) or not values:
-            raise ApmwError(f"{where}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
+            raise ApmwError(f"{at('axes', path)}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
         spelled = [_spelling(path, v) for v in values]      # vLLM and vllm, H100 and h100_sxm, FP8 and fp8 alike
         seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in spelled]
         twice = sorted({t for t in seen if seen.count(t) > 1})
         if twice:
-            raise ApmwError(f"{where}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
+            raise ApmwError(f"{at('axes', path)}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
                             "of the space: list it once")
     paths = sorted(axes)
     for outer, inner in zip(paths, paths[1:]):
         if inner.startswith(outer + "."):
-            raise ApmwError(f"{where}: axes {outer} and {inner} overlap: each value of {outer} sets the whole of what "
+            raise ApmwError(f"{at('axes', inner)}: axes {outer} and {inner} overlap: each value of {outer} sets the whole of what "
                             f"{inner} sets a part of, so one would undo or ignore the other; vary {inner} inside "
                             f"{outer}'s values, or drop one axis")
     for path, values in axes.items():
         odd = next((v for v in values if not _finite(v)), None)
         if odd is not None:
-            raise ApmwError(f"{where}: axis {path}: {odd!r} holds a number that is not finite (nan or inf); give "
+            raise ApmwError(f"{at('axes', path)}: axis {path}: {odd!r} holds a number that is not finite (nan or inf); give "
                             "finite values")
     size = space_size(axes)
     if size > MAX_POINTS:

@@ -330,6 +330,12 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
     return _read_yaml(path, what)[0]
 
 
+def load_yaml_lines(path: str | Path, what: str = "file") -> tuple[Any, dict[tuple, int]]:
+    """:func:`load_yaml`, and each key path's 1-based line (for messages that name it)."""
+    data, node = _read_yaml(path, what)
+    return data, (_key_lines(node) if node is not None else {})
+
+
 def load_spec(path: str | Path) -> Spec:
     """Load and validate a YAML spec file."""
     data, node = _read_yaml(path, "spec; see examples/")

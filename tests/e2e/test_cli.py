@@ -424,10 +424,11 @@ def test_an_option_given_twice_is_refused():
     assert "--gpu is given more than once" in " ".join(r.stderr.split())
     r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--analytic", "--agents", "3", "--agents=5")
     assert r.returncode == 1 and "--agents is given more than once" in " ".join(r.stderr.split())
-    from apmw.cli import _given_twice, _register_verbs
+    from apmw.cli import _given_twice, _register_verbs, _verb_command
     _register_verbs()
-    assert _given_twice(["plan", "spec.yaml", "--workload-from", "--agents", "--agents", "3"]) is None
-    assert _given_twice(["plan", "spec.yaml", "--json", "--json"]) == "--json"
+    plan = _verb_command(["plan"])
+    assert _given_twice(["plan", "spec.yaml", "--workload-from", "--agents", "--agents", "3"], plan) is None
+    assert _given_twice(["plan", "spec.yaml", "--json", "--json"], plan) == "--json"
 
 
 def test_a_held_ctrl_c_is_raised_where_stopping_is_safe_and_never_lost():

@@ -43,7 +43,8 @@ def main() -> None:
     _register_verbs()
     args = sys.argv[1:]
     debug = "--debug" in args
-    both, twice = _both_sides_of_a_switch(args), _given_twice(args)
+    verb = _verb_command(args)
+    both, twice = _both_sides_of_a_switch(args, verb), _given_twice(args, verb)
     if both or twice:
         err.print(f"error: {both[0]} and {both[1]} are the two sides of one switch: give one of them" if both else
                   f"error: {twice} is given more than once, and only one value would be used: give it once",
@@ -63,10 +64,9 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-def _both_sides_of_a_switch(args: list[str]) -> tuple[str, str] | None:
-    """An on/off switch given both ways (``--mixed-prefill --prefill-first``), which the parser would settle by
-    the last one silently: the two flags, or None."""
-    sub = _verb_command(args)
+def _both_sides_of_a_switch(args: list[str], sub) -> tuple[str, str] | None:
+    """An on/off switch of the verb command ``sub`` given both ways (``--mixed-prefill --prefill-first``), which the
+    parser would settle by the last one silently: the two flags, or None."""
     given = set(args)
     for param in getattr(sub, "params", ()):
         on = [o for o in getattr(param, "opts", ()) if o in given]
@@ -76,10 +76,10 @@ def _both_sides_of_a_switch(args: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def _given_twice(args: list[str]) -> str | None:
-    """An option given more than once (``--gpu H100 ... --gpu B200``, ``--agents 3 --agents 5``), which the parser
-    would settle by the last one silently (an option that takes a list apart): the option as written, or None."""
-    sub = _verb_command(args)
+def _given_twice(args: list[str], sub) -> str | None:
+    """An option of the verb command ``sub`` given more than once (``--gpu H100 ... --gpu B200``, ``--agents 3
+    --agents 5``), which the parser would settle by the last one silently (an option that takes a list apart): the
+    option as written, or None."""
     if sub is None:
         return None
     options = {o: p for p in getattr(sub, "params", ()) if getattr(p, "param_type_name", "") == "option"

@@ -100,3 +100,20 @@ def test_a_bit_width_tag_outranks_the_method_tag_wherever_it_stands(name, dtype)
     from apmw.catalog.models import checkpoint_weight_dtype
 
     assert checkpoint_weight_dtype(name) == dtype
+
+
+@pytest.mark.parametrize("side,text", [
+    ("quantize_config.json", '{"bits": 4, "group_size": 128, "desc_act": false, "sym": true}'),     # AutoGPTQ
+    ("quant_config.json", '{"zero_point": true, "q_group_size": 128, "w_bit": 4, "version": "GEMM"}'),  # AutoAWQ
+])
+def test_a_checkpoint_folder_quantised_in_a_side_file_is_read_as_it_stores_its_weights(tmp_path, side, text):
+    """An AutoGPTQ folder whose 4 bits are stated in quantize_config.json, not config.json, was priced as bf16
+    without a word (fuzzing, session 45); vLLM reads the side file, and so does apmw: int4."""
+    from apmw.catalog.models import config_weight_dtype
+
+    cfg, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert config_weight_dtype(str(tmp_path)) is None
+    (tmp_path / side).write_text(text)
+    assert config_weight_dtype(str(tmp_path)) == "int4"
+    assert load_config(str(tmp_path))[0]["quantization_config"]["quant_method"] in ("gptq", "awq")

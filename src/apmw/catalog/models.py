@@ -307,13 +307,31 @@ def load_config(name_or_path: str) -> tuple[dict, str]:
                               "that holds config.json, the file itself, or a bundled name")
         path = path / "config.json"
     if _on_disk(path, "file"):
-        return _read_json(path), f"file {path.resolve()}"
+        return _with_side_quantization(_read_json(path), path), f"file {path.resolve()}"
     found = _resolve(name_or_path)
     if found is None:
         raise UnknownNameError(_unknown_message(name_or_path))
     full, why = found
     read_as = f" (read for '{name_or_path.strip()}': {why})" if why else ""
     return _read_json(_bundled_files()[full]), f"{_OTHER_SOURCES.get(full, _BUNDLE_SOURCE)}: {full}{read_as}"
+
+
+# The quantisation files older AutoGPTQ and AutoAWQ checkpoints keep beside config.json instead of its
+# quantization_config, and the method each names (vLLM's get_quant_config reads them the same way).
+SIDE_QUANTIZATION_FILES = {"quantize_config.json": "gptq", "quant_config.json": "awq"}
+
+
+def _with_side_quantization(cfg: dict, path: Path) -> dict:
+    """``cfg`` (the config.json at ``path``) with the quantisation its folder's AutoGPTQ/AutoAWQ file states as its
+    ``quantization_config`` where it has none of its own: read without it, a 4-bit checkpoint was priced as bf16."""
+    if cfg.get("quantization_config") is not None or path.name != "config.json":
+        return cfg
+    for name, method in SIDE_QUANTIZATION_FILES.items():
+        side = path.parent / name
+        if _on_disk(side, "file"):
+            q = _read_json(side)
+            return {**cfg, "quantization_config": {"quant_method": method, **q}}
+    return cfg
 
 
 # The largest config.json apmw reads: published ones are a few kB (a per-layer quantisation list, tens of kB).

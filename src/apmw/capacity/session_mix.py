@@ -153,8 +153,8 @@ def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: t
     """Each workload's own p95s at ``ev`` (its tasks' latency, its calls' TTFT; the engine's time per output
     token), its SLO and whether each holds. ``alike[i]``: the first workload with the same workload and SLO as
     workload ``i`` (default: each its own). Alike workloads are one population, so their p95s are read off
-    their tasks and calls together: read apart, off a share each, the worst of several noisy p95s binds,
-    and a pool of 16 copies of one workload sized at N* 3 where one copy alone sizes at 20."""
+    their tasks and calls together: read apart, off a share each, the worst of several noisy p95s would bind,
+    and many copies of one workload pooled would size far below one copy alone."""
     alike = tuple(range(len(names))) if alike is None else alike
     rows = []
     for i, (name, slo) in enumerate(zip(names, slos)):

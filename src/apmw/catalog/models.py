@@ -323,7 +323,7 @@ SIDE_QUANTIZATION_FILES = {"quantize_config.json": "gptq", "quant_config.json": 
 
 def _with_side_quantization(cfg: dict, path: Path) -> dict:
     """``cfg`` (the config.json at ``path``) with the quantisation its folder's AutoGPTQ/AutoAWQ file states as its
-    ``quantization_config`` where it has none of its own: read without it, a 4-bit checkpoint was priced as bf16."""
+    ``quantization_config`` where it has none of its own: read without it, a 4-bit checkpoint would be priced as bf16."""
     if cfg.get("quantization_config") is not None or path.name != "config.json":
         return cfg
     for name, method in SIDE_QUANTIZATION_FILES.items():

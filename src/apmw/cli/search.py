@@ -35,7 +35,7 @@ POOL_FROM_POINTS = 32
 def _workers(asked: int, axes: dict) -> int:
     """Processes to plan on: as asked, or one per core for a space big enough to pay for them; never more than
     the space has points (each further process only starts), nor, noted, more than this machine's cores (planning
-    is computing: 1,024 processes on 2 cores took three times one per core)."""
+    is computing: more processes than cores only take turns)."""
     from apmw.design_search.space import space_size
 
     cores, points = max(1, len(os.sched_getaffinity(0))), space_size(axes)

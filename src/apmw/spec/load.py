@@ -347,8 +347,8 @@ def load_spec(path: str | Path) -> Spec:
 
 def config_beside(spec: Spec, path: Path) -> Spec:
     """``spec`` with a relative ``model.config`` path read beside the spec file ``path``, as a fleet file's spec
-    paths are read beside it: run from another folder, it named a file that was not there, or silently another
-    one in that folder. A relative path found only from the current folder is read from there."""
+    paths are read beside it: read from the current folder, it would name a file that is not there, or silently
+    another one in that folder. A relative path found only from the current folder is read from there."""
     from apmw.catalog.models import local_path, on_disk
 
     config = local_path(spec.model.config.strip())

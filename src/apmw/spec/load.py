@@ -349,10 +349,14 @@ def config_beside(spec: Spec, path: Path) -> Spec:
     """``spec`` with a relative ``model.config`` path read beside the spec file ``path``, as a fleet file's spec
     paths are read beside it: read from the current folder, it would name a file that is not there, or silently
     another one in that folder. A relative path found only from the current folder is read from there."""
-    from apmw.catalog.models import local_path, on_disk
-
-    config = local_path(spec.model.config.strip())
-    beside = path.parent / config
-    if config.is_absolute() or path.parent == Path(".") or not on_disk(str(beside)):
+    name = spec.model.config.strip()
+    if name.startswith("~") or Path(name).is_absolute() or path.parent == Path("."):
+        return spec
+    beside = path.parent / name
+    try:
+        found = beside.exists()
+    except (OSError, ValueError):       # a name no file system could hold (too long, a NUL byte)
+        found = False
+    if not found:
         return spec
     return spec.model_copy(update={"model": spec.model.model_copy(update={"config": str(beside)})})

@@ -156,13 +156,15 @@ def workload_figures(ev: Evaluation, names: list[str], slos: list[Slo], tasks: t
     their tasks and calls together: read apart, off a share each, the worst of several noisy p95s would bind,
     and many copies of one workload pooled would size far below one copy alone."""
     alike = tuple(range(len(names))) if alike is None else alike
-    rows = []
-    for i, (name, slo) in enumerate(zip(names, slos)):
-        members = [j for j, a in enumerate(alike) if a == alike[i]]
+    p95s: dict[int, tuple[float | None, float | None]] = {}     # each population's, read once
+    for group in dict.fromkeys(alike):
+        members = [j for j, a in enumerate(alike) if a == group]
         task = np.concatenate([ev.task_latency_samples_s[tasks[j]] for j in members])
-        task_p95 = quantile(task, 0.95) if len(task) else None
         ttft = np.concatenate([ev.ttft_samples_s[calls[j]] for j in members])
-        ttft_p95 = quantile(ttft, 0.95) if len(ttft) else None
+        p95s[group] = (quantile(task, 0.95) if len(task) else None, quantile(ttft, 0.95) if len(ttft) else None)
+    rows = []
+    for name, slo, group in zip(names, slos, alike):
+        task_p95, ttft_p95 = p95s[group]
         verdict = check_slo(slo, task_p95, ttft_p95, ev.tpot_p95_s)
         rows.append({"workload": name, "task_latency_p95_s": task_p95, "ttft_p95_s": ttft_p95,
                      "tpot_p95_s": ev.tpot_p95_s,

@@ -11,7 +11,6 @@ from rich.table import Table
 from apmw.cli.common import (app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
                              print_table)
 from apmw.errors import ApmwError
-from apmw.render import missed_slos, slo_line
 from apmw.spec import SpecError
 
 
@@ -64,6 +63,8 @@ def levers(
         t.add_row(r.lever, r.group, r.relaxes, f"{r.agents_per_mw_after:,.0f}", f"{r.gain:.2f}x",
                   f"{r.agents_per_replica_after:,}", r.binding_after or "infeasible", style=style)
     print_table(t)
+    from apmw.render import slo_line
+
     for r in results:
         if r.verified and "skipped" in r.verified:
             out.print(f"not verified {r.lever}: {r.verified['skipped']}")
@@ -96,6 +97,7 @@ def _exit_if_a_verified_lever_missed(results) -> None:
     """``--verify``: exit 3, as ``apmw plan --verify`` does, where the simulator misses the SLO at a verified
     lever's new N* (its gain is overstated), naming the SLOs it misses."""
     from apmw.cli.plan import SIMULATED_SLO_MISSED_EXIT
+    from apmw.render import missed_slos
 
     missed = [r for r in results if r.verified and r.verified.get("simulated_meets_slo") is False]
     if missed:

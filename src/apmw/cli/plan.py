@@ -12,7 +12,6 @@ from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, 
                               note_draft_memory, note_moe_exchange, note_speculation_loss,
                               note_tensor_parallel_scaleout, out, warn)
 from apmw.errors import ApmwError
-from apmw.capacity.benchmark import speculative_figures
 from apmw.capacity.search import MAX_AGENTS
 from apmw.sim.checked import CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
@@ -45,6 +44,7 @@ def plan(
     from rich.progress import Progress
 
     from apmw.capacity import InfeasibleError, plan as solve
+    from apmw.capacity.benchmark import speculative_figures
     from apmw.capacity.sensitivity import slo_sensitivity
     from apmw.render import check_table, plan_table, verify_table
     from apmw.sim import verify_plan

@@ -237,11 +237,12 @@ def _explain_infeasible(spec: Spec, replica: Replica, result: SearchResult) -> s
 
 
 def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = None,
-         step: StepModel | None = None) -> Plan:
+         step: StepModel | None = None, guess: int | None = None) -> Plan:
     """Solve the spec. With ``agents``, report the closed loop at exactly that many agents.
 
     ``efficiency`` prices iterations with the roofline at those efficiencies instead of the built-in
     step model; ``step`` with that step model (a server's measured one, ``apmw bench --calibrate``).
+    ``guess`` starts the N* search near a neighbouring spec's N* (:func:`apmw.capacity.search.search`).
     """
     if step is not None:
         replica = replica_from_spec(spec, step=step)
@@ -251,7 +252,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     model = closed_loop_model(spec, replica)
     sample = model.sample
     refuse_past_window(spec, replica, sample)
-    result = search(spec, replica, sample, model)
+    result = search(spec, replica, sample, model, guess)
     if agents is None:
         if result.agents == 0:
             raise InfeasibleError(_explain_infeasible(spec, replica, result),

@@ -78,7 +78,12 @@ class SearchResult:
     single_agent: Evaluation      # the evaluation at N = 1: the floor of the task latency
 
 
-def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None) -> SearchResult:
+def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None,
+           guess: int | None = None) -> SearchResult:
+    """N* and what binds it. ``guess`` (a neighbouring problem's N*: a design-space search's previous point)
+    starts the latency search there instead of at one agent; the answer is the same, since the latency check
+    only gets harder with more agents, but a guess near N* asks a few agent counts where galloping up from
+    one asks twice log2 N*."""
     model = model or ClosedLoopModel(spec, replica, sample)
     cache: dict[int, Evaluation] = {}
 
@@ -87,7 +92,8 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
             cache[n] = model.evaluate(n)
         return cache[n]
 
-    n_latency = largest_passing(lambda n: at(n).meets_latency)
+    n_latency = (largest_passing(lambda n: at(n).meets_latency) if guess is None
+                 else largest_near(lambda n: at(n).meets_latency, min(max(guess, 1), MAX_AGENTS)))
     # memory matters only where latency is met: past that N, an engine that queues calls without
     # their KV (zero think time, a small batch cap) would fit memory up to MAX_AGENTS, at O(N) each;
     # and where it fits at n_latency it fits below (more agents only hold more KV), so that is the answer

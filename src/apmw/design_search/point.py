@@ -21,6 +21,13 @@ FIGURES = ("agents_per_replica", "binding_constraint", "agents_per_mw", "agents_
            "cost_per_session_usd", "agents_per_gpu", "task_latency_p95_s", "output_speed_tokens_per_s")
 
 
+# The last feasible point's N* this process planned: where the next point's N* search starts. Consecutive
+# points differ in an axis or two, so their N* are near, and a search started near N* asks a few agent
+# counts where one galloping up from one agent asks about twice log2 N* (apmw.capacity.search.search: the
+# answer does not depend on where it starts).
+_last_agents: list[int] = []
+
+
 def evaluate_batch(base: dict, batch: list[tuple[int, dict]]) -> list[dict]:
     """The rows of the points ``batch`` (``(index, settings)`` each) of the spec document ``base``:
     what a process-pool or Ray task runs."""
@@ -32,13 +39,15 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
     row: dict = {"point": index, "settings": json.dumps(settings)}
     pruned = {**row, "status": "pruned", **dict.fromkeys(FIGURES), "launch": None}
     try:
-        result = plan(spec_from_dict(with_settings(base, settings), path="search point"))
+        result = plan(spec_from_dict(with_settings(base, settings), path="search point"),
+                      guess=_last_agents[-1] if _last_agents else None)
     except InfeasibleError as exc:
         return {**pruned, "reason": exc.cause, "message": str(exc)}
     except (SpecError, ApmwError) as exc:
         return {**pruned, "reason": prune_reason(str(exc)), "message": str(exc)}
     # the plan's own figures (those its --json gives the same names), read without its other tails
     at, e = result.at, result.economics
+    _last_agents[:] = [int(at.agents)]
     gpus = result.replica.gpus + result.prefill_gpus
     return {**row, "status": "feasible", "reason": None, "message": None,
             "agents_per_replica": int(at.agents), "binding_constraint": result.search.binding_constraint,

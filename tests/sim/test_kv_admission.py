@@ -11,6 +11,7 @@ from apmw.perf import replica_from_spec
 from apmw.perf.serving_policy import kv_tokens_per_running_request
 from apmw.capacity.benchmark import kv_fit_requests, predict_with
 from apmw.sim import simulate
+from apmw.errors import ApmwError
 from apmw.spec import spec_from_dict
 
 
@@ -114,3 +115,26 @@ def test_sglang_keeps_back_what_its_retractions_reset_new_token_ratio_to(monkeyp
     assert late.mean() == pytest.approx(p.running_requests, rel=0.05)
     assert sim["ttft_s"]["mean"] == pytest.approx(p.ttft_s, rel=0.1)
     assert sim["preemptions"] < 0.1 * sim["completed_tasks"]
+
+
+def _first_call_of(tokens: int, kv_tokens: int):
+    """The simulator's small spec, its first call ``tokens`` long, with KV memory for about ``kv_tokens``."""
+    from tests.sim.helpers import kv_fraction_for, spec_with
+
+    return spec_with(workload={"first_call_input_tokens": tokens}, kv_memory_fraction=kv_fraction_for(kv_tokens))
+
+
+def test_calls_that_never_fit_the_pool_are_refused_not_looped_on():
+    """Every task's first call needs more KV than the whole pool: each is rejected and the agent's next task
+    follows at once, so the simulated clock would stand still forever. The simulator stops and says why."""
+    with pytest.raises(ApmwError, match=r"no call fits: 1,000 calls in a row were rejected.*more than the "
+                                        r"replica's whole KV pool") as caught:
+        simulate(_first_call_of(6000, 4000), agents=2, duration_s=600)
+    assert "6,600 tokens" in str(caught.value)        # the system prompt's 600 and the call's 6,000
+
+
+def test_a_workload_whose_long_tasks_outgrow_the_pool_still_runs():
+    """First calls that fit, later calls of long tasks that outgrow the pool: those tasks are rejected and
+    counted, the others end, and the run goes on."""
+    r = simulate(_first_call_of(3000, 4000), agents=2, duration_s=600)
+    assert 0 < r.tasks_rejected < r.tasks_ended

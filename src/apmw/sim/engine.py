@@ -84,6 +84,7 @@ from collections import deque
 
 import numpy as np
 
+from apmw.errors import ApmwError
 from apmw.perf import IterationLoad, Replica
 from apmw.perf.parallelism import at_busiest_rank
 from apmw.perf.serving_policy import SGLANG_MIN_NEW_TOKEN_RATIO
@@ -100,6 +101,11 @@ __all__ = ["BLOCK_TOKENS", "MAX_SEGMENT_ITERATIONS", "Batch", "Engine", "Seq"]
 
 # Longest fast-forward in one numpy call (bounds the arrays' size; a segment simply resumes).
 MAX_SEGMENT_ITERATIONS = 1 << 16
+# Calls rejected one after another with none finishing between them: the agents' calls do not fit the KV pool
+# at all (each rejected task is followed at once by the agent's next, whose call does not fit either, so the
+# simulated clock stands still). A workload where only some calls are too large passes this many in a row
+# with a chance of (their share) ** 1000.
+MAX_REJECTIONS_IN_A_ROW = 1000
 # Sequence-iterations a speculative-decoding segment works out at once (bounds its positions' matrix).
 MAX_SPECULATIVE_CELLS = 1 << 20
 # Iterations of a decode segment priced first; each next piece is four times what is priced so far,
@@ -157,6 +163,8 @@ class Engine:
                                 self._admitted)
                       for _ in range(ranks)]
         self._batches = [sched.running for sched in self.ranks]     # each scheduler keeps its batch object
+        self.kv_bytes_per_token = step.kv_bytes_per_token
+        self._rejected_in_a_row = 0                                   # calls rejected since one last finished
         self._only = self.ranks[0] if ranks == 1 else None           # the one scheduler, without ranks
 
     # Told of every admission (seq, plan) before it is made: None, or a method of a subclass (apmw.sim.fleet).
@@ -357,6 +365,7 @@ class Engine:
     def _finish(self, sched: Scheduler, done: np.ndarray) -> None:
         if not np.count_nonzero(done):
             return
+        self._rejected_in_a_row = 0
         for seq in sched.running.remove(done):
             self.driver.on_done(seq, self.now)
 
@@ -541,7 +550,21 @@ class Engine:
         task ended."""
         head = sched.break_deadlock()
         if head is not None:
+            self._rejected_in_a_row += 1
+            if self._rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
+                raise ApmwError(self._nothing_fits(sched, head))
             self.driver.on_rejected(head, self.now)
+
+    def _nothing_fits(self, sched: Scheduler, head: Seq) -> str:
+        """Why the simulation cannot go on: the agents' calls do not fit the KV pool, empty."""
+        per_rank = f" of each of its {len(self.ranks)} attention-DP ranks" if len(self.ranks) > 1 else ""
+        block_bytes = self.kv_bytes_per_token * BLOCK_TOKENS
+        return (f"no call fits: {self._rejected_in_a_row:,} calls in a row were rejected at {self.now:,.1f} s of "
+                f"simulated time, none finishing between them; the last needs the KV of {head.total:,} tokens "
+                f"({head.total * self.kv_bytes_per_token / 1e9:.2f} GB), more than the replica's whole KV pool"
+                f"{per_rank} holds ({sched.ledger.pool.capacity * block_bytes / 1e9:.2f} GB). Use more GPUs per "
+                "replica, a smaller kv_dtype, or shorter contexts (summarisation); apmw plan refuses this workload "
+                "for the same reason")
 
     def check_invariants(self) -> None:
         """Block and token accounting agree (tests run with ``check=True``; raises AssertionError)."""

@@ -972,3 +972,19 @@ def test_simulate_timeseries_without_json_is_refused():
     said = _clean(_run("simulate", str(EXAMPLES / "support-chat.yaml"), "--agents", "1", "--duration-s", "60",
                        "--timeseries", timeout=300), 1)
     assert "--timeseries adds the decode batch and KV over time to --json" in said
+
+
+def test_a_name_too_long_for_the_file_system_is_a_user_error_wherever_it_is_given(tmp_path):
+    long = tmp_path / ("a" * 300)
+    spec = EXAMPLES / "support-chat.yaml"
+    for args in (["report", str(spec), "--no-simulate", "-o", f"{long}.html"], ["simulate", f"{long}.yaml", "--agents", "2"],
+                 ["fit", f"{long}.jsonl"]):
+        said = _clean(_run(*args))
+        assert re.search(r"a name in this path is 30\d bytes long, past the file system's 255: shorten it", said), said
+
+
+def test_an_output_that_is_a_loop_of_links_is_refused(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    said = _clean(_run("report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate", "-o", str(tmp_path / "a")))
+    assert "is a symbolic link that leads back to itself" in said

@@ -7,7 +7,9 @@ Shared helpers (error exit, JSON output) live in :mod:`apmw.cli.common`.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 import traceback
@@ -59,9 +61,32 @@ def main() -> None:
         elif _is_a(exc, "Abort") and not isinstance(exc.__cause__, EOFError):
             err.print("interrupted", highlight=False, markup=False)
             code = INTERRUPTED_EXIT
+        elif isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            name = str(exc.filename or "")
+            shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]}"
+            err.print(f"error: {shown}: {_too_long(name)}", highlight=False, markup=False)
+            code = USER_ERROR_EXIT
         else:
             code = _internal_error(exc.__cause__ if _is_a(exc, "Abort") else exc, debug)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _too_long(path: str) -> str:
+    """What is too long in a path the system refused as too long (wherever apmw first touched it, reading or
+    writing): a name past the file system's limit (255 bytes on most), or the whole path past the system's."""
+    limit = _path_limit("PC_NAME_MAX", 255)
+    longest = max((len(part.encode()) for part in path.split("/")), default=0)
+    if longest > limit:
+        return f"a name in this path is {longest:,} bytes long, past the file system's {limit:,}: shorten it"
+    return (f"the path is {len(path.encode()):,} bytes long, past the system's {_path_limit('PC_PATH_MAX', 4096):,}: "
+            "shorten it")
+
+
+def _path_limit(name: str, default: int) -> int:
+    try:
+        return os.pathconf(".", name)
+    except (OSError, ValueError):
+        return default
 
 
 def _both_sides_of_a_switch(args: list[str], sub) -> tuple[str, str] | None:

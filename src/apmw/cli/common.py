@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -124,6 +125,9 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     if str(path) == "-":
         fail(f"{flag} -: this output is written to a file (a file named '-' is not what '-' usually means); give a "
              "file path")
+    if _link_loop(path):
+        fail(f"{flag} {path} is a symbolic link that leads back to itself (a loop of links): remove the link or "
+             "choose another path")
     if path.is_dir():
         fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / example}")
     if not path.parent.is_dir():
@@ -138,6 +142,15 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     if why:
         fail(f"{flag} {path}: cannot write there ({why}); choose another path")
     return path
+
+
+def _link_loop(path: Path) -> bool:
+    """Whether ``path`` is a symbolic link whose chain of links never reaches a file or a missing name."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def files_read_by(path: Path | None) -> list[Path]:
@@ -228,7 +241,7 @@ def _is_stdout(path: Path) -> bool:
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b) or a.resolve() == b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):     # RuntimeError: a loop of symbolic links (Path.resolve before 3.13)
         return False
 
 

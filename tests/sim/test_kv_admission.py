@@ -3,6 +3,8 @@ which admits the same way, and TensorRT-LLM's reservation to the last token."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from apmw.perf import replica_with_step
@@ -130,7 +132,9 @@ def test_calls_that_never_fit_the_pool_are_refused_not_looped_on():
     with pytest.raises(ApmwError, match=r"no call fits: 1,000 calls in a row were rejected.*more than the "
                                         r"replica's whole KV pool") as caught:
         simulate(_first_call_of(6000, 4000), agents=2, duration_s=600)
-    assert "6,600 tokens" in str(caught.value)        # the system prompt's 600 and the call's 6,000
+    tokens = int(re.search(r"the last needs the KV of ([\d,]+) tokens by its last one", str(caught.value))[1]
+                 .replace(",", ""))
+    assert tokens > 6600        # the system prompt's 600, the call's 6,000 and its output
 
 
 def test_a_workload_whose_long_tasks_outgrow_the_pool_still_runs():
@@ -138,3 +142,26 @@ def test_a_workload_whose_long_tasks_outgrow_the_pool_still_runs():
     counted, the others end, and the run goes on."""
     r = simulate(_first_call_of(3000, 4000), agents=2, duration_s=600)
     assert 0 < r.tasks_rejected < r.tasks_ended
+
+
+def test_a_replayed_call_the_pool_can_never_hold_is_rejected_at_arrival():
+    """A call whose prompt and output need more KV than the whole pool (a trace's outlier): its first chunk
+    would be admitted, grow, be preempted and computed again without end. It is rejected as it arrives, its
+    task counted as rejected, and the other tasks run; where every call is such, the run stops with the reason."""
+    from apmw.sim import TaskShape
+    from tests.sim.helpers import kv_fraction_for, spec
+
+    s = spec(kv_memory_fraction=kv_fraction_for(4000))
+    fine, huge = TaskShape([300, 200], [100, 100], [2.0, 0.0]), TaskShape([3000], [2000], [1.0])
+    r = simulate(s, agents=2, duration_s=600, tasks=[fine, huge, fine])
+    assert r.tasks_rejected > 0 and r.tasks_ended > r.tasks_rejected and r.rejected_calls == r.tasks_rejected
+    with pytest.raises(ApmwError, match="5,599 tokens by its last one"):
+        simulate(s, agents=2, duration_s=600, tasks=[huge])
+
+
+def test_a_replayed_task_with_a_wait_that_is_not_a_number_is_refused():
+    from apmw.sim import TaskShape
+    from tests.sim.helpers import spec
+
+    with pytest.raises(ApmwError, match="finite"):
+        simulate(spec(), agents=2, duration_s=60, tasks=[TaskShape([5], [10], [float("nan")])])

@@ -30,6 +30,8 @@ reused), so the call that follows re-prefills the summary with its new tokens.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -56,8 +58,11 @@ class TaskShape:
         if n == 0 or len(self.output_tokens) != n or len(self.wait_after_s) != n:
             raise ApmwError(f"replayed task {index}: new_input_tokens, output_tokens and wait_after_s must have "
                             f"the same length >= 1 (got {n}, {len(self.output_tokens)}, {len(self.wait_after_s)})")
-        if min(self.output_tokens) < 1 or min(self.new_input_tokens) < 0 or min(self.wait_after_s) < 0:
-            raise ApmwError(f"replayed task {index}: output tokens must be >= 1, new tokens and waits >= 0")
+        values = (*self.output_tokens, *self.new_input_tokens, *self.wait_after_s)
+        if (not all(math.isfinite(v) for v in values) or min(self.output_tokens) < 1 or min(self.new_input_tokens) < 0
+                or min(self.wait_after_s) < 0):
+            raise ApmwError(f"replayed task {index}: output tokens must be >= 1, new tokens and waits >= 0, every one "
+                            "a finite number")
         return self
 
 

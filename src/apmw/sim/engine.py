@@ -92,7 +92,7 @@ from apmw.sim.batch import Batch, Seq
 from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
 from apmw.sim.pricing import pricer_for
-from apmw.sim.scheduler import Scheduler
+from apmw.sim.scheduler import Scheduler, tokens_at_end
 from apmw.sim.slots import SlotPromptCache
 from apmw.sim.stats import Meter
 from apmw.spec import Serving
@@ -224,6 +224,11 @@ class Engine:
             sched = self.scheduler_for(seq)
             self.driver.on_arrival(seq)
             sched.ledger.queued(seq)
+            if sched.never_fits(seq):
+                sched.ledger.release(seq)
+                self.stats.rejected_calls += 1
+                self._reject(sched, seq)
+                continue
             sched.waiting.append(seq)
 
     def _busy(self) -> bool:
@@ -550,18 +555,23 @@ class Engine:
         task ended."""
         head = sched.break_deadlock()
         if head is not None:
-            self._rejected_in_a_row += 1
-            if self._rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
-                raise ApmwError(self._nothing_fits(sched, head))
-            self.driver.on_rejected(head, self.now)
+            self._reject(sched, head)
+
+    def _reject(self, sched: Scheduler, seq: Seq) -> None:
+        """End the task of a call the pool can never hold; stop the run where no call fits at all."""
+        self._rejected_in_a_row += 1
+        if self._rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
+            raise ApmwError(self._nothing_fits(sched, seq))
+        self.driver.on_rejected(seq, self.now)
 
     def _nothing_fits(self, sched: Scheduler, head: Seq) -> str:
         """Why the simulation cannot go on: the agents' calls do not fit the KV pool, empty."""
         per_rank = f" of each of its {len(self.ranks)} attention-DP ranks" if len(self.ranks) > 1 else ""
+        tokens = tokens_at_end(head)
         block_bytes = self.kv_bytes_per_token * BLOCK_TOKENS
         return (f"no call fits: {self._rejected_in_a_row:,} calls in a row were rejected at {self.now:,.1f} s of "
-                f"simulated time, none finishing between them; the last needs the KV of {head.total:,} tokens "
-                f"({head.total * self.kv_bytes_per_token / 1e9:.2f} GB), more than the replica's whole KV pool"
+                f"simulated time, none finishing between them; the last needs the KV of {tokens:,} tokens by its last "
+                f"one, prompt and output ({tokens * self.kv_bytes_per_token / 1e9:.2f} GB), more than the replica's whole KV pool"
                 f"{per_rank} holds ({sched.ledger.pool.capacity * block_bytes / 1e9:.2f} GB). Use more GPUs per "
                 "replica, a smaller kv_dtype, or shorter contexts (summarisation); apmw plan refuses this workload "
                 "for the same reason")

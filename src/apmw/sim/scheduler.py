@@ -31,6 +31,11 @@ from apmw.sim.kv_ledger import KvLedger
 from apmw.sim.stats import Stats
 
 
+def tokens_at_end(seq: Seq) -> int:
+    """The tokens whose KV ``seq`` holds by its last token: its prompt and every output token but the last."""
+    return seq.total + seq.out - seq.generated - 1
+
+
 class Scheduler:
     """The queue, running batch and KV ledger of one scheduler (module docstring)."""
 
@@ -205,6 +210,12 @@ class Scheduler:
         self.ledger.give_back(int((r.own[decoding] - own).sum()))
         r.own[decoding] = own
         return n
+
+    def never_fits(self, seq: Seq) -> bool:
+        """Whether ``seq`` needs more blocks than the whole pool holds by its last token (its prompt and every
+        output token but the last): admitted, it would grow, be preempted and computed again without end. An
+        engine refuses it (vLLM will not start with a context window its KV cache cannot hold)."""
+        return self.ledger.blocks_for(tokens_at_end(seq)) > self.ledger.pool.capacity - self.ledger.sb
 
     def break_deadlock(self) -> Seq | None:
         """Nothing runs here and the queue head cannot be admitted even with every pin spilled.

@@ -988,3 +988,25 @@ def test_an_output_that_is_a_loop_of_links_is_refused(tmp_path):
     (tmp_path / "b").symlink_to(tmp_path / "a")
     said = _clean(_run("report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate", "-o", str(tmp_path / "a")))
     assert "is a symbolic link that leads back to itself" in said
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--endpoint", "http://user:secret@127.0.0.1:9"], "--endpoint http://***@127.0.0.1:9: a name or password in the URL"),
+    (["--duration-s", "inf"], "--duration-s inf: give a finite number of seconds"),
+    (["--timeout-s", "inf"], "--timeout-s inf: give a finite number of seconds"),
+    (["--drain-s", "1e9"], "--drain-s 1e+09: give a finite number of seconds, at most 604,800"),
+    (["--agents", "3", "--agents-sweep", "1:4"], "--agents and --agents-sweep both say how many agents to run"),
+    (["--loop-results", "runs.jsonl"], "--loop-results is read only with --calibrate"),
+])
+def test_bench_settings_that_would_be_dropped_leak_or_never_end_are_refused(tmp_path, flags, words):
+    """Checked before any load: no server answers at 127.0.0.1:9, so reaching it would fail differently."""
+    endpoint = [] if "--endpoint" in flags else ["--endpoint", "http://127.0.0.1:9"]
+    r = _run("bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", *endpoint, "--out", str(tmp_path / "b.jsonl"),
+             *flags)
+    said = _clean(r)
+    assert words in said and "secret" not in r.stderr + r.stdout, said
+
+
+def test_bench_checks_the_calibration_path_before_measuring(tmp_path):
+    said = _clean(_run("bench", "--model", "m", "--endpoint", "http://127.0.0.1:9", "--calibrate", str(tmp_path)))
+    assert f"--calibrate {tmp_path} is a folder" in said

@@ -59,6 +59,7 @@ def _compare_tables(cmp: dict) -> list[Table]:
 
 @app.command()
 def bench(
+    ctx: typer.Context,
     spec: Optional[Path] = typer.Argument(None, help="YAML spec whose workload (and SLO) the agents run"),
     endpoint: str = typer.Option("http://127.0.0.1:8000", "--endpoint", help="server base URL (with or without /v1)"),
     model: Optional[str] = typer.Option(None, "--model", help="model name the server serves (required)"),
@@ -100,8 +101,15 @@ def bench(
     from apmw.spec import load_spec
 
     api_key = os.environ.get(api_key_env) or None
+    _check_times(duration_s=duration_s, warmup_s=warmup_s, timeout_s=timeout_s, drain_s=drain_s)
+    if loop_results and calibrate is None:
+        fail("--loop-results is read only with --calibrate (the server's steps under load, beside its calibration); "
+             "add --calibrate FILE, or leave --loop-results out")
+    if agents_sweep is not None and _given(ctx, "agents"):
+        fail("--agents and --agents-sweep both say how many agents to run: give one of them")
     try:
         if calibrate is not None:
+            output_path(calibrate, "--calibrate", inputs=[spec, *files_read_by(spec), *(loop_results or [])])
             _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
             return
         output_path(results, "--out", inputs=[spec, *files_read_by(spec)])
@@ -171,6 +179,26 @@ async def _run(base, levels, results, api_key, resume, live):
     with Live(console=err, refresh_per_second=2, transient=False) as view:
         return await run_bench(base, levels, results, api_key=api_key, resume=resume,
                                on_tick=lambda s: view.update(live_table(s)))
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was written on the command line (not left at its default). Matched by the source's
+    name: typer runs on click or on a copy of it of its own."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+# The longest a bench setting may run: a week, as apmw simulate's runs.
+MAX_BENCH_S = 7 * 86400.0
+
+
+def _check_times(**seconds: float) -> None:
+    """Each duration a finite number of seconds of at most a week (the flags' own minimums are the parser's): an
+    infinite one would run the load, or wait on a call, for ever."""
+    for name, value in seconds.items():
+        if not (math.isfinite(value) and value <= MAX_BENCH_S):
+            fail(f"--{name.replace('_', '-')} {value:g}: give a finite number of seconds, at most {MAX_BENCH_S:,.0f} "
+                 "(a week)")
 
 
 def _calibrated_step(spec, calibration: Path | None):

@@ -67,6 +67,11 @@ def normalise_endpoint(endpoint: str) -> str:
         port, host = urlsplit(e).port, urlsplit(e).hostname
     except ValueError as exc:          # a port that is not a number, or past 65535
         raise BenchError(f"--endpoint {endpoint!r}: {exc}; give a port from 1 to 65535, e.g. http://127.0.0.1:8000") from None
+    if urlsplit(e).username is not None or urlsplit(e).password is not None:
+        shown = urlsplit(e)._replace(netloc=f"***@{urlsplit(e).netloc.rpartition('@')[2]}").geturl()
+        raise BenchError(f"--endpoint {shown}: a name or password in the URL would be written to the results file "
+                         "and shown in messages; give the server's key in an environment variable instead "
+                         "(--api-key-env, OPENAI_API_KEY unless set)")
     if not host or port == 0:
         raise BenchError(f"--endpoint {endpoint!r}: give a host and a port from 1 to 65535, e.g. http://127.0.0.1:8000")
     return e[:-3] if e.endswith("/v1") else e

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apmw.capacity.api_inputs import require_spec
 from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model, unpriced_overflow
 from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
@@ -244,6 +245,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     step model; ``step`` with that step model (a server's measured one, ``apmw bench --calibrate``).
     ``guess`` starts the N* search near a neighbouring spec's N* (:func:`apmw.capacity.search.search`).
     """
+    spec = require_spec(spec, "plan")
     if step is not None:
         replica = replica_from_spec(spec, step=step)
     else:

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from apmw.errors import ApmwError
+from apmw.capacity.api_inputs import check_seed, require_spec
 from apmw.capacity.plan import refuse_past_window
 from apmw.capacity.routing import routing_of
 from apmw.capacity.sessions import sample_sessions
@@ -135,6 +136,7 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     them, a workload whose calls overrun the model's context window is refused, as ``apmw plan`` refuses it
     (:func:`apmw.capacity.plan.refuse_past_window`): the engine would refuse every such call and record no task.
     """
+    spec = require_spec(spec, "simulate")
     if not 1 <= agents <= MAX_AGENTS:
         raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 sequences "
                         f"at once; more agents only queue), got {agents:,}")
@@ -145,7 +147,7 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     if not 0 < duration_s <= MAX_DURATION_S:
         raise ApmwError(f"duration_s must be > 0 and at most {MAX_DURATION_S:,.0f} s (a week: the tails converge "
                         f"within hours; for more precision replicate with other seeds), got {duration_s:g}")
-    seed = spec.seed if seed is None else seed
+    seed = spec.seed if seed is None else check_seed(seed)
     warmup_s = DEFAULT_WARMUP_SHARE * duration_s if warmup_s is None else warmup_s
     if not 0 <= warmup_s < duration_s:
         raise ApmwError(f"warmup_s ({warmup_s:g}) must lie in [0, duration_s={duration_s:g})")

@@ -533,3 +533,51 @@ def test_mooncake_block_ids_that_are_not_integers_are_a_bad_line(tmp_path, ids):
     s = fit_trace(p, "mooncake").summary
     assert s["calls"] == 1 and s["skipped_lines"] == 2
     assert all("hash_ids must be a list of block ids (integers)" in r for r in s["skipped"])
+
+
+def _set_attribute(doc: dict, key: str, value: dict) -> None:
+    """The first span of the OTLP document ``doc`` with attribute ``key`` set to the AnyValue ``value``."""
+    for a in doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]:
+        if a["key"] == key:
+            a["value"] = value
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda d: d["resourceSpans"][0]["scopeSpans"][0]["spans"][0].pop("startTimeUnixNano"),
+     "span 'chat m': no startTimeUnixNano (OTLP spans record their start and end in Unix epoch nanoseconds)"),
+    (lambda d: d["resourceSpans"][0]["scopeSpans"][0]["spans"][0].update(startTimeUnixNano="2026-01-01T00:00:00Z"),
+     "span 'chat m': startTimeUnixNano is not a whole number of Unix epoch nanoseconds: '...'"),
+    (lambda d: _set_attribute(d, "gen_ai.usage.output_tokens", {"stringValue": "lots"}),
+     "span 'chat m': attribute gen_ai.usage.output_tokens: not a number: '...'"),
+    (lambda d: d["resourceSpans"][0]["scopeSpans"][0]["spans"].__setitem__(0, 5), "a span that is not a JSON object: '...'"),
+    (lambda d: d.__setitem__("resourceSpans", "x"), "not an OTLP ExportTraceServiceRequest: resourceSpans must be a list"),
+])
+def test_an_otel_span_skipped_says_which_field_and_why_in_its_own_words(tmp_path, edit, said):
+    """Python's exception names and texts (KeyError: 'startTimeUnixNano', could not convert string to float) were
+    the reasons given, without the attribute."""
+    import json
+
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    doc = json.loads(lines[0])
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "chat m"
+    edit(doc)
+    lines[0] = json.dumps(doc)
+    p = tmp_path / "spans.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] >= 1
+    assert any(reason.startswith(said) for reason in s["skipped"]), s["skipped"]
+
+
+def test_a_mini_swe_call_index_or_latency_that_cannot_be_is_a_bad_line(tmp_path):
+    def edit(lines):
+        _set(lines, 3, "call_index", "2.5")                  # file line 4
+        _set(lines, 5, "call_index", "-1")                   # file line 6
+        _set(lines, 6, "t_request_s", "-1e12")               # file line 7: a call of 31,700 years
+    p = _mini_swe_with(tmp_path, edit)
+    s = fit_trace(p).summary
+    assert s["skipped_lines"] == 3 and s["calls"] == 249
+    reasons = {r: d["examples"] for r, d in s["skipped"].items()}
+    assert reasons["call_index is not a whole number from 0 up (the call's place in its session): '...'"] == [
+        f"{p}:4", f"{p}:6"]
+    assert [w for r, w in reasons.items() if r.startswith("lasts more than a day")] == [[f"{p}:7"]]

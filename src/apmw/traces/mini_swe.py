@@ -61,6 +61,10 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
             if index != index:
                 errors.skip(line, "no call_index (the call's place in its session)")
                 continue
+            if index < 0 or index % 1:
+                errors.skip(line, f"call_index is not a whole number from 0 up (the call's place in its session): "
+                                  f"'{row[i_idx]}'")
+                continue
             # a Call as a plain tuple (same field order): the hot path of the reader
             yield ((row[i_run], row[i_inst]), index, inp, out, cached, start, end, cell(row[i_tool]), NAN)
         except ValueError as exc:

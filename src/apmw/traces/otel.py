@@ -89,12 +89,29 @@ def _decoded(attrs: dict, keys: tuple[str, ...]) -> object:
 def _count(attrs: dict, keys: tuple[str, ...]) -> float:
     """A token count read under any of its names (``keys``, newest first); the same count under two names with two
     values raises ValueError (which one the span meant cannot be told)."""
-    given = {k: _as_float(_decoded(attrs, (k,))) for k in keys if attrs.get(k) is not None}
+    given = {k: _attribute_count(attrs, k) for k in keys if attrs.get(k) is not None}
     values = {v for v in given.values() if v == v}
     if len(values) > 1:
         raise ValueError("one token count under two names with two values (" + ", ".join(
             f"{k} {v:g}" for k, v in given.items() if v == v) + "): keep one")
     return next(iter(values), NAN)
+
+
+# How float() and int() say that a text is no number.
+PYTHON_CONVERSION_ERRORS = ("could not convert string to float", "invalid literal for int()")
+
+
+def _attribute_count(attrs: dict, key: str) -> float:
+    """The token count of attribute ``key``; a value that is no count raises ValueError naming the attribute."""
+    try:
+        return _as_float(_decoded(attrs, (key,)))
+    except (TypeError, ValueError) as exc:
+        said = str(exc)
+        if said.startswith(PYTHON_CONVERSION_ERRORS):      # Python's words for text that is no number: say ours
+            raw = attrs.get(key)
+            said = "not a number: " + quoted(next(iter(raw.values()), raw) if isinstance(raw, dict) and len(raw) == 1
+                                             else raw)
+        raise ValueError(f"attribute {key}: {said}") from None
 
 
 def _as_float(x: object) -> float:
@@ -124,13 +141,15 @@ class Reader:
 
     def read(self, path: str | Path, errors: LineErrors) -> CallStream:
         for line, doc in self._documents(path, errors):
-            try:
-                spans = [span for rs in doc["resourceSpans"] for ss in rs.get("scopeSpans", ())
-                         for span in ss.get("spans", ())]
-            except (KeyError, TypeError, AttributeError) as exc:
-                errors.skip(line, f"not an OTLP ExportTraceServiceRequest ({type(exc).__name__}: {exc})")
+            spans = _spans_of(doc)
+            if spans is None:
+                errors.skip(line, "not an OTLP ExportTraceServiceRequest: resourceSpans must be a list of objects "
+                                  "whose scopeSpans are lists of objects holding a list of spans")
                 continue
             for span in spans:
+                if not isinstance(span, dict):
+                    errors.skip(line, f"a span that is not a JSON object: {quoted(span)}")
+                    continue
                 try:
                     self._once(span)
                     call = self._call(span)
@@ -245,9 +264,35 @@ class Reader:
         return Call(session, start, inp, out, cached, start, end)
 
 
+def _spans_of(doc: dict) -> list | None:
+    """The spans of an OTLP JSON document (resourceSpans -> scopeSpans -> spans), or None where it is not shaped so."""
+    resource_spans = doc["resourceSpans"]
+    if not isinstance(resource_spans, list) or not all(isinstance(rs, dict) for rs in resource_spans):
+        return None
+    scopes = [ss for rs in resource_spans for ss in rs.get("scopeSpans", ())] if all(
+        isinstance(rs.get("scopeSpans", []), list) for rs in resource_spans) else None
+    if scopes is None or not all(isinstance(ss, dict) and isinstance(ss.get("spans", []), list) for ss in scopes):
+        return None
+    return [span for ss in scopes for span in ss.get("spans", ())]
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """``value`` as JSON text in single quotes, cut to ``limit`` characters: the end of a skip reason, which
+    :class:`apmw.traces.records.LineErrors` counts as one reason whatever the value."""
+    import json
+
+    text = json.dumps(value, default=str).replace("'", "\u2019")
+    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
+
+
 def _unix_s(span: dict, key: str) -> float:
     """``span[key]`` (Unix epoch nanoseconds) in seconds; ValueError where it is no time a span was recorded at."""
-    t = int(span[key]) / 1e9
+    if key not in span:
+        raise ValueError(f"no {key} (OTLP spans record their start and end in Unix epoch nanoseconds)")
+    try:
+        t = int(span[key]) / 1e9
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} is not a whole number of Unix epoch nanoseconds: {quoted(span[key])}") from None
     if not EARLIEST_UNIX_S <= t <= LATEST_UNIX_S:
         raise ValueError(f"{key} is not a Unix time in nanoseconds from 2000 to 2262 (OTLP's epoch nanoseconds; 0 "
                          f"means unset): '{span[key]}'")

@@ -128,6 +128,8 @@ def session_key(value: object, field: str) -> object:
 
 # The last second int64 nanoseconds reach (2262-04-11): a later time in seconds is a time in ms, us or ns read as s.
 LATEST_UNIX_S = (2**63 - 1) / 1e9
+# No model call lasts this long (a day): one that does has a wrong start or end time (a clock reset, a unit slip).
+MAX_CALL_S = 86400.0
 PAST_2262 = ("a time past the year 2262 as Unix seconds: a time in ms, us or ns read as seconds? (map it with its "
              "unit, e.g. start_ms, start_us)")
 
@@ -140,6 +142,8 @@ def inconsistent(inp: float, cached: float, start: float, end: float) -> str | N
         return "negative cached token count"
     if end < start:
         return f"ends before it starts (start, end: '{start!r} s, {end!r} s')"
+    if end - start > MAX_CALL_S:
+        return f"lasts more than a day, so its start or end time is wrong (start, end: '{start!r} s, {end!r} s')"
     if start > LATEST_UNIX_S or end > LATEST_UNIX_S:
         return PAST_2262
     return None

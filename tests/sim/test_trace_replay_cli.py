@@ -59,3 +59,26 @@ def test_a_replayed_trace_says_what_it_skipped(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert skipped in json.loads(r.stdout)["workload_fit_notes"][0]
+
+
+def _mooncake(tmp_path, lengths: list[int]):
+    p = tmp_path / "calls.jsonl"
+    p.write_text("".join(f'{{"timestamp": {i}, "input_length": {n}, "output_length": 100, "hash_ids": [{i}]}}\n'
+                         for i, n in enumerate(lengths)))
+    return p
+
+
+def test_replayed_calls_past_the_context_window_are_noted_or_refused(tmp_path):
+    """They were replayed as if an engine served them, without a word (Llama-3.1-70B's window: 131,072)."""
+    spec = str(EXAMPLES / "support-chat.yaml")
+    some = _mooncake(tmp_path, [220_000] + [2_000] * 9)
+    r = subprocess.run([APMW, "simulate", spec, "--agents", "1", "--duration-s", "600", "--trace", str(some), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 3), r.stderr
+    said = "1 replayed call(s) (10.00%) hold more tokens (prompt and output) than the model's context window of 131,072"
+    assert said in " ".join(r.stderr.split())
+    assert any(said in n for n in json.loads(r.stdout)["trace_notes"])
+    every = _mooncake(tmp_path, [220_000] * 3)
+    r = subprocess.run([APMW, "simulate", spec, "--agents", "1", "--duration-s", "600", "--trace", str(every)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "100.0% of the replayed calls (3) hold more tokens" in " ".join(r.stderr.split())

@@ -110,7 +110,10 @@ def _replayed(spec, trace: Path, fmt: str | None):
     growing context instead: the simulator's tasks only grow (stated in docs/simulate.md).
     """
     from apmw.loadgen.replay import load_trace
+    from apmw.perf import replica_from_spec
     from apmw.sim import TaskShape
+    from apmw.capacity.plan import MAX_PAST_WINDOW_SHARE
+    from apmw.sim.run import past_window_share
 
     recorded, system, info = load_trace(trace, fmt)
     for line in info["notes"]:          # what was skipped or could not be read, before any figure built on it
@@ -125,7 +128,14 @@ def _replayed(spec, trace: Path, fmt: str | None):
                 waits.append(step.tool_wait_s if k == len(step.calls) - 1 else 0.0)
         tasks.append(TaskShape(new_input_tokens=new, output_tokens=outs, wait_after_s=waits))
     workload = spec.workload.model_copy(update={"system_prompt_tokens": system})
-    return spec.model_copy(update={"workload": workload}), tasks, info["notes"]
+    notes = list(info["notes"])
+    window = replica_from_spec(spec).arch.max_context_tokens
+    share, past = past_window_share(tasks, system, window) if window else (0.0, 0)
+    if past and share <= MAX_PAST_WINDOW_SHARE:         # more are refused by the simulator, which says so
+        notes.append(f"{past:,} replayed call(s) ({share:.2%}) hold more tokens (prompt and output) than the model's "
+                     f"context window of {window:,}: an engine would refuse them; the simulator serves them")
+        note(f"{trace}: {notes[-1]}")
+    return spec.model_copy(update={"workload": workload}), tasks, notes
 
 
 @app.command()

@@ -10,7 +10,7 @@ import numpy as np
 
 from apmw.errors import ApmwError
 from apmw.capacity.api_inputs import check_seed, require_spec
-from apmw.capacity.plan import refuse_past_window
+from apmw.capacity.plan import MAX_PAST_WINDOW_SHARE, refuse_past_window
 from apmw.capacity.routing import routing_of
 from apmw.capacity.sessions import sample_sessions
 from apmw.capacity.slo import check_slo, slo_table
@@ -116,6 +116,29 @@ def unsupported_on_one_replica(spec: Spec) -> str | None:
     return None
 
 
+def past_window_share(tasks: Sequence[TaskShape], system_prompt_tokens: int, window_tokens: int) -> tuple[float, int]:
+    """(share, count) of the replayed tasks' calls whose prompt and output hold more tokens than ``window_tokens``:
+    each call's prompt is the system prompt and the task's calls so far, inputs and outputs, plus its new tokens."""
+    past = total = 0
+    for t in tasks:
+        held = np.cumsum(np.asarray(t.new_input_tokens, dtype=float) + np.asarray(t.output_tokens, dtype=float))
+        past += int(np.count_nonzero(system_prompt_tokens + held > window_tokens))
+        total += len(held)
+    return (past / total if total else 0.0), past
+
+
+def refuse_replay_past_window(replica: Replica, system_prompt_tokens: int, tasks: Sequence[TaskShape]) -> None:
+    """Refuse replayed tasks whose calls exceed the model's context window more than rarely, as a spec's workload
+    is refused (:func:`apmw.capacity.plan.refuse_past_window`): an engine refuses such requests."""
+    window = replica.arch.max_context_tokens
+    share, past = past_window_share(tasks, system_prompt_tokens, window) if window else (0.0, 0)
+    if share > MAX_PAST_WINDOW_SHARE:
+        raise ApmwError(f"{share:.1%} of the replayed calls ({past:,}) hold more tokens (prompt and output) than "
+                        f"{replica.arch.name}'s context window of {window:,} tokens (max_position_embeddings in its "
+                        "config.json), and an engine refuses such requests: replay them on a model with a longer "
+                        "window")
+
+
 def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | None = None, *,
              warmup_s: float | None = None, drain_limit_s: float | None = None, fast: bool = True,
              replica: Replica | None = None, progress: Callable[[float, float], None] | None = None,
@@ -155,6 +178,8 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     replica = replica_from_spec(spec) if replica is None else replica
     if tasks is None:
         refuse_past_window(spec, replica, sample_sessions(spec, replica))
+    else:
+        refuse_replay_past_window(replica, spec.workload.system_prompt_tokens, tasks)
     rng = np.random.default_rng(seed)
     driver = ClosedLoopAgents(spec, agents, rng, warmup_s, duration_s, drain_limit_s, tasks,
                               start_spread_s=0.0 if start_together else warmup_s)

@@ -27,3 +27,19 @@ def test_a_seed_that_is_no_whole_number_in_range_is_refused(seed):
 def test_a_numpy_integer_seed_is_a_seed():
     spec = load_spec(bundled_examples()["support-chat"])
     assert simulate(spec, 2, 60, seed=np.int64(3)).seed == 3
+
+
+@pytest.mark.parametrize("prompt,output,rate,said", [
+    ([100, -5], [10, 10], 1.0, "finite token counts >= 0"),
+    ([100, float("nan")], [10, 10], 1.0, "finite token counts >= 0"),
+    ([100] * 20, [10] * 5, 1.0, "two lists of the same length"),
+    ([], [], 1.0, "two lists of the same length of at least one"),
+    ([100], [10], float("inf"), "rate_per_s must be a finite number > 0"),
+])
+def test_an_open_loop_simulation_refuses_lengths_and_rates_it_would_have_bent(prompt, output, rate, said):
+    """Negative and NaN lengths were served as one token, unmatched lists as the shorter one's requests."""
+    from apmw.sim import simulate_open_loop
+
+    spec = load_spec(bundled_examples()["support-chat"])
+    with pytest.raises(ApmwError, match=said):
+        simulate_open_loop(spec, np.array(prompt), np.array(output), rate)

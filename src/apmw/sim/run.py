@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -200,10 +201,18 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
 
 def simulate_open_loop(spec: Spec, prompt_tokens: np.ndarray, output_tokens: np.ndarray, rate_per_s: float,
                        seed: int | None = None, *, fast: bool = True, replica: Replica | None = None) -> SimResult:
-    """Independent requests with Poisson arrivals at ``rate_per_s`` (no shared prefix); run until all finish."""
-    if not rate_per_s > 0:
-        raise ApmwError(f"rate_per_s must be > 0, got {rate_per_s}")
-    seed = spec.seed if seed is None else seed
+    """Independent requests with Poisson arrivals at ``rate_per_s`` (no shared prefix); run until all finish.
+    ``prompt_tokens`` and ``output_tokens`` give each request's lengths (one each per request; a 0 is served as 1)."""
+    spec = require_spec(spec, "simulate_open_loop")
+    if not (math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise ApmwError(f"rate_per_s must be a finite number > 0, got {rate_per_s}")
+    prompt, output = np.asarray(prompt_tokens, dtype=float), np.asarray(output_tokens, dtype=float)
+    if prompt.ndim != 1 or prompt.shape != output.shape or not len(prompt):
+        raise ApmwError(f"prompt_tokens and output_tokens give one length per request: two lists of the same length "
+                        f"of at least one, got shapes {prompt.shape} and {output.shape}")
+    if not (np.isfinite(prompt).all() and np.isfinite(output).all()) or min(prompt.min(), output.min()) < 0:
+        raise ApmwError("prompt_tokens and output_tokens must be finite token counts >= 0")
+    seed = spec.seed if seed is None else check_seed(seed)
     replica = replica_from_spec(spec) if replica is None else replica
     driver = OpenLoopRequests(prompt_tokens, output_tokens, rate_per_s, np.random.default_rng(seed))
     eng = Engine(replica, spec.serving, 0, driver, fast=fast)

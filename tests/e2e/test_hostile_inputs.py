@@ -1010,3 +1010,16 @@ def test_bench_settings_that_would_be_dropped_leak_or_never_end_are_refused(tmp_
 def test_bench_checks_the_calibration_path_before_measuring(tmp_path):
     said = _clean(_run("bench", "--model", "m", "--endpoint", "http://127.0.0.1:9", "--calibrate", str(tmp_path)))
     assert f"--calibrate {tmp_path} is a folder" in said
+
+
+def test_paths_that_are_not_what_they_seem_are_named_for_what_they_are(tmp_path):
+    """A spec that is a loop of links was 'file not found'; an output under a file was under a folder that 'does not
+    exist'; a trace of one empty object listed its keys as nothing."""
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    assert "a symbolic link that leads back to itself" in _clean(_run("plan", str(tmp_path / "a.yaml")))
+    spec = EXAMPLES / "support-chat.yaml"
+    said = _clean(_run("report", str(spec), "--no-simulate", "-o", f"{spec}/r.html"))
+    assert f"{spec} is a file, not a folder" in said
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    assert "a JSON object with no keys ({}) is not a format" in _clean(_run("fit", str(tmp_path / "t.jsonl")))

@@ -131,6 +131,8 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     if path.is_dir():
         fail(f"{flag} {path} is a folder; give a file path inside it, e.g. {path / example}")
     if not path.parent.is_dir():
+        if path.parent.exists():
+            fail(f"{flag} {path}: {path.parent} is a file, not a folder; choose a path in a folder")
         fail(f"{flag} {path}: the folder {path.parent} does not exist; create it or choose another path")
     if put_in_place and path.exists() and not path.is_file():
         fail(f"{flag} {path} is not a regular file (a device, pipe or socket), which writing the output would "

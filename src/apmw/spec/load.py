@@ -11,6 +11,8 @@ sits, so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported a
 from __future__ import annotations
 
 import difflib
+import errno
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -284,6 +286,15 @@ def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
         raise SpecError(exc.path, exc.problems, what.split(";")[0]) from None
 
 
+def _loops(p: Path) -> bool:
+    """Whether the symbolic link ``p`` is part of a loop of links (resolving it never ends)."""
+    try:
+        os.stat(p)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
     p = Path(path)
     if p.is_dir():
@@ -291,7 +302,9 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
         hint = f" (in it: {', '.join(str(p / n) for n in yamls)})" if yamls else ""
         raise SpecError(str(path), [f"is a directory, not a file{hint}: give the path of a YAML {what}"])
     if not p.is_file():
-        said = "not a regular file" if p.exists() else "file not found"
+        said = ("not a regular file" if p.exists() else
+                "a symbolic link that leads back to itself (a loop of links)" if p.is_symlink() and _loops(p) else
+                "file not found")
         raise SpecError(str(path), [f"{said} (give the path of a YAML {what})"])
     text = _read_text(p, what.split(";")[0])
     try:

@@ -111,8 +111,9 @@ def detect(path: str | Path) -> str:
             for module in (otel, agentperf, aiperf, mooncake):
                 if module.matches_record(obj):
                     return module.NAME
-            raise TraceError(f"{path}:1: a JSON object with keys {', '.join(list(obj)[:12])} is not a format "
-                             f"apmw recognises; {MAPPED} or use one of: {accepted()}")
+            keys = f"with keys {', '.join(list(obj)[:12])}" if obj else "with no keys ({})"
+            raise TraceError(f"{path}:1: a JSON object {keys} is not a format apmw recognises; {MAPPED} or use one "
+                             f"of: {accepted()}")
     if _head(p, 4) == b"PAR1":
         raise TraceError(f"{path}: a Parquet file; apmw reads traces as JSONL or CSV: write it out with "
                          f"pandas.read_parquet(...).to_csv(...) or .to_json(..., orient='records', lines=True); "

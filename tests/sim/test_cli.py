@@ -105,7 +105,7 @@ def test_a_run_that_records_no_task_says_so_and_what_to_do():
     d = json.loads(r.stdout)
     assert d["completed_tasks"] == 0 and d["meets_slo"] is False
     (warning,) = d["warnings"]
-    assert "no task was recorded in the 8e-10 s measurement window" in warning and "run longer" in warning
+    assert "no task was recorded at 10 agent(s) in the 8e-10 s measurement window" in warning and "run longer" in warning
     assert "warning: no task was recorded" in r.stderr
 
 

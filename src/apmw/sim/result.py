@@ -110,7 +110,8 @@ class SimResult:
         latency (its SLO verdict is a miss for want of a figure); a run that preempted (the KV pool ran short)
         and recorded fewer than SETTLED_TASKS_AT_KV_LIMIT tasks has a p95 that may be far off."""
         if self.completed_tasks == 0 and self.mode == "closed_loop":
-            return [f"no task was recorded in the {self.window_s:,.6g} s measurement window (after {self.warmup_s:,.6g} s "
+            return [f"no task was recorded at {self.agents:,} agent(s) in the {self.window_s:,.6g} s measurement window "
+                    f"(after {self.warmup_s:,.6g} s "
                     "of warm-up): the task latency is not measured, and the SLO verdict says missed for want of it; "
                     "run longer (--duration-s of several task times)"]
         if self.preemptions == 0 or self.completed_tasks >= SETTLED_TASKS_AT_KV_LIMIT:

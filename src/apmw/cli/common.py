@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import signal
@@ -125,7 +124,9 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     if str(path) == "-":
         fail(f"{flag} -: this output is written to a file (a file named '-' is not what '-' usually means); give a "
              "file path")
-    if _link_loop(path):
+    from apmw.spec.load import is_link_loop
+
+    if is_link_loop(path):
         fail(f"{flag} {path} is a symbolic link that leads back to itself (a loop of links): remove the link or "
              "choose another path")
     if path.is_dir():
@@ -144,15 +145,6 @@ def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (),
     if why:
         fail(f"{flag} {path}: cannot write there ({why}); choose another path")
     return path
-
-
-def _link_loop(path: Path) -> bool:
-    """Whether ``path`` is a symbolic link whose chain of links never reaches a file or a missing name."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
 
 
 def files_read_by(path: Path | None) -> list[Path]:

@@ -286,8 +286,8 @@ def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
         raise SpecError(exc.path, exc.problems, what.split(";")[0]) from None
 
 
-def _loops(p: Path) -> bool:
-    """Whether the symbolic link ``p`` is part of a loop of links (resolving it never ends)."""
+def is_link_loop(p: Path) -> bool:
+    """Whether ``p`` is a symbolic link in a loop of links (resolving it never ends)."""
     try:
         os.stat(p)
     except OSError as exc:
@@ -303,7 +303,7 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
         raise SpecError(str(path), [f"is a directory, not a file{hint}: give the path of a YAML {what}"])
     if not p.is_file():
         said = ("not a regular file" if p.exists() else
-                "a symbolic link that leads back to itself (a loop of links)" if p.is_symlink() and _loops(p) else
+                "a symbolic link that leads back to itself (a loop of links)" if p.is_symlink() and is_link_loop(p) else
                 "file not found")
         raise SpecError(str(path), [f"{said} (give the path of a YAML {what})"])
     text = _read_text(p, what.split(";")[0])

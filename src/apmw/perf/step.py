@@ -142,6 +142,7 @@ class _Rates(NamedTuple):
     rest_bw: float               # bytes/s the rest a step reads streams at
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
+    log_expert_miss: float       # its natural logarithm (-inf where every token routes to every expert)
     weight_bw: float             # bytes/s the routed experts stream at (the weight dtype's efficiency)
     kv_bw: float                 # bytes/s KV streams at, per byte of KV read (replication included)
     flops_per_token: float       # matmul FLOPs per token per GPU
@@ -227,7 +228,9 @@ class RooflineFigures:
         attention, rest = c.attention_bytes / lay.tp, c.read_rest_bytes / lay.dense_tp
         if not c.expert_params:
             return attention, rest, np.zeros_like(micro)
-        experts = c.num_experts * (1.0 - c.expert_miss ** np.maximum(micro, 1.0)) * c.expert_params
+        # expert_miss ** tokens as exp(tokens * ln expert_miss): numpy's float power is several times slower,
+        # and this runs over every cell of every engine curve
+        experts = c.num_experts * -np.expm1(np.maximum(micro, 1.0) * c.log_expert_miss) * c.expert_params
         return attention, rest, experts / (lay.moe_tp * lay.ep) * c.expert_bytes_per_param
 
     def weight_read_bytes_per_gpu(self, tokens: np.ndarray | float) -> np.ndarray:
@@ -353,7 +356,8 @@ class RooflineFigures:
             rest_bw=_combined_rate([(dense_ffn, dtype_bw(ffn)), (read_unquantised, weight_bw),
                                     (every_expert * expert_per_param, weight_bw)]),
             num_experts=float(a.num_experts),
-            expert_miss=1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0,
+            expert_miss=(miss := 1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0),
+            log_expert_miss=float(np.log(miss)) if miss > 0 else -np.inf,
             weight_bw=weight_bw,
             kv_bw=bw * eff.kv_bandwidth_for(self.kv_dtype) / self.kv_replication,
             flops_per_token=a.flops_per_token() / self.gpus,

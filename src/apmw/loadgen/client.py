@@ -63,12 +63,13 @@ def normalise_endpoint(endpoint: str) -> str:
     e = endpoint.rstrip("/")
     if not e.startswith(("http://", "https://")):
         raise BenchError(f"--endpoint {endpoint!r}: give a URL such as http://127.0.0.1:8000 (with http:// or https://)")
+    url = urlsplit(e)
     try:
-        port, host = urlsplit(e).port, urlsplit(e).hostname
+        port, host = url.port, url.hostname
     except ValueError as exc:          # a port that is not a number, or past 65535
         raise BenchError(f"--endpoint {endpoint!r}: {exc}; give a port from 1 to 65535, e.g. http://127.0.0.1:8000") from None
-    if urlsplit(e).username is not None or urlsplit(e).password is not None:
-        shown = urlsplit(e)._replace(netloc=f"***@{urlsplit(e).netloc.rpartition('@')[2]}").geturl()
+    if url.username is not None or url.password is not None:
+        shown = url._replace(netloc=f"***@{url.netloc.rpartition('@')[2]}").geturl()
         raise BenchError(f"--endpoint {shown}: a name or password in the URL would be written to the results file "
                          "and shown in messages; give the server's key in an environment variable instead "
                          "(--api-key-env, OPENAI_API_KEY unless set)")

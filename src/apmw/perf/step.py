@@ -142,7 +142,7 @@ class _Rates(NamedTuple):
     rest_bw: float               # bytes/s the rest a step reads streams at
     num_experts: float
     expert_miss: float           # chance a token does not route to a given expert
-    log_expert_miss: float       # its natural logarithm (-inf where every token routes to every expert)
+    log_expert_miss: float       # its natural logarithm
     weight_bw: float             # bytes/s the routed experts stream at (the weight dtype's efficiency)
     kv_bw: float                 # bytes/s KV streams at, per byte of KV read (replication included)
     flops_per_token: float       # matmul FLOPs per token per GPU
@@ -357,7 +357,7 @@ class RooflineFigures:
                                     (every_expert * expert_per_param, weight_bw)]),
             num_experts=float(a.num_experts),
             expert_miss=(miss := 1.0 - a.experts_per_token / a.num_experts if expert_params else 1.0),
-            log_expert_miss=float(np.log(miss)) if miss > 0 else -np.inf,
+            log_expert_miss=float(np.log(miss)),
             weight_bw=weight_bw,
             kv_bw=bw * eff.kv_bandwidth_for(self.kv_dtype) / self.kv_replication,
             flops_per_token=a.flops_per_token() / self.gpus,

@@ -31,7 +31,6 @@ reused), so the call that follows re-prefills the summary with its new tokens.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Sequence
 

@@ -225,9 +225,8 @@ class Engine:
             self.driver.on_arrival(seq)
             sched.ledger.queued(seq)
             if sched.never_fits(seq):
-                sched.ledger.release(seq)
-                self.stats.rejected_calls += 1
-                self._reject(sched, seq)
+                sched.reject(seq)
+                self._end_rejected(sched, seq)
                 continue
             sched.waiting.append(seq)
 
@@ -555,9 +554,9 @@ class Engine:
         task ended."""
         head = sched.break_deadlock()
         if head is not None:
-            self._reject(sched, head)
+            self._end_rejected(sched, head)
 
-    def _reject(self, sched: Scheduler, seq: Seq) -> None:
+    def _end_rejected(self, sched: Scheduler, seq: Seq) -> None:
         """End the task of a call the pool can never hold; stop the run where no call fits at all."""
         self._rejected_in_a_row += 1
         if self._rejected_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
@@ -573,7 +572,7 @@ class Engine:
                 f"simulated time, none finishing between them; the last needs the KV of {tokens:,} tokens by its last "
                 f"one, prompt and output ({tokens * self.kv_bytes_per_token / 1e9:.2f} GB), more than the replica's whole KV pool"
                 f"{per_rank} holds ({sched.ledger.pool.capacity * block_bytes / 1e9:.2f} GB). Use more GPUs per "
-                "replica, a smaller kv_dtype, or shorter contexts (summarisation); apmw plan refuses this workload "
+                "replica, a smaller kv_dtype, or shorter contexts (summarisation); apmw plan refuses a spec's workload "
                 "for the same reason")
 
     def check_invariants(self) -> None:

@@ -232,9 +232,14 @@ class Scheduler:
             self.stats.spills += 1
             return None
         head = self.waiting.popleft()
-        self.ledger.release(head)
-        self.stats.rejected_calls += 1
+        self.reject(head)
         return head
+
+    def reject(self, seq: Seq) -> None:
+        """Take ``seq`` off the books, its context freed (:meth:`never_fits`, :meth:`break_deadlock`), counted in
+        ``rejected_calls``."""
+        self.ledger.release(seq)
+        self.stats.rejected_calls += 1
 
     def check_invariants(self) -> None:
         """Block and token accounting agree (raises AssertionError)."""

@@ -32,6 +32,7 @@ end and the next call's start (tool spans and agent overhead both fall in it).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number,
@@ -266,21 +267,21 @@ class Reader:
 
 def _spans_of(doc: dict) -> list | None:
     """The spans of an OTLP JSON document (resourceSpans -> scopeSpans -> spans), or None where it is not shaped so."""
+    spans: list = []
     resource_spans = doc["resourceSpans"]
-    if not isinstance(resource_spans, list) or not all(isinstance(rs, dict) for rs in resource_spans):
-        return None
-    scopes = [ss for rs in resource_spans for ss in rs.get("scopeSpans", ())] if all(
-        isinstance(rs.get("scopeSpans", []), list) for rs in resource_spans) else None
-    if scopes is None or not all(isinstance(ss, dict) and isinstance(ss.get("spans", []), list) for ss in scopes):
-        return None
-    return [span for ss in scopes for span in ss.get("spans", ())]
+    for rs in resource_spans if isinstance(resource_spans, list) else [None]:
+        scopes = rs.get("scopeSpans", []) if isinstance(rs, dict) else None
+        for ss in scopes if isinstance(scopes, list) else [None]:
+            listed = ss.get("spans", []) if isinstance(ss, dict) else None
+            if not isinstance(listed, list):
+                return None
+            spans += listed
+    return spans
 
 
 def quoted(value: object, limit: int = 60) -> str:
     """``value`` as JSON text in single quotes, cut to ``limit`` characters: the end of a skip reason, which
     :class:`apmw.traces.records.LineErrors` counts as one reason whatever the value."""
-    import json
-
     text = json.dumps(value, default=str).replace("'", "\u2019")
     return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 

@@ -124,8 +124,9 @@ def _source_text(p: dict) -> str:
 def check_table(console: Console, p: dict) -> None:
     """The agent counts simulated to settle N*: pooled tasks, p95 with its interval, verdict, preemptions."""
     c = p["check"]
-    t = Table(title=f"N* checked in the simulator: up to {c['replications']} seeded runs per agent count, "
-                    f"about {c['tasks_per_point']:,} tasks in all", title_justify="left")
+    t = Table(title=f"N* checked in the simulator: up to {c['replications']} seeded runs per count, "
+                    f"about {c['tasks_per_point']:,} tasks, {c['calls_per_point']:,}+ calls in all",
+              title_justify="left")
     for col in ("agents", "tasks", "task p95 s (95% CI)", "TTFT p95", "per output token p95", "preempted calls",
                 "SLO"):
         t.add_column(col, justify="right" if col != "SLO" else "left", overflow="fold")

@@ -7,7 +7,8 @@ answer ``apmw plan`` prints is re-derived in the simulator:
 1. **Start at the analytic N*.** Simulate it once, to steer (a steering run). Every other
    count gets ``replications`` seeded runs at once (seeds ``spec.seed``, ``spec.seed + 1``,
    ...; the same seeds at every agent count, so two counts differ by the agents, not the
-   luck), each long enough that the runs together record about ``tasks_per_point`` tasks, and
+   luck), each long enough that the runs together record about ``tasks_per_point`` tasks and
+   :data:`CALLS_PER_CHECKED_TASK` times as many calls (the TTFT and TPOT p95s are read over calls), and
    pools their tasks. A count the first runs already put clearly inside or outside the SLO
    (:data:`DECIDED_MARGIN`) gets no more runs. Such a count, or one with all its runs, is
    *settled*.
@@ -37,12 +38,14 @@ lists it otherwise).
 
 **The answer.** N* is the largest settled count that meets the SLO below the smallest that
 misses it. Its interval runs from where the upper end of the pooled p95's confidence interval
-crosses the SLO to where the lower end does (linear between settled counts): the agent counts
-the simulation cannot tell apart from N*. The pooled p95's interval is the wider of two: the
-distribution-free one of the pooled tasks (:func:`apmw.sim.result.quantile_interval`, which takes
-tasks as independent) and the replication one, from how far the runs' own p95s spread (tasks of
-one run share the engine's state: near a KV limit, runs differ by far more than their tasks
-suggest). The per-run p95s are listed beside it.
+crosses the SLO to where the lower end does (linear between settled counts, over all of them):
+the agent counts the simulation cannot tell apart from N*. A count past the first miss whose
+interval still reaches under the SLO (a miss the runs cannot tell from luck) widens it, and where
+no count simulated is surely past the SLO its upper end is open. The pooled p95's interval is
+the wider of two: the distribution-free one of the pooled tasks
+(:func:`apmw.sim.result.quantile_interval`, which takes tasks as independent) and the replication
+one, from how far the runs' own p95s spread (tasks of one run share the engine's state: near a KV
+limit, runs differ by far more than their tasks suggest). The per-run p95s are listed beside it.
 
 **What is simulated and what is not.** The figures the simulator measures at N* replace the
 analytic ones (task latency, TTFT and TPOT p95, decode batch, resident KV mean, utilisation, and
@@ -71,6 +74,13 @@ from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, MAX_DURATION_S, simul
 # Tasks recorded per agent count, pooled over the replications: about 300 puts the p95 in a
 # distribution-free 95 % interval of roughly +-10 % on the bundled examples (docs/simulate.md).
 CHECK_TASKS_PER_POINT = 300
+# ... and at least this many calls per checked task, where the tasks make fewer. The TTFT and TPOT p95s
+# are read over calls: support-chat's tasks are 1.5 calls each and its TTFT p99 is about four times its
+# p95 (heavy-tailed prompts), so 300 tasks held some 450 calls, runs of 140, whose TTFT p95s ran from 2 to
+# 49 s at 15 agents (60,000-call runs: 4.5-4.6 s), and the check settled N* at 11 where long runs put it
+# at 18-20 (docs/simulate.md, "Calls as well as tasks"). Coding-agent and deep-research make 30-80
+# calls a task, so the tasks already record more.
+CALLS_PER_CHECKED_TASK = 10
 CHECK_REPLICATIONS = 3
 # Agent counts settled at most (each is up to ``replications`` runs; the analytic N*'s steering run aside).
 CHECK_MAX_POINTS = 5
@@ -194,6 +204,15 @@ def _crossing(points: list[SimulatedPoint], slack: Callable[[SimulatedPoint], fl
     return previous[0]
 
 
+def n_star_interval(points: list, high_end: Callable, low_end: Callable) -> tuple[int | None, int | None]:
+    """The agent counts the simulation cannot tell from N*, from the settled ``points`` (by count): up to where the
+    high end of the SLO slack's interval crosses 1, and up to where its low end does. Every count takes part, so
+    one past the first miss whose interval still reaches under the SLO (a miss the runs cannot tell from luck)
+    widens it; where no count is surely past the SLO the upper end is open (None)."""
+    upper = None if all(low_end(p) <= 1.0 for p in points) else _crossing(points, low_end)
+    return _crossing(points, high_end), upper
+
+
 @dataclass(frozen=True)
 class CheckedPlan:
     """``plan`` re-derived at the simulated N* (module docstring); ``analytic`` is the plan it started from."""
@@ -259,7 +278,9 @@ class CheckedPlan:
             "sessions_per_s": x, "tokens_per_s": {k: x * v for k, v in self.plan.tokens_per_task.items()},
             "analytic": {k: a[k] for k in ("agents_per_replica", "binding_constraint", "binding_slo", "meets_slo",
                                            "task_latency_s", "ttft_p95_s", "tpot_p95_s", "agents_per_mw")},
-            "check": {"tasks_per_point": self.tasks_per_point, "replications": self.replications,
+            "check": {"tasks_per_point": self.tasks_per_point,
+                      "calls_per_point": CALLS_PER_CHECKED_TASK * self.tasks_per_point,
+                      "replications": self.replications,
                       "kv_limit_agents": self.kv_limit,
                       "points": [p.to_dict(slo) for p in self.points],
                       "steering": [p.to_dict(slo) for p in self.steering]},
@@ -304,6 +325,8 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
     durations: dict[int, float] = {}
     runs_total = max_points * replications
     per_run = math.ceil(tasks_per_point / replications)
+    # a run records at least its share of the calls too: as many tasks as hold them
+    per_run = max(per_run, math.ceil(CALLS_PER_CHECKED_TASK * per_run / model.sample.mean_calls))
 
     def add_run(n: int) -> None:
         """One more seeded run at ``n`` agents (seed ``spec.seed + runs so far``), pooled into its point."""
@@ -376,12 +399,9 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
             f"(task p95 {first.p95('task_latency_s') or math.nan:,.0f} s over {first.completed_tasks} tasks; "
             f"the analytic N* was {analytic.agents_per_replica}): run apmw simulate at fewer agents, or "
             "use --analytic for the analytic answer")
-    # the counts the simulation cannot tell from N*: crossings of the interval's ends (see module doc)
-    below = [p for p in ordered if hi is None or p.agents <= hi]
-    upper = None if hi is None else _crossing(below, lambda p: p.slack(spec.slo, 0))
+    interval = n_star_interval(ordered, lambda p: p.slack(spec.slo, 1), lambda p: p.slack(spec.slo, 0))
     if lo >= kv_limit:          # past the pool the simulation is not asked (module docstring, step 4)
-        upper = kv_limit
-    interval = (_crossing(below, lambda p: p.slack(spec.slo, 1)), upper)
+        interval = (interval[0], kv_limit)
     at = full[lo]
     econ = economics(spec, replica, lo, at.task_latency["mean"], at.mean("engine_utilisation"),
                      at.mean("compute_bound_share"))

@@ -306,29 +306,6 @@ def test_gpus_that_do_not_divide_the_heads_are_a_clear_error():
     assert replica_from_spec(spec_from_dict(d)).gpus == 3
 
 
-def test_prefill_queue_wait_is_pollaczek_khinchine():
-    # M/G/1 behind other prompts' prefill: mean lambda E[S^2] / (2 (1 - rho)); a call waits at all
-    # with probability rho; the samples carry that mean
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    from apmw.capacity.evaluate import prefill_queue_wait
-
-    tokens = np.random.default_rng(0).lognormal(8.0, 1.0, 200_000)       # heavy-tailed prompts
-    s = SimpleNamespace(call_prefill_tokens_sample=tokens)
-    per_token, base, budget, rate = 1e-4, 0.02, 8192, 0.5
-    mean, waits, rho = prefill_queue_wait(s, rate, per_token, base, budget, seed=1)
-    svc = tokens * (per_token + base / budget)
-    assert rho == pytest.approx(rate * svc.mean())
-    assert mean == pytest.approx(rate * (svc**2).mean() / (2 * (1 - rho)))
-    assert (waits > 0).mean() == pytest.approx(rho, abs=0.01)
-    assert waits.mean() == pytest.approx(mean, rel=0.03)
-    # busier engine, longer wait; no traffic, no wait
-    assert prefill_queue_wait(s, 2 * rate, per_token, base, budget, seed=1)[0] > 2 * mean
-    assert prefill_queue_wait(s, 0.0, per_token, base, budget, seed=1)[0] == 0.0
-
-
 def test_slo_rows_read_each_slo_its_limit_figure_and_verdict():
     from apmw.capacity.slo import slo_rows
 

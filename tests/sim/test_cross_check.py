@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -135,14 +136,22 @@ def test_open_loop_prediction_prices_poisson_arrivals_like_the_simulator():
     assert p.tpot_s == pytest.approx(sim["tpot_s"]["mean"], rel=0.06)
 
 
-def test_plan_ttft_tail_includes_the_wait_behind_other_prompts():
-    """Support-chat's first prompts are long and heavy-tailed (p95 39k tokens): a prompt often waits
-    for another's chunked prefill. The plan's TTFT p95 prices that wait (an M/G/1 prefill queue)
-    and lands within 20 % of the simulated one at N = 20; it used to be 32 % low."""
+@pytest.mark.parametrize("gpus, engine, agents", [(2, "vllm", 20), (4, "trtllm", 95)])
+def test_plan_ttft_tail_includes_the_wait_behind_other_prompts(gpus, engine, agents):
+    """Support-chat's prompts are long and heavy-tailed (first calls p95 39k tokens, a few past 300k): a prompt
+    often waits for another's chunked prefill, and the longest hold the budget for minutes. The plan prices
+    each call's prefill at its own attention and the exact M/G/1 wait (apmw.capacity.prefill_queue), and its
+    TTFT p95 lands within 12 % of the simulator's over three runs of about 10,000 calls (bench/ttft_vs_sim.py:
+    5.70 s against 5.44 s, and 8.00 s against 7.80 s on a busy 4 x H100 engine, where the mean-matched
+    exponential tail it used before gave 4.36 s)."""
     s = load_spec(EXAMPLES / "support-chat.yaml")
-    analytic = plan(s, agents=20).to_dict()
-    sim = simulate(s, 20, duration_s=15000, seed=1).to_dict()
-    assert analytic["ttft_p95_s"] == pytest.approx(sim["ttft_s"]["p95"], rel=0.20)
+    s = s.model_copy(update={"hardware": s.hardware.model_copy(update={"gpus_per_replica": gpus}),
+                             "serving": s.serving.model_copy(update={"engine": engine})})
+    analytic = plan(s, agents=agents)
+    calls_per_s = analytic.to_dict()["sessions_per_s"] * analytic.sample.mean_calls
+    runs = [simulate(s, agents, duration_s=10_000 / calls_per_s / 0.8, seed=100 + k) for k in range(3)]
+    simulated = np.median([np.quantile(r.samples["ttft_s"], 0.95) for r in runs])
+    assert analytic.at.ttft_p95_s == pytest.approx(simulated, rel=0.12)
 
 
 def test_plan_follows_the_simulator_when_prefill_runs_alone_and_first():

@@ -29,6 +29,7 @@ from apmw.capacity.disaggregation import prefill_stage
 from apmw.capacity.engine_curve import CURVE_BLOCK_ROWS, EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.kv_overflow import MIN_SHARE, overflow_share, spread_over_tasks
+from apmw.capacity.prefill_queue import priced_on
 from apmw.capacity.slo import check_slo
 from apmw.capacity.quantiles import Tail
 from apmw.capacity.prefix_cache import LruSurvival, SlotSurvival, frees_contexts
@@ -132,6 +133,7 @@ class ClosedLoopModel:
 
     def __init__(self, spec: Spec, replica: Replica, sample: SessionSample, max_batch: int | None = None,
                  found_sample: SessionSample | None = None, lost_sample: SessionSample | None = None):
+        sample = priced_on(replica.step, sample)
         self.spec, self.replica, self.sample = spec, replica, sample
         self.max_batch = max_batch or replica.policy.max_batch
         self.prefill = prefill_stage(spec, replica, sample)
@@ -147,11 +149,13 @@ class ClosedLoopModel:
         self.spills = not self.frees and spills_retained(spec, replica)
         self.found = self.lost = None
         if self.frees:
-            self.found = found_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=FREED_FOUND)
+            self.found = priced_on(replica.step, found_sample or sample_sessions(spec, replica, sessions=sample.sessions,
+                                                                               variant=FREED_FOUND))
             self.lost = sample
         elif self.spills:
             self.found = sample
-            self.lost = lost_sample or sample_sessions(spec, replica, sessions=sample.sessions, variant=RETAINED_LOST)
+            self.lost = priced_on(replica.step, lost_sample or sample_sessions(spec, replica, sessions=sample.sessions,
+                                                                             variant=RETAINED_LOST))
         if self.found is not None and self.lost is not None:
             self._samples = _Blend(self.found, self.lost)
             names = ("calls", "tool_s", "kv_transfer_s", "prefill_iters", "decode_iters", "kv_q", "kv_prefill",

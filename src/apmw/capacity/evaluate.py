@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 from scipy.special import ndtr
 
 from apmw.capacity.closed_network import LoopState, solve_at
 from apmw.capacity.engine_curve import EngineCurve
+from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue_wait
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.quantiles import Tail, quantile
 from apmw.capacity.sessions import SessionSample
@@ -123,43 +124,6 @@ def _prefill_wait(curve: EngineCurve, think: float, agents: int, stage: PrefillS
             break
         wait = 0.5 * (wait + target)
     return loop, wait, min(rho, 1.0)
-
-
-# Highest share of time the prefill queue may be busy in the M/G/1 term below; the closed loop
-# already bounds the engine's throughput, this only keeps the formula finite.
-MAX_PREFILL_QUEUE_UTILISATION = 0.95
-
-
-def prefill_queue_wait(s: SessionSample, calls_per_s: float, per_prefill_token_s: float, base_s: float,
-                       budget_tokens: int, seed: int) -> tuple[float, np.ndarray, float]:
-    """Wait behind other prompts' prefill in a chunked-prefill engine: mean, per-call samples, utilisation.
-
-    The engine gives waiting prompts its token budget first come, first served, so a prompt
-    waits for the prompt tokens ahead of it: an M/G/1 queue whose service is a call's prefill
-    (its tokens at the marginal cost per prefill token, plus its share of each packed
-    iteration's base time). Pollaczek-Khinchine gives the mean wait,
-    ``lambda E[S^2] / (2 (1 - rho))``; a call waits at all with probability ``rho`` and then
-    for an exponential time (the usual M/G/1 tail approximation). Heavy-tailed prompts make
-    ``E[S^2]`` large. Checked against ``apmw simulate`` on the bundled examples (docs/simulate.md).
-    """
-    svc = s.call_prefill_tokens_sample * (per_prefill_token_s + base_s / budget_tokens)
-    rho = min(calls_per_s * float(svc.mean()), MAX_PREFILL_QUEUE_UTILISATION)
-    if rho <= 0:
-        return 0.0, np.zeros(len(svc)), 0.0
-    mean = calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho))
-    busy, exponential = _arrival_draws(seed, len(svc))
-    waits = np.where(busy < rho, exponential * (mean / rho), 0.0)
-    return mean, waits, rho
-
-
-@lru_cache(maxsize=16)
-def _arrival_draws(seed: int, calls: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per call, a uniform (does it find the prefill queue busy?) and a unit exponential (its wait if so),
-    drawn from ``seed``: the same at every agent count, so drawn once (read-only, shared)."""
-    rng = np.random.default_rng(seed)
-    busy, exponential = rng.random(calls), rng.standard_exponential(calls)
-    busy.flags.writeable = exponential.flags.writeable = False
-    return busy, exponential
 
 
 def per_call_tpot_p95_s(loop: LoopState, decode_iters: np.ndarray) -> float:
@@ -255,19 +219,23 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         t_base = t_pf - per_prefill_token * chunk
         # ... and waits for a batch slot, then behind the prompts that arrived before it: on its own attention-DP
         # rank, whose busy queue moves a rank's budget per full-chunk iteration, with that rank's share of calls
+        # A call finds the engine as the other agents leave it (the arrival theorem: the loop at one agent
+        # fewer); a lone agent's call finds it idle.
+        seen = solve_at(curve, think, agents - 1) if agents > 1 else None
+        seen_calls_per_s = seen.call_throughput_per_s if seen else 0.0
         if on_ranks:
-            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s / ranks, 0.0,
+            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, seen_calls_per_s / ranks, 0.0,
                                                                 loop.full_chunk_iteration_s, rank_budget, spec.seed)
         else:
-            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, loop.call_throughput_per_s, per_prefill_token,
+            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, seen_calls_per_s, per_prefill_token,
                                                                 t_base, policy.token_budget, spec.seed)
         # a call that finds the engine busy waits for the iteration in flight (half of one on
         # average; half of the span between the scheduler's polls where it polls less often) and,
         # where the engine schedules ahead, for the one already scheduled
         # (apmw.perf.serving_policy; the simulator does the same). With disaggregated prefill (below)
         # the prefill instance's own queue model stands in for it.
-        arrival_wait = loop.engine_utilisation * busy_arrival_wait_s(loop.iteration_s, policy.iterations_ahead,
-                                                                     policy.recv_interval)
+        arrival_wait = (seen.engine_utilisation if seen else 0.0) * busy_arrival_wait_s(
+            loop.iteration_s, policy.iterations_ahead, policy.recv_interval)
         prefill_wait += arrival_wait
         ttft_wait = wq * s.call_queue_exp + prefill_waits + arrival_wait
     else:
@@ -301,6 +269,8 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
 
     if on_ranks:
         ttft = ttft_wait + own_prefill_on_rank_s(s, loop, rank_budget)
+    elif prefill is None:
+        ttft = ttft_wait + own_prefill_s(s, t_base, per_prefill_token)
     else:
         ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     tpot_p95 = per_call_tpot_p95_s(loop, s.call_decode_iters_sample) / s.accepted_tokens_per_iteration

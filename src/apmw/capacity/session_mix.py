@@ -61,6 +61,8 @@ PER_TASK = ("calls", "prefill_iters", "decode_iters", "tool_s", "kv_transfer_s",
 PER_CONTEXT = ("freed_s", "freed_kv_bytes", "final_kv_bytes")
 TAIL = ("call_prefill_iters_sample", "call_prefill_tokens_sample", "call_prefill_attn_flops_sample",
         "call_prefill_kv_bytes_sample", "call_decode_iters_sample", "call_queue_exp")
+# Priced on a replica by the model that evaluates the pooled sample (apmw.capacity.prefill_queue.priced_on), not pooled.
+ON_REPLICA = ("call_prefill_alone_s_sample", "call_prefill_attention_s_sample")
 TIMELINE = ("timeline_kv_bytes", "timeline_prefill_iters", "timeline_decode_iters", "timeline_wait_s")
 PER_CALL_MEAN = ("call_prefill_iters", "call_decode_iters", "call_prefill_tokens", "call_prefill_kv_bytes",
                  "call_prefill_attn_flops", "call_past_window_share")
@@ -86,7 +88,7 @@ def _interleaved(parts: list[np.ndarray]) -> np.ndarray:
 def mix_samples(samples: list[SessionSample], own_prefix: list[bool]) -> MixedSample:
     """Pool several workloads' sampled sessions into one sample (module docstring). ``own_prefix[i]``: whether
     workload ``i``'s system prompt is one of its own (False: the same prompt as an earlier workload's)."""
-    named = set(PER_TASK + PER_CONTEXT + TAIL + TIMELINE + PER_CALL_MEAN + PER_DECODE_MEAN + SAME + SUMMED)
+    named = set(PER_TASK + PER_CONTEXT + TAIL + TIMELINE + PER_CALL_MEAN + PER_DECODE_MEAN + SAME + SUMMED + ON_REPLICA)
     missing = {f.name for f in fields(SessionSample)} - named
     if missing:
         raise AssertionError(f"apmw.capacity.session_mix does not know how to pool SessionSample.{sorted(missing)}")

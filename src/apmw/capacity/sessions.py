@@ -124,6 +124,11 @@ class SessionSample:
     timeline_decode_iters: np.ndarray
     timeline_wait_s: np.ndarray
     exposure_uniform: np.ndarray
+    # the tail calls' prefill on a replica, seconds: run alone, and what their attention to their own context
+    # adds to it. The replica's step model prices them, so the closed-loop model that evaluates the sample does
+    # (apmw.capacity.prefill_queue.priced_on); None until then
+    call_prefill_alone_s_sample: np.ndarray | None = None
+    call_prefill_attention_s_sample: np.ndarray | None = None
 
     @property
     def mean_calls(self) -> float:

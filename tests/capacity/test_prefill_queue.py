@@ -1,0 +1,123 @@
+"""A call's own prefill and its wait behind other prompts' prefill (apmw.capacity.prefill_queue)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from apmw.capacity import plan
+from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue_wait, queued_work_s
+from apmw.spec import load_spec
+from tests.e2e.test_cli import EXAMPLES
+
+
+def _queue_sample(seed: int = 0, calls: int = 200_000) -> SimpleNamespace:
+    tokens = np.random.default_rng(seed).lognormal(8.0, 1.5, calls)       # heavy-tailed prompts
+    return SimpleNamespace(call_prefill_tokens_sample=tokens, call_prefill_attention_s_sample=np.zeros(calls))
+
+
+def _lindley_waits(service_s: np.ndarray, rate_per_s: float, seed: int) -> np.ndarray:
+    """An M/G/1 FCFS queue run customer by customer: W' = max(0, W + S - A)."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1.0 / rate_per_s, len(service_s))
+    waits, w = np.empty(len(service_s)), 0.0
+    for i, (s, a) in enumerate(zip(service_s, gaps)):
+        waits[i] = w
+        w = max(0.0, w + s - a)
+    return waits
+
+
+def test_the_wait_has_the_mean_pollaczek_khinchine_gives():
+    s = _queue_sample()
+    per_token, base, budget, rate = 1e-4, 0.02, 8192, 0.5
+    mean, waits, rho = prefill_queue_wait(s, rate, per_token, base, budget, seed=1)
+    svc = s.call_prefill_tokens_sample * (per_token + base / budget)
+    assert rho == pytest.approx(rate * svc.mean())
+    assert mean == pytest.approx(rate * (svc**2).mean() / (2 * (1 - rho)))
+    assert (waits > 0).mean() == pytest.approx(rho, abs=0.01)
+    assert waits.mean() == pytest.approx(mean, rel=0.05)
+    # busier engine, longer wait; no traffic, no wait
+    assert prefill_queue_wait(s, 2 * rate, per_token, base, budget, seed=1)[0] > 2 * mean
+    assert prefill_queue_wait(s, 0.0, per_token, base, budget, seed=1)[0] == 0.0
+
+
+@pytest.mark.parametrize("rho_target", [0.3, 0.7])
+def test_the_wait_has_the_tail_of_a_queue_run_customer_by_customer(rho_target):
+    """The law of the wait is exact, not a mean-matched exponential: its p95 and p99 match a Lindley run of the
+    same heavy-tailed services (an exponential tail of the same mean puts the p99 off by a third here)."""
+    s = _queue_sample(calls=100_000)
+    svc = s.call_prefill_tokens_sample * 1e-4
+    rate = rho_target / svc.mean()
+    mean, waits, rho = prefill_queue_wait(s, rate, 1e-4, 0.0, 8192, seed=3)
+    run = _lindley_waits(np.random.default_rng(4).permutation(np.tile(svc, 4)), rate, seed=5)[20_000:]
+    for q in (0.95, 0.99):
+        assert np.quantile(waits, q) == pytest.approx(np.quantile(run, q), rel=0.1), q
+    exponential = np.where(np.random.default_rng(6).random(len(waits)) < rho,
+                           np.random.default_rng(7).exponential(mean / rho, len(waits)), 0.0)
+    assert abs(np.quantile(exponential, 0.99) / np.quantile(run, 0.99) - 1) > 0.2
+
+
+def test_the_same_seed_draws_the_same_waits():
+    s = _queue_sample(calls=20_000)
+    a = prefill_queue_wait(s, 0.4, 1e-4, 0.01, 8192, seed=9)[1]
+    b = prefill_queue_wait(s, 0.4, 1e-4, 0.01, 8192, seed=9)[1]
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, prefill_queue_wait(s, 0.4, 1e-4, 0.01, 8192, seed=10)[1])
+
+
+@pytest.fixture(scope="module")
+def support_sample():
+    return plan(load_spec(EXAMPLES / "support-chat.yaml")).sample
+
+
+def test_a_call_s_own_prefill_grows_faster_than_its_tokens(support_sample):
+    """The step model prices each call's chunks at its own attention: the longest prompts cost more per token
+    than the common ones (attention grows with the square of the prompt), and the calls together cost what the
+    curve's line gives."""
+    s = support_sample
+    base, per_token = 0.02, 4e-5
+    own = own_prefill_s(s, base, per_token)
+    line = s.call_prefill_iters_sample * base + s.call_prefill_tokens_sample * per_token
+    assert own.sum() == pytest.approx(line.sum())
+    per_tok = own / s.call_prefill_tokens_sample
+    long = s.call_prefill_tokens_sample > np.quantile(s.call_prefill_tokens_sample, 0.999)
+    mid = (s.call_prefill_tokens_sample > 5_000) & (s.call_prefill_tokens_sample < 20_000)
+    assert per_tok[long].mean() > 2 * per_tok[mid].mean()
+    assert own.max() > 2 * line.max()
+
+
+def test_a_lone_agent_never_waits_behind_another_prompt():
+    """One agent's call finds the engine idle (the arrival theorem: the loop at one agent fewer), however short
+    its tool waits: its TTFT p95 is its own prefill's, the same at a 0.1 s wait as at support-chat's minutes."""
+    spec = load_spec(EXAMPLES / "support-chat.yaml")
+    quick = spec.model_copy(update={"workload": spec.workload.model_copy(
+        update={"tool_wait_s": spec.workload.tool_wait_s.model_copy(update={"p50": 0.1, "p95": 0.5})})})
+    slow_ttft = plan(spec, agents=1).at.ttft_p95_s
+    quick_ttft = plan(quick, agents=1).at.ttft_p95_s
+    assert quick_ttft == pytest.approx(slow_ttft, rel=0.02)
+    assert plan(spec, agents=2).at.ttft_p95_s > slow_ttft
+
+
+def test_a_prompt_queues_its_attention_and_its_tokens_share_of_the_rest():
+    """Prompts share iterations: the work a call queues is its own attention plus the rest of the total by its
+    tokens (a 26-token follow-up's share of an iteration's weights read is 26 tokens' worth, not the whole read)."""
+    tokens = np.array([26.0, 1_000.0, 100_000.0])
+    attention = np.array([0.0, 0.001, 20.0])
+    work = queued_work_s(attention, tokens, 30.0)
+    assert work.sum() == pytest.approx(30.0)
+    per_token = (30.0 - 20.001) / tokens.sum()
+    assert work == pytest.approx(attention + tokens * per_token)
+    # attention past the total is scaled to it (the line's total is the curve's)
+    assert queued_work_s(attention, tokens, 10.0).sum() == pytest.approx(10.0)
+
+
+def test_a_call_s_attention_is_priced_on_its_replica(support_sample):
+    s = support_sample
+    alone, attention = s.call_prefill_alone_s_sample, s.call_prefill_attention_s_sample
+    assert np.all(attention >= 0) and np.all(attention < alone)
+    long = s.call_prefill_tokens_sample > 100_000
+    short = s.call_prefill_tokens_sample < 5_000
+    # attention grows with the square of the prompt: most of a long prompt's time, little of a short one's
+    assert (attention[long] / alone[long]).mean() > 0.5 > 5 * (attention[short] / alone[short]).mean()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from apmw.capacity import plan
-from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue_wait, queued_work_s
+from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue, queued_work_s
 from apmw.spec import load_spec
 from tests.e2e.test_cli import EXAMPLES
 
@@ -16,6 +16,11 @@ from tests.e2e.test_cli import EXAMPLES
 def _queue_sample(seed: int = 0, calls: int = 200_000) -> SimpleNamespace:
     tokens = np.random.default_rng(seed).lognormal(8.0, 1.5, calls)       # heavy-tailed prompts
     return SimpleNamespace(call_prefill_tokens_sample=tokens, call_prefill_attention_s_sample=np.zeros(calls))
+
+
+def prefill_queue_wait(s, rate, per_token, base, budget, seed):
+    q = prefill_queue(s, rate, per_token, base, budget, seed)
+    return q.mean_s, q.waits_s(), q.utilisation
 
 
 def _lindley_waits(service_s: np.ndarray, rate_per_s: float, seed: int) -> np.ndarray:
@@ -121,3 +126,22 @@ def test_a_call_s_attention_is_priced_on_its_replica(support_sample):
     short = s.call_prefill_tokens_sample < 5_000
     # attention grows with the square of the prompt: most of a long prompt's time, little of a short one's
     assert (attention[long] / alone[long]).mean() > 0.5 > 5 * (attention[short] / alone[short]).mean()
+
+
+def test_the_waits_are_drawn_only_where_a_ttft_is_read(monkeypatch):
+    """Drawing every call's wait costs more than the rest of an evaluation; a spec without a TTFT SLO reads the
+    TTFT only at its answer, so its N* search draws none (coding-agent: 35 evaluations a plan)."""
+    from apmw.capacity.prefill_queue import PrefillQueue
+
+    draws = []
+    waits_s = PrefillQueue.waits_s
+    monkeypatch.setattr(PrefillQueue, "waits_s", lambda self: draws.append(1) or waits_s(self))
+    coding = load_spec(EXAMPLES / "coding-agent.yaml")
+    assert coding.slo.ttft_p95_s is None
+    p = plan(coding)
+    assert len(draws) <= 2
+    p.to_dict()
+    assert len(draws) <= 3
+    draws.clear()
+    plan(load_spec(EXAMPLES / "support-chat.yaml"))        # its TTFT SLO binds: every count searched reads it
+    assert len(draws) > 5

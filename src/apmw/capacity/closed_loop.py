@@ -236,7 +236,7 @@ class ClosedLoopModel:
         z = (ev.kv_capacity_bytes - ev.kv_bytes_resident_mean) / sd
         samples = spread_over_tasks(m, z, kept.task_latency_samples_s, ev.task_latency_samples_s, k.timeline_kv_bytes, hold_s,
                                     k.exposure_uniform)
-        verdict = check_slo(self.spec.slo, Tail(samples, 0.95), Tail(ev.ttft_samples_s, 0.95), ev.tpot_p95_s)
+        verdict = check_slo(self.spec.slo, Tail(samples, 0.95), Tail(lambda: ev.ttft_samples_s, 0.95), ev.tpot_p95_s)
         return replace(ev, slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
 
     def evaluate(self, agents: int) -> Evaluation:

@@ -14,8 +14,9 @@ adds. The mean of ``R_s`` over sessions equals the closed-loop mean by construct
 
 TTFT is a call's wait for a batch slot, for the iteration in flight and the one already
 scheduled (where the engine schedules ahead), its wait behind other prompts' prefill (an M/G/1
-queue: :func:`prefill_queue_wait`) and its own prefill; the mean of these waits also joins the
-per-call queue time of the task.
+queue with the exact law of its wait: :mod:`apmw.capacity.prefill_queue`) and its own prefill; the
+mean of these waits also joins the per-call queue time of the task. A call finds the loop at one
+agent fewer (the arrival theorem). The per-call TTFT draws are made when a check or a report reads them.
 
 Resident KV follows from Little's law: each agent holds on average
 ``KV-byte-seconds per session / R`` bytes, so the replica holds ``N`` times that
@@ -28,14 +29,15 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
+from typing import Callable
 
 import numpy as np
 from scipy.special import ndtr
 
 from apmw.capacity.closed_network import LoopState, solve_at
 from apmw.capacity.engine_curve import EngineCurve
-from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue_wait
+from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.quantiles import Tail, quantile
 from apmw.capacity.sessions import SessionSample
@@ -79,8 +81,8 @@ class Evaluation:
     prefill_utilisation: float | None = None
     # each sampled session's task latency (the tail above is read off it)
     task_latency_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
-    # each sampled call's time to first token (the tail calls; the TTFT p95 above is read off it)
-    ttft_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
+    # draws each sampled call's time to first token (the tail calls), when first read (ttft_samples_s)
+    ttft_draw: Callable[[], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     # The tails are read off the samples when asked (the SLO verdict above counts instead: a search asks
     # only whether they hold at most agent counts it visits).
@@ -95,6 +97,11 @@ class Evaluation:
     @cached_property
     def task_latency_p99_s(self) -> float:
         return quantile(self.task_latency_samples_s, 0.99)
+
+    @cached_property
+    def ttft_samples_s(self) -> np.ndarray:
+        """Each sampled call's time to first token (the TTFT p95 below is read off it)."""
+        return self.ttft_draw() if self.ttft_draw is not None else np.zeros(0)
 
     @cached_property
     def ttft_p95_s(self) -> float:
@@ -224,11 +231,11 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         seen = solve_at(curve, think, agents - 1) if agents > 1 else None
         seen_calls_per_s = seen.call_throughput_per_s if seen else 0.0
         if on_ranks:
-            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, seen_calls_per_s / ranks, 0.0,
-                                                                loop.full_chunk_iteration_s, rank_budget, spec.seed)
+            queued = prefill_queue(s, seen_calls_per_s / ranks, 0.0, loop.full_chunk_iteration_s, rank_budget,
+                                   spec.seed)
         else:
-            prefill_wait, prefill_waits, _ = prefill_queue_wait(s, seen_calls_per_s, per_prefill_token,
-                                                                t_base, policy.token_budget, spec.seed)
+            queued = prefill_queue(s, seen_calls_per_s, per_prefill_token, t_base, policy.token_budget, spec.seed)
+        prefill_wait = queued.mean_s
         # a call that finds the engine busy waits for the iteration in flight (half of one on
         # average; half of the span between the scheduler's polls where it polls less often) and,
         # where the engine schedules ahead, for the one already scheduled
@@ -237,12 +244,18 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         arrival_wait = (seen.engine_utilisation if seen else 0.0) * busy_arrival_wait_s(
             loop.iteration_s, policy.iterations_ahead, policy.recv_interval)
         prefill_wait += arrival_wait
-        ttft_wait = wq * s.call_queue_exp + prefill_waits + arrival_wait
+        wait_before = wq
+
+        def ttft_wait() -> np.ndarray:
+            return wait_before * s.call_queue_exp + queued.waits_s() + arrival_wait
     else:
         per_prefill_token = prefill.per_token_s + prefill.transfer_per_token_s
         t_base = prefill.per_iteration_s
         t_pf = (t_base * s.call_prefill_iters + per_prefill_token * s.call_prefill_tokens) / s.call_prefill_iters
-        ttft_wait = (wq + prefill_wait) * s.call_queue_exp
+        wait_s = wq + prefill_wait
+
+        def ttft_wait() -> np.ndarray:
+            return wait_s * s.call_queue_exp
     wq = wq + prefill_wait
     session_prefill = s.prefill_iters * t_base + s.prefill_tokens * per_prefill_token
     samples = wq * s.queue_gamma + session_prefill + s.decode_iters * t_dec + s.tool_s + s.kv_transfer_s
@@ -267,12 +280,14 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
     kv_mean = agents * per_agent_kv + ranks * d.shared_prefix_kv_bytes
     kv_p95 = kv_mean + Z95 * np.sqrt(agents * variance * ranks)
 
-    if on_ranks:
-        ttft = ttft_wait + own_prefill_on_rank_s(s, loop, rank_budget)
-    elif prefill is None:
-        ttft = ttft_wait + own_prefill_s(s, t_base, per_prefill_token)
-    else:
-        ttft = ttft_wait + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
+    @cache
+    def ttft() -> np.ndarray:
+        """Each sampled call's TTFT: drawn when a check or a report first reads it."""
+        if on_ranks:
+            return ttft_wait() + own_prefill_on_rank_s(s, loop, rank_budget)
+        if prefill is None:
+            return ttft_wait() + own_prefill_s(s, t_base, per_prefill_token)
+        return ttft_wait() + s.call_prefill_iters_sample * t_base + s.call_prefill_tokens_sample * per_prefill_token
     tpot_p95 = per_call_tpot_p95_s(loop, s.call_decode_iters_sample) / s.accepted_tokens_per_iteration
     verdict = check_slo(spec.slo, Tail(samples, 0.95), Tail(ttft, 0.95), tpot_p95)
     return Evaluation(
@@ -284,5 +299,5 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         session_throughput_per_s=agents / mean_r,
         meets_latency=verdict.meets and prefill_keeps_up(prefill_util),
         fits_memory=bool(kv_p95 <= kv_capacity_bytes), slo=verdict,
-        prefill_utilisation=prefill_util, task_latency_samples_s=samples, ttft_samples_s=ttft,
+        prefill_utilisation=prefill_util, task_latency_samples_s=samples, ttft_draw=ttft,
     )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -107,36 +107,54 @@ def own_prefill_s(s, base_s: float, per_prefill_token_s: float) -> np.ndarray:
     return shared_out(s.call_prefill_alone_s_sample, line)
 
 
-def prefill_queue_wait(s, calls_per_s: float, per_prefill_token_s: float, base_s: float, budget_tokens: int,
-                       seed: int) -> tuple[float, np.ndarray, float]:
-    """Wait behind other prompts' prefill (module docstring): its mean, one draw per sampled call, and the
-    queue's utilisation. The calls' services total their prefill tokens at the marginal cost per token plus
-    their share of each packed iteration's base time, shared out as the work the step model prices for each."""
+@dataclass(frozen=True)
+class PrefillQueue:
+    """The wait behind other prompts' prefill at one load (module docstring): its mean, the share of time the
+    queue is busy, and the calls' services its draws read. The draws cost more than the rest of an
+    evaluation, and only a TTFT read needs them, so they are made when asked."""
+
+    mean_s: float
+    utilisation: float
+    services_s: np.ndarray
+    seed: int
+
+    def waits_s(self) -> np.ndarray:
+        """One draw of the wait per sampled call, from its exact law."""
+        svc, rho = self.services_s, self.utilisation
+        if rho <= 0:
+            return np.zeros(len(svc))
+        queued = np.minimum(np.floor(_log_uniforms(self.seed, len(svc)) / math.log(rho)), MAX_QUEUED).astype(np.int64)
+        waiting = np.flatnonzero(queued)
+        if not len(waiting):
+            return np.zeros(len(svc))
+        # call j's i-th residual: a service drawn by its length times the share of it left, from unit draws that
+        # depend on (seed, j, i) alone, so a call's wait only grows as the queue does
+        runs = queued[waiting]
+        first = np.cumsum(runs) - runs                  # where each waiting call's run starts among the residuals
+        counter = 2 * (np.arange(int(runs.sum())) + np.repeat(waiting * MAX_QUEUED - first, runs))
+        cdf = np.cumsum(svc)
+        by_length = unit_draws(self.seed, counter) * cdf[-1]
+        order = np.argsort(by_length)           # searched in order: several times faster than scattered
+        picked = np.empty(len(counter), dtype=np.int64)
+        picked[order] = np.searchsorted(cdf, by_length[order], side="right")
+        residuals = svc[np.minimum(picked, len(svc) - 1)] * unit_draws(self.seed, counter + 1)
+        waits = np.zeros(len(svc))
+        waits[waiting] = np.add.reduceat(residuals, first)
+        return waits
+
+
+def prefill_queue(s, calls_per_s: float, per_prefill_token_s: float, base_s: float, budget_tokens: int,
+                  seed: int) -> PrefillQueue:
+    """The wait behind other prompts' prefill when calls arrive at ``calls_per_s``. The calls' services total
+    their prefill tokens at the marginal cost per token plus their share of each packed iteration's base time,
+    shared out as the work the step model prices for each (:func:`queued_work_s`)."""
     tokens = s.call_prefill_tokens_sample
     line = tokens * (per_prefill_token_s + base_s / budget_tokens)
     svc = queued_work_s(s.call_prefill_attention_s_sample, tokens, float(line.sum()))
     rho = min(calls_per_s * float(svc.mean()), MAX_PREFILL_QUEUE_UTILISATION) if len(svc) else 0.0
     if rho <= 0:
-        return 0.0, np.zeros(len(svc)), 0.0
-    mean = calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho))
-    queued = np.minimum(np.floor(_log_uniforms(seed, len(svc)) / math.log(rho)), MAX_QUEUED).astype(np.int64)
-    waiting = np.flatnonzero(queued)
-    if not len(waiting):
-        return mean, np.zeros(len(svc)), rho
-    # call j's i-th residual: a service drawn by its length times the share of it left, from unit draws that
-    # depend on (seed, j, i) alone, so a call's wait only grows as the queue does
-    runs = queued[waiting]
-    first = np.cumsum(runs) - runs                  # where each waiting call's run starts among the residuals
-    counter = 2 * (np.arange(int(runs.sum())) + np.repeat(waiting * MAX_QUEUED - first, runs))
-    cdf = np.cumsum(svc)
-    by_length = unit_draws(seed, counter) * cdf[-1]
-    order = np.argsort(by_length)           # searched in order: several times faster than scattered
-    picked = np.empty(len(counter), dtype=np.int64)
-    picked[order] = np.searchsorted(cdf, by_length[order], side="right")
-    residuals = svc[np.minimum(picked, len(svc) - 1)] * unit_draws(seed, counter + 1)
-    waits = np.zeros(len(svc))
-    waits[waiting] = np.add.reduceat(residuals, first)
-    return mean, waits, rho
+        return PrefillQueue(0.0, 0.0, svc, seed)
+    return PrefillQueue(calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho)), rho, svc, seed)
 
 
 @lru_cache(maxsize=16)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Callable
+
 import numpy as np
 
 
@@ -50,16 +52,20 @@ def quantile_at_most(values: np.ndarray, q: float, limit: float) -> bool:
 class Tail:
     """The ``q`` quantile of ``values`` as an SLO check reads it: ``tail <= limit`` is
     :func:`quantile_at_most` (a count), ``float(tail)`` the quantile itself. A search asks only the first at
-    most agent counts it visits."""
+    most agent counts it visits. ``values`` may be a function that draws them: a check of SLOs that do not
+    read this tail never calls it."""
 
-    values: np.ndarray
+    values: np.ndarray | Callable[[], np.ndarray]
     q: float
 
+    def _drawn(self) -> np.ndarray:
+        return self.values() if callable(self.values) else self.values
+
     def __le__(self, limit: float) -> bool:
-        return quantile_at_most(self.values, self.q, limit)
+        return quantile_at_most(self._drawn(), self.q, limit)
 
     def __float__(self) -> float:
-        return quantile(self.values, self.q)
+        return quantile(self._drawn(), self.q)
 
 
 def quantiles(values: np.ndarray, qs: tuple[float, ...]) -> tuple[float, ...]:

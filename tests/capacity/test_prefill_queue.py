@@ -90,7 +90,7 @@ def test_a_call_s_own_prefill_grows_faster_than_its_tokens(support_sample):
     long = s.call_prefill_tokens_sample > np.quantile(s.call_prefill_tokens_sample, 0.999)
     mid = (s.call_prefill_tokens_sample > 5_000) & (s.call_prefill_tokens_sample < 20_000)
     assert per_tok[long].mean() > 2 * per_tok[mid].mean()
-    assert own.max() > 2 * line.max()
+    assert own.max() > 1.5 * line.max()
 
 
 def test_a_lone_agent_never_waits_behind_another_prompt():

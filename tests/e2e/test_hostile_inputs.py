@@ -12,6 +12,15 @@ import pytest
 from tests.conftest import EXAMPLES
 from tests.e2e.test_cli import APMW
 
+
+def with_first_call(text: str, value: str) -> str:
+    """``text`` with its workload's ``first_call_input_tokens`` (on one line or a block) set to ``value``."""
+    out = re.sub(r"^  first_call_input_tokens:.*\n(?:    .*\n)*", f"  first_call_input_tokens: {value}\n", text,
+                 count=1, flags=re.M)
+    assert out != text
+    return out
+
+
 CODING = (EXAMPLES / "coding-agent.yaml").read_text()
 
 
@@ -240,8 +249,7 @@ def test_an_empty_mapped_start_cell_is_counted_not_guessed(tmp_path):
 def test_a_first_call_of_no_new_tokens_simulates(tmp_path, example):
     # the whole prompt is the shared system prompt: a prefix hit must still leave a token to compute
     text = (EXAMPLES / f"{example}.yaml").read_text()
-    text = re.sub(r"first_call_input_tokens: .*", "first_call_input_tokens: 0", text)
-    assert "first_call_input_tokens: 0" in text
+    text = with_first_call(text, "0")
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     r = _run("simulate", str(path), "--agents", "4", "--duration-s", "600", "--json")
@@ -315,7 +323,7 @@ WAITS = "  tool_wait_s: {p50: 126, p95: 612}"
     (CODING.replace("tasks_per_hour: [609,", "tasks_per_hour: [true,"), "line 47: fleet.tasks_per_hour.0: true is a yes/no"),
     (CODING.replace("gpu_hour_usd: 2.5", "gpu_hour_usd: 1.0e+9"), "cost.gpu_hour_usd: Input should be less than"),
     (CODING.replace("pue: 1.3", "pue: 1.0e+300"), "power.pue: Input should be less than or equal to 10"),
-    (SUPPORT.replace("  first_call_input_tokens: {mean: 11523, p95: 39039}", "  first_call_input_tokens: 500000"),
+    (with_first_call(SUPPORT, "500000"),
      "100.0% of the workload's calls hold more tokens (prompt and output) than meta-llama/Meta-Llama-3.1-70B's "
      "context window of 131,072 tokens"),
     (CODING.replace("  gpu: H200", "  gpu: {name: H200, bf16_flops: 1.0e-300}"),
@@ -961,8 +969,7 @@ def test_simulate_refuses_a_workload_past_the_context_window_as_plan_does(tmp_pa
     """Every call past Llama-3.1-70B's window: plan refused it, simulate ran it with every call rejected and told
     the user to run longer (fuzzing, session 44)."""
     path = tmp_path / "past.yaml"
-    path.write_text((EXAMPLES / "support-chat.yaml").read_text().replace(
-        "first_call_input_tokens: {mean: 11523, p95: 39039}", "first_call_input_tokens: 500000"))
+    path.write_text(with_first_call(SUPPORT, "500000"))
     said = _clean(_run("simulate", str(path), "--agents", "1", "--duration-s", "300", timeout=300), 1)
     assert "100.0% of the workload's calls hold more tokens" in said and "summarize_at_tokens" in said
 

@@ -281,6 +281,27 @@ def test_work_and_output_paths_are_checked_before_any_work(tmp_path, args, words
     assert words.replace("{dir}", str(tmp_path)) in _clean(r)
 
 
+@pytest.mark.parametrize("args", [
+    ["report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate", "-o", "{dir}/new/"],
+    ["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "-o", "{dir}/new/"],
+    ["fleet", str(EXAMPLES / "coding-agent.yaml"), "--csv", "{dir}/new/"],
+    ["search", str(EXAMPLES / "support-chat.yaml"), "--html", "{dir}/new/"],
+    ["bench", str(EXAMPLES / "support-chat.yaml"), "--model", "m", "--out", "{dir}/new/"],
+])
+def test_an_output_path_that_names_a_folder_by_its_slash_is_refused(tmp_path, args):
+    """`-o out/` for a folder not there yet wrote a file named `out` (fuzzing, session 31's list): the path's form
+    says a folder, and no file is written."""
+    said = _clean(_run(*[a.replace("{dir}", str(tmp_path)) for a in args], timeout=60))
+    assert f"{tmp_path}/new/ ends in '/', so it names a folder" in said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_output_path_is_refused(tmp_path):
+    said = _clean(subprocess.run([APMW, "report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate", "-o", ""],
+                                 capture_output=True, text=True, timeout=60, cwd=tmp_path))
+    assert "the path is empty; give a file path" in said and list(tmp_path.iterdir()) == []
+
+
 def test_report_to_standard_output(tmp_path):
     """`-o -` wrote a file named '-' (fuzzing, session 44): it is the HTML on standard output, and no file."""
     r = subprocess.run([APMW, "report", str(EXAMPLES / "support-chat.yaml"), "--no-simulate",

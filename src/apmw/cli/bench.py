@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, files_read_by, out, output_path, warn
+from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
@@ -69,7 +69,7 @@ def bench(
     warmup_s: float = typer.Option(10.0, "--warmup-s", min=0.0, help="seconds before measuring (tasks begun then "
                                    "are left out)"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of task shapes, prompt text and start offsets"),
-    results: Path = typer.Option(Path("bench-results.jsonl"), "--out", help="JSONL results file (appended, flushed)"),
+    results: Path = typer.Option(Path("bench-results.jsonl"), "--out", parser=file_path, help="JSONL results file (appended, flushed)"),
     resume: bool = typer.Option(False, "--resume", help="continue the run recorded in --out (its settings are used)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this recorded trace (any format apmw fit "
                                          "reads) instead of sampling the spec's workload"),
@@ -87,7 +87,7 @@ def bench(
                                                 "print next to the measurement"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="calibration file (apmw bench "
                                                "--calibrate) whose fitted efficiencies --compare-plan uses"),
-    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="measure TTFT vs prompt length and TPOT vs "
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", parser=file_path, help="measure TTFT vs prompt length and TPOT vs "
                                              "concurrency instead, and write this calibration file"),
     loop_results: Optional[list[Path]] = typer.Option(None, "--loop-results", help="with --calibrate: also read "
                                                       "the server's steps under load off this results file's token "

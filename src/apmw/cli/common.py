@@ -113,6 +113,20 @@ def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:
     raise typer.Exit(code)
 
 
+def file_path(value: str | Path) -> Path:
+    """An output option's value as a path (typer's ``parser``), refused where its form names a folder: empty, or
+    ending in a slash. ``Path`` drops the slash, so ``-o out/`` for a folder that does not exist yet would be
+    written as a file named ``out``. An option's default comes through as the ``Path`` it is."""
+    if isinstance(value, Path):
+        return value
+    if value == "":
+        raise typer.BadParameter("the path is empty; give a file path")
+    if value.endswith(("/", os.sep)):
+        raise typer.BadParameter(f"{value} ends in '/', so it names a folder; give a file path (a name after the "
+                                 "slash)")
+    return Path(value)
+
+
 def output_path(path: Path, flag: str, inputs: Iterable[Path | str | None] = (), put_in_place: bool = False,
                 example: str = "out") -> Path:
     """``path`` when a file can be written there, else a user error naming ``flag``: checked before

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, note, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, file_path, note, output_path, write_text
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -39,13 +39,13 @@ def fit(
                                       "aiperf-mooncake, aiperf-multi-turn, agentperf, azure, csv, jsonl"),
     mapping: Optional[str] = typer.Option(None, "--map", help="for csv/jsonl: field=column,... e.g. "
                                           "input_tokens=prompt,output_tokens=completion,session=conv,start_ms=t"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the workload section to this YAML"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", parser=file_path, help="write the workload section to this YAML"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON object (docs/fit.md)"),
     strict: bool = typer.Option(False, "--strict", help="stop at the first malformed line"),
     form: str = typer.Option("auto", "--form", help="auto | lognormal | empirical"),
     name: Optional[str] = typer.Option(None, "--name", help="workload name (default: the file's stem)"),
     export: Optional[str] = typer.Option(None, "--export", help="also write a replayable trace: 'aiperf'"),
-    export_path: Optional[Path] = typer.Option(None, "--export-path", help="where (default: STEM.aiperf.jsonl in the current folder)"),
+    export_path: Optional[Path] = typer.Option(None, "--export-path", parser=file_path, help="where (default: STEM.aiperf.jsonl in the current folder)"),
     export_from: str = typer.Option("measured", "--export-from", help="measured (the trace's calls) | fitted "
                                     "(sessions sampled from the fit)"),
     export_sessions: Optional[int] = typer.Option(None, "--export-sessions", min=1, max=MAX_EXPORT_SESSIONS,

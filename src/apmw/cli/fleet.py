@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, distinct_outputs, emit_json, fail, files_read_by, note_checkpoint_dtype, note_gpu_basis,
+from apmw.cli.common import (app, distinct_outputs, emit_json, fail, file_path, files_read_by, note_checkpoint_dtype, note_gpu_basis,
                              out, output_path, plain_row, plain_table, print_table, write_text)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
@@ -166,8 +166,8 @@ def fleet(
     spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values), or a fleet file of "
                                           "several workloads and hardware candidates (docs/fleet.md, 'Mixed fleets')"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/fleet.md)"),
-    csv_out: Optional[Path] = typer.Option(None, "--csv", help="also write the 24 hours to this CSV file"),
-    parquet_out: Optional[Path] = typer.Option(None, "--parquet",
+    csv_out: Optional[Path] = typer.Option(None, "--csv", parser=file_path, help="also write the 24 hours to this CSV file"),
+    parquet_out: Optional[Path] = typer.Option(None, "--parquet", parser=file_path,
                                                help="also write the 24 hours to this Parquet file (totals in its "
                                                     "metadata; needs pyarrow)"),
     simulate: bool = typer.Option(False, "--simulate", help="also simulate the day task by task (docs/fleet.md, "

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from apmw.cli.common import app, err, fail, files_read_by, out, output_path, write_text
+from apmw.cli.common import app, err, fail, file_path, files_read_by, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -16,7 +16,7 @@ from apmw.spec import SpecError
 @app.command()
 def report(
     spec: Path = typer.Argument(..., help="YAML spec"),
-    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="where to write the HTML file (-: to "
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", parser=file_path, help="where to write the HTML file (-: to "
                                 "standard output)"),
     simulate: bool = typer.Option(True, "--simulate/--no-simulate",
                                   help="settle N* in the simulator as apmw plan does, and draw its points (--no-simulate: "

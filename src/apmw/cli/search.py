@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, files_read_by, note, note_checkpoint_dtype,
+from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype,
                              note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
@@ -89,10 +89,10 @@ def search(
                                 "(0: one per core, in this process when the space has under 32 points)"),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="plan on an existing Ray cluster: auto, "
                                               "host:port or ray://host:port (needs apmw[ray])"),
-    parquet_out: Optional[Path] = typer.Option(None, "--parquet", help="write every evaluated point to this "
+    parquet_out: Optional[Path] = typer.Option(None, "--parquet", parser=file_path, help="write every evaluated point to this "
                                                "Parquet file, saved as it arrives (needs pyarrow)"),
-    csv_out: Optional[Path] = typer.Option(None, "--csv", help="write every evaluated point to this CSV file"),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="write the answer as one HTML page: the front "
+    csv_out: Optional[Path] = typer.Option(None, "--csv", parser=file_path, help="write every evaluated point to this CSV file"),
+    html_out: Optional[Path] = typer.Option(None, "--html", parser=file_path, help="write the answer as one HTML page: the front "
                                             "plotted with each point's settings on hover, the chosen point's launch"),
     resume: bool = typer.Option(False, "--resume", help="continue the search whose results --parquet holds: "
                                 "plan only the points it lacks"),

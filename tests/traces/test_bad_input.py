@@ -581,3 +581,31 @@ def test_a_mini_swe_call_index_or_latency_that_cannot_be_is_a_bad_line(tmp_path)
     assert reasons["call_index is not a whole number from 0 up (the call's place in its session): '...'"] == [
         f"{p}:4", f"{p}:6"]
     assert [w for r, w in reasons.items() if r.startswith("lasts more than a day")] == [[f"{p}:7"]]
+
+
+@pytest.mark.parametrize("fmt,line,mapping", [
+    ("mooncake", '{"timestamp": 1, "input_length": 900000, "output_length": 10, "input_length": 1000, '
+                 '"hash_ids": [0, 1]}\n', None),
+    ("jsonl", '{"session": "a", "inp": 5, "out": 3, "t": 2, "inp": 50}\n',
+     "session=session,input_tokens=inp,output_tokens=out,start_ms=t"),
+])
+def test_a_key_given_twice_in_a_line_is_a_bad_line_not_its_last_value(tmp_path, fmt, line, mapping):
+    """A JSON reader keeps a repeated key's last value and drops the other silently (fuzzing found it): the line is
+    skipped with the key named, and --strict stops there."""
+    p = tmp_path / "trace.jsonl"
+    good = GOOD if fmt == "mooncake" else '{"session": "b", "inp": 7, "out": 3, "t": 1}\n'
+    p.write_text(good + line + good)
+    s = fit_trace(p, fmt, mapping=mapping).summary
+    assert s["calls"] == 2 and s["skipped_lines"] == 1
+    (reason,) = s["skipped"]
+    assert re.match(r"the key '(input_length|inp)' is given twice", reason) and s["skipped"][reason]["examples"] == [f"{p}:2"]
+    with pytest.raises(TraceError, match=rf"{p}:2: the key '(input_length|inp)' is given twice in one object"):
+        fit_trace(p, fmt, mapping=mapping, strict=True)
+
+
+def test_a_key_that_only_looks_repeated_is_read():
+    from apmw.traces.textio import repeated_key
+
+    raw = b'{"input_length": 5, "note": "\\"input_length\\" twice", "nested": {"input_length": 1}}'
+    assert repeated_key(raw, {"input_length": 5, "note": "", "nested": {}}) is None
+    assert repeated_key(b'{"a": 1, "b": 2, "a": 3}', {"a": 3, "b": 2}) == "a"

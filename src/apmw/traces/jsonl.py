@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from apmw.traces.records import LineErrors
-from apmw.traces.textio import JSONDecodeError, loads, open_binary
+from apmw.traces.textio import JSONDecodeError, loads, open_binary, REPEATED_KEY, repeated_key
 
 
 def records(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, dict]]:
@@ -23,6 +23,10 @@ def records(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, dict]]:
                 continue
             if not isinstance(obj, dict):
                 errors.skip(line, "not a JSON object")
+                continue
+            twice = repeated_key(raw, obj)
+            if twice is not None:
+                errors.skip(line, REPEATED_KEY.format(twice))
                 continue
             yield line, obj
 

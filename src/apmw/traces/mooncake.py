@@ -33,7 +33,7 @@ from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, number, require_counts,
                                  session_key)
-from apmw.traces.textio import JSONDecodeError, loads, open_binary
+from apmw.traces.textio import JSONDecodeError, loads, open_binary, REPEATED_KEY, repeated_key
 from apmw.traces.tokens import estimate_text_tokens
 
 NAME = "mooncake"
@@ -109,6 +109,10 @@ class Reader:
                 errors.lines_read += 1
                 if type(obj) is not dict:
                     errors.skip(line, "not a JSON object")
+                    continue
+                twice = repeated_key(raw, obj)
+                if twice is not None:
+                    errors.skip(line, REPEATED_KEY.format(twice))
                     continue
                 inp, out, t_ms = obj.get("input_length"), obj.get("output_length"), obj.get("timestamp")
                 hash_ids = obj.get("hash_ids")

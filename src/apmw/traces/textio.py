@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json as stdjson
 import zlib
 from pathlib import Path
 from typing import IO, Callable
@@ -25,6 +26,23 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     loads = json.loads
     JSONDecodeError = json.JSONDecodeError
 
+
+REPEATED_KEY = "the key '{}' is given twice in one object: keep one (which value is meant is not apmw's to guess)"
+
+
+def repeated_key(raw: bytes, obj: dict) -> str | None:
+    """A key the JSON object on the line ``raw`` gives twice at its top level, or None. A JSON reader keeps the last
+    value of a repeated key and drops the others silently, so such a line is skipped with this reason instead of
+    read as one of its values. Cheap: a line with no more colons than its object has keys passes at once (a flat
+    object with no colon in its strings); else each key is looked for twice in the line's bytes (as written, without
+    escapes), and only a line where one appears twice is parsed again, keeping its pairs, to confirm it."""
+    if raw.count(b":") == len(obj):
+        return None         # every key is followed by a colon: as many colons as keys leave room for no other key
+    for key in obj:
+        if raw.count(f'"{key}"'.encode()) > 1:
+            names = [name for name, _ in stdjson.loads(raw, object_pairs_hook=lambda pairs: pairs)]
+            return next((name for i, name in enumerate(names) if name in names[:i]), None)
+    return None
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"

@@ -40,6 +40,21 @@ def _clean(r: subprocess.CompletedProcess, code: int = 1) -> str:
     return " ".join(r.stderr.split())
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_spec_in_utf16_or_utf32_with_its_byte_order_mark_is_read(tmp_path, encoding):
+    """YAML reads UTF-16 and UTF-32 that start with a byte-order mark, as Windows tools write them; apmw refused
+    them with "byte 0xff is not UTF-8"."""
+    text = CODING.encode(encoding) if encoding != "utf-16-be" else b"\xfe\xff" + CODING.encode(encoding)
+    r = _plan_text(tmp_path, text)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_spec_in_utf16_without_a_byte_order_mark_is_refused_saying_how_to_convert_it(tmp_path):
+    said = _clean(_plan_text(tmp_path, CODING.encode("utf-16-le")))
+    assert "NUL bytes beside its first letters: UTF-16 or UTF-32 text without a byte-order mark" in said
+    assert "iconv -f UTF-16LE -t UTF-8" in said
+
+
 def _alias_bomb(depth: int, width: int) -> str:
     lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
     lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, depth)]

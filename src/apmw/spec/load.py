@@ -10,6 +10,7 @@ sits, so that a pydantic error on ``workload.tool_wait_s.p95`` can be reported a
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import errno
 import os
@@ -263,12 +264,30 @@ def _recursive_node(node: yaml.Node, stack: set[int] | None = None, done: set[in
     return found
 
 
+# YAML reads UTF-16 and UTF-32 files that start with a byte-order mark (YAML 1.2, section 5.2), as Windows tools
+# write them (PowerShell's ``>``, Notepad's "Unicode"); the UTF-32 marks first, since UTF-32 LE's starts as UTF-16 LE's.
+WIDE_TEXT_MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                   (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def _read_text(p: Path, kind: str) -> str:
-    """The file as UTF-8 text; a byte that is not UTF-8 is reported with its line."""
+    """The file as text: UTF-8, or UTF-16 or UTF-32 with a byte-order mark; a byte that is not UTF-8 is reported with
+    its line."""
     raw = p.read_bytes()
     if len(raw) > MAX_SPEC_BYTES:
         raise SpecError(str(p), [f"the file is {len(raw):,} bytes; a {kind} is a few kB (at most "
                                  f"{MAX_SPEC_BYTES:,} bytes are read)"])
+    for bom, codec in WIDE_TEXT_MARKS:
+        if raw.startswith(bom):
+            try:
+                return raw.decode(codec)
+            except UnicodeDecodeError:
+                raise SpecError(str(p), [f"the file starts with a {codec.upper()} byte-order mark but is not "
+                                         f"{codec.upper()} text throughout; save it as UTF-8"]) from None
+    if b"\x00" in raw[:4]:
+        raise SpecError(str(p), ["the file has NUL bytes beside its first letters: UTF-16 or UTF-32 text without a "
+                                 f"byte-order mark, or not text at all; save it as UTF-8, e.g. iconv -f UTF-16LE -t "
+                                 f"UTF-8 '{p}' > {p.stem}-utf8{p.suffix}"])
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

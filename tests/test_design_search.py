@@ -534,3 +534,31 @@ def test_a_space_file_error_names_the_axis_line(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     assert f"{space}: line 4: axis 'serving.max_batchh'" in " ".join(r.stderr.split())
+
+
+def test_a_point_s_row_does_not_depend_on_the_point_planned_before_it():
+    """Each point's N* search once started at the previous point's N*. The analytic TTFT p95 is not monotone in
+    the agents everywhere (support-chat on 8 x H100, vLLM, batch cap 192: 5.013 s at 209 agents, 4.999 s at 210),
+    so the row depended on which point its process planned before: a pool worker killed mid-search gave 210 where
+    the same search in one process gave 208 (CI, session 48)."""
+    from apmw.design_search.point import evaluate_point
+    from apmw.spec.load import load_yaml
+
+    base = load_yaml(EXAMPLES / "support-chat.yaml")
+    point = {"hardware.gpus_per_replica": 8, "serving.max_batch": 192, "serving.engine": "vllm",
+             "serving.kv_memory_fraction": 0.85}
+    alone = evaluate_point(base, 84, point)
+    assert alone["agents_per_replica"] == load_spec_plan_n(point)
+    for before in ({**point, "serving.max_batch": 128, "serving.engine": "sglang", "serving.kv_memory_fraction": 0.9},
+                   {**point, "hardware.gpus_per_replica": 4}, {**point, "serving.max_batch": 512}):
+        evaluate_point(base, 83, before)
+        assert evaluate_point(base, 84, point) == alone, before
+
+
+def load_spec_plan_n(settings: dict) -> int:
+    """N* of the bundled support-chat with ``settings`` applied, planned on its own (the search from one agent)."""
+    from apmw.capacity.plan import plan
+    from apmw.design_search.space import with_settings
+    from apmw.spec.load import load_yaml
+
+    return plan(spec_from_dict(with_settings(load_yaml(EXAMPLES / "support-chat.yaml"), settings))).at.agents

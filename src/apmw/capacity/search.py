@@ -80,10 +80,11 @@ class SearchResult:
 
 def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None,
            guess: int | None = None) -> SearchResult:
-    """N* and what binds it. ``guess`` (a neighbouring problem's N*: a design-space search's previous point)
-    starts the latency search there instead of at one agent; the answer is the same, since the latency check
-    only gets harder with more agents, but a guess near N* asks a few agent counts where galloping up from
-    one asks twice log2 N*."""
+    """N* and what binds it. ``guess`` (a neighbouring problem's N*) starts the latency search there instead of
+    at one agent: a guess near N* asks a few agent counts where galloping up from one asks twice log2 N*. The
+    answer is the same only where the latency check is monotone in the agents, which the analytic TTFT p95 is
+    not everywhere (:mod:`apmw.design_search.point`), so a caller whose answer must not depend on its history
+    passes none."""
     model = model or ClosedLoopModel(spec, replica, sample)
     cache: dict[int, Evaluation] = {}
 

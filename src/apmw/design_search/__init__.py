@@ -9,7 +9,7 @@ against per-agent output speed (tokens/s at the p95 time per output token, the w
 curves are read), the best point per objective and each front point's engine flags (``answer``);
 ``check_front`` settles N* in the simulator for the best front points, as ``apmw plan`` does.
 
-Each point costs about one plan, its N* search started at the previous point's N* (10-50 ms a point
+Each point costs one plan, its N* search galloping up from one agent as ``apmw plan``'s does (10-50 ms a point
 on the bundled examples' default spaces, one process): the evaluation vectorised across points that
 share a workload sample, which the issue asks for, is not built yet.
 """

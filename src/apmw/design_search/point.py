@@ -21,13 +21,6 @@ FIGURES = ("agents_per_replica", "binding_constraint", "agents_per_mw", "agents_
            "cost_per_session_usd", "agents_per_gpu", "task_latency_p95_s", "output_speed_tokens_per_s")
 
 
-# The last feasible point's N* this process planned: where the next point's N* search starts. Consecutive
-# points differ in an axis or two, so their N* are near, and a search started near N* asks a few agent
-# counts where one galloping up from one agent asks about twice log2 N* (apmw.capacity.search.search: the
-# answer does not depend on where it starts).
-_last_agents: list[int] = []
-
-
 def evaluate_batch(base: dict, batch: list[tuple[int, dict]]) -> list[dict]:
     """The rows of the points ``batch`` (``(index, settings)`` each) of the spec document ``base``:
     what a process-pool or Ray task runs."""
@@ -39,15 +32,16 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
     row: dict = {"point": index, "settings": json.dumps(settings)}
     pruned = {**row, "status": "pruned", **dict.fromkeys(FIGURES), "launch": None}
     try:
-        result = plan(spec_from_dict(with_settings(base, settings), path="search point"),
-                      guess=_last_agents[-1] if _last_agents else None)
+        # no guess from the point planned before: the analytic TTFT p95 is not always monotone in the agents
+        # (support-chat, 8 x H100, vLLM, batch cap 192: 5.013 s at 209, 4.999 s at 210), so a search started
+        # elsewhere can stop at another crossing, and a row would depend on which process planned it
+        result = plan(spec_from_dict(with_settings(base, settings), path="search point"))
     except InfeasibleError as exc:
         return {**pruned, "reason": exc.cause, "message": str(exc)}
     except (SpecError, ApmwError) as exc:
         return {**pruned, "reason": prune_reason(str(exc)), "message": str(exc)}
     # the plan's own figures (those its --json gives the same names), read without its other tails
     at, e = result.at, result.economics
-    _last_agents[:] = [int(at.agents)]
     gpus = result.replica.gpus + result.prefill_gpus
     return {**row, "status": "feasible", "reason": None, "message": None,
             "agents_per_replica": int(at.agents), "binding_constraint": result.search.binding_constraint,

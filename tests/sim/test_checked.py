@@ -11,6 +11,7 @@ import pytest
 
 from apmw.capacity import plan
 from apmw.sim.checked import CALLS_PER_CHECKED_TASK, SimulatedPoint, _crossing, check_plan, n_star_interval
+from apmw.sim.result import percentiles
 from apmw.spec import load_spec
 from tests.e2e.test_cli import APMW, EXAMPLES
 
@@ -171,3 +172,37 @@ def test_the_search_does_not_go_past_the_most_agents_whose_kv_fits():
     assert d["agents_per_replica"] <= limit
     if d["agents_per_replica"] == limit:
         assert d["binding_constraint"] == "kv_memory" and d["agents_per_replica_interval"][1] == limit
+
+
+def test_a_wide_bracket_left_when_the_counts_run_out_is_narrowed(monkeypatch):
+    """Where the steering run at the analytic N* meets the SLO by luck and its settled runs then miss, the
+    counts run out above it and the search halves down to one that meets: 33 agents where 66 missed by 1 %
+    (support-chat on 4 x H100, seed 1). That lower end is not the answer; the bracket is narrowed.
+
+    The simulator is replaced by a stand-in (a real run of deep-research, its task latencies replaced) whose
+    task p95 is ``n / (A - 0.5)`` of the SLO at ``n`` agents, ``A`` the analytic N*, except the steering run at
+    ``A``, which meets: the true N* is A - 1."""
+    import dataclasses
+
+    import numpy as np
+
+    import apmw.sim.checked as checked
+    from apmw.sim import simulate
+
+    spec = load_spec(EXAMPLES / "deep-research.yaml")
+    analytic = plan(spec)
+    a, limit = analytic.agents_per_replica, spec.slo.task_latency_p95_s
+    real = simulate(spec, 4, duration_s=600, seed=spec.seed)
+
+    def stand_in(spec_, n, duration_s, seed, replica=None, progress=None):
+        share = 0.99 if (n == a and seed == spec.seed) else n / (a - 0.5)
+        latencies = np.full(200, share * limit)
+        samples = {**real.samples, "task_latency_s": latencies}
+        return dataclasses.replace(real, agents=n, seed=seed, samples=samples, task_latency=percentiles(latencies),
+                                   completed_tasks=200, preemptions=0)
+
+    monkeypatch.setattr(checked, "simulate", stand_in)
+    c = check_plan(analytic, max_points=2)
+    settled = [p.agents for p in c.points]
+    assert a in settled and a // 2 in settled          # the path: a settled miss at A, then halving to A // 2
+    assert c.agents == a - 1, settled

@@ -52,8 +52,9 @@ def test_one_rank_carries_every_chunk_and_many_ranks_carry_the_largest():
     eight = chunks_on_ranks(replica.step, s)
     k = np.arange(MAX_PREFILLS_PER_ITERATION + 2)
     assert one.weight.sum() == pytest.approx(1.0) and (one.attention_flops[0] == 0).all()
-    # a single rank holds all k chunks: on average k mean chunks (the draws' sampling aside), in tokens too
-    assert one.attention_flops @ one.weight == pytest.approx(k * mean, rel=0.03)
+    # a single rank holds all k chunks: on average k mean chunks (the draws' sampling aside: a chunk's attention
+    # has a CV of 1.7 here, so 4,096 draws of one chunk read its mean to a standard error of 2.7 %), in tokens too
+    assert one.attention_flops @ one.weight == pytest.approx(k * mean, rel=0.08)
     chunk = s.call_prefill_tokens / s.call_prefill_iters
     assert one.tokens @ one.weight == pytest.approx(k * chunk, rel=0.03)
     assert (eight.tokens @ eight.weight) == pytest.approx(k * chunk, rel=0.03)   # tokens are the replica's

@@ -246,3 +246,33 @@ def test_a_relative_model_config_is_read_beside_the_spec_file(tmp_path, monkeypa
     from apmw.errors import UnknownNameError
     with pytest.raises(UnknownNameError, match="an empty name"):
         load_config("")
+
+
+def test_stratified_uniforms_put_one_draw_in_each_stratum():
+    from apmw.spec.distribution import stratified_uniforms
+
+    u = stratified_uniforms(np.random.default_rng(3), 1000)
+    assert ((u >= 0) & (u < 1)).all()
+    assert sorted(np.floor(u * 1000).astype(int).tolist()) == list(range(1000))
+    # in random order, not sorted: neighbours in a sample are not neighbours in the distribution
+    assert not (np.diff(u) > 0).all()
+
+
+@pytest.mark.parametrize("d", [
+    Lognormal.model_validate({"mean": 300, "p95": 900}),
+    Empirical.model_validate({"quantiles": {0.0: 1, 0.5: 10, 0.99: 400, 1.0: 5000}}),
+    Constant(value=7.0),
+])
+def test_a_distribution_s_quantile_function_at_uniforms_is_its_quantile(d):
+    u = np.array([0.01, 0.25, 0.5, 0.95, 0.999])
+    assert d.at(u) == pytest.approx([d.quantile(q) for q in u], rel=1e-12)
+
+
+def test_whole_counts_at_uniforms_follow_the_same_rounding_as_draws():
+    from apmw.spec.distribution import whole_at
+
+    u = (np.arange(1000) + 0.5) / 1000
+    assert whole_at(Constant(value=2.5), u, 1).mean() == 2.5
+    lognormal = Lognormal.model_validate({"mean": 300, "p95": 900})
+    assert (whole_at(lognormal, u) == np.rint(lognormal.at(u))).all()
+    assert (whole_at(Constant(value=0.0), u, 1) == 1).all()

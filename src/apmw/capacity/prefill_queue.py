@@ -35,6 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from apmw.perf.step import IterationLoad, StepModel
+from apmw.spec.distribution import stratified_uniforms
 
 # Highest share of time the prefill queue may be busy; the closed loop already bounds the engine's
 # throughput, this only keeps the queue finite.
@@ -157,11 +158,16 @@ def prefill_queue(s, calls_per_s: float, per_prefill_token_s: float, base_s: flo
     return PrefillQueue(calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho)), rho, svc, seed)
 
 
+# The stream of the queue lengths' strata, apart from every other draw of a seed.
+QUEUE_STRATA_STREAM = 0x51
+
 @lru_cache(maxsize=16)
 def _log_uniforms(seed: int, calls: int) -> np.ndarray:
     """Per call, the log of a uniform on (0, 1]: its queue length is ``floor(log U / log rho)`` (read-only, shared:
-    the same at every agent count)."""
-    log_u = np.log1p(-unit_draws(seed, np.arange(calls, dtype=np.int64) * 2 + (1 << 62)))
+    the same at every agent count). The uniforms are stratified over the calls, one in each of ``calls`` equal
+    strata (:func:`apmw.spec.distribution.stratified_uniforms`), so the share of calls that find a queue is the
+    law's to within one call, whatever the seed."""
+    log_u = np.log1p(-stratified_uniforms(np.random.default_rng([seed, QUEUE_STRATA_STREAM]), calls))
     log_u.flags.writeable = False
     return log_u
 

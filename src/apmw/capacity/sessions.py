@@ -4,7 +4,11 @@ The closed-loop solve needs means (per-call work, KV-byte-seconds per session)
 and the task-latency tail needs their spread across sessions. Both come from
 one seeded sample of ``SESSION_SAMPLES`` sessions drawn from the workload's
 distributions. Each call is a row of flat numpy arrays (no Python loop per
-call); per-session sums use ``np.add.reduceat``.
+call); per-session sums use ``np.add.reduceat``. Each quantity is drawn on its
+own strata (median Latin hypercube, :func:`apmw.spec.distribution.stratified_uniforms`),
+so every sample meets the top of a heavy-tailed prompt table in its share: drawn
+independently, support-chat's analytic N* ran from 12 to 20 agents over ten
+seeds, stratified from 15 to 18 (``bench/README.md``, plan_speed).
 
 What a call costs depends on the tool-wait KV policy (MODEL.md section 5):
 
@@ -45,7 +49,7 @@ from apmw.capacity.routing import check_routable, routing_of, routing_sources
 from apmw.perf import Replica
 from apmw.errors import ApmwError
 from apmw.spec import Spec
-from apmw.spec.distribution import sample_whole
+from apmw.spec.distribution import stratified_uniforms, whole_at
 
 # Sessions drawn per plan: at least SESSION_SAMPLES, and enough to hold about
 # TARGET_CALLS calls (short sessions need more of them for stable per-call means),
@@ -257,10 +261,14 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     rng = np.random.default_rng(seed)
     kv_dtype = spec.model.kv_dtype
 
-    steps = sample_whole(w.steps_per_task, rng, sessions, 1)
+    # every quantity drawn on its own strata (stratified_uniforms): a plan's tails move far less with its seed
+    def draw(d, size: int, minimum: int = 0) -> np.ndarray:
+        return whole_at(d, stratified_uniforms(rng, size), minimum)
+
+    steps = draw(w.steps_per_task, sessions, 1)
     total_steps = int(steps.sum())
-    calls_in_step = sample_whole(w.calls_per_step, rng, total_steps, 1)
-    wait_after_step = w.tool_wait_s.sample(rng, total_steps)
+    calls_in_step = draw(w.calls_per_step, total_steps, 1)
+    wait_after_step = w.tool_wait_s.at(stratified_uniforms(rng, total_steps))
     n_calls = int(calls_in_step.sum())
     if n_calls > 5e7:
         raise ApmwError(f"the workload averages {n_calls / sessions:,.0f} calls per task; apmw samples "
@@ -280,10 +288,10 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     first_in_session = np.zeros(n_calls, dtype=bool)
     first_in_session[session_start] = True
 
-    new = sample_whole(w.new_input_tokens_per_call, rng, n_calls).astype(float)
+    new = draw(w.new_input_tokens_per_call, n_calls).astype(float)
     if w.first_call_input_tokens is not None:
-        new[session_start] = sample_whole(w.first_call_input_tokens, rng, sessions)
-    out = sample_whole(w.output_tokens_per_call, rng, n_calls, 1).astype(float)
+        new[session_start] = draw(w.first_call_input_tokens, sessions)
+    out = draw(w.output_tokens_per_call, n_calls, 1).astype(float)
 
     # prompt_i = system + new_1..new_i + out_1..out_{i-1}, cumulated within each session
     grown = np.cumsum(new + out) - out
@@ -380,7 +388,9 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     tokens_per_iter = spec_decode.tokens_per_iteration if spec_decode else 1.0
     dec_iters = (out - 1) / tokens_per_iter
     n_rows = len(out)
-    tail_calls = rng.integers(0, n_rows, size=min(TAIL_CALLS, n_rows))
+    # the calls whose TTFT is read: every one where there are few enough, else a subset without repeats
+    tail_calls = (np.arange(n_rows) if n_rows <= TAIL_CALLS
+                  else np.sort(rng.choice(n_rows, size=TAIL_CALLS, replace=False)))
 
     def per(values: np.ndarray) -> np.ndarray:
         return np.bincount(session_of_row, weights=values, minlength=sessions)

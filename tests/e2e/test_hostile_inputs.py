@@ -371,7 +371,9 @@ def test_what_fuzzing_found_in_specs_is_refused_where_it_is(tmp_path, text, word
 
 def test_calls_past_the_context_window_are_noted_with_their_share(tmp_path):
     # deep-research without its summaries: its tail of long sessions outgrows gpt-oss-120b's window, priced
-    # as if served, and said so; the bundled example summarises and stays inside it
+    # as if served, and said so; the bundled example summarises at 96,000 tokens, and only its new input's
+    # lognormal far tail (about 60,000 tokens at one call in 100,000) carries a call past the window: said, with
+    # the cap it already has
     text = (EXAMPLES / "deep-research.yaml").read_text()
     spec = tmp_path / "no-summaries.yaml"
     spec.write_text(text.replace("  summarize_at_tokens: 96000\n", ""))
@@ -381,7 +383,8 @@ def test_calls_past_the_context_window_are_noted_with_their_share(tmp_path):
     assert re.match(r"\d+\.\d\d% of the sampled calls hold more tokens", note) and "summarize_at_tokens" in note
     bundled = _run("plan", str(EXAMPLES / "deep-research.yaml"), "--analytic", "--json")
     _clean(bundled, 0)
-    assert not [w for w in json.loads(bundled.stdout)["warnings"] if "context window" in w]
+    (note,) = [w for w in json.loads(bundled.stdout)["warnings"] if "context window" in w]
+    assert note.startswith("under 0.01% of the sampled calls") and "summarize_at_tokens (96,000)" in note
 
 
 def test_a_share_past_the_window_too_small_for_two_decimals_is_not_printed_as_zero():

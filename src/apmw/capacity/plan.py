@@ -110,7 +110,8 @@ class Plan:
             "single_agent_task_latency_p95_s": one.task_latency_p95_s,
             "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
                                      (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s))
-            + [w for w in (unpriced_overflow(self.spec, ev), past_window_note(self.replica, self.sample)) if w],
+            + [w for w in (unpriced_overflow(self.spec, ev), past_window_note(self.replica, self.sample,
+                                                                        self.spec.workload.summarize_at_tokens)) if w],
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,
@@ -281,15 +282,21 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
 MAX_PAST_WINDOW_SHARE = 0.9
 
 
-def past_window_note(replica: Replica, sample: SessionSample) -> str | None:
-    """A warning where some sampled calls exceed the model's context window (None where none do)."""
+def past_window_note(replica: Replica, sample: SessionSample, summarize_at_tokens: int | None = None) -> str | None:
+    """A warning where some sampled calls exceed the model's context window (None where none do). Where the
+    workload already summarises, what passes the window is a call's new input and output on top of a history
+    just under the cap."""
     share = sample.call_past_window_share
     if share <= 0:
         return None
     amount = f"{share:.2%}" if share >= 0.0001 else "under 0.01%"
+    fix = ("set workload.summarize_at_tokens below the window to model what the agent does instead"
+           if summarize_at_tokens is None else
+           f"their history is under workload.summarize_at_tokens ({summarize_at_tokens:,}) but their new input and "
+           "output carry them past it: lower the cap, or bound the new input's tail (a 'quantiles' table)")
     return (f"{amount} of the sampled calls hold more tokens (prompt and output) than {replica.arch.name}'s "
             f"{replica.arch.max_context_tokens:,}-token context window; an engine refuses them, and apmw prices them "
-            "as if served: set workload.summarize_at_tokens below the window to model what the agent does instead")
+            f"as if served: {fix}")
 
 
 def refuse_past_window(spec: Spec, replica: Replica, sample: SessionSample) -> None:

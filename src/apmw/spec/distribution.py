@@ -134,9 +134,7 @@ class Lognormal(BaseModel):
         return math.exp(self.mu + self.sigma**2 / 2)
 
     def quantile(self, q: float) -> float:
-        from scipy.stats import norm
-
-        return math.exp(self.mu + self.sigma * float(norm.ppf(q)))
+        return float(self.at(np.asarray(q, dtype=float)))
 
     def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return rng.lognormal(self.mu, self.sigma, size)
@@ -209,8 +207,7 @@ class Empirical(BaseModel):
         return float(np.mean(np.interp(grid, qs, vals)))
 
     def quantile(self, q: float) -> float:
-        qs, vals = self._points()
-        return float(np.interp(q, qs, vals))
+        return float(self.at(np.asarray(q, dtype=float)))
 
     def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return self.at(rng.random(size))

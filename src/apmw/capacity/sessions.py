@@ -111,7 +111,8 @@ class SessionSample:
     freed_kv_bytes: np.ndarray
     final_kv_bytes: np.ndarray    # each session's last context: freed at its end, never reused
     # unit random draws for the tails: sum of each session's per-call queue waits is
-    # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1)
+    # Wq * Gamma(calls, 1) (exponential waits); a call's wait is Wq * Exp(1). The exponentials are
+    # stratified (_unit_exponentials), like every other quantity of the sample
     queue_gamma: np.ndarray
     call_prefill_iters_sample: np.ndarray   # prefill iterations of up to TAIL_CALLS calls
     call_prefill_tokens_sample: np.ndarray  # ... and their prefill tokens
@@ -151,6 +152,11 @@ class SessionSample:
 
 def _cv(mean: float, second_moment: float) -> float:
     return math.sqrt(max(second_moment / mean ** 2 - 1.0, 0.0)) if mean > 0 else 0.0
+
+
+def _unit_exponentials(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``size`` Exp(1) draws, stratified: their quantile function at :func:`stratified_uniforms`."""
+    return -np.log1p(-stratified_uniforms(rng, size))
 
 
 def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -451,8 +457,8 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         freed_s=freed_s,
         freed_kv_bytes=freed_kv,
         final_kv_bytes=final_kv,
-        queue_gamma=rng.gamma(calls_per_session.astype(float), 1.0),
-        call_queue_exp=rng.exponential(1.0, len(tail_calls)),
+        queue_gamma=per(_unit_exponentials(rng, len(prompt))),      # a sum of one Exp(1) a call is Gamma(calls, 1)
+        call_queue_exp=_unit_exponentials(rng, len(tail_calls)),
         call_decode_iters_sample=dec_iters[tail_calls],
         exposure_uniform=rng.random(sessions),
         timeline_kv_bytes=kv_decode[:n_calls], timeline_decode_iters=dec_iters[:n_calls],

@@ -358,7 +358,7 @@ def _scale(section: str, field: str, upper: float | None = None) -> Change:
     def change(spec: Spec, f: float) -> tuple[Spec, float]:
         value = getattr(getattr(spec, section), field)
         v = min(value * f, upper) if upper else value * f
-        return _with(spec, section, **{field: v}), v / value
+        return _with(spec, section, **{field: v}), v / value if value else 1.0     # 0 cannot move by a share
     return change
 
 

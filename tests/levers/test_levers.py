@@ -68,6 +68,16 @@ def test_pue_elasticity_is_minus_one():
     assert e["slo.task_latency_p95_s"] >= 0
 
 
+def test_an_input_at_zero_has_no_elasticity_and_does_not_stop_the_others():
+    """A share of 0 is still 0: host power set to 0 W (a spec may say so) cannot move, so its elasticity is None
+    (it raised ZeroDivisionError) while PUE's is still -1."""
+    d = small_spec_dict()
+    d.setdefault("power", {})["host_power_w_per_gpu"] = 0
+    e = elasticities(spec_from_dict(d))
+    assert e["power.host_power_w_per_gpu"] is None
+    assert e["power.pue"] == pytest.approx(-1.0, abs=1e-9)
+
+
 def test_cli_json(tmp_path):
     import yaml
 

@@ -74,6 +74,25 @@ def test_unknown_key_is_rejected_with_path():
     assert "serving.max_btach: unknown field" in _problems(data)
 
 
+def test_a_quantile_table_s_mean_counts_a_narrow_top_step():
+    # the table's quantile function integrated exactly; averaged at 2,001 points it read 50.97 and 2,499
+    assert Empirical.model_validate({"quantiles": {0: 1, 0.999999: 1, 1.0: 100_000}}).mean == pytest.approx(1.0499995)
+    assert Empirical.model_validate({"quantiles": {0: 0, 0.999999: 0, 1.0: 5e6}}).mean == pytest.approx(2.5)
+    # held flat below the first quantile and above the last, as the quantile function is
+    assert Empirical.model_validate({"quantiles": {0.5: 10, 0.9: 20}}).mean == pytest.approx(13.0)
+
+
+def test_a_first_call_with_an_empty_prompt_is_refused():
+    data = small_spec_dict()
+    data["workload"].update(system_prompt_tokens=0, first_call_input_tokens=0)
+    assert "workload.first_call_input_tokens: is 0 tokens in every call" in _problems(data)
+    data["workload"].pop("first_call_input_tokens")
+    data["workload"]["new_input_tokens_per_call"] = 0
+    assert "workload.new_input_tokens_per_call: is 0 tokens in every call" in _problems(data)
+    data["workload"]["system_prompt_tokens"] = 1       # one token of system prompt is a prompt
+    assert spec_from_dict(data).workload.system_prompt_tokens == 1
+
+
 def test_zero_output_tokens_rejected():
     data = small_spec_dict()
     data["workload"]["output_tokens_per_call"] = 0

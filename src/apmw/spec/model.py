@@ -88,6 +88,11 @@ class Workload(Section):
         if wait > MAX_TOOL_WAIT_S:
             raise FieldError("tool_wait_s", f"reaches {_big(wait)} s (99th percentile or mean); at most "
                              f"{MAX_TOOL_WAIT_S:,.0f} s (a week) is modelled: check its p50/p95 or quantiles")
+        first = "first_call_input_tokens" if self.first_call_input_tokens is not None else "new_input_tokens_per_call"
+        if self.system_prompt_tokens == 0 and getattr(self, first).mean == 0:
+            raise FieldError(first, "is 0 tokens in every call and system_prompt_tokens is 0, so every task's first "
+                             "call would send an empty prompt, which an engine refuses: give the first call's input "
+                             "(or the system prompt) at least one token")
         tokens = {"new_input_tokens_per_call": self.new_input_tokens_per_call,
                   "output_tokens_per_call": self.output_tokens_per_call}
         if self.first_call_input_tokens is not None:

@@ -121,21 +121,34 @@ def _source_text(p: dict) -> str:
     return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
 
 
+def _with_interval(p95_s: float | None, interval_s: list) -> str:
+    """A simulated p95 and its 95 % interval in the p95's unit: "4.8 s (2.1-7.5)", "33.8 ms (18.4-49.2)";
+    "(too few calls)" where none brackets it."""
+    if p95_s is None:
+        return seconds_text(None)
+    lo, hi = interval_s
+    if hi is None:
+        return f"{seconds_text(p95_s)} (too few calls)"
+    scale = 1e3 if p95_s < 1 else 1.0
+    return f"{seconds_text(p95_s)} ({lo * scale:,.1f}-{hi * scale:,.1f})"
+
+
 def check_table(console: Console, p: dict) -> None:
     """The agent counts simulated to settle N*: pooled tasks, p95 with its interval, verdict, preemptions."""
     c = p["check"]
     t = Table(title=f"N* checked in the simulator: up to {c['replications']} seeded runs per count, "
                     f"about {c['tasks_per_point']:,} tasks, {c['calls_per_point']:,}+ calls in all",
               title_justify="left")
-    for col in ("agents", "tasks", "task p95 s (95% CI)", "TTFT p95", "per output token p95", "preempted calls",
-                "SLO"):
+    for col in ("agents", "tasks", "task p95 s (95% CI)", "TTFT p95 (95% CI)", "per token p95 (95% CI)",
+                "preempted calls", "SLO"):
         t.add_column(col, justify="right" if col != "SLO" else "left", overflow="fold")
     for q in c["points"]:
         lo, hi = q["task_latency_p95_interval_s"]
         p95 = q["task_latency_s"]["p95"]
         ci = "" if p95 is None else (" (too few tasks)" if hi is None else f" ({lo:,.0f}-{hi:,.0f})")
         t.add_row(f"{q['agents']:,}", f"{q['completed_tasks']:,}", ("n/a" if p95 is None else f"{p95:,.0f}") + ci,
-                  seconds_text(q["ttft_p95_s"]), seconds_text(q["tpot_p95_s"]), f"{q['preempted_call_share']:.1%}",
+                  _with_interval(q["ttft_p95_s"], q["ttft_p95_interval_s"]),
+                  _with_interval(q["tpot_p95_s"], q["tpot_p95_interval_s"]), f"{q['preempted_call_share']:.1%}",
                   "met" if q["meets_slo"] else "[red]MISSED[/]")
     console.print(t)
 

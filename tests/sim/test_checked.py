@@ -46,6 +46,10 @@ def test_the_answer_carries_its_uncertainty(support):
     assert ci[0] <= d["task_latency_s"]["p95"] <= ci[1]
     at = next(p for p in d["check"]["points"] if p["agents"] == n)
     assert d["completed_tasks"] == at["completed_tasks"] >= 100
+    for p in d["check"]["points"]:     # the per-call p95s the SLO reads carry theirs too (TTFT binds here)
+        for name in ("ttft", "tpot"):
+            low, high = p[f"{name}_p95_interval_s"]
+            assert low <= p[f"{name}_p95_s"] <= high, (p["agents"], name)
     assert len(at["seeds"]) == 2 and len(at["task_latency_p95_by_run_s"]) == 2
 
 

@@ -393,6 +393,19 @@ def test_check_tasks_with_analytic_is_said_to_do_nothing():
     assert "--check-tasks" not in quiet.stderr
 
 
+def test_a_checked_n_star_whose_interval_reaches_past_the_counts_says_how_to_narrow_it():
+    # support-chat's TTFT p95 barely rises with the agents: 150 tasks a count leave the interval open at both ends
+    r = run("plan", str(EXAMPLES / "support-chat.yaml"), "--check-tasks", "150", "--json")
+    _no_traceback(r)
+    assert r.returncode == 0 and json.loads(r.stdout)["agents_per_replica_interval"] == [None, None]
+    said = " ".join(r.stderr.split())
+    assert "reaches past the agent counts simulated" in said and "a larger --check-tasks (now 150)" in said
+    # coding-agent's interval closes at its KV limit (26-26, README): nothing to say
+    closed = run("plan", str(EXAMPLES / "coding-agent.yaml"), "--json")
+    assert None not in json.loads(closed.stdout)["agents_per_replica_interval"]
+    assert "--check-tasks" not in closed.stderr
+
+
 def test_a_generic_trace_given_to_plan_says_to_fit_it_with_apmw_fit(tmp_path):
     trace = tmp_path / "calls.csv"
     trace.write_text("conv,in,out\na,1000,100\na,1300,120\n")

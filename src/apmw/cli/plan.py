@@ -13,7 +13,7 @@ from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, 
                               note_tensor_parallel_scaleout, out, warn)
 from apmw.errors import ApmwError
 from apmw.capacity.search import MAX_AGENTS
-from apmw.sim.checked import CHECK_TASKS_PER_POINT
+from apmw.sim.checked import CALLS_PER_CHECKED_TASK, CHECK_TASKS_PER_POINT
 from apmw.spec import SpecError
 
 
@@ -48,7 +48,7 @@ def plan(
     from apmw.capacity.sensitivity import slo_sensitivity
     from apmw.render import check_table, plan_table, verify_table
     from apmw.sim import verify_plan
-    from apmw.sim.checked import check_plan, why_not_checked
+    from apmw.sim.checked import check_plan, interval_text, why_not_checked
     from apmw.spec import load_spec
     from apmw.traces import fit_trace, read_notes
 
@@ -101,6 +101,12 @@ def plan(
                                          progress=lambda what, done: bar.update(task, description=what,
                                                                                 completed=done))
                 result = settled.plan
+                if None in settled.interval:
+                    span = interval_text(settled.interval, [p.agents for p in settled.points])
+                    note(f"N*'s 95% interval, {span}, reaches past the agent counts simulated: about "
+                         f"{check_tasks:,} tasks ({CALLS_PER_CHECKED_TASK * check_tasks:,}+ calls) a count cannot "
+                         f"tell those counts from N*; a larger --check-tasks (now {check_tasks:,}) runs each count "
+                         "longer and narrows it")
         checked = None
         if verify:
             with Progress(console=out, transient=True, disable=as_json) as bar:

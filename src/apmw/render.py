@@ -127,10 +127,7 @@ def _with_interval(p95_s: float | None, interval_s: list) -> str:
     if p95_s is None:
         return seconds_text(None)
     lo, hi = interval_s
-    if hi is None:
-        return f"{seconds_text(p95_s)} (too few calls)"
-    scale = 1e3 if p95_s < 1 else 1.0
-    return f"{seconds_text(p95_s)} ({lo * scale:,.1f}-{hi * scale:,.1f})"
+    return f"{seconds_text(p95_s)} (too few calls)" if hi is None else seconds_text(p95_s, (lo, hi))
 
 
 def check_table(console: Console, p: dict) -> None:

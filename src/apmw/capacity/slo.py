@@ -125,13 +125,17 @@ SLO_LABELS = {"task_latency_p95": "task p95", "ttft_p95": "TTFT p95", "tpot_p95"
               "output_speed": "output speed"}
 
 
-def seconds_text(value: float | None) -> str:
-    """Seconds as a person reads them: "1,073 s", "33.9 ms", or "not measured"."""
+def seconds_text(value: float | None, interval: tuple[float, float] | None = None) -> str:
+    """Seconds as a person reads them: "1,073 s", "33.9 ms", or "not measured"; with ``interval``, its ends in
+    the value's unit after it: "4.8 s (2.1-7.5)"."""
     if value is None:
         return "not measured"
-    if value < 1:
-        return f"{value * 1e3:,.1f} ms"
-    return f"{value:,.1f} s" if value < 100 else f"{value:,.0f} s"
+    scale, digits, unit = (1e3, 1, "ms") if value < 1 else (1.0, 1 if value < 100 else 0, "s")
+    text = f"{value * scale:,.{digits}f} {unit}"
+    if interval is None:
+        return text
+    lo, hi = interval
+    return f"{text} ({lo * scale:,.{digits}f}-{hi * scale:,.{digits}f})"
 
 
 def slo_rows(verdict: dict) -> list[list[str]]:

@@ -137,6 +137,10 @@ KIMI_SCHEME = {"quant_method": "compressed-tensors", "config_groups": {"group_0"
     ({"ignore": ["re:.*experts.*"]}, "leaves the routed experts unquantised"),
     ({"ignore": ["re:.*shared_experts.*"]}, "only one of the shared experts and the dense MLPs"),
     ({"ignore": ["re:(unclosed"]}, "is not a valid pattern"),
+    # shapes whose match can take exponential time in Python's backtracking engine (the first hung for minutes)
+    ({"ignore": ["re:(.|.)*Z"]}, "can take exponential time"),
+    ({"ignore": ["lm_head", "re:(a+)+$"]}, "can take exponential time"),
+    ({"ignore": ["re:.*.*.*.*.*Z"]}, "more than 4 times without bound"),
     ({"ignore": "lm_head"}, "is not a list"),
     ({"config_groups": {"g": {"weights": {**KIMI_SCHEME["config_groups"]["group_0"]["weights"], "num_bits": [4]}}}},
      "num_bits \\[4\\] is not a whole number"),
@@ -154,6 +158,13 @@ KIMI_SCHEME = {"quant_method": "compressed-tensors", "config_groups": {"group_0"
 def test_a_compressed_tensors_layout_apmw_cannot_price_is_refused_with_the_reason(change, message):
     with pytest.raises(ConfigError, match=message):
         compressed_tensors_format({**KIMI_SCHEME, **change}, "my/ckpt")
+
+
+def test_ignore_patterns_real_checkpoints_write_are_read():
+    """Repeats, groups and alternatives that do not nest: what published ignore lists hold."""
+    for pattern in ["re:.*mlp\\.gate$", "re:model\\.layers\\.\\d+\\.mlp\\.(gate|router)$",
+                    "re:(model\\.)?lm_head", "re:.*(q_proj|k_proj).*"]:
+        assert compressed_tensors_format({**KIMI_SCHEME, "ignore": [*KIMI_SCHEME["ignore"], pattern]}, "x") is not None
 
 
 def test_compressed_tensors_bits_count_the_scales_and_zero_points_a_scheme_stores():

@@ -141,11 +141,55 @@ def _kept_parts(ignore: list, where: str) -> set[str]:
             patterns.append(re.compile(text[3:]) if text.startswith("re:") else re.compile(re.escape(text) + r"\Z"))
         except re.error as exc:
             raise ConfigError(f"{where}: quantization_config.ignore entry {text!r} is not a valid pattern ({exc})") from None
+        if text.startswith("re:") and _may_backtrack(text[3:]):
+            raise ConfigError(f"{where}: quantization_config.ignore entry {text!r} repeats a part that itself repeats "
+                              "or has alternatives (such as '(a+)+' or '(a|b)*'), or repeats more than "
+                              f"{MAX_OPEN_REPEATS} times without bound: matching it can take exponential time, so "
+                              "apmw does not run it. Write it without the repeated group (e.g. '.*mlp\\.gate$')")
 
     def named(module: str) -> bool:
         return any(p.match(prefix + module) for prefix in _LAYER_PREFIXES for p in patterns)
 
     return {part for part, roles in _PART_ROLES.items() if all(any(named(m) for m in names) for names in roles)}
+
+
+# Unbounded repeats (``*``, ``+``, ``{n,}``) an ignore pattern may hold: a module name is some 60 characters,
+# and each such repeat can multiply the steps of a failed match by that many.
+MAX_OPEN_REPEATS = 4
+
+
+def _may_backtrack(pattern: str) -> bool:
+    """Whether a valid regular expression has a shape whose match can take exponential (or high polynomial)
+    time in Python's backtracking engine: a repeated part that itself repeats or has alternatives (``(a+)+``,
+    ``(a|aa)*``), or more than ``MAX_OPEN_REPEATS`` unbounded repeats. A module name is matched against every
+    ignore entry, and a checkpoint's config.json is the user's (or a stranger's) to write."""
+    from re import _constants as c, _parser   # the parser ``re`` itself compiles with (stable since 3.11)
+
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT)
+    open_repeats = 0
+
+    def parts(value) -> list:
+        if isinstance(value, _parser.SubPattern):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [p for v in value for p in parts(v)]
+        return []
+
+    def risky(sub, inside_repeat: bool) -> bool:
+        nonlocal open_repeats
+        for op, value in sub:
+            if op in repeats and value[1] > 1:
+                open_repeats += value[1] == c.MAXREPEAT
+                if inside_repeat or risky(value[2], True):
+                    return True
+                continue
+            if op is c.BRANCH and inside_repeat:
+                return True
+            if any(risky(p, inside_repeat) for p in parts(value)):
+                return True
+        return False
+
+    return risky(_parser.parse(pattern), False) or open_repeats > MAX_OPEN_REPEATS
 
 
 def _bits_per_weight(weights: dict, key: tuple, where: str) -> float:

@@ -110,6 +110,21 @@ def test_gzip_is_read(tmp_path):
     assert fit_trace(p).summary["calls"] == 252
 
 
+@pytest.mark.parametrize("damage", ["early", "late"])
+def test_a_gzip_stream_damaged_after_its_header_is_named_not_a_traceback(tmp_path, damage):
+    """Bytes of the compressed data overwritten: right after the header (the first read, a peek at the format's
+    first bytes, meets it) or later (a line read meets it)."""
+    import gzip
+
+    p = tmp_path / "calls.csv.gz"
+    raw = bytearray(gzip.compress((FIXTURES / "mini_swe_calls_3sessions.csv").read_bytes()))
+    at = 12 if damage == "early" else len(raw) // 2
+    raw[at:at + 64] = b"\xff" * 64
+    p.write_bytes(bytes(raw))
+    with pytest.raises(TraceError, match="calls.csv.gz: the gzip stream cannot be read to its end"):
+        fit_trace(p)
+
+
 def test_reasons_that_differ_only_in_the_value_they_quote_are_counted_as_one(tmp_path):
     p = tmp_path / "calls.csv"
     text = (FIXTURES / "mini_swe_calls_3sessions.csv").read_text().splitlines()

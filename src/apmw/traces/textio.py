@@ -74,6 +74,12 @@ class _GzipTrace(gzip.GzipFile):
         except _GZIP_ERRORS as exc:
             raise self._failed(exc) from None
 
+    def peek(self, n):
+        try:
+            return super().peek(n)
+        except _GZIP_ERRORS as exc:
+            raise self._failed(exc) from None
+
 
 def open_binary(path: str | Path) -> IO[bytes]:
     """Open a trace for reading bytes; ``.gz`` files are decompressed on the fly (and one that is not

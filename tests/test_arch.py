@@ -367,6 +367,8 @@ def test_a_v4_config_with_what_apmw_does_not_know_is_refused_by_name(change, mes
 
 @pytest.mark.parametrize("change, message", [
     ({"compress_ratios": [16] * 44}, r"compress_ratios has \[16\]"),
+    ({"compress_ratios": [[4]] + [4] * 43}, r"compress_ratios has \[\[4\]\]"),     # a TypeError before
+    ({"compress_ratios": [{"r": 4}, False] + [4] * 42}, r"compress_ratios has \[False, \{'r': 4\}\]"),
     ({"compress_ratios": [4] * 43}, "one ratio per layer and per MTP module"),
     ({"attention_bias": True}, "attention_bias"),
     ({"o_groups": 7}, "o_groups 7 does not divide"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -37,9 +39,10 @@ def test_the_kv_format_a_checkpoint_names_is_the_default(tmp_path, qc, dtype):
     assert checkpoint_kv_dtype(_checkpoint(tmp_path, qc))[0] == dtype
 
 
-def test_a_kv_format_apmw_cannot_model_is_refused(tmp_path):
+@pytest.mark.parametrize("bits", [6, [8], {"n": 8}, "8", True])      # a list or mapping: a TypeError before
+def test_a_kv_format_apmw_cannot_model_is_refused(tmp_path, bits):
     with pytest.raises(ApmwError, match="kv_cache_scheme .* apmw does not model"):
-        checkpoint_kv_dtype(_checkpoint(tmp_path, {"kv_cache_scheme": {"num_bits": 6, "type": "float"}}))
+        checkpoint_kv_dtype(_checkpoint(tmp_path, {"kv_cache_scheme": {"num_bits": bits, "type": "float"}}))
 
 
 @pytest.mark.parametrize("qc,said", [({"kv_cache_scheme": "fp8"}, "kv_cache_scheme is 'fp8'; compressed-tensors writes"),
@@ -81,11 +84,11 @@ def test_a_gptq_or_awq_checkpoint_is_priced_at_its_bits(tmp_path, qc, dtype):
     assert config_weight_dtype(_checkpoint(tmp_path, qc)) == dtype
 
 
-@pytest.mark.parametrize("bits", [2, 3, True, "8"])
+@pytest.mark.parametrize("bits", [2, 3, True, "8", [4], {"bits": 4}])      # a list or mapping: a TypeError before
 def test_gptq_bits_apmw_does_not_price_are_refused(tmp_path, bits):
     from apmw.arch import load_architecture
 
-    with pytest.raises(ApmwError, match=f"quantization_config gptq bits {bits!r} is not one apmw prices"):
+    with pytest.raises(ApmwError, match=re.escape(f"quantization_config gptq bits {bits!r} is not one apmw prices")):
         load_architecture(_checkpoint(tmp_path, {"quant_method": "gptq", "bits": bits}))
 
 

@@ -153,9 +153,10 @@ def _v4_ratios(c: Cfg, num_layers: int, mtp: int) -> list[int]:
     if not isinstance(ratios, list) or len(ratios) != num_layers + mtp:
         raise ConfigError(f"{c.name}: compress_ratios must list one ratio per layer and per MTP module "
                           f"({num_layers} + {mtp}); it has {len(ratios) if isinstance(ratios, list) else ratios!r}.")
-    odd = sorted({r for r in ratios if r not in _V4_RATIOS}, key=str)
+    odd = list(dict.fromkeys(repr(r) for r in ratios
+                             if isinstance(r, bool) or not isinstance(r, int) or r not in _V4_RATIOS))
     if odd:
-        raise ConfigError(f"{c.name}: compress_ratios has {odd}; apmw models the published ratios "
+        raise ConfigError(f"{c.name}: compress_ratios has [{', '.join(sorted(odd))}]; apmw models the published ratios "
                           f"{list(_V4_RATIOS)} (0 window only, 4 sparse with an indexer, 128 dense).")
     return [int(r) for r in ratios]
 

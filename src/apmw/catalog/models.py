@@ -214,7 +214,7 @@ def integer_weight_dtype(q: dict, where: str) -> str | None:
     if str(q.get("quant_method", "")).lower() not in _INTEGER_METHODS:
         return None
     bits = q.get("bits", q.get("w_bit", 4))
-    if isinstance(bits, bool) or bits not in _INTEGER_BITS:
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in _INTEGER_BITS:
         raise ConfigError(f"{where}: quantization_config {q.get('quant_method')} bits {bits!r} is not one apmw prices "
                           f"(4 or 8); remove quantization_config from a copy of the config and give --weight-dtype")
     return _INTEGER_BITS[bits]
@@ -266,7 +266,8 @@ def checkpoint_kv_dtype(name_or_path: str) -> tuple[str, str, bool]:
                "bundled; give the KV dtype it serves if it names one)") if found and found[1] else ""
     if isinstance(scheme, dict):
         bits, kind = scheme.get("num_bits"), str(scheme.get("type", "")).lower()
-        dtype = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}.get((bits, kind))
+        known = isinstance(bits, int) and not isinstance(bits, bool)
+        dtype = {(8, "float"): "fp8", (8, "int"): "int8", (4, "float"): "fp4"}.get((bits, kind)) if known else None
         if dtype is None:
             raise ConfigError(f"{name_or_path}: quantization_config.kv_cache_scheme {scheme} is a KV format apmw does "
                               "not model; give the KV dtype explicitly")

@@ -121,9 +121,10 @@ class Client:
         except ValueError:
             return None
         tokens = body.get("tokens") if isinstance(body, dict) else None
-        if tokens is None:
-            return None
-        return int(body.get("count", len(tokens)))
+        if not isinstance(tokens, list):
+            return None                 # no token list: this server does not tokenize the way apmw reads it
+        count = body.get("count", len(tokens))
+        return count if _token_count(count) else None
 
     def _body(self, prompt: str | list[dict], max_tokens: int) -> tuple[str, dict]:
         body = {"model": self.model, "max_tokens": max_tokens, "stream": True,
@@ -170,6 +171,76 @@ def _http_fault(res: CallResult, r: httpx.Response, t0: float) -> CallResult:
     return _fault(res, kind, f"HTTP {code}: {r.text[:200]}", t0)
 
 
+class _Malformed(Exception):
+    """A stream message that is not shaped as the OpenAI API's (a server fault, counted as ``bad_response``)."""
+
+
+# The most tokens a usage count may say (2**53: a float still counts them exactly); past it, or negative, or not a
+# whole number, the server's count is not one.
+MAX_TOKEN_COUNT = 2**53
+
+
+def _token_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT
+
+
+def _mapping(value: object, what: str) -> dict:
+    """``value`` where the API writes an object (None as empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is {str(value)[:60]!r}, not an object")
+    return value
+
+
+def _count(usage: dict, key: str, what: str) -> int | None:
+    value = usage.get(key)
+    if value is not None and not _token_count(value):
+        raise _Malformed(f"{what}.{key} is {str(value)[:60]!r}, not a count of tokens")
+    return value
+
+
+def _milliseconds(timings: dict, key: str) -> float | None:
+    value = timings.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise _Malformed(f"timings.{key} is {str(value)[:60]!r}, not a number of milliseconds")
+    return value / 1e3
+
+
+def _text_pieces(msg: dict) -> list[str]:
+    """The text each choice of a stream message carries (completions' ``text``, chat's ``delta.content``)."""
+    choices = msg.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list):
+        raise _Malformed(f"choices is {str(choices)[:60]!r}, not a list")
+    pieces = []
+    for choice in choices:
+        choice = _mapping(choice, "a choice")
+        piece = choice.get("text") or _mapping(choice.get("delta"), "a choice's delta").get("content") or ""
+        if not isinstance(piece, str):
+            raise _Malformed(f"a choice's text is {str(piece)[:60]!r}, not a string")
+        pieces.append(piece)
+    return pieces
+
+
+def _read_usage(msg: dict, res: CallResult) -> None:
+    usage = _mapping(msg.get("usage"), "usage")
+    if usage:
+        res.usage_reported = True
+        res.prompt_tokens = _count(usage, "prompt_tokens", "usage")
+        res.output_tokens = _count(usage, "completion_tokens", "usage")
+        details = _mapping(usage.get("prompt_tokens_details"), "usage.prompt_tokens_details")
+        res.cached_tokens = _count(details, "cached_tokens", "usage.prompt_tokens_details")
+    timings = msg.get("timings")
+    if isinstance(timings, dict):         # llama.cpp's own; any other server may send anything under the name
+        prefill_s, tpot_s = _milliseconds(timings, "prompt_ms"), _milliseconds(timings, "predicted_per_token_ms")
+        res.server_prefill_s = res.server_prefill_s if prefill_s is None else prefill_s
+        res.server_tpot_s = res.server_tpot_s if tpot_s is None else tpot_s
+
+
 async def _read_stream(r: httpx.Response, res: CallResult, t0: float) -> None:
     first = last = None
     chunks, parts, done = 0, [], False
@@ -185,11 +256,19 @@ async def _read_stream(r: httpx.Response, res: CallResult, t0: float) -> None:
         except json.JSONDecodeError:
             _fault(res, "bad_response", f"unparseable stream line: {data[:120]}", t0)
             return
+        if not isinstance(msg, dict):
+            _fault(res, "bad_response", f"a stream message is not a JSON object: {data[:120]}", t0)
+            return
         if "error" in msg:
             _fault(res, "server_error", f"error in stream: {str(msg['error'])[:200]}", t0)
             return
-        for choice in msg.get("choices") or []:
-            piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+        try:
+            pieces = _text_pieces(msg)
+            _read_usage(msg, res)
+        except _Malformed as exc:
+            _fault(res, "bad_response", f"a stream message is not shaped as the OpenAI API's: {exc}", t0)
+            return
+        for piece in pieces:
             if piece:
                 now = time.monotonic()
                 first = first if first is not None else now
@@ -197,18 +276,6 @@ async def _read_stream(r: httpx.Response, res: CallResult, t0: float) -> None:
                 chunks += 1
                 parts.append(piece)
                 res.token_times_s.append(now - t0)
-        usage = msg.get("usage")
-        if usage:
-            res.usage_reported = True
-            res.prompt_tokens = usage.get("prompt_tokens")
-            res.output_tokens = usage.get("completion_tokens")
-            res.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        timings = msg.get("timings")
-        if isinstance(timings, dict):
-            if timings.get("prompt_ms") is not None:
-                res.server_prefill_s = timings["prompt_ms"] / 1e3
-            if timings.get("predicted_per_token_ms") is not None:
-                res.server_tpot_s = timings["predicted_per_token_ms"] / 1e3
     if not done:
         _fault(res, "dropped_connection", "stream ended before [DONE]", t0)
         return

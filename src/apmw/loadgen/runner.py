@@ -126,9 +126,12 @@ class Run:
             _, pending = await asyncio.wait(self._tasks, timeout=cfg.drain_s) if self._tasks else (None, [])
             for t in pending:
                 t.cancel()
-        await asyncio.gather(*self._tasks, poller, return_exceptions=True)
+        ended = await asyncio.gather(*self._tasks, poller, return_exceptions=True)
         if ticker:
             ticker.cancel()
+        died = next((e for e in ended if isinstance(e, Exception)), None)
+        if died is not None:              # an agent stopped by an error of apmw's own: no summary is right
+            raise died
         reason = "interrupted" if self._interrupted else "duration"
         self.writer.write({"type": "end", "segment": self.segment, "reason": reason, "elapsed_s": self.now(),
                            "measure_end_s": measure_end})
@@ -188,7 +191,8 @@ class Run:
         context_tokens = self.system_tokens
         calls = 0
         tool_s = 0.0
-        status, fault = "completed", None
+        # a task is completed only where its last step returns; anything else that ends it is a failure
+        status, fault = "failed", "internal_error"
         try:
             for k, step in enumerate(task.steps):
                 for i, shape in enumerate(step.calls):
@@ -213,6 +217,7 @@ class Run:
                 finally:
                     self.stats.in_tool -= 1
                 tool_s += step.tool_wait_s
+            status, fault = "completed", None
             return True
         except asyncio.CancelledError:
             status = "cancelled"

@@ -37,8 +37,8 @@ def _engine_records(arrivals: list[tuple[float, int, int]]) -> list[dict]:
             waiting.remove(prompt)
             decoding.append(prompt)
         decoding = [i for i in decoding if len(times[i]) < arrivals[i][2]]
-    return [{"type": "call", "ok": True, "segment": 0, "start_s": a, "prompt_tokens": n, "cached_tokens": 0,
-             "token_times_s": [t - a for t in times[i]]} for i, (a, n, _) in enumerate(arrivals)]
+    return [{"type": "call", "ok": True, "segment": 0, "start_s": a, "latency_s": times[i][-1] - a, "prompt_tokens": n,
+             "cached_tokens": 0, "token_times_s": [t - a for t in times[i]]} for i, (a, n, _) in enumerate(arrivals)]
 
 
 def test_decode_and_prefill_steps_are_the_engines_own():
@@ -93,7 +93,9 @@ def test_loop_results_that_cannot_give_steps_are_refused_before_the_server_is_as
     records = _engine_records([(0.0, 100, 40), (0.05, 80, 40)])
     for r in records:
         r.pop("token_times_s")
-    run = {"type": "run", "segment": 0, "config": {"agents": 2}, "started_at": "2026-12-01T00:00:00+00:00"}
+    config = {"endpoint": "http://127.0.0.1:8000", "model": "tiny", "agents": 2, "duration_s": 10.0, "warmup_s": 0.0,
+              "seed": 1, "workload": None, "slo": {"task_latency_p95_s": 60.0}}
+    run = {"type": "run", "segment": 0, "config": config, "started_at": "2026-12-01T00:00:00+00:00"}
     old.write_text("".join(json.dumps(r) + "\n" for r in [run, *records]))
     bare = _calibrate("--loop-results", str(old))
     assert bare.returncode == 1 and "too few calls in those results carry token times" in bare.stderr

@@ -12,7 +12,11 @@ Record types, in the order a run writes them:
   each streamed chunk arrived, seconds after the call's start; files written before it have none).
 * ``task`` -- one per finished task: ``status`` (``completed``, ``failed``: a call faulted,
   ``cancelled``: the run stopped first), ``latency_s``, ``start_s``, ``end_s``, ``warmup``.
+* ``server`` -- the server's Prometheus ``/metrics`` polled (``t_s``, ``metrics``), where it has them.
 * ``end``  -- the segment ended: ``reason`` (``duration`` or ``interrupted``) and ``elapsed_s``.
+
+Read back, each record is checked (:mod:`apmw.loadgen.records`): a damaged or hand-edited one is refused at its
+line and field.
 
 A killed run loses nothing already written; :func:`summarise` works on a file without ``end``
 records (the window then ends at the last event).
@@ -32,6 +36,7 @@ from apmw.capacity.slo import check_slo
 from apmw.loadgen.client import FAULT_KINDS, BenchError
 from apmw.spec import Slo
 from apmw.loadgen.metrics import summarise_polls
+from apmw.loadgen.records import check_record
 from apmw.sim.result import quantile_interval
 
 
@@ -55,7 +60,8 @@ def read_records(path: Path) -> list[dict]:
     """Every record of a results file; a torn last line (the run was killed mid-write) is skipped."""
     if not path.is_file():
         raise BenchError(f"{path}: results file not found")
-    records = []
+    records: list[dict] = []
+    segments: set[int] = set()
     raw = path.read_bytes()
     try:
         lines = raw.decode("utf-8").splitlines()
@@ -74,8 +80,11 @@ def read_records(path: Path) -> list[dict]:
             raise BenchError(f"{path}:{n}: not a JSON object -- is this an apmw bench results file?") from None
         if not isinstance(rec, dict) or "type" not in rec:
             raise BenchError(f"{path}:{n}: a record without 'type' -- is this an apmw bench results file?")
+        if not records and rec["type"] != "run":
+            break
+        check_record(rec, path, n, segments)
         records.append(rec)
-    if not records or records[0]["type"] != "run":
+    if not records:
         raise BenchError(f"{path}: does not start with a 'run' record -- not an apmw bench results file")
     return records
 

@@ -98,14 +98,15 @@ def test_a_curve_built_in_blocks_equals_one_built_at_once(monkeypatch):
 @pytest.mark.parametrize("policy", ["retain", "evict"])       # one sample, and the found/lost blend
 def test_a_loop_below_the_batch_limit_reads_the_curve_no_further_than_its_agents(policy, monkeypatch):
     """A batch limit of 6,000 (SGLang sizes its own from the KV pool: up to 4,096 per DP rank): the closed loop at
-    N agents builds the curve's first block alone while N is within it, and answers what the whole curve gives:
-    every figure of the evaluation, and the batch-limit counterfactual's 'never full' below the limit."""
+    N agents builds the curve's rows up to the power of two at or above N (at least FIRST_CURVE_ROWS), and answers
+    what the whole curve gives: every figure of the evaluation, the loop's batch distribution included, and the
+    batch-limit counterfactual's 'never full' below the limit."""
     from apmw.capacity import closed_loop as loops
 
     spec = _spec(max_batch=6000, tool_wait_kv_policy=policy)
     replica = replica_from_spec(spec)
     lazy = loops.closed_loop_model(spec, replica)
-    assert len(lazy.curve.batch) == curves.CURVE_BLOCK_ROWS and lazy.curve.batch_limit == 6000
+    assert len(lazy.curve.batch) == loops.FIRST_CURVE_ROWS and lazy.curve.batch_limit == 6000
     built = []
     monkeypatch.setattr(loops, "engine_curve",
                         lambda *a, **k: built.append(a[2]) or curves.build_engine_curve(*a, **{**k, "first": 1}))
@@ -113,19 +114,20 @@ def test_a_loop_below_the_batch_limit_reads_the_curve_no_further_than_its_agents
                                  lost_sample=lazy.lost if lazy.spills else None)
     full._curves_to(6000)
     assert built[-1] == 6000 and len(full.curve.batch) == 6000 and full.curve.limit is None
-    for n in (1, 40, 2048):
+    for n, rows in ((1, 32), (40, 64), (33, 64), (2048, 2048)):
         a, b = lazy.evaluate(n), full.evaluate(n)
+        assert len(lazy.curve.batch) == rows, n                  # never shrinks: 33 after 40 reads the 64 built
         for f in dataclasses.fields(a):
             x, y = getattr(a, f.name), getattr(b, f.name)
             if f.name == "loop":
                 assert x.batch_full_share == y.batch_full_share == 0.0
+                assert np.array_equal(x.batch_distribution, y.batch_distribution), n
                 x, y = dataclasses.replace(x, batch_distribution=None), dataclasses.replace(y, batch_distribution=None)
             if f.name == "ttft_draw":               # a function that draws them: compare what it draws
                 x, y = a.ttft_samples_s, b.ttft_samples_s
             assert (np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y), (n, f.name)
-    assert len(lazy.curve.batch) == curves.CURVE_BLOCK_ROWS
-    lazy.evaluate(2049)                                          # past the first block: the next one is built
-    assert len(lazy.curve.batch) == 2 * curves.CURVE_BLOCK_ROWS
+    lazy.evaluate(2049)                                          # past 2,048: the next power of two
+    assert len(lazy.curve.batch) == 4096
     with pytest.raises(ValueError, match="rows"):
         from apmw.capacity.closed_network import solve_at
         solve_at(dataclasses.replace(curves.engine_curve(replica.step, lazy.sample, 10), limit=20), 1.0, 11)

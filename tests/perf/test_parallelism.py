@@ -435,6 +435,7 @@ def test_each_attention_dp_rank_fits_its_own_share_of_the_kv_pool():
     one = spec_from_dict(_spec(None, gpus=8))
     r = replica_from_spec(dp)
     m = closed_loop_model(dp, r)
+    m._curves_to(40)                  # the curve's rows as far as the loop at 40 agents reads them
     # the prompts' queue and TTFT priced alike in both (as a prefill-first engine's: one queue for the replica),
     # so that only the KV pools differ
     policy = replace(r.policy, mixed_prefill=False)

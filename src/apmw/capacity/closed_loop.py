@@ -26,7 +26,7 @@ import numpy as np
 
 from apmw.capacity.closed_network import solve_at
 from apmw.capacity.disaggregation import prefill_stage
-from apmw.capacity.engine_curve import CURVE_BLOCK_ROWS, EngineCurve, engine_curve
+from apmw.capacity.engine_curve import EngineCurve, engine_curve
 from apmw.capacity.evaluate import Evaluation, evaluate
 from apmw.capacity.kv_overflow import MIN_SHARE, overflow_share, spread_over_tasks
 from apmw.capacity.prefill_queue import priced_on
@@ -40,6 +40,8 @@ from apmw.perf import Replica
 from apmw.spec import Spec
 from apmw.spec.distribution import Z95
 
+# The fewest batch sizes of an engine curve a model builds (more as the agents asked about need them).
+FIRST_CURVE_ROWS = 32
 # Fixed-point iterations on the miss share, and the change at which they stop.
 MAX_ITERATIONS = 12
 TOLERANCE = 2e-3
@@ -167,10 +169,12 @@ class ClosedLoopModel:
 
     def _curves_to(self, agents: int) -> None:
         """The engine curves (of each sample the model prices) built to the rows the loop at ``agents`` reads: the
-        first ``agents`` (:func:`apmw.capacity.closed_network.solve_at`), in whole blocks of ``CURVE_BLOCK_ROWS``, the
-        blocks :func:`apmw.capacity.engine_curve.engine_curve` builds and keeps. A batch limit far above the agents
-        asked about (SGLang's, sized from the KV pool: thousands per attention-DP rank) costs no rows unread."""
-        rows = min(self.max_batch, -(-max(agents, 1) // CURVE_BLOCK_ROWS) * CURVE_BLOCK_ROWS)
+        first ``agents`` (:func:`apmw.capacity.closed_network.solve_at`), rounded up to a power of two (at least
+        ``FIRST_CURVE_ROWS``), so that a search galloping up from one agent extends them a few times and builds at
+        most twice the rows it reads. A batch limit far above the agents asked about (vLLM's 1,024, SGLang's sized
+        from the KV pool: thousands per attention-DP rank) costs no rows unread; each row depends on its batch
+        size alone, so the answer is the same however far the rows were built."""
+        rows = min(self.max_batch, max(FIRST_CURVE_ROWS, 1 << (max(agents, 1) - 1).bit_length()))
         if rows <= self._rows:
             return
         self._rows = rows

@@ -47,7 +47,7 @@ class LoopState:
     engine_utilisation: float        # P(engine has work)
     compute_share: float             # compute-bound share of busy time (power model)
     think_per_call_s: float          # Z
-    batch_distribution: np.ndarray   # P(b = 0..rows of the curve)
+    batch_distribution: np.ndarray   # P(b = 0..min(agents, rows of the curve))
     batch_full_share: float          # P(b = max_batch): calls wait for a slot
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
     stall_variance_s2: float         # variance of a decode iteration's time with the prompts it meets
@@ -82,10 +82,12 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
     flow = p * mu_of_j / x                          # share of completed calls seen in each state
     t_bar = float((flow * t_of_j).sum())
     service = curve.iterations_per_call * t_bar
-    batch_dist = np.bincount(b_of_j, weights=p, minlength=max_batch + 1)
-    token_weight = batch_dist[1:] * curve.batch      # tokens come out in proportion to the batch
+    # P(b = 0..min(n, rows)): the rows past n agents never run, so nothing here reads them (a curve built further
+    # for another agent count gives the same state, to the bit)
+    batch_dist = np.bincount(b_of_j, weights=p)
+    token_weight = batch_dist[1:] * curve.batch[:len(batch_dist) - 1]   # tokens come out in proportion to the batch
     cdf = np.cumsum(token_weight) / token_weight.sum()
-    iteration_p95 = float(curve.decode_iteration_s[min(int(np.searchsorted(cdf, 0.95)), max_batch - 1)])
+    iteration_p95 = float(curve.decode_iteration_s[min(int(np.searchsorted(cdf, 0.95)), len(cdf) - 1)])
     return LoopState(
         agents=n,
         call_throughput_per_s=x,
@@ -102,7 +104,7 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
                             / max((p[1:] * curve.iteration_s[idx[1:]]).sum(), 1e-300)),
         think_per_call_s=think_per_call_s,
         batch_distribution=batch_dist,
-        batch_full_share=float(batch_dist[-1]) if max_batch == curve.batch_limit else 0.0,
+        batch_full_share=float(batch_dist[-1]) if n >= max_batch == curve.batch_limit else 0.0,
         iteration_p95_s=iteration_p95,
         stall_variance_s2=float((flow * curve.stall_variance_s2[idx]).sum()),
     )

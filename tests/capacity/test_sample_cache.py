@@ -40,3 +40,22 @@ def test_a_shared_sample_cannot_be_changed_by_one_of_its_users():
     with pytest.raises(ValueError, match="read-only"):
         s.calls[0] = 1.0
     assert isinstance(s.calls, np.ndarray)
+
+
+def test_the_kept_samples_are_bounded_by_the_bytes_they_hold(monkeypatch):
+    """Every sample is kept while their arrays fit SAMPLE_CACHE_BYTES (a search cycling through 24 keeps them
+    all); past it the oldest go, and the newest is kept whatever its size."""
+    from apmw.capacity import sessions
+
+    sessions._SAMPLES.clear()
+    kept = [_sample(serving={"max_batched_tokens": 256 + 64 * i}) for i in range(6)]
+    assert len(sessions._SAMPLES) == 6
+    assert all(_sample(serving={"max_batched_tokens": 256 + 64 * i}) is s for i, s in enumerate(kept))
+    one = sessions._held_bytes(next(iter(sessions._SAMPLES.values())))
+    assert one > 0
+    monkeypatch.setattr(sessions, "SAMPLE_CACHE_BYTES", int(2.5 * one))
+    _sample(serving={"max_batched_tokens": 4096})
+    assert len(sessions._SAMPLES) == 2
+    monkeypatch.setattr(sessions, "SAMPLE_CACHE_BYTES", 1)
+    newest = _sample(serving={"max_batched_tokens": 8192})
+    assert len(sessions._SAMPLES) == 1 and any(s is newest for s in next(iter(sessions._SAMPLES.values())))

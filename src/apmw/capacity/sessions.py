@@ -211,8 +211,10 @@ AS_POLICY, FREED_FOUND, RETAINED_LOST = "as_policy", "freed_found", "retained_lo
 
 # Samples recently priced, by everything pricing reads (:func:`_sample_key`): a design-space search or the
 # levers re-plan one workload on other GPUs, engines and batch limits, and its sample does not change with
-# them. A handful: the bundled examples' pairs of priced samples hold 5-9 MB each.
-SAMPLE_CACHE_ENTRIES = 4
+# them. Bounded by the bytes their arrays hold (the newest is always kept): the bundled examples' pairs of
+# priced samples hold 6-11 MB each, so the 24 that deep-research's default space cycles through (GPUs x
+# weight x KV dtype) stay (bench/README.md, plan_speed: 65 MB more at the peak, the space 1.3x faster).
+SAMPLE_CACHE_BYTES = 256 * 2**20
 _SAMPLES: OrderedDict[tuple, tuple[SessionSample, ...]] = OrderedDict()
 # Serving fields pricing does not read (the engine's batch limits, memory share and layout reach it only
 # through the replica's resolved token budget and prompt slots, which the key holds).
@@ -225,6 +227,12 @@ def _sample_key(spec: Spec, replica: Replica, sessions: int, seed: int, variants
     return (spec.workload.model_dump_json(), spec.model.model_dump_json(), spec.serving.model_dump_json(
             exclude=_UNREAD_SERVING), spec.fleet.routing, spec.fleet.routing_replicas, replica.arch,
             replica.chunk_tokens, replica.policy.slot_prompt_cache, sessions, seed, variants)
+
+
+def _held_bytes(samples: tuple[SessionSample, ...]) -> int:
+    """The bytes the samples' arrays hold (an array two of them share counted once)."""
+    arrays = {id(v): v for s in samples for f in fields(s) if isinstance(v := getattr(s, f.name), np.ndarray)}
+    return sum(a.nbytes for a in arrays.values())
 
 
 def _read_only(s: SessionSample) -> SessionSample:
@@ -246,7 +254,7 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
         _SAMPLES.move_to_end(key)
     else:
         _SAMPLES[key] = tuple(_read_only(s) for s in _priced(spec, replica, sessions, seed, variants))
-        while len(_SAMPLES) > SAMPLE_CACHE_ENTRIES:
+        while len(_SAMPLES) > 1 and sum(map(_held_bytes, _SAMPLES.values())) > SAMPLE_CACHE_BYTES:
             _SAMPLES.popitem(last=False)
     return list(_SAMPLES[key])
 

@@ -213,7 +213,7 @@ AS_POLICY, FREED_FOUND, RETAINED_LOST = "as_policy", "freed_found", "retained_lo
 # levers re-plan one workload on other GPUs, engines and batch limits, and its sample does not change with
 # them. Bounded by the bytes their arrays hold (the newest is always kept): the bundled examples' pairs of
 # priced samples hold 6-11 MB each, so the 24 that deep-research's default space cycles through (GPUs x
-# weight x KV dtype) stay (bench/README.md, plan_speed: 65 MB more at the peak, the space 1.3x faster).
+# weight x KV dtype) stay (bench/README.md, search_speed: 65 MB more at the peak, the space 1.15-1.45x faster).
 SAMPLE_CACHE_BYTES = 256 * 2**20
 _SAMPLES: OrderedDict[tuple, tuple[SessionSample, ...]] = OrderedDict()
 # Serving fields pricing does not read (the engine's batch limits, memory share and layout reach it only

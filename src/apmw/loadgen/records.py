@@ -106,8 +106,7 @@ def check_record(rec: dict, path: Path, line: int, segments: set[int]) -> None:
     try:
         checked = model.model_validate(rec)
         if isinstance(checked, RunRecord):
-            slo = checked.config.slo
-            Slo(**{k: slo[k] for k in Slo.model_fields if slo.get(k)})
+            recorded_slo(checked.config.slo)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(part) for part in err["loc"]) or "the record"
@@ -119,6 +118,12 @@ def check_record(rec: dict, path: Path, line: int, segments: set[int]) -> None:
     elif checked.segment not in segments:
         raise BenchError(_where(path, line, f"a {rec['type']} record of segment {checked.segment}, which no "
                                  "earlier 'run' record opened"))
+
+
+def recorded_slo(slo: dict) -> Slo:
+    """The SLO a run record's config holds, as the spec's :class:`apmw.spec.Slo` (its unset fields left out;
+    a value the spec would refuse raises pydantic's ValidationError)."""
+    return Slo(**{k: slo[k] for k in Slo.model_fields if slo.get(k)})
 
 
 def _where(path: Path, line: int, what: str) -> str:

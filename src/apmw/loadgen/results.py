@@ -34,9 +34,8 @@ import numpy as np
 
 from apmw.capacity.slo import check_slo
 from apmw.loadgen.client import FAULT_KINDS, BenchError
-from apmw.spec import Slo
 from apmw.loadgen.metrics import summarise_polls
-from apmw.loadgen.records import check_record
+from apmw.loadgen.records import check_record, recorded_slo
 from apmw.sim.result import quantile_interval
 
 
@@ -235,8 +234,7 @@ def _verdict(slo: dict, latency: dict, ttft: dict, tpot: dict):
     (:func:`apmw.capacity.slo.check_slo`; a p95 nobody measured fails). None without a task SLO."""
     if not slo.get("task_latency_p95_s"):
         return None
-    limits = Slo(**{k: slo[k] for k in Slo.model_fields if slo.get(k)})
-    return check_slo(limits, latency["p95"], ttft["p95"], tpot["p95"])
+    return check_slo(recorded_slo(slo), latency["p95"], ttft["p95"], tpot["p95"])
 
 
 def _concurrency(lvl: Level, spans_of) -> dict:

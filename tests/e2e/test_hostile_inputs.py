@@ -84,6 +84,9 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", 'config: "~0"'), "unknown model '~0'"),
     (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),
+    # past the digits Python converts: a ValueError from the YAML reader (fuzzing, session 52)
+    (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 5000),
+     "a whole number written in 5,000 characters: no field takes one so large"),
     (CODING.replace("max_batch: 256", "max_batch: 1000000000000"), "max_batch"),
     (CODING.replace(CODING[CODING.index("  tool_wait_s:"):CODING.index("model:")], "  tool_wait_s: {p50: 3600, p95: 1.0e8}\n"),
      "at most 604,800 s (a week) is modelled"),

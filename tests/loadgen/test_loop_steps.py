@@ -37,8 +37,8 @@ def _engine_records(arrivals: list[tuple[float, int, int]]) -> list[dict]:
             waiting.remove(prompt)
             decoding.append(prompt)
         decoding = [i for i in decoding if len(times[i]) < arrivals[i][2]]
-    return [{"type": "call", "ok": True, "segment": 0, "start_s": a, "latency_s": times[i][-1] - a, "prompt_tokens": n,
-             "cached_tokens": 0, "token_times_s": [t - a for t in times[i]]} for i, (a, n, _) in enumerate(arrivals)]
+    return [{"type": "call", "ok": True, "segment": 0, "start_s": a, "latency_s": times[i][-1] - a,
+             "ttft_s": times[i][0] - a, "prompt_tokens": n, "cached_tokens": 0, "token_times_s": [t - a for t in times[i]]} for i, (a, n, _) in enumerate(arrivals)]
 
 
 def test_decode_and_prefill_steps_are_the_engines_own():

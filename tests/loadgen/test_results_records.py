@@ -73,7 +73,11 @@ def _set(line: int, path: str, value):
     (_set(2, "segment", -1), "r.jsonl:3: the call record's segment is -1"),
     (_set(2, "segment", {}), "r.jsonl:3: the call record's segment is {}"),
     (_set(2, "segment", 3), "r.jsonl:3: a call record of segment 3, which no earlier 'run' record opened"),
+    (_set(2, "ttft_s", 1e308), r"r.jsonl:3: the call record's ttft_s is 1e\+308 \(input should be less than or equal"),
+    (_set(2, "ttft_s", KeyError), "r.jsonl:3: an ok call record without its ttft_s"),
+    (_set(2, "prompt_tokens", 10**400), "r.jsonl:3: the call record's prompt_tokens is 1000"),
     (_set(4, "status", "done"), "r.jsonl:5: the task record's status is 'done'"),
+    (_set(4, "latency_s", 1e308), "r.jsonl:5: the task record's latency_s is 1e\\+308"),
     (_set(4, "latency_s", None), "r.jsonl:5: the task record's latency_s is None"),
     (_set(4, "end_s", KeyError), "r.jsonl:5: the task record's end_s is missing"),
     (_set(5, "measure_end_s", "x"), "r.jsonl:6: the end record's measure_end_s is 'x'"),
@@ -92,3 +96,22 @@ def test_a_record_a_reader_cannot_use_is_refused_at_its_line_and_field(tmp_path,
     with pytest.raises(BenchError, match=said) as err:
         read_records(p)
     assert "restore it, remove the line, or start a new --out" in str(err.value)
+
+
+@pytest.mark.parametrize("line", ['{"type": "call", "segment": 0, "latency_s": 1' + "0" * 5000 + "}",
+                                  "[" * 100_000 + "]" * 100_000])
+def test_a_line_json_cannot_hold_in_python_is_refused_at_its_line(tmp_path, line):
+    """A number past Python's 4,300 digits, or lists nested 100,000 deep: a ValueError and a RecursionError of the
+    json module, not a JSONDecodeError."""
+    p = tmp_path / "r.jsonl"
+    lines = [json.dumps(r) for r in _records()]
+    p.write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
+    with pytest.raises(BenchError, match="r.jsonl:3: not a JSON object apmw bench writes"):
+        read_records(p)
+
+
+def test_a_field_a_writer_may_leave_out_is_read_at_its_default(tmp_path):
+    records = _records()
+    del records[2]["prompt_tokens"], records[2]["cached_tokens"]
+    level = summarise(read_records(_write(tmp_path / "r.jsonl", records)))["levels"][0]
+    assert level["calls"] == 1 and level["prompt_tokens_mean"] is None and level["prefix_hit_rate"] is None

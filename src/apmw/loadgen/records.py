@@ -13,11 +13,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from apmw.loadgen.client import BenchError
+from apmw.loadgen.client import MAX_TOKEN_COUNT, BenchError
 from apmw.spec import Slo
 
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Count = Annotated[int, Field(ge=0)]
+# The longest time a record may hold: about 32 years, far past any run, and small enough that the summary's sums
+# of a million such times stay finite.
+MAX_RECORD_S = 1e9
+Seconds = Annotated[float, Field(ge=0, le=MAX_RECORD_S, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=MAX_TOKEN_COUNT)]
 
 
 class _Record(BaseModel):
@@ -96,9 +99,10 @@ _MODELS: dict[str, type[_Record]] = {"run": RunRecord, "call": CallRecord, "task
 RECORD_TYPES = tuple(_MODELS)
 
 
-def check_record(rec: dict, path: Path, line: int, segments: set[int]) -> None:
-    """Refuse ``rec`` (line ``line`` of ``path``) where a field a reader uses is missing, of the wrong type or out
-    of range, or where it belongs to a segment no earlier ``run`` record opened (``segments``: those opened)."""
+def check_record(rec: dict, path: Path, line: int, segments: set[int]) -> dict:
+    """``rec`` (line ``line`` of ``path``) with the fields a writer may leave out at their defaults; refused where a
+    field a reader uses is missing, of the wrong type or out of range, or where it belongs to a segment no earlier
+    ``run`` record opened (``segments``: those opened)."""
     model = _MODELS.get(rec["type"]) if isinstance(rec["type"], str) else None
     if model is None:
         raise BenchError(_where(path, line, f"a record of type {str(rec['type'])[:40]!r}; apmw bench writes "
@@ -118,6 +122,10 @@ def check_record(rec: dict, path: Path, line: int, segments: set[int]) -> None:
     elif checked.segment not in segments:
         raise BenchError(_where(path, line, f"a {rec['type']} record of segment {checked.segment}, which no "
                                  "earlier 'run' record opened"))
+    if isinstance(checked, CallRecord) and checked.ok and checked.ttft_s is None:
+        raise BenchError(_where(path, line, "an ok call record without its ttft_s: apmw bench writes one for every "
+                                 "call that streamed text (a call that streamed none is not ok)"))
+    return checked.model_dump()
 
 
 def recorded_slo(slo: dict) -> Slo:

@@ -73,16 +73,16 @@ def read_records(path: Path) -> list[dict]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):     # not JSON, a number past Python's 4,300 digits, nested too deep
             if n == len(lines):
                 break
-            raise BenchError(f"{path}:{n}: not a JSON object -- is this an apmw bench results file?") from None
+            raise BenchError(f"{path}:{n}: not a JSON object apmw bench writes -- is this an apmw bench results "
+                             "file?") from None
         if not isinstance(rec, dict) or "type" not in rec:
             raise BenchError(f"{path}:{n}: a record without 'type' -- is this an apmw bench results file?")
         if not records and rec["type"] != "run":
             break
-        check_record(rec, path, n, segments)
-        records.append(rec)
+        records.append(check_record(rec, path, n, segments))
     if not records:
         raise BenchError(f"{path}: does not start with a 'run' record -- not an apmw bench results file")
     return records

@@ -30,6 +30,9 @@ from apmw.spec.section import line_for, named_field
 # expand or recurse without bound.
 MAX_ALIASES = 100
 MAX_DEPTH = 32
+# The longest whole number read: Python converts at most 4,300 digits (sys.get_int_max_str_digits); a shorter one
+# too large for its field is refused there, by the field's name.
+MAX_INT_CHARS = 4000
 # Larger than any spec (the bundled ones are 2-3 kB); bigger files are refused before parsing.
 MAX_SPEC_BYTES = 1 << 20
 
@@ -214,6 +217,9 @@ class _SpecLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         self._not_base_60(node)
+        if len(str(node.value)) > MAX_INT_CHARS:
+            raise _Refused(node.start_mark, f"a whole number written in {len(str(node.value)):,} characters: no field "
+                           f"takes one so large (the most read is {MAX_INT_CHARS:,} characters)")
         if re.fullmatch(r"[-+]?0[0-9_]+", str(node.value)):
             # YAML 1.1 reads 010 as octal (8), YAML 1.2 and a reader of the file as 10
             raise _Refused(node.start_mark, f"'{node.value}' has a leading zero, which YAML 1.1 reads as octal "

@@ -48,6 +48,26 @@ def test_closed_network_at_one_n_is_the_machine_repairman_model():
     assert wide.queue_per_call_s == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("agents", [70_000, 1_000_000])
+@pytest.mark.parametrize("think_s", [0.5, 30.0, 3e4])
+def test_a_loop_of_many_agents_sums_only_the_states_with_weight(monkeypatch, agents, think_s):
+    """Above SPARSE_AGENTS, of the states past the batch limit only those within e^-60 of the largest weight are
+    summed: the loop is the one every state gives (the engine backlogged, near its limit, or mostly idle), from a
+    twentieth of the states or fewer."""
+    from apmw.capacity import closed_network
+    spec = spec_from_dict(BASE)
+    replica = replica_from_spec(spec)
+    curve = engine_curve(replica.step, sample_sessions(spec, replica), 64)
+    sparse = solve_at(curve, think_s, agents)
+    cum = np.concatenate(([0.0], np.cumsum(np.log(curve.completion_rate))))
+    assert len(closed_network.states(cum, think_s, agents)) < agents / 20
+    monkeypatch.setattr(closed_network, "SPARSE_AGENTS", 10**9)
+    assert len(closed_network.states(cum, think_s, agents)) == agents + 1
+    full = solve_at(curve, think_s, agents)
+    for name, value in vars(full).items():
+        np.testing.assert_allclose(getattr(sparse, name), value, rtol=1e-12, atol=1e-18, err_msg=name)
+
+
 def test_engine_curve_prices_each_batch_with_the_replica_step_model():
     spec = spec_from_dict(BASE)
     replica = replica_from_spec(spec)

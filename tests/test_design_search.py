@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from apmw.design_search import MAX_POINTS, read_space, search
+from apmw.design_search.store import CHECK_FIELDS, check_saved_check
 from apmw.errors import ApmwError
 from apmw.spec import SpecError, load_spec, spec_from_dict
 from tests.conftest import EXAMPLES, small_spec_dict
@@ -180,6 +181,31 @@ def test_check_settles_the_best_front_points_in_the_simulator():
     assert c["agents_per_replica_interval"] == direct["agents_per_replica_interval"]
     assert c["agents_per_mw"] == pytest.approx(direct["agents_per_mw"])
     assert "checked" in checked.to_dict()["front"][0]
+    # what a resumed search reads back from its results file (design_search.store.check_saved_check)
+    assert set(c) == set(CHECK_FIELDS) and check_saved_check(Path("out.parquet"), 0, 0, json.dumps(c)) == c
+
+
+# a simulator's answer as check_front writes one
+CHECK = {"agents_per_replica": 11, "agents_per_replica_interval": [10, 12], "agents_simulated": [10, 11, 12],
+         "binding_constraint": "slo", "agents_per_mw": 8100.5, "cost_per_session_usd": 0.004,
+         "task_latency_p95_s": 830.0, "task_latency_p95_interval_s": [790.0, None], "completed_tasks": 150}
+
+
+@pytest.mark.parametrize("cell, said", [
+    ("{bad", "is not JSON"), ("5", "is not the simulator's answer"), ("null", "is not the simulator's answer"),
+    ('{"not_checked": 5}', "is not the simulator's answer"),
+    (json.dumps({**CHECK, "agents_per_replica": "x"}), "agents_per_replica is 'x'"),
+    (json.dumps({**CHECK, "agents_per_mw": float("nan")}), "agents_per_mw is nan"),
+    (json.dumps({**CHECK, "agents_simulated": 3}), "agents_simulated is 3"),
+])
+def test_a_saved_simulator_answer_that_is_not_one_is_refused_at_its_row(cell, said):
+    """search --resume carries the earlier run's checked cells into the new file: a damaged one raised
+    JSONDecodeError, and any JSON was carried as it stood (fuzzing, session 52)."""
+    with pytest.raises(ApmwError, match="out.parquet: row 3 \\(point 7\\): its checked cell") as err:
+        check_saved_check(Path("out.parquet"), 2, 7, cell)
+    assert said in str(err.value) and "remove it to start afresh" in str(err.value)
+    assert check_saved_check(Path("o"), 0, 0, '{"not_checked": "why"}') == {"not_checked": "why"}
+    assert check_saved_check(Path("o"), 0, 0, json.dumps(CHECK)) == CHECK
 
 
 def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():

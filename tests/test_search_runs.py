@@ -256,7 +256,10 @@ def test_a_resumed_search_keeps_the_simulator_answers_the_earlier_run_wrote(spac
     spec = load_spec(SPEC)
     store = ResultStore(out, search_key(spec_document(spec), AXES), AXES)
     answer = search(spec, AXES, store=store)
-    answer_check = {"agents": 11, "interval": [10, 12]}        # as the simulator's check writes one
+    answer_check = {"agents_per_replica": 11, "agents_per_replica_interval": [10, 12],   # as check_front writes one
+                    "agents_simulated": [10, 11, 12], "binding_constraint": "slo", "agents_per_mw": 8100.5,
+                    "cost_per_session_usd": 0.004, "task_latency_p95_s": 830.0,
+                    "task_latency_p95_interval_s": [790.0, None], "completed_tasks": 150}
     store.finish(answer.rows, {2: answer_check})
     r = subprocess.run([APMW, "search", str(SPEC), "--space", str(space), "--parquet", str(out), "--resume"],
                        capture_output=True, text=True, timeout=300)

@@ -138,6 +138,8 @@ def search(
             if not resume and (held := store.clear()):
                 note(f"started afresh: {held} point(s) saved in {store.parts} by a stopped run were dropped "
                      "(--resume continues one)")
+        # read before the search, so that a damaged file is refused before any work
+        earlier = store.saved_checks() if store is not None and resume else {}
         procs = _workers(workers, axes)
         # planned in this process, a Ctrl-C waits for the point in hand to be saved (a pool's or Ray's workers are
         # stopped by it where they are, and the parent mostly waits on them)
@@ -159,7 +161,6 @@ def search(
                                      progress=lambda what: bar.update(task, description=what))
         checked = {p.index: p.checked for p in answer.points if p.checked is not None}
         if store is not None:
-            earlier = store.saved_checks() if resume else {}
             if earlier and not check:
                 note(f"{len(earlier)} point(s) checked in the simulator by the earlier run keep their answers in "
                      f"{store.path} (--check K checks afresh)")

@@ -96,7 +96,8 @@ class ResultStore:
             table = pq.read_table(self.path, columns=["point", "checked"]).to_pylist()
         except Exception:       # the rows were read above: a column that is not there to read holds no answers
             return {}
-        return {r["point"]: json.loads(r["checked"]) for r in table if r["checked"]}
+        return {r["point"]: check_saved_check(self.path, k, r["point"], r["checked"])
+                for k, r in enumerate(table) if r["checked"]}
 
     def clear(self) -> int:
         """Forget saved parts (a fresh start); how many rows they held (a part that cannot be read holds none: it
@@ -207,6 +208,38 @@ def check_saved_row(f: Path, k: int, row: dict, settings: dict[int, dict]) -> No
         if not ok:
             raise ApmwError(f"{where}: {name} is {v!r}, where a feasible point has a "
                             f"{'constraint' if name == 'binding_constraint' else 'finite number, 0 or more'}{fix}")
+
+
+# The simulator's answer at a point (apmw.design_search.check): its fields and whether each holds a number (None:
+# a number or null, as an interval's ends are where too few tasks ran), or a list.
+CHECK_FIELDS = {"agents_per_replica": int, "agents_per_replica_interval": list, "agents_simulated": list,
+                "binding_constraint": str, "agents_per_mw": float, "cost_per_session_usd": float,
+                "task_latency_p95_s": None, "task_latency_p95_interval_s": list, "completed_tasks": int}
+
+
+def check_saved_check(f: Path, k: int, point: int, cell: str) -> dict:
+    """The ``checked`` cell of row ``k`` of ``f`` (point ``point``), read: the simulator's answer there as
+    :func:`apmw.design_search.check.check_front` writes it, or its reason for none; refused otherwise, since a
+    resumed search writes it into the new file as it stands."""
+    where = f"{f}: row {k + 1} (point {point}): its checked cell {cell[:80]!r}"
+    fix = "; the file is not as the search wrote it: remove it to start afresh, or give another --parquet path"
+    try:
+        value = json.loads(cell)
+    except (ValueError, RecursionError):
+        raise ApmwError(f"{where} is not JSON{fix}") from None
+    if isinstance(value, dict) and set(value) == {"not_checked"} and isinstance(value["not_checked"], str):
+        return value
+    if not isinstance(value, dict) or set(value) != set(CHECK_FIELDS):
+        raise ApmwError(f"{where} is not the simulator's answer (the fields {', '.join(CHECK_FIELDS)}) nor a "
+                        f"reason for none ({{\"not_checked\": ...}}){fix}")
+    for name, kind in CHECK_FIELDS.items():
+        v = value[name]
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        ok = {int: number and isinstance(v, int), float: number, str: isinstance(v, str), list: isinstance(v, list),
+              None: v is None or number}[kind]
+        if not ok:
+            raise ApmwError(f"{where}: {name} is {v!r}{fix}")
+    return value
 
 
 def final_table(rows: list[dict], axes: dict[str, list], checked: dict[int, dict]):

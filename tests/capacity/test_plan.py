@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from apmw.arch import load_architecture
 from apmw.capacity import InfeasibleError, plan
+from apmw.errors import ApmwError
 from apmw.spec import spec_from_dict
 from tests.conftest import small_spec_dict
 
@@ -341,3 +342,21 @@ def test_a_ttl_that_frees_some_contexts_says_the_spill_of_the_others_is_not_pric
     d = plan(spec).to_dict()
     assert d["freed_context_hit_rate"] is not None
     assert any("the contexts ttl keeps over tool waits exceed the KV pool" in w for w in d["warnings"])
+
+
+@pytest.mark.parametrize("slo", [{"tpot_p95_s": 0.06}, {"output_speed_tokens_per_s": 20}])
+def test_a_per_token_slo_where_no_call_outputs_a_second_token_is_refused(slo):
+    """The analytic plan held it to a decode iteration no call runs, and the simulator failed it at every agent count
+    as not measured (fuzzing, session 52)."""
+    from apmw.sim import simulate
+
+    d = small_spec_dict()
+    d["workload"]["output_tokens_per_call"] = 1
+    d["slo"] = {"task_latency_p95_s": 120, **slo}
+    spec = spec_from_dict(d)
+    field = next(iter(slo))
+    for attempt in (lambda: plan(spec), lambda: simulate(spec, 4, 60.0)):
+        with pytest.raises(ApmwError, match=f"slo.{field} is set, but no call of this workload outputs more than one"):
+            attempt()
+    d["slo"] = {"task_latency_p95_s": 120}
+    assert plan(spec_from_dict(d)).at.agents > 0

@@ -255,6 +255,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     model = closed_loop_model(spec, replica)
     sample = model.sample
     refuse_past_window(spec, replica, sample)
+    refuse_unmeasurable_slo(spec, sample)
     result = search(spec, replica, sample, model, guess)
     if agents is None:
         if result.agents == 0:
@@ -308,6 +309,19 @@ def refuse_past_window(spec: Spec, replica: Replica, sample: SessionSample) -> N
             f"context window of {replica.arch.max_context_tokens:,} tokens (max_position_embeddings in its "
             "config.json), and an engine refuses such requests. Set workload.summarize_at_tokens below the window "
             "(the agent summarises its history), shorten the workload's prompts, or use a model with a longer window")
+
+
+def refuse_unmeasurable_slo(spec: Spec, sample: SessionSample) -> None:
+    """Refuse a per-token SLO (``tpot_p95_s``, ``output_speed_tokens_per_s``) where no call outputs a second token:
+    a call's time per output token is the gap between its tokens, and the simulator, like a load test, measures
+    none (an SLO on a figure not measured fails, :func:`apmw.capacity.slo.check_slo`)."""
+    if sample.call_decode_iters > 0:
+        return
+    for field in ("tpot_p95_s", "output_speed_tokens_per_s"):
+        if getattr(spec.slo, field) is not None:
+            raise ApmwError(f"slo.{field} is set, but no call of this workload outputs more than one token "
+                            "(workload.output_tokens_per_call), so no call has a time per output token to hold to "
+                            f"it: remove slo.{field}, or give the calls the output they make")
 
 
 def sweep(result: Plan, agents: list[int]) -> list[Evaluation]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from apmw.errors import ApmwError
 from apmw.capacity.api_inputs import check_seed, require_spec
-from apmw.capacity.plan import MAX_PAST_WINDOW_SHARE, refuse_past_window
+from apmw.capacity.plan import MAX_PAST_WINDOW_SHARE, refuse_past_window, refuse_unmeasurable_slo
 from apmw.capacity.routing import routing_of
 from apmw.capacity.sessions import sample_sessions
 from apmw.capacity.slo import check_slo, slo_table
@@ -178,7 +178,9 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     drain_limit_s = duration_s if drain_limit_s is None else drain_limit_s
     replica = replica_from_spec(spec) if replica is None else replica
     if tasks is None:
-        refuse_past_window(spec, replica, sample_sessions(spec, replica))
+        sample = sample_sessions(spec, replica)
+        refuse_past_window(spec, replica, sample)
+        refuse_unmeasurable_slo(spec, sample)
     else:
         refuse_replay_past_window(replica, spec.workload.system_prompt_tokens, tasks)
     rng = np.random.default_rng(seed)

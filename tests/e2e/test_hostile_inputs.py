@@ -79,6 +79,10 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  mxfp4_moe_activations: mxfp8\n  max_batch: 256")
      .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict"),
      "engine llamacpp runs its own: leave mxfp4_moe_activations out"),
+    # YAML reads these as line breaks: the rest of the comment was parsed, and the error named line 20 (fuzzing,
+    # session 52)
+    ("# note\u2028see below\n" + CODING, "line 1, column 7: character U+2028 (line separator), which YAML reads"),
+    (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 8  # eight\x85GPUs"), "character U+0085 (next line)"),
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 010"),
      "'010' has a leading zero, which YAML 1.1 reads as octal (010 is 8)"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
@@ -465,6 +469,9 @@ def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, tex
       "--concurrency", "4", "--disagg", "--kv-transfer-gb-per-s", "1e-300"], "(--kv-transfer-gb-per-s 0.001 to 100000)"),
     (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
       "--concurrency", "1,,2"], "--concurrency: '1,,2' has an empty entry between commas"),
+    # answered with a TTFT of 5.5e20 ms before (fuzzing, session 52)
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "18446744073709551616"], "is past the 1,000,000 clients apmw models on one replica"),
     (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
       "--request-rate", "0.5,"], "--request-rate: '0.5,' has an empty entry between commas"),
     (["fit", "/tmp"], "/tmp: is a directory; give one trace file"),

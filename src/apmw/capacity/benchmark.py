@@ -60,6 +60,7 @@ from pydantic_core import ErrorDetails
 
 from apmw.capacity.arrival_wait import arrival_wait_s, poisson_wait_s
 from apmw.capacity.benchmark_waves import lockstep_groups, lockstep_share, wave_mean_ttft_s, whole_waves
+from apmw.capacity.search import MAX_AGENTS
 from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica, benchmark_replica
 from apmw.perf.serving_policy import ENGINES, canonical_engine
@@ -250,6 +251,9 @@ def check_request_lengths(isl: int, osl: int, concurrency: int) -> None:
     for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
         if v < 1:
             raise PredictError(f"{name} must be at least 1 (got {v})")
+    if concurrency > MAX_AGENTS:
+        raise PredictError(f"concurrency {concurrency:,} is past the {MAX_AGENTS:,} clients apmw models on one replica "
+                           "(as for agents: apmw.capacity.search.MAX_AGENTS); give fewer")
 
 
 def _check_window(replica: Replica, isl: int, osl: int) -> None:

@@ -302,6 +302,12 @@ def _read_text(p: Path, kind: str) -> str:
                                  "UTF-8"]) from None
 
 
+# Characters YAML 1.1 reads as line breaks but most editors and terminals do not show as such: a comment with one
+# goes on as YAML on what looks like the same line, and every line number after it is off by one.
+HIDDEN_BREAKS_NAMED = {"\x85": "next line", "\u2028": "line separator", "\u2029": "paragraph separator"}
+HIDDEN_BREAKS = re.compile("[\x85\u2028\u2029]")
+
+
 def _read_yaml(path: str | Path, what: str) -> tuple[Any, yaml.Node | None]:
     """(data, its node) of a YAML file read safely: UTF-8, no key twice, no alias bombs or recursion. ``what``
     names the kind of file in the errors ("search space"), with a hint after a semicolon ("spec; see examples/")."""
@@ -332,6 +338,14 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
                 "file not found")
         raise SpecError(str(path), [f"{said} (give the path of a YAML {what})"])
     text = _read_text(p, what.split(";")[0])
+    hidden = HIDDEN_BREAKS.search(text)
+    if hidden:
+        before = text[:hidden.start()]
+        where = f"line {before.count(chr(10)) + 1}, column {len(before) - before.rfind(chr(10))}"
+        raise SpecError(str(path), [f"{where}: character U+{ord(hidden.group()):04X} "
+                                    f"({HIDDEN_BREAKS_NAMED[hidden.group()]}), which YAML reads as a line break though "
+                                    "an editor may show none (pasted from a web page or a PDF?): replace it with a "
+                                    "newline or a space"])
     try:
         loader = _SpecLoader(text)
         try:

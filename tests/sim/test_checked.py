@@ -210,3 +210,23 @@ def test_a_wide_bracket_left_when_the_counts_run_out_is_narrowed(monkeypatch):
     settled = [p.agents for p in c.points]
     assert a in settled and a // 2 in settled          # the path: a settled miss at A, then halving to A // 2
     assert c.agents == a - 1, settled
+
+
+def test_tasks_longer_than_a_run_can_hold_are_not_checked_and_say_why():
+    """Day-long tool waits made a task last 99 days on average: every run (capped at a week) finished none, the
+    check halved down to 1 agent simulating a week at each count (150 s), and plan said the simulator misses the
+    SLO "over 0 tasks" (a NaN p95 counted as a miss; slow-input search, session 52)."""
+    from apmw.errors import ApmwError
+    from apmw.sim.checked import why_not_checked
+    from apmw.spec import spec_from_dict
+    from tests.conftest import small_spec_dict
+
+    d = small_spec_dict()
+    d["workload"]["tool_wait_s"] = {"p50": 86400, "p95": 250000}
+    d["slo"] = {"task_latency_p95_s": 1e9}
+    analytic = plan(spec_from_dict(d))
+    why = why_not_checked(analytic)
+    assert why is not None and "on average at N*" in why and "longer than the 7 days the simulator runs" in why
+    with pytest.raises(ApmwError, match="so N\\* cannot be checked"):
+        check_plan(analytic)
+    assert why_not_checked(plan(spec_from_dict(small_spec_dict()))) is None

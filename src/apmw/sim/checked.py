@@ -291,14 +291,20 @@ class CheckedPlan:
 
 
 def why_not_checked(analytic: Plan) -> str | None:
-    """Why the simulator cannot settle ``analytic``'s N* (None when it can): a spec it does not model, or an N* at
-    or past the most agents it runs (the check simulates counts on both sides of N*)."""
+    """Why the simulator cannot settle ``analytic``'s N* (None when it can): a spec it does not model, an N* at or
+    past the most agents it runs (the check simulates counts on both sides of N*), or tasks so long that a run
+    covering ``MIN_RUN_TASK_TIMES`` of them is past the longest run (``MAX_DURATION_S``)."""
     gap = unsupported_on_one_replica(analytic.spec)
     if gap:
         return f"the simulator does not model {gap}"
     if analytic.agents_per_replica >= MAX_AGENTS:
         return (f"the analytic N* ({analytic.agents_per_replica:,} agents) is at or past the {MAX_AGENTS:,} agents "
                 "the simulator runs")
+    task_s = analytic.at.task_latency_mean_s
+    if MIN_RUN_TASK_TIMES * task_s > MAX_DURATION_S:
+        return (f"a task takes {task_s:,.0f} s ({task_s / 86400:,.1f} days) on average at N*, and a run covers at "
+                f"least {MIN_RUN_TASK_TIMES:g} of them so that its warm-up fills the engine: longer than the "
+                f"{MAX_DURATION_S / 86400:g} days the simulator runs")
     return None
 
 

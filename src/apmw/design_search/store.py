@@ -204,10 +204,15 @@ def check_saved_row(f: Path, k: int, row: dict, settings: dict[int, dict]) -> No
     for name in FIGURES:
         v = row.get(name)
         ok = (isinstance(v, str) and v) if name == "binding_constraint" else (
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+            _non_negative_number(v))
         if not ok:
             raise ApmwError(f"{where}: {name} is {v!r}, where a feasible point has a "
                             f"{'constraint' if name == 'binding_constraint' else 'finite number, 0 or more'}{fix}")
+
+
+def _non_negative_number(v: object) -> bool:
+    """A finite number, 0 or more, as a results file holds one (a bool is not one)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 # The simulator's answer at a point (apmw.design_search.check): its fields and whether each holds a number (None:
@@ -234,7 +239,7 @@ def check_saved_check(f: Path, k: int, point: int, cell: str) -> dict:
                         f"reason for none ({{\"not_checked\": ...}}){fix}")
     for name, kind in CHECK_FIELDS.items():
         v = value[name]
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        number = _non_negative_number(v)
         ok = {int: number and isinstance(v, int), float: number, str: isinstance(v, str), list: isinstance(v, list),
               None: v is None or number}[kind]
         if not ok:

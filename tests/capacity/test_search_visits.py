@@ -1,10 +1,14 @@
-"""The N* search asks the closed loop only what it needs: where memory fits at the latency limit, the memory
-search visits no agent count the latency search did not; started near N* (a neighbouring point's, in a
-design-space search) it asks fewer agent counts and finds the same answer."""
+"""The N* search asks the closed loop only what it needs: latency and memory are searched together, so no agent
+count past the first that fails either is asked (where memory binds, latency is not searched on to its own limit);
+started near N* (a neighbouring point's, in a design-space search) it asks fewer agent counts and finds the same
+answer."""
 
 from __future__ import annotations
 
+import yaml
+
 from apmw import load_spec
+from apmw.spec.load import spec_from_dict
 from apmw.capacity.closed_loop import closed_loop_model
 from apmw.capacity.search import largest_passing, search
 from apmw.examples import bundled_examples
@@ -25,27 +29,46 @@ def _recorded_search(spec, guess=None):
     return search(spec, replica, model.sample, model, guess), seen
 
 
-def test_memory_that_fits_at_the_latency_limit_costs_no_evaluation():
+def _one_search_visits(seen: dict) -> set[int]:
+    """The agent counts one gallop-and-bisect over "meets the SLO and fits" asks (KeyError: one not evaluated)."""
+    visits: set[int] = set()
+    largest_passing(lambda n: visits.add(n) or (seen[n].meets_latency and seen[n].fits_memory))
+    return visits
+
+
+def test_where_latency_binds_the_search_asks_one_gallop_and_bisection():
     result, seen = _recorded_search(load_spec(bundled_examples()["support-chat"]))
     assert result.binding_constraint != "kv_memory"
-    assert result.agents_memory_only == result.agents_latency_only == result.agents
-    latency_visits: set[int] = set()
-    largest_passing(lambda n: latency_visits.add(n) or seen[n].meets_latency)   # KeyError: not evaluated
-    assert set(seen) == latency_visits
+    assert set(seen) == _one_search_visits(seen)
+    assert not seen[result.agents + 1].meets_latency
 
 
-def test_memory_that_binds_is_still_searched():
+def test_where_memory_binds_latency_is_not_searched_past_it():
     spec = load_spec(bundled_examples()["coding-agent"])
     result, seen = _recorded_search(spec)
+    n = result.agents
     assert result.binding_constraint == "kv_memory"
-    n = result.agents_memory_only
-    assert n < result.agents_latency_only
-    assert seen[n].fits_memory and not seen[n + 1].fits_memory
+    assert seen[n].fits_memory and not seen[n + 1].fits_memory and seen[n + 1].meets_latency
+    assert set(seen) == _one_search_visits(seen)
+    assert max(seen) < 2 * (n + 1)                 # the gallop stopped at memory's first failure
+
+
+def test_a_loose_slo_with_a_huge_batch_limit_stops_where_memory_does():
+    """A task SLO no agent count breaks and a batch limit of 65,536: memory stops N* near a hundred, and the
+    search asks nothing near the million agents where the latency check alone would have led it (which built
+    every sample's engine curve to all 65,536 batch sizes: 16 s for plan, minutes for levers)."""
+    doc = yaml.safe_load(bundled_examples()["coding-agent"].read_text())
+    doc["serving"].update(max_batch=65536, max_batched_tokens=65536)
+    doc["slo"] = {"task_latency_p95_s": 1e9}
+    spec = spec_from_dict(doc)
+    result, seen = _recorded_search(spec)
+    assert result.binding_constraint == "kv_memory"
+    assert max(seen) < 2 * (result.agents + 1)
 
 
 def _answer(result):
-    return (result.agents, result.binding_constraint, result.agents_latency_only, result.agents_memory_only,
-            result.first_failure.agents, result.at_optimum.task_latency_p95_s)
+    return (result.agents, result.binding_constraint, result.first_failure.agents,
+            result.at_optimum.task_latency_p95_s)
 
 
 def test_a_search_started_anywhere_finds_the_same_n_star():

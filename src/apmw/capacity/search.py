@@ -5,12 +5,17 @@
 
 Both conditions only get harder as N grows (more agents: longer queues, bigger
 batches, more KV), so a galloping search (1, 2, 4, ...) followed by bisection
-finds N* in O(log N*) evaluations.
+finds N* in O(log N*) evaluations. The two are searched together, stopping at the
+first agent count where either fails: past memory's limit the latency check is
+never asked, so a loose SLO on an engine with a batch limit of thousands does not
+price the loop at a million agents (its engine curve to every batch size) when
+memory stops N* at a hundred.
 
 The binding constraint is the one whose relaxation would raise N*:
-``kv_memory`` if memory runs out before the latency SLO breaks; otherwise
-``batch_limit`` if an unlimited ``max_batch`` would meet the SLO at more
-agents; otherwise ``slo`` (the step time itself, at the batch the SLO allows).
+``kv_memory`` if one more agent still meets the latency SLO (memory ran out
+first); otherwise ``batch_limit`` if an unlimited ``max_batch`` would meet the
+SLO at more agents; otherwise ``slo`` (the step time itself, at the batch the
+SLO allows).
 """
 
 from __future__ import annotations
@@ -73,18 +78,24 @@ class SearchResult:
     binding_constraint: str       # "slo" | "kv_memory" | "batch_limit" | "agent_limit" (N* at MAX_AGENTS)
     at_optimum: Evaluation | None  # the evaluation at N* (None when N* = 0)
     first_failure: Evaluation     # the evaluation at N* + 1
-    agents_latency_only: int      # N meeting latency, ignoring memory
-    agents_memory_only: int       # N fitting memory, ignoring latency (searched up to agents_latency_only)
     single_agent: Evaluation      # the evaluation at N = 1: the floor of the task latency
+
+
+def binding_constraint(agents: int, next_meets_latency: bool) -> str:
+    """What stops N at ``agents`` (the most that meet the SLO and fit): the search's own ceiling
+    (:data:`MAX_AGENTS`), else ``kv_memory`` where one agent more still meets the latency SLO, else ``slo``
+    (:func:`search` asks further whether the batch limit is what makes the SLO fail)."""
+    if agents >= MAX_AGENTS:
+        return "agent_limit"      # the search's own ceiling: more agents would still meet the SLO and fit
+    return "kv_memory" if next_meets_latency else "slo"
 
 
 def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoopModel | None = None,
            guess: int | None = None) -> SearchResult:
-    """N* and what binds it. ``guess`` (a neighbouring problem's N*) starts the latency search there instead of
-    at one agent: a guess near N* asks a few agent counts where galloping up from one asks twice log2 N*. The
-    answer is the same only where the latency check is monotone in the agents, which the analytic TTFT p95 is
-    not everywhere (:mod:`apmw.design_search.point`), so a caller whose answer must not depend on its history
-    passes none."""
+    """N* and what binds it. ``guess`` (a neighbouring problem's N*) starts the search there instead of at one
+    agent: a guess near N* asks a few agent counts where galloping up from one asks twice log2 N*. The answer is
+    the same only where the checks are monotone in the agents, which the analytic TTFT p95 is not everywhere
+    (:mod:`apmw.design_search.point`), so a caller whose answer must not depend on its history passes none."""
     model = model or ClosedLoopModel(spec, replica, sample)
     cache: dict[int, Evaluation] = {}
 
@@ -93,31 +104,19 @@ def search(spec: Spec, replica: Replica, sample: SessionSample, model: ClosedLoo
             cache[n] = model.evaluate(n)
         return cache[n]
 
-    n_latency = (largest_passing(lambda n: at(n).meets_latency) if guess is None
-                 else largest_near(lambda n: at(n).meets_latency, min(max(guess, 1), MAX_AGENTS)))
-    # memory matters only where latency is met: past that N, an engine that queues calls without
-    # their KV (zero think time, a small batch cap) would fit memory up to MAX_AGENTS, at O(N) each;
-    # and where it fits at n_latency it fits below (more agents only hold more KV), so that is the answer
-    if n_latency > 0 and at(n_latency).fits_memory:
-        n_memory = n_latency
-    else:
-        n_memory = largest_passing(lambda n: at(n).fits_memory, limit=max(n_latency, 1))
-    n_star = min(n_latency, n_memory)
+    def feasible(n: int) -> bool:
+        ev = at(n)
+        return ev.meets_latency and ev.fits_memory
+
+    n_star = (largest_passing(feasible) if guess is None
+              else largest_near(feasible, min(max(guess, 1), MAX_AGENTS)))
+    after = at(n_star + 1)
+    binding = binding_constraint(n_star, after.meets_latency)
     # the batch limit can only bind if the engine sometimes holds max_batch calls where latency fails
-    batch_full = at(n_latency + 1).loop.batch_full_share
-    if n_memory < n_latency:
-        binding = "kv_memory"
-    elif n_latency >= MAX_AGENTS:
-        binding = "agent_limit"      # the search's own ceiling: more agents would still meet the SLO and fit
-    elif batch_full < BATCH_FULL_NEGLIGIBLE:
-        binding = "slo"
-    else:
+    if binding == "slo" and after.loop.batch_full_share >= BATCH_FULL_NEGLIGIBLE:
         # latency only gets harder with more agents, so an unlimited batch meets it at more agents exactly
         # when it meets it at one more
-        unlimited = model.with_max_batch(max(replica.policy.max_batch, min(n_latency * 2 + 2, MAX_BATCH_LIMIT)))
-        binding = "batch_limit" if unlimited.evaluate(n_latency + 1).meets_latency else "slo"
-    return SearchResult(
-        agents=n_star, binding_constraint=binding,
-        at_optimum=at(n_star) if n_star > 0 else None, first_failure=at(n_star + 1),
-        agents_latency_only=n_latency, agents_memory_only=n_memory, single_agent=at(1),
-    )
+        unlimited = model.with_max_batch(max(replica.policy.max_batch, min(n_star * 2 + 2, MAX_BATCH_LIMIT)))
+        binding = "batch_limit" if unlimited.evaluate(n_star + 1).meets_latency else "slo"
+    return SearchResult(agents=n_star, binding_constraint=binding, at_optimum=at(n_star) if n_star > 0 else None,
+                        first_failure=after, single_agent=at(1))

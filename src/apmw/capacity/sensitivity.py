@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from apmw.capacity.closed_loop import closed_loop_model
 from apmw.capacity.evaluate import Evaluation, prefill_keeps_up
 from apmw.capacity.plan import Plan
-from apmw.capacity.search import MAX_AGENTS, largest_near
+from apmw.capacity.search import binding_constraint, largest_near
 from apmw.capacity.slo import slo_slack
 
 SLO_SCALES = (0.9, 1.0, 1.1)
@@ -57,13 +57,6 @@ def slo_sensitivity(plan: Plan, scales: tuple[float, ...] = SLO_SCALES) -> list[
     for scale in scales:
         n = largest_near(lambda k: within(k, scale) and at(k).fits_memory, max(plan.search.agents, 1))
         answers.append(ScaledSlo(slo_scale=scale, agents_per_replica=n,
-                                 stopped_by=_stopped_by(n, within(n + 1, scale))))
+                                 stopped_by=binding_constraint(n, within(n + 1, scale))))
     return answers
 
-
-def _stopped_by(n: int, next_meets_slo: bool) -> str:
-    """What stops N at ``n``: the search's ceiling (:data:`MAX_AGENTS`), else the KV memory where one more agent
-    still meets the SLO, else the SLO."""
-    if n >= MAX_AGENTS:
-        return "agent_limit"
-    return "kv_memory" if next_meets_slo else "slo"

@@ -9,6 +9,15 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _no_evaluations_from_other_tests():
+    """Each test starts with no closed-loop evaluation kept (apmw.capacity.closed_loop shares them between models
+    alike but for their batch limit): a test that patches what an evaluation reads gets its own."""
+    from apmw.capacity import closed_loop
+
+    closed_loop._EVALUATIONS.clear()
+
+
 @pytest.fixture
 def example_dict():
     """A bundled example as a plain dict, to mutate in tests."""

@@ -105,6 +105,7 @@ def test_a_loop_below_the_batch_limit_reads_the_curve_no_further_than_its_agents
 
     spec = _spec(max_batch=6000, tool_wait_kv_policy=policy)
     replica = replica_from_spec(spec)
+    monkeypatch.setattr(loops, "SHARED_EVALUATIONS", 0)   # each model evaluates for itself: they are compared
     lazy = loops.closed_loop_model(spec, replica)
     assert len(lazy.curve.batch) == loops.FIRST_CURVE_ROWS and lazy.curve.batch_limit == 6000
     built = []

@@ -131,6 +131,7 @@ def test_a_call_s_attention_is_priced_on_its_replica(support_sample):
 def test_the_waits_are_drawn_only_where_a_ttft_is_read(monkeypatch):
     """Drawing every call's wait costs more than the rest of an evaluation; a spec without a TTFT SLO reads the
     TTFT only at its answer, so its N* search draws none (coding-agent: 35 evaluations a plan)."""
+    from apmw.capacity import closed_loop
     from apmw.capacity.prefill_queue import PrefillQueue
 
     draws = []
@@ -143,5 +144,6 @@ def test_the_waits_are_drawn_only_where_a_ttft_is_read(monkeypatch):
     p.to_dict()
     assert len(draws) <= 3
     draws.clear()
+    closed_loop._EVALUATIONS.clear()      # the evaluations the coding agent's plan made are not made again
     plan(load_spec(EXAMPLES / "support-chat.yaml"))        # its TTFT SLO binds: every count searched reads it
     assert len(draws) > 5

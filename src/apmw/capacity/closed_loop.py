@@ -20,6 +20,8 @@ recomputed prompts slow every iteration, and the timings weigh the demand).
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from dataclasses import fields, replace
 
 import numpy as np
@@ -45,6 +47,13 @@ FIRST_CURVE_ROWS = 32
 # Fixed-point iterations on the miss share, and the change at which they stop.
 MAX_ITERATIONS = 12
 TOLERANCE = 2e-3
+# Evaluations recently made, shared by models that differ in their batch limit alone (ClosedLoopModel.evaluate):
+# a design-space search plans one replica and sample at several limits, and a plan's binding-constraint
+# counterfactual raises it. Each holds its task-latency sample and, where contexts can be lost, its blended
+# sample (1-2 MB). The bundled examples' default spaces reuse one at most 31 evaluations after it was made
+# (72 % of their evaluations are reused; bench/README.md, shared_evaluations).
+SHARED_EVALUATIONS = 64
+_EVALUATIONS: OrderedDict[tuple, tuple[tuple[weakref.ref, ...], Evaluation]] = OrderedDict()
 
 
 class _Blend:
@@ -166,6 +175,8 @@ class ClosedLoopModel:
             self._lost_means = {n: float(getattr(self.lost, n).mean()) for n in names}
         self._rows = 0
         self._curves_to(1)
+        self._priced = tuple(o for o in (self.sample, self.found, self.lost, replica.step) if o is not None)
+        self._alike = None if self.slots else _alike_but_batch_limit(spec, replica, self._priced)
 
     def _curves_to(self, agents: int) -> None:
         """The engine curves (of each sample the model prices) built to the rows the loop at ``agents`` reads: the
@@ -244,6 +255,24 @@ class ClosedLoopModel:
         return replace(ev, slo=verdict, meets_latency=verdict.meets, task_latency_samples_s=samples)
 
     def evaluate(self, agents: int) -> Evaluation:
+        """The loop at ``agents``. Below the batch limit the limit is never reached, and every part of the loop
+        reads the engine curve's rows up to ``agents`` alone (:func:`apmw.capacity.closed_network.solve_at`), so
+        a model that differs from this one in its limit alone, above ``agents`` too, gives the same evaluation:
+        the one it made is returned (llama.cpp's slots, whose idle ones hold freed prompts, excepted)."""
+        if self._alike is None or agents >= self.max_batch:
+            return self._evaluate(agents)
+        key = (self._alike, agents)
+        kept = _EVALUATIONS.get(key)
+        if kept is not None and all(ref() is o for ref, o in zip(kept[0], self._priced)):
+            _EVALUATIONS.move_to_end(key)
+            return kept[1]
+        ev = self._evaluate(agents)
+        _EVALUATIONS[key] = (tuple(weakref.ref(o) for o in self._priced), ev)
+        while len(_EVALUATIONS) > SHARED_EVALUATIONS:
+            _EVALUATIONS.popitem(last=False)
+        return ev
+
+    def _evaluate(self, agents: int) -> Evaluation:
         self._curves_to(agents)
         cap = self.replica.kv_capacity_bytes
         if self.frees:
@@ -273,3 +302,12 @@ class ClosedLoopModel:
             return replace(self._spread(m, ev, kept), kv_overflow_share=m,
                            prefill_tokens_per_session=float(s.prefill_tokens.mean()))
         return evaluate(self.spec, self.replica.policy, self.sample, self.curve, cap, agents, self.prefill)
+
+
+def _alike_but_batch_limit(spec: Spec, replica: Replica, priced: tuple) -> tuple:
+    """What a closed-loop model's evaluations depend on but its batch limit: the samples and step model it prices
+    (by identity: a process keeps them, apmw.capacity.sessions and apmw.perf.replica), the spec and the resolved
+    serving policy with their limits left out, and the KV pool."""
+    unlimited = spec.model_copy(update={"serving": spec.serving.model_copy(update={"max_batch": None})})
+    return (tuple(id(o) for o in priced), unlimited.model_dump_json(), repr(replace(replica.policy, max_batch=0)),
+            replica.kv_capacity_bytes)

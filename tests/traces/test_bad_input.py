@@ -624,3 +624,38 @@ def test_a_key_that_only_looks_repeated_is_read():
     raw = b'{"input_length": 5, "note": "\\"input_length\\" twice", "nested": {"input_length": 1}}'
     assert repeated_key(raw, {"input_length": 5, "note": "", "nested": {}}) is None
     assert repeated_key(b'{"a": 1, "b": 2, "a": 3}', {"a": 3, "b": 2}) == "a"
+
+
+@pytest.mark.parametrize("name, line, said", [
+    ("mooncake", '{"timestamp": "abc", "input_length": 10, "output_length": 5}',
+     "bad value: timestamp: not a number: '...'"),
+    ("mooncake", '{"timestamp": -1e18, "input_length": 10, "output_length": 5}',
+     "bad value: timestamp more than 292 years before its zero"),
+    ("aiperf-multi-turn", '{"session_id": "a", "turns": [{"input_length": 100, "output_length": 10}, '
+                          '{"input_length": 10, "output_length": 10, "delay": "2s"}]}',
+     "bad value: turns[1].delay: not a number: '...'"),
+    ("agentperf", '{"conversation_id": "c", "conversation_idx": 0, "recorded_prompt_tokens": [1], '
+                  '"recorded_completion_tokens": 5}',
+     "bad value: recorded_prompt_tokens: expected a number, got a list: '...'"),
+    ("agentperf", '{"conversation_id": "c", "conversation_idx": 0, "recorded_prompt_tokens": 100}',
+     "missing field 'recorded_completion_tokens'"),
+])
+def test_a_counted_reason_names_the_field_and_leaves_out_only_the_value(tmp_path, name, line, said):
+    """Reasons are counted with the value they quote left out; the field they name stays in (it said
+    "missing field '...'"), and a value that is no number names its field (it said "bad value: could not convert
+    string to float: '...'", naming none)."""
+    p = tmp_path / "trace.jsonl"
+    p.write_text(line + "\n")
+    with pytest.raises(TraceError) as caught:
+        fit_trace(p, name)
+    assert f"skipped 1 line(s): {said}" in str(caught.value)
+
+
+def test_an_otel_token_count_of_null_is_said_in_our_words(tmp_path):
+    lines = (FIXTURES / "otel_genai.jsonl").read_text().splitlines()
+    old = re.findall(r'"gen_ai\.usage\.input_tokens","value":\{[^}]*\}', lines[0])[0]
+    lines[0] = lines[0].replace(old, '"gen_ai.usage.input_tokens","value":{"intValue":null}', 1)
+    p = tmp_path / "spans.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    [reason] = fit_trace(p).summary["skipped"]
+    assert reason.endswith("attribute gen_ai.usage.input_tokens: not a number: '...'"), reason

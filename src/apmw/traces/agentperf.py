@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import convert_each
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, field_number, require_counts, session_key
 
 NAME = "agentperf"
 DESCRIPTION = ("AgentPerf replay JSONL (conversation_id, conversation_idx, recorded_prompt_tokens, "
@@ -24,14 +24,14 @@ def matches_record(obj: dict) -> bool:
 
 
 def _convert(line: int, obj: dict):
-    inp = number(obj["recorded_prompt_tokens"])
-    out = number(obj["recorded_completion_tokens"])
+    inp = field_number(obj, "recorded_prompt_tokens", required=True)
+    out = field_number(obj, "recorded_completion_tokens", required=True)
     bad = require_counts(inp, out)
     if bad:
         raise ValueError(bad)
-    tool_ms = number(obj.get("simulated_tool_delay_ms_after"))
-    model_ms = number(obj.get("recorded_model_duration_ms"))
-    idx = number(obj.get("conversation_idx"))
+    tool_ms = field_number(obj, "simulated_tool_delay_ms_after")
+    model_ms = field_number(obj, "recorded_model_duration_ms")
+    idx = field_number(obj, "conversation_idx")
     # no wall-clock stamps in the format: start 0 and end = the recorded model time give the LLM latency;
     # the tool wait comes from simulated_tool_delay_ms_after, so the start/end gap is never used
     session = session_key(obj["conversation_id"], "conversation_id")

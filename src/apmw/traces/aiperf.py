@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from apmw.traces.jsonl import convert_each
-from apmw.traces.records import NAN, Call, CallStream, LineErrors, number, require_counts, session_key
+from apmw.traces.records import NAN, Call, CallStream, LineErrors, field_number, require_counts, session_key
 from apmw.traces.tokens import estimate_text_tokens
 
 NAME = "aiperf-multi-turn"
@@ -49,7 +49,7 @@ class Reader:
         for k, turn in enumerate(turns):
             if not isinstance(turn, dict):
                 raise ValueError(f"turns[{k}] is not an object")
-            new = number(turn.get("input_length"))
+            new = field_number(turn, "input_length", where=f"turns[{k}].")
             if new != new:
                 text = turn.get("messages", turn.get("texts", turn.get("text")))
                 if text is not None:
@@ -58,12 +58,12 @@ class Reader:
                         raise ValueError(f"turns[{k}]: the prompt holds no text to count its tokens from "
                                          "(give input_length)")
                     self.estimated_lines += 1
-            out = number(turn.get("output_length"))
+            out = field_number(turn, "output_length", where=f"turns[{k}].")
             bad = require_counts(new, out)
             if bad:
                 raise ValueError(f"turns[{k}]: {bad}")
             context += new
-            delay_ms = number(turn.get("delay"))
+            delay_ms = field_number(turn, "delay", where=f"turns[{k}].")
             if k and delay_ms != delay_ms:      # AIPerf sends a later turn without a delay at once
                 delay_ms = 0.0
                 self.undelayed_turns += 1

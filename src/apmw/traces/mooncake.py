@@ -31,7 +31,7 @@ from pathlib import Path
 
 from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from apmw.spec.model import MAX_TOKENS_PER_CALL
-from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, number, require_counts,
+from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, field_number, require_counts,
                                  session_key)
 from apmw.traces.textio import JSONDecodeError, loads, open_binary, REPEATED_KEY, repeated_key
 from apmw.traces.tokens import estimate_text_tokens
@@ -117,7 +117,7 @@ class Reader:
                 inp, out, t_ms = obj.get("input_length"), obj.get("output_length"), obj.get("timestamp")
                 hash_ids = obj.get("hash_ids")
                 if (type(inp) is int and type(out) is int and type(t_ms) in (int, float) and type(hash_ids) is list
-                        and t_ms <= LATEST_UNIX_MS
+                        and -LATEST_UNIX_MS <= t_ms <= LATEST_UNIX_MS
                         and 0 <= inp <= MAX_TOKENS_PER_CALL and 0 <= out <= MAX_TOKENS_PER_CALL and "session_id" not in obj and "delay" not in obj):
                     if hash_ids:
                         try:
@@ -161,7 +161,7 @@ class Reader:
                 yield call
 
     def _call(self, obj: dict, line: int, cache: PrefixCache, last_arrival: dict) -> Call:
-        inp = number(obj.get("input_length"))
+        inp = field_number(obj, "input_length")
         whole = obj.get("messages") is not None  # a self-contained prompt, not a delta
         if inp != inp:  # nan: estimate from text
             text = obj.get("messages", obj.get("text_input"))
@@ -172,9 +172,9 @@ class Reader:
                 if inp == 0:
                     raise ValueError("the prompt holds no text to count its tokens from (give input_length)")
                 self.estimated_lines += 1
-        out = number(obj.get("output_length"))
-        t_ms = number(obj.get("timestamp"))
-        delay_ms = number(obj.get("delay"))
+        out = field_number(obj, "output_length")
+        t_ms = field_number(obj, "timestamp")
+        delay_ms = field_number(obj, "delay")
         hash_ids = obj.get("hash_ids")
         if hash_ids is not None and not (isinstance(hash_ids, list)
                                          and all(type(h) is int for h in hash_ids)):
@@ -203,6 +203,9 @@ class Reader:
         if start_s > LATEST_UNIX_S:
             raise ValueError("timestamp past the year 2262 as Unix milliseconds (Mooncake's unit): a time in us or "
                              "ns? (convert it to ms)")
+        if start_s < -LATEST_UNIX_S:
+            raise ValueError("timestamp more than 292 years before its zero (Unix milliseconds, Mooncake's unit, or "
+                             "milliseconds from the trace's start): a time in us or ns? (convert it to ms)")
         gap = delay_ms / 1e3
         if start_s == start_s and start_s < last_arrival.get(session, start_s):
             raise ValueError(BEFORE_ITS_PARENT)

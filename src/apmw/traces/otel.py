@@ -108,7 +108,7 @@ def _attribute_count(attrs: dict, key: str) -> float:
         return _as_float(_decoded(attrs, (key,)))
     except (TypeError, ValueError) as exc:
         said = str(exc)
-        if said.startswith(PYTHON_CONVERSION_ERRORS):      # Python's words for text that is no number: say ours
+        if isinstance(exc, TypeError) or said.startswith(PYTHON_CONVERSION_ERRORS):   # Python's words: say ours
             raw = attrs.get(key)
             said = "not a number: " + quoted(next(iter(raw.values()), raw) if isinstance(raw, dict) and len(raw) == 1
                                              else raw)

@@ -21,7 +21,9 @@ NAN = math.nan
 # How many example locations to keep per skip reason (the count is always exact).
 EXAMPLES_PER_REASON = 3
 # The value a reason ends by quoting ('n/a7'): reasons that differ only there are one reason, counted together.
-QUOTED = re.compile(r"'[^']*'$")
+# The value a skip reason quotes at its end ("could not convert string to float: 'n/a7'"), left out where reasons
+# are counted; a field's name quoted there ("missing field 'delay'") is what the reason says, and is kept.
+QUOTED = re.compile(r"(?<!field )'[^']*'$")
 
 
 class TraceError(ApmwError):
@@ -97,10 +99,32 @@ def number(value: object) -> float:
         return NAN
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")
-    x = float(value)
+    if not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got a {type(value).__name__}: {_shown(value)}")
+    try:
+        x = float(value)
+    except ValueError:
+        raise ValueError(f"not a number: {_shown(value)}") from None
     if math.isnan(x) or math.isinf(x):
         raise ValueError(f"expected a finite number, got {value!r}")
     return x
+
+
+def field_number(obj: dict, name: str, required: bool = False, where: str = "") -> float:
+    """:func:`number` of field ``name`` of a JSON record (a KeyError where ``required`` and absent), a bad value
+    named by its field (``where`` before it: the turn it is in)."""
+    value = obj[name] if required else obj.get(name)
+    try:
+        return number(value)
+    except ValueError as exc:
+        raise ValueError(f"{where}{name}: {exc}") from None
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """``value`` in single quotes, cut to ``limit`` characters: the end of a skip reason (counted as one reason
+    whatever it holds)."""
+    text = repr(value).replace("'", "\u2019")
+    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 
 
 def cell(text: str) -> float:

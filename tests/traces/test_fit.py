@@ -208,6 +208,18 @@ def test_the_first_and_last_hours_are_not_overcounted(tmp_path):
     assert fit_trace(path, "csv", mapping=MAP).summary["tasks_per_hour"] == [1.0] * 24
 
 
+def test_a_few_tasks_over_months_are_not_read_as_no_demand(tmp_path):
+    """Three tasks 1,000 days apart, each at 12:30 UTC, gave 24 hours of 0.0 (two decimals): a fleet of no demand
+    (fuzzing, session 53). By hand: 3 starts over the 2,000 days between the first and the last, plus half a gap at
+    each end (1,000 days), 3 / (3,000 x 1 h) = 0.001 an hour; the hours with no start stay 0."""
+    t0 = 1_767_270_600                  # 2026-01-01 12:30 UTC
+    rows = ["sid,inp,out,t0"] + [f"s{k},1000,50,{(t0 + k * 1000 * 86400) * 1000}" for k in range(3)]
+    path = tmp_path / "sparse.csv"
+    path.write_text("\n".join(rows) + "\n")
+    rates = fit_trace(path, "csv", mapping=MAP).summary["tasks_per_hour"]
+    assert rates[12] == pytest.approx(0.001, rel=0.02) and rates[:12] + rates[13:] == [0.0] * 23
+
+
 def test_a_trace_without_sessions_gives_its_calls_per_hour_as_tasks(tmp_path):
     """An Azure trace of 26 h gave tasks_per_hour null and no note, though each call is its own task in the fitted
     workload (fuzzing, session 44): a call every 7.5 minutes is 8 tasks an hour."""

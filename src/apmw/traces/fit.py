@@ -356,5 +356,11 @@ def tasks_per_hour(c: Columns, s: Shape, weekly: bool = False) -> tuple[list[flo
     ordered = np.sort(starts)
     exposure = seconds_covered(lo - (ordered[1] - lo) / 2, hi + (hi - ordered[-2]) / 2, period_h)
     rates = np.where(exposure > 0, counts / np.maximum(exposure, 1e-9) * 3600.0, 0.0)
-    return [round(float(x), 2) for x in rates], None
+    return [_rate(float(x)) for x in rates], None
+
+
+def _rate(x: float) -> float:
+    """Tasks an hour to two decimals; a rate under 0.005 (a trace of a few tasks over months) to two significant
+    figures, so that it does not read as no demand at all."""
+    return round(x, 2) if round(x, 2) or not x else float(f"{x:.2g}")
 

@@ -198,3 +198,20 @@ def test_what_is_not_a_config_file_is_named_for_what_it_is(tmp_path):
     cfg["sliding_window"] = 0
     big.write_text(json.dumps(cfg))
     assert "'sliding_window' is 0" in _refused(big)
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "head_dim", "vocab_size",
+                                   "intermediate_size"])
+def test_a_size_past_any_model_s_is_refused_with_the_sizes_it_makes(tmp_path, field):
+    """A size of 1e12 is a whole number under 2**53, so it was read: 1.2e19 parameters for a head_dim of 1e12,
+    with no note (fuzzing, session 53). Past MAX_PARAMS the config is refused, with the sizes shown."""
+    path = _write(tmp_path, LLAMA, field, 10 ** 12)
+    message = _refused(path)
+    assert message.startswith(f"{path}: ") and "parameters, over 2e+15" in message and "mistyped" in message
+
+
+def test_every_bundled_config_is_far_under_the_parameter_bound():
+    from apmw.arch.from_config import MAX_PARAMS
+
+    largest = max(load_architecture(str(p)).params for p in MODELS.glob("*.json"))
+    assert 1e11 < largest < MAX_PARAMS / 100

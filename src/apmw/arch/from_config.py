@@ -19,8 +19,25 @@ from apmw.config_fields import refusal
 from apmw.errors import ConfigError
 
 
+# A thousand times the largest published models' parameters (about 2e12): a config past it has a size mistyped
+# (a head count or a width of 1e12), and every figure read from it would be as far off.
+MAX_PARAMS = 2e15
+
+
 def architecture_from_config(cfg: dict[str, Any], name: str, source: str = "") -> Architecture:
     """Build an Architecture from a HuggingFace config dict (see the :mod:`apmw.arch` docstring)."""
+    arch = _architecture(cfg, name, source)
+    if arch.params > MAX_PARAMS:
+        sizes = ", ".join(f"{k} {v:,}" for k, v in (("hidden_size", arch.hidden_size), ("num_attention_heads",
+                          arch.num_heads), ("head_dim", arch.head_dim), ("num_hidden_layers", arch.num_layers),
+                          ("vocab_size", arch.vocab_size)))
+        raise ConfigError(f"{name}: the config's sizes make {arch.params:.3g} parameters, over {MAX_PARAMS:.0e} (a "
+                          f"thousand times the largest published models'): one is mistyped ({sizes}; or the MLP's "
+                          "or experts' sizes). Fix it in the config.json.")
+    return arch
+
+
+def _architecture(cfg: dict[str, Any], name: str, source: str) -> Architecture:
     text, notes = text_config(cfg, name)
     quantisation = quantization_config(cfg, name)    # a malformed one is refused before any family reads it
     why = refusal(cfg, text)

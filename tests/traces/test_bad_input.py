@@ -659,3 +659,26 @@ def test_an_otel_token_count_of_null_is_said_in_our_words(tmp_path):
     p.write_text("\n".join(lines) + "\n")
     [reason] = fit_trace(p).summary["skipped"]
     assert reason.endswith("attribute gen_ai.usage.input_tokens: not a number: '...'"), reason
+
+
+@pytest.mark.parametrize("line, said", [
+    (b'{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [0], "x": "\xff\xfe"}',
+     "not valid JSON (bytes that are not UTF-8)"),
+    (b'{"timestamp": 0, "input_length": 100, "output_length": 10, "x": ' + b"[" * 300_000 + b"]" * 300_000 + b"}",
+     "not valid JSON (depth limit exceeded"),
+    (b'{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [0]}\x00',
+     "not valid JSON (unexpected content after document"),
+])
+def test_a_first_line_that_is_one_broken_json_object_says_what_is_wrong_with_its_json(tmp_path, line, said):
+    """A first line of JSON that does not parse fell through to the CSV sniffer: a line of non-UTF-8 bytes or a
+    trailing NUL read "format not recognised ... map its columns", one past 128 KiB "not readable as CSV (field
+    larger than field limit); save it with \\n line endings" (fuzzing, session 53)."""
+    p = tmp_path / "trace.jsonl"
+    p.write_bytes(line + b"\n" + GOOD.encode())
+    with pytest.raises(TraceError) as caught:
+        fit_trace(p)
+    message = str(caught.value)
+    assert message.startswith(f"{p}:1: the first line is one JSON object that does not parse: {said}"), message
+    assert "--format" in message
+    s = fit_trace(p, "mooncake").summary                      # with its format given, the line is skipped and counted
+    assert s["calls"] == 1 and [said in reason for reason in s["skipped"]] == [True]

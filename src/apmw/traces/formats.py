@@ -15,7 +15,7 @@ from typing import Callable
 
 from apmw.traces import agentperf, aiperf, azure, generic, mini_swe, mooncake, otel
 from apmw.traces.records import CallStream, LineErrors, TraceError
-from apmw.traces.textio import JSONDecodeError, base_name, loads, open_binary
+from apmw.traces.textio import JSONDecodeError, base_name, loads, not_json, open_binary
 
 # First-line bytes read for recognition; longer lines (OTLP batches) are parsed from a prefix only as JSON-ish keys.
 SNIFF_BYTES = 1 << 22
@@ -100,13 +100,18 @@ def detect(path: str | Path) -> str:
     if not name.endswith(".csv"):
         try:
             obj = loads(first)
-        except JSONDecodeError:
+        except JSONDecodeError as exc:
             obj = None
             if first.lstrip().startswith(b"{") and b'"resourceSpans"' in _head(p):
                 return otel.NAME  # one pretty-printed OTLP document
             if first.lstrip().startswith(b"{") and len(first) >= SNIFF_BYTES:
                 raise TraceError(f"{path}:1: the first line is longer than the {SNIFF_BYTES >> 20} MiB apmw reads to "
                                  f"recognise a format: give it with --format (one of: {', '.join(NAMES)})") from None
+            if first.lstrip().startswith(b"{") and first.rstrip(b" \t\r\n\0").endswith(b"}"):
+                # a whole object on the line that does not parse: its JSON is what is wrong, not a CSV header
+                raise TraceError(f"{path}:1: the first line is one JSON object that does not parse: "
+                                 f"{not_json(first, exc)}; fix it, or give the format with --format (one of: "
+                                 f"{', '.join(NAMES)}) to skip such lines and count them") from None
         if isinstance(obj, dict):
             for module in (otel, agentperf, aiperf, mooncake):
                 if module.matches_record(obj):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from apmw.traces.records import LineErrors
-from apmw.traces.textio import JSONDecodeError, loads, open_binary, REPEATED_KEY, repeated_key
+from apmw.traces.textio import JSONDecodeError, loads, not_json, open_binary, REPEATED_KEY, repeated_key
 
 
 def records(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, dict]]:
@@ -19,7 +19,7 @@ def records(path: str | Path, errors: LineErrors) -> Iterator[tuple[int, dict]]:
             try:
                 obj = loads(raw)
             except JSONDecodeError as exc:
-                errors.skip(line, f"not valid JSON ({exc})")
+                errors.skip(line, not_json(raw, exc))
                 continue
             if not isinstance(obj, dict):
                 errors.skip(line, "not a JSON object")

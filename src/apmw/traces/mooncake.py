@@ -33,7 +33,7 @@ from apmw.traces.prefix import MOONCAKE_BLOCK_TOKENS, PrefixCache
 from apmw.spec.model import MAX_TOKENS_PER_CALL
 from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, field_number, require_counts,
                                  session_key)
-from apmw.traces.textio import JSONDecodeError, loads, open_binary, REPEATED_KEY, repeated_key
+from apmw.traces.textio import JSONDecodeError, loads, not_json, open_binary, REPEATED_KEY, repeated_key
 from apmw.traces.tokens import estimate_text_tokens
 
 NAME = "mooncake"
@@ -104,7 +104,7 @@ class Reader:
                     if not raw.strip():
                         continue
                     errors.lines_read += 1
-                    errors.skip(line, f"not valid JSON ({exc})")
+                    errors.skip(line, not_json(raw, exc))
                     continue
                 errors.lines_read += 1
                 if type(obj) is not dict:

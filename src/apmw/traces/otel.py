@@ -37,7 +37,7 @@ from pathlib import Path
 
 from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number,
                                  require_counts, session_key)
-from apmw.traces.textio import JSONDecodeError, loads, open_binary
+from apmw.traces.textio import JSONDecodeError, loads, not_json, open_binary
 
 NAME = "otel"
 ALIASES = ("otlp", "openinference")
@@ -182,7 +182,7 @@ class Reader:
                         if whole_error is None:
                             yield from self._whole_document(path, errors)
                             return
-                    errors.skip(line, f"not valid JSON ({exc})")
+                    errors.skip(line, not_json(raw, exc))
                     continue
                 first = first or obj
                 if not isinstance(obj, dict) or "resourceSpans" not in obj:

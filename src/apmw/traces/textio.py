@@ -27,6 +27,16 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     JSONDecodeError = json.JSONDecodeError
 
 
+def not_json(raw: bytes, exc: Exception) -> str:
+    """Why the line ``raw`` is no JSON, as a skip reason says it: bytes that are not UTF-8 named as such (the parser
+    calls them surrogates), else the parser's words."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not valid JSON (bytes that are not UTF-8)"
+    return f"not valid JSON ({exc})"
+
+
 REPEATED_KEY = "the key '{}' is given twice in one object: keep one (which value is meant is not apmw's to guess)"
 
 

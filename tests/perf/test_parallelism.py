@@ -538,7 +538,9 @@ def test_weights_no_replica_can_hold_are_refused_without_advising_an_impossible_
 
     cfg, _ = load_config("meta-llama/Meta-Llama-3.1-8B")
     path = tmp_path / "huge-vocab.json"
-    path.write_text(json.dumps({**cfg, "vocab_size": 10**12}))
+    # 8e14 parameters: under the bound past which a config is refused as mistyped (apmw.arch.from_config.MAX_PARAMS),
+    # over what 1,024 H200s hold
+    path.write_text(json.dumps({**cfg, "vocab_size": 10**11}))
     with pytest.raises(ApmwError) as err:
         benchmark_replica(str(path), "H200", 8, "fp8", "fp8")
     msg = str(err.value)

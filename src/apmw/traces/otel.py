@@ -32,11 +32,10 @@ end and the next call's start (tool spans and agent overhead both fall in it).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from apmw.traces.records import (LATEST_UNIX_S, NAN, Call, CallStream, LineErrors, TraceError, inconsistent, number,
-                                 require_counts, session_key)
+                                 quoted, require_counts, session_key)
 from apmw.traces.textio import JSONDecodeError, loads, not_json, open_binary
 
 NAME = "otel"
@@ -277,13 +276,6 @@ def _spans_of(doc: dict) -> list | None:
                 return None
             spans += listed
     return spans
-
-
-def quoted(value: object, limit: int = 60) -> str:
-    """``value`` as JSON text in single quotes, cut to ``limit`` characters: the end of a skip reason, which
-    :class:`apmw.traces.records.LineErrors` counts as one reason whatever the value."""
-    text = json.dumps(value, default=str).replace("'", "\u2019")
-    return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 
 
 def _unix_s(span: dict, key: str) -> float:

@@ -8,6 +8,7 @@ does not carry; the fitter uses what is there and says what was missing.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ NAN = math.nan
 
 # How many example locations to keep per skip reason (the count is always exact).
 EXAMPLES_PER_REASON = 3
-# The value a reason ends by quoting ('n/a7'): reasons that differ only there are one reason, counted together.
 # The value a skip reason quotes at its end ("could not convert string to float: 'n/a7'"), left out where reasons
 # are counted; a field's name quoted there ("missing field 'delay'") is what the reason says, and is kept.
 QUOTED = re.compile(r"(?<!field )'[^']*'$")
@@ -100,11 +100,11 @@ def number(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")
     if not isinstance(value, (int, float, str)):
-        raise ValueError(f"expected a number, got a {type(value).__name__}: {_shown(value)}")
+        raise ValueError(f"expected a number, got a {type(value).__name__}: {quoted(value)}")
     try:
         x = float(value)
     except ValueError:
-        raise ValueError(f"not a number: {_shown(value)}") from None
+        raise ValueError(f"not a number: {quoted(value)}") from None
     if math.isnan(x) or math.isinf(x):
         raise ValueError(f"expected a finite number, got {value!r}")
     return x
@@ -120,11 +120,13 @@ def field_number(obj: dict, name: str, required: bool = False, where: str = "") 
         raise ValueError(f"{where}{name}: {exc}") from None
 
 
-def _shown(value: object, limit: int = 40) -> str:
-    """``value`` in single quotes, cut to ``limit`` characters: the end of a skip reason (counted as one reason
-    whatever it holds)."""
-    text = repr(value).replace("'", "\u2019")
+def quoted(value: object, limit: int = 60) -> str:
+    """``value`` as JSON text in single quotes, cut to ``limit`` characters: the end of a skip reason, which
+    :class:`LineErrors` counts as one reason whatever the value."""
+    text = json.dumps(value, default=str).replace("'", "\u2019")
     return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
+
+
 
 
 def cell(text: str) -> float:

@@ -81,8 +81,11 @@ def test_concurrent_agents_are_batched(closed_loop):
     """Several calls stream tokens at the same time: the server batches them, not one by one."""
     outcome, records, _ = closed_loop
     level = outcome.summary["levels"][0]
-    assert level["decode_batch_max"] >= 2
-    assert level["decode_batch_mean"] > 0.5       # 1.3 measured on the 2-core machine; load-dependent
+    # the client's time-average of calls between first and last token: 0.44-1.3 measured on the 2-core machine,
+    # lower the longer a busy CPU takes to prefill, so it is bounded by the calls in flight, not by a constant;
+    # that the server batches rests on its own count and the overlapping spans below
+    assert 0 < level["decode_batch_mean"] <= level["in_flight"]["mean"]
+    assert 2 <= level["decode_batch_max"] <= level["in_flight"]["max"]
     # the server's own count: tokens generated per llama_decode() call over the window (> 1: batched)
     server = level["server_metrics"]
     assert server["decode_batch_source"].startswith("llama.cpp") and server["decode_batch_mean"] > 1.0

@@ -152,3 +152,16 @@ def test_options_that_do_not_apply_are_errors():
     assert r.returncode == 1 and "--format csv" in r.stderr
     r = run(src, "--export", "aiperf", "--export-sessions", "5")
     assert r.returncode == 1 and "--export-from fitted" in r.stderr
+
+
+def test_paths_on_stderr_stay_whole_and_as_written(tmp_path):
+    """A long path, or one with ``[red]`` in its name, is printed whole and as written on stderr: rich wrapped a
+    pipe at 80 columns, cutting ``file:line`` across lines, and read ``[red]`` as a colour."""
+    folder = tmp_path / ("a-folder-name-long-enough-to-push-the-line-past-eighty-columns" * 2)
+    folder.mkdir()
+    p = folder / "t[red].jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
+    out = folder / "w[red].yaml"
+    r = run(str(p), "--format", "mooncake", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"{p}:2" in r.stderr and f"wrote {out}\n" in r.stderr

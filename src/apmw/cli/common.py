@@ -266,6 +266,13 @@ def emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
+def say(message: str | Text) -> None:
+    """A line on stderr, printed as written and never cut by rich: no markup is read in it (a path with ``[/]`` in
+    it), and a long line is left for the terminal to wrap, so a path or a ``file:line`` stays whole in a log for
+    copying and grep (rich wraps a pipe at 80 columns)."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
 def note(message: str) -> None:
     """A remark on stderr that does not stop the verb (stdout stays clean for --json)."""
     err.print(Text.assemble(("note:", "yellow"), " ", message), highlight=False, soft_wrap=True)

@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, file_path, note, output_path, write_text
+from apmw.cli.common import app, distinct_outputs, emit_json, err, fail, file_path, note, output_path, say, write_text
 from apmw.errors import ApmwError
 
 QUANTITIES = (
@@ -108,9 +109,9 @@ def fit(
     if output is None:
         sys.stdout.write(result.workload_yaml())
     else:
-        err.print(f"wrote {output}")
+        say(f"wrote {output}")
     if exported:
-        err.print(f"wrote {exported['lines']:,} AIPerf mooncake_trace lines to {exported['path']}")
+        say(f"wrote {exported['lines']:,} AIPerf mooncake_trace lines to {exported['path']}")
         for line in exported["notes"]:
             note(f"--export: {line}")
 
@@ -128,13 +129,14 @@ def _print_summary(s: dict) -> None:
         table.add_row(label, f"{d['count']:,}", *(format(d[q], spec) for q in ("mean", "p50", "p95", "p99")))
     err.print(table)
     share = s["cached_prompt_share"]
-    err.print(f"system prompt (shared prefix): {s['system_prompt_tokens']:,} tokens;  "
-              f"cached prompt share: {'n/a' if share is None else f'{share:.1%}'}"
-              f"{'' if share is None else ' (' + s['cached_prompt_share_source'] + ')'};  "
-              f"reusable prefix share: {s['reusable_prefix_share']:.1%}", highlight=False)
+    say(f"system prompt (shared prefix): {s['system_prompt_tokens']:,} tokens;  "
+        f"cached prompt share: {'n/a' if share is None else f'{share:.1%}'}"
+        f"{'' if share is None else ' (' + s['cached_prompt_share_source'] + ')'};  "
+        f"reusable prefix share: {s['reusable_prefix_share']:.1%}")
     if s["skipped_lines"]:
-        err.print(f"[yellow]skipped {s['skipped_lines']:,} malformed line(s)[/] (--strict stops at the first):")
+        say(Text.assemble((f"skipped {s['skipped_lines']:,} malformed line(s)", "yellow"),
+                          " (--strict stops at the first):"))
         for line in skipped_reasons(s):
-            err.print(f"  {line}", highlight=False, markup=False)
+            say(f"  {line}")
     for line in s["notes"]:
         note(line)

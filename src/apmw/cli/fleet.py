@@ -302,7 +302,7 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from apmw.capacity.closed_loop import ClosedLoopModel
-    from apmw.cli.common import err
+    from apmw.cli.common import err, say
     from apmw.design_search.executor import execute
     from apmw.sim.fleet_day import cells_for, replica_table, simulate_cells, simulate_day
 
@@ -342,7 +342,7 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
             return batches
 
         sim = simulate_day(table, seed=seed, replications=replications, cells=n_cells, run=run)
-    err.print(f"simulated {replications * n_cells} cell-day(s) in {time.perf_counter() - start:,.1f} s", highlight=False)
+    say(f"simulated {replications * n_cells} cell-day(s) in {time.perf_counter() - start:,.1f} s")
     sim["gpus_per_replica"] = table["gpus_per_replica"]
     return sim
 

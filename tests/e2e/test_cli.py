@@ -541,3 +541,15 @@ def test_a_plan_whose_check_will_take_long_says_so_before_it_starts(tmp_path):
         proc.kill()
         proc.communicate()
     assert "settling N* (" in first and "--analytic answers at once" in first
+
+
+@pytest.mark.parametrize("listing", ["--gpus", "--systems"])
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_a_catalogue_piped_to_a_file_prints_every_cell_whole(listing, columns):
+    """Into a pipe a table is printed at the width it needs (common.print_table): `apmw model --gpus | less` cut the
+    catalogues' cells to 'scale…' at 80 columns."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR")}
+    env |= {"COLUMNS": columns} if columns else {}
+    r = subprocess.run([APMW, "model", listing], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout and ("scale-out GB/s" if listing == "--systems" else "BF16 TFLOPS") in r.stdout

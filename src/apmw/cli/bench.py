@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn
+from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn, print_table
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
@@ -160,7 +160,7 @@ def bench(
                  "extend --agents-sweep to measure it")
     if comparison:
         for t in _compare_tables(comparison):
-            out.print(t)
+            print_table(t)
         star = comparison["agents_star"]
         if len(outcome.summary["levels"]) > 1:
             out.print(f"N*: predicted {star['predicted']}, measured {knee_text(summary)}")
@@ -225,19 +225,19 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, lo
         t.add_column(col, justify="right")
     for r in cal["ttft_vs_prompt_tokens"]:
         t.add_row(str(r["prompt_tokens"]), _fmt(r["ttft_s_p50"] * 1e3))
-    out.print(t)
+    print_table(t)
     t = Table(title="decode", title_justify="left")
     for col in ("concurrency", "TPOT p50 ms", "output tok/s"):
         t.add_column(col, justify="right")
     for r in cal["tpot_vs_concurrency"]:
         t.add_row(str(r["concurrency"]), _fmt(r["tpot_s_p50"] * 1e3), _fmt(r["output_tokens_per_s"]))
-    out.print(t)
+    print_table(t)
     t = Table(title="decode after a longer prompt (one request)", title_justify="left")
     for col in ("prompt tokens", "TPOT p50 ms"):
         t.add_column(col, justify="right")
     for r in cal.get("tpot_vs_context", []):
         t.add_row(str(r["prompt_tokens"]), _fmt(r["tpot_s_p50"] * 1e3))
-    out.print(t)
+    print_table(t)
     if cal.get("steps_under_load"):
         t = Table(title=f"steps under load (read off {', '.join(map(str, loop_results or []))})", title_justify="left")
         for col in ("decoding", "context per sequence", "prompt tokens prefilled", "steps", "step p50 ms"):
@@ -245,4 +245,4 @@ def _calibrate(endpoint, model, path, api, api_key, timeout_s, seed, as_json, lo
         for r in cal["steps_under_load"]:
             t.add_row(str(r["decode_seqs"]), _fmt(r["context_tokens"]), _fmt(r["prefill_tokens"]), str(r["samples"]),
                       _fmt(r["step_s_p50"] * 1e3))
-        out.print(t)
+        print_table(t)

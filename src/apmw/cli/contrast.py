@@ -8,7 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, fail, out, plain_row
+from apmw.cli.common import app, emit_json, fail, plain_row, print_table
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -65,4 +65,4 @@ def contrast(
         t.add_column(col, justify="left" if i in (0, 8) else "right", overflow="fold", no_wrap=i != 0)
     for r in rows:
         plain_row(t, *r)
-    out.print(t)
+    print_table(t)

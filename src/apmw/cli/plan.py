@@ -10,7 +10,7 @@ from rich.table import Table
 
 from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
                               note_draft_memory, note_moe_exchange, note_speculation_loss,
-                              note_tensor_parallel_scaleout, out, warn)
+                              note_tensor_parallel_scaleout, out, warn, print_table)
 from apmw.errors import ApmwError
 from apmw.capacity.search import MAX_AGENTS
 from apmw.sim.checked import CALLS_PER_CHECKED_TASK, CHECK_TASKS_PER_POINT
@@ -200,7 +200,7 @@ def model(
             table.add_row(r.name, f"{r.hbm_bytes / 1e9:.0f}", f"{r.hbm_bandwidth_bytes_per_s / 1e12:.2f}",
                           f"{r.bf16_flops / 1e12:.0f}", f"{(r.fp8_flops or 0) / 1e12:.0f}", f"{r.tdp_w:.0f}",
                           f"{r.idle_power_w:.0f}", f"{r.busy_power_w:.0f}", step_time_basis(r.name))
-        out.print(table)
+        print_table(table)
         return
     if config is None:
         _fail("give a config.json path or a bundled model name (apmw model --list shows them)")
@@ -220,7 +220,7 @@ def model(
         elif isinstance(value, int):
             value = f"{value:,}"
         table.add_row(key, str(value))
-    out.print(table)
+    print_table(table)
 
 
 def _print_systems(as_json: bool) -> None:
@@ -244,4 +244,4 @@ def _print_systems(as_json: bool) -> None:
                       f"{s.scaleup_bw_bytes_per_s / 1e9:g}", f"{s.scaleout_bw_bytes_per_s_per_gpu / 1e9:g}",
                       f"{s.power_w / 1e3:g}", f"{provisioned_power_w_per_gpu(s) / 1e3:.2f}",
                       ", ".join(assumed_figures(s)) or "-")
-    out.print(table)
+    print_table(table)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_draft_memory, note_gpu_basis,
-                             note_scaleout, note_speculation_loss, out)
+                             note_scaleout, note_speculation_loss, out, print_table)
 from apmw.errors import ApmwError
 
 
@@ -249,7 +249,7 @@ def predict(
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
     table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)
-    out.print(table)
+    print_table(table)
     out.print(f"[dim]{p.source_detail}[/]")
     _print_model_source(model)
 
@@ -463,7 +463,7 @@ def _sweep(ps, levels: list, key: str, as_json: bool, title: str) -> None:
             continue
         table.add_row(f"{c:g}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
                       f"{p.running_requests}", p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
-    out.print(table)
+    print_table(table)
     answered = [p for p in ps if not isinstance(p, str)]
     for p in ps:
         if isinstance(p, str):

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from apmw.design_search.space import settings_text
 from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype,
-                             note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text)
+                             note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text, print_table)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
@@ -191,7 +191,7 @@ def search(
         plain_row(t, settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                   f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
                   f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if check else ()))
-    out.print(t)
+    print_table(t)
     for name, p in d["best"].items():
         out.print(f"best {name}: {settings_text(p['settings'])}", highlight=False, markup=False)
     for p in d["front"][:1]:

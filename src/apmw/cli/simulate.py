@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn, print_table
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -217,7 +217,7 @@ def simulate(
         t.add_row(f"{p['agents']}{mark}", _fmt(lat["mean"]), _fmt(lat["p95"]), _fmt(lat["p99"]),
                   _fmt(p["decode_batch_mean"]), f"{p['kv_tokens_resident_mean']:,.0f}", f"{p['preemptions']}",
                   str(p["meets_slo"]))
-    out.print(t)
+    print_table(t)
     from apmw.sim.run import KNEE_INFLATION
 
     knee = d["knee_agents"]

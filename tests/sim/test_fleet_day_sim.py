@@ -109,3 +109,15 @@ def test_a_day_too_big_to_simulate_is_refused_with_what_it_would_take(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "1,000,000,000 tasks to simulate one by one" in said and "core-hours" in said
     assert "--replicas-scale" in said
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-5])
+def test_replicated_days_in_which_no_task_finishes(scale):
+    """A day with no finished task has no task latency: replications of an idle or almost idle fleet still give the
+    day's intervals (the latency's over the days that have one) instead of an internal error, none below zero."""
+    _, _, table = _planned(scale)
+    sim = simulate_day(table, seed=3, replications=8)
+    assert sim["interval_95"]["replica_hours_per_day"] is not None
+    assert all(low >= 0 for low, _ in filter(None, sim["interval_95"].values()))
+    if scale == 0.0:
+        assert sim["tasks_per_day"] == 0 and sim["interval_95"]["task_latency_p95_s"] is None

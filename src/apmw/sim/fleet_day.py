@@ -415,12 +415,15 @@ def work(replications: int, cells: int) -> list[tuple[int, dict]]:
 
 
 def _interval(values: list[float]) -> list[float] | None:
+    """Student's t 95 % interval of the mean of ``values``, a quantity that is never negative (hours, energy, cost,
+    latency, counts): with a few spread replications t's lower end falls below zero, which no day can reach, so it
+    stops at zero."""
     k = len(values)
     if k < 2:
         return None
     mean, sd = float(np.mean(values)), float(np.std(values, ddof=1))
     half = (_T975[k - 2] if k - 2 < len(_T975) else 1.96) * sd / math.sqrt(k)
-    return [mean - half, mean + half]
+    return [max(0.0, mean - half), mean + half]
 
 
 def summarise(table: dict, rows: list[dict], seed: int, replications: int, cells: int) -> dict:
@@ -465,7 +468,8 @@ def summarise(table: dict, rows: list[dict], seed: int, replications: int, cells
             "hours": hours})
     out = {k: v for k, v in days[0].items()}
     out.update({"seed": seed, "replications": replications, "cells": cells, "tick_s": TICK_S,
-                "interval_95": {k: _interval([d[k] for d in days])
+                # a day in which no task finished has no task latency: it stays out of that interval
+                "interval_95": {k: _interval([d[k] for d in days if d[k] is not None])
                                 for k in ("replica_hours_per_day", "gpu_hours_per_day", "facility_mwh_per_day",
                                           "cost_per_day_usd", "task_latency_p95_s", "tasks_queued")}
                 if replications > 1 else None})

@@ -19,6 +19,7 @@ import json
 import math
 import re
 import typing
+from collections import Counter
 from typing import Iterator
 
 from pydantic import BaseModel
@@ -59,9 +60,14 @@ def read_space(data: object, where: str, lines: dict[tuple, int] | None = None) 
         _check_spec_path(path, at("axes", path))
         if not isinstance(values, list) or not values:
             raise ApmwError(f"{at('axes', path)}: axis {path} needs a non-empty list of values, e.g. [1, 2]")
+    size = space_size(axes)
+    if size > MAX_POINTS:
+        raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
+                        "(about a plan each): drop values or axes")
+    for path, values in axes.items():
         spelled = [_spelling(path, v) for v in values]      # vLLM and vllm, H100 and h100_sxm, FP8 and fp8 alike
-        seen = [json.dumps(_canonical(v), sort_keys=True, default=str) for v in spelled]
-        twice = sorted({t for t in seen if seen.count(t) > 1})
+        seen = Counter(json.dumps(_canonical(v), sort_keys=True, default=str) for v in spelled)
+        twice = sorted(t for t, n in seen.items() if n > 1)
         if twice:
             raise ApmwError(f"{at('axes', path)}: axis {path} lists {', '.join(twice)} more than once; each value is one point "
                             "of the space: list it once")
@@ -76,10 +82,6 @@ def read_space(data: object, where: str, lines: dict[tuple, int] | None = None) 
         if odd is not None:
             raise ApmwError(f"{at('axes', path)}: axis {path}: {odd!r} holds a number that is not finite (nan or inf); give "
                             "finite values")
-    size = space_size(axes)
-    if size > MAX_POINTS:
-        raise ApmwError(f"{where}: the space has {size:,} points; at most {MAX_POINTS:,} are evaluated "
-                        "(about a plan each): drop values or axes")
     return axes
 
 

@@ -30,6 +30,9 @@ from apmw.spec.section import line_for, named_field
 # expand or recurse without bound.
 MAX_ALIASES = 100
 MAX_DEPTH = 32
+# A file of MAX_SPEC_BYTES writes out well under this many values; more can only come from aliases repeating one
+# another (an "alias bomb": nine aliases nine deep expand to 9^10 values), which every reader of the data would walk.
+MAX_EXPANDED_VALUES = 1_000_000
 # The longest whole number read: Python converts at most 4,300 digits (sys.get_int_max_str_digits); a shorter one
 # too large for its field is refused there, by the field's name.
 MAX_INT_CHARS = 4000
@@ -270,6 +273,22 @@ def _recursive_node(node: yaml.Node, stack: set[int] | None = None, done: set[in
     return found
 
 
+def _expanded_values(node: yaml.Node, sizes: dict[int, int] | None = None) -> int:
+    """How many values ``node`` holds with every alias written out, counting each node once; the first (innermost)
+    node past :data:`MAX_EXPANDED_VALUES` is refused at its line. Run after :func:`_recursive_node` (no loops)."""
+    sizes = {} if sizes is None else sizes
+    if id(node) not in sizes:
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else (
+            node.value if isinstance(node, yaml.SequenceNode) else [])
+        size = 1 + sum(_expanded_values(c, sizes) for c in children)
+        if size > MAX_EXPANDED_VALUES:
+            raise _Refused(node.start_mark, f"its aliases (*name) repeat one another into more than "
+                           f"{MAX_EXPANDED_VALUES:,} values, more than any file apmw reads could write out: write the "
+                           "values out, or alias each at most once")
+        sizes[id(node)] = size
+    return sizes[id(node)]
+
+
 # YAML reads UTF-16 and UTF-32 files that start with a byte-order mark (YAML 1.2, section 5.2), as Windows tools
 # write them (PowerShell's ``>``, Notepad's "Unicode"); the UTF-32 marks first, since UTF-32 LE's starts as UTF-16 LE's.
 WIDE_TEXT_MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
@@ -353,6 +372,8 @@ def _read_yaml_checked(path: str | Path, what: str) -> tuple[Any, yaml.Node | No
             looped = _recursive_node(node) if node is not None else None
             if looped is not None:
                 raise _Refused(looped.start_mark, "an alias refers to its own anchor (a recursive structure)")
+            if node is not None:
+                _expanded_values(node)
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()

@@ -14,7 +14,7 @@ from apmw.design_search import MAX_POINTS, read_space, search
 from apmw.design_search.store import CHECK_FIELDS, check_saved_check
 from apmw.errors import ApmwError
 from apmw.spec import SpecError, load_spec, spec_from_dict
-from tests.conftest import EXAMPLES, small_spec_dict
+from tests.conftest import EXAMPLES, ROOT, small_spec_dict
 
 APMW = shutil.which("apmw") or str(Path(sys.executable).parent / "apmw")
 
@@ -573,6 +573,29 @@ def test_a_space_file_error_names_the_axis_line(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1
     assert f"{space}: line 4: axis 'serving.max_batchh'" in " ".join(r.stderr.split())
+
+
+def test_a_relative_config_on_an_axis_is_read_beside_the_space_file(tmp_path):
+    """A space's `model.config: [config.json]` was read from the current folder: the point was pruned, or silently
+    planned another model where a file of that name lay there (fuzz round 5). It is read beside the space file, as
+    a spec's is beside the spec."""
+    import json
+    import shutil
+    import subprocess
+
+    from tests.e2e.test_cli import APMW
+
+    folder = tmp_path / "spaces"
+    folder.mkdir()
+    shutil.copy(ROOT / "src/apmw/catalog/data/models/meta-llama--Meta-Llama-3.1-8B.json", folder / "config.json")
+    (folder / "space.yaml").write_text("axes:\n  model.config: [config.json]\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = subprocess.run([APMW, "search", str(EXAMPLES / "support-chat.yaml"), "--space", "../spaces/space.yaml",
+                        "--json"], capture_output=True, text=True, timeout=300, cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["feasible"], d["pruned"]) == (1, 0)
 
 
 def test_a_point_s_row_does_not_depend_on_the_point_planned_before_it():

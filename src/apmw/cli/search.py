@@ -98,7 +98,7 @@ def search(
                                 "plan only the points it lacks"),
 ) -> None:
     """Plan every point of a design space: the agents/MW against output-speed front and how to launch it."""
-    from apmw.design_search import (ResultStore, check_front, default_space, read_space, search as run,
+    from apmw.design_search import (ResultStore, check_front, configs_beside, default_space, read_space, search as run,
                                     search_key, spec_document, write_csv)
     from apmw.arch.from_config import load_architecture
     from apmw.spec import load_spec
@@ -125,7 +125,7 @@ def search(
             axes = default_space(spec_document(s), moe=load_architecture(s.model.config).num_experts > 0)
         else:
             document, lines = load_yaml_lines(space, "search space")
-            axes = read_space(document, str(space), lines)
+            axes = configs_beside(read_space(document, str(space), lines), space.parent)
         # a catalogued GPU whose step times are least checked, wherever the space puts it (a custom GPU's own
         # figures are the user's)
         for gpu in dict.fromkeys(g for g in [s.hardware.gpu, *axes.get("hardware.gpu", [])] if isinstance(g, str)):

@@ -18,8 +18,8 @@ from apmw.design_search.answer import OBJECTIVES, Point, SearchAnswer
 from apmw.design_search.check import check_front
 from apmw.design_search.point import launch_flags
 from apmw.design_search.run import search, spec_document
-from apmw.design_search.space import MAX_POINTS, default_space, read_space, search_key
+from apmw.design_search.space import MAX_POINTS, configs_beside, default_space, read_space, search_key
 from apmw.design_search.store import ResultStore, write_csv
 
-__all__ = ["MAX_POINTS", "OBJECTIVES", "Point", "ResultStore", "SearchAnswer", "check_front", "default_space",
-           "launch_flags", "read_space", "search", "search_key", "spec_document", "write_csv"]
+__all__ = ["MAX_POINTS", "OBJECTIVES", "Point", "ResultStore", "SearchAnswer", "check_front", "configs_beside",
+           "default_space", "launch_flags", "read_space", "search", "search_key", "spec_document", "write_csv"]

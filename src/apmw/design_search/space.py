@@ -20,12 +20,14 @@ import math
 import re
 import typing
 from collections import Counter
+from pathlib import Path
 from typing import Iterator
 
 from pydantic import BaseModel
 
 from apmw.catalog.gpus import get_gpu
 from apmw.errors import ApmwError, UnknownNameError
+from apmw.spec.load import path_beside
 from apmw.spec.spellings import dtype_key, engine_key
 
 # Points one search evaluates. Each is about one plan (70-140 ms on the bundled examples, per core),
@@ -231,6 +233,22 @@ def spec_point(base: dict, axes: dict[str, list]) -> int | None:
             return None
         index = index * len(values) + spelled.index(own)
     return index
+
+
+def configs_beside(axes: dict[str, list], folder: Path) -> dict[str, list]:
+    """``axes`` with each relative ``model.config`` path written in a space file in ``folder`` read beside that file,
+    as a spec's is read beside the spec (:func:`apmw.spec.load.path_beside`): read from the current folder, it would
+    name a file that is not there, or silently another model's."""
+    def beside(value: object) -> object:
+        return path_beside(value, folder) if isinstance(value, str) else value
+
+    out = dict(axes)
+    if "model.config" in out:
+        out["model.config"] = [beside(v) for v in out["model.config"]]
+    if "model" in out:
+        out["model"] = [{**v, "config": beside(v["config"])} if isinstance(v, dict) and "config" in v else v
+                        for v in out["model"]]
+    return out
 
 
 def space_size(axes: dict[str, list]) -> int:

@@ -422,14 +422,21 @@ def config_beside(spec: Spec, path: Path) -> Spec:
     """``spec`` with a relative ``model.config`` path read beside the spec file ``path``, as a fleet file's spec
     paths are read beside it: read from the current folder, it would name a file that is not there, or silently
     another one in that folder. A relative path found only from the current folder is read from there."""
-    name = spec.model.config.strip()
-    if name.startswith("~") or Path(name).is_absolute() or path.parent == Path("."):
+    config = path_beside(spec.model.config, path.parent)
+    if config == spec.model.config:
         return spec
-    beside = path.parent / name
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"config": config})})
+
+
+def path_beside(name: str, folder: Path) -> str:
+    """A relative path ``name`` written in a file in ``folder``, read from there where it exists (else as given: from
+    the current folder, or a bundled model's name such as ``meta-llama/Meta-Llama-3.1-8B``)."""
+    text = name.strip()
+    if text.startswith("~") or Path(text).is_absolute() or folder == Path("."):
+        return name
+    beside = folder / text
     try:
         found = beside.exists()
     except (OSError, ValueError):       # a name no file system could hold (too long, a NUL byte)
         found = False
-    if not found:
-        return spec
-    return spec.model_copy(update={"model": spec.model.model_copy(update={"config": str(beside)})})
+    return str(beside) if found else name

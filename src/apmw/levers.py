@@ -180,17 +180,22 @@ def _disaggregate(spec: Spec, _: Plan) -> Spec | str:
     """A separate prefill instance: the split (prefill GPUs) with the most agents per MW."""
     if spec.serving.disaggregation is not None:
         return "prefill is already disaggregated"
-    best: Spec | str = f"no prefill instance of {'/'.join(map(str, PREFILL_SPLITS))} GPUs gives a feasible plan"
+    best: Spec | None = None
     best_mw = -1.0
+    refused: dict[str, list[int]] = {}     # why each split cannot be planned, the splits it refused
     for n in PREFILL_SPLITS:
         candidate = _with(spec, "serving", disaggregation=Disaggregation(prefill_gpus=n))
         try:
             p = plan(candidate)
-        except ApmwError:          # infeasible, does not fit, or not modelled with this policy
+        except ApmwError as exc:          # infeasible, does not fit, or not modelled with this policy
+            refused.setdefault(_first_line(exc), []).append(n)
             continue
         mw = p.to_dict()["agents_per_mw"]
         if mw > best_mw:
             best, best_mw = candidate, mw
+    if best is None:
+        return "no prefill instance gives a feasible plan: " + "; ".join(
+            f"{'/'.join(map(str, splits))} GPUs: {why}" for why, splits in refused.items())
     return best
 
 

@@ -221,3 +221,15 @@ def test_levers_verify_exits_3_where_the_simulator_misses_and_names_the_slo_it_m
             if not v["met"]:
                 assert f"{lv['lever']}'s {lv['verify']['agents']} agents" in text.stderr
                 assert name in text.stderr
+
+
+def test_disaggregation_that_cannot_be_planned_says_why():
+    """support-chat frees contexts at tool waits, which disaggregated serving does not model: the lever said "no
+    prefill instance of 1/2/4/8 GPUs gives a feasible plan", as if each split had been planned (fuzz round 5)."""
+    from apmw.levers import LEVERS
+    from apmw.spec import load_spec
+
+    (lever,) = [lv for lv in LEVERS if lv.name == "disaggregated_prefill"]
+    why = lever.change(load_spec(EXAMPLES / "support-chat.yaml"), None)
+    assert isinstance(why, str) and why.startswith("no prefill instance gives a feasible plan: 1/2/4/8 GPUs: ")
+    assert "('evict') is not modelled" in why

@@ -32,6 +32,13 @@ def test_the_bundled_release_prices_as_the_default(gpu, engine, version):
     assert (pinned.tpot_s, pinned.ttft_s) == (default.tpot_s, default.ttft_s)
 
 
+@pytest.mark.parametrize("written", ["v0.24.0", "V0.24", "0.24"])
+def test_a_release_written_as_tags_write_it_is_that_release(written):
+    """'v0.24.0' (vLLM's git tag) was refused with "H200-SXM-141GB has vllm 0.24.0" (fuzz round 5)."""
+    pinned, default = _point("H200", "vllm", written), _point("H200", "vllm")
+    assert (pinned.tpot_s, pinned.ttft_s) == (default.tpot_s, default.ttft_s)
+
+
 def test_a_release_not_bundled_is_refused_naming_the_bundled_one():
     with pytest.raises(ApmwError, match=r"engine_version '0\.20\.0' \(vllm\).*H200-SXM-141GB has vllm 0\.24\.0"):
         _point("H200", "vllm", "0.20.0")

@@ -107,7 +107,7 @@ def check_engine_version(gpu_name: str, engine: str, version: str) -> None:
     standing in (``serving.engine_version``, ``apmw predict --engine-version``)."""
     held = {name: tables.engine_version for name in CALIBRATED_GPUS
             if has_engine_tables(name, engine) and (tables := load_tables(name, engine)) is not None}
-    if held.get(gpu_name) == version:
+    if gpu_name in held and _release(held[gpu_name]) == _release(version):
         return
     releases = sorted(set(held.values()))
     bundled = (f"apmw bundles {engine} {', '.join(releases)} tables (for {', '.join(sorted(held))})" if held
@@ -117,6 +117,14 @@ def check_engine_version(gpu_name: str, engine: str, version: str) -> None:
     raise EngineVersionError(f"engine_version '{version}' ({engine}): no bundled kernel tables for {gpu_name}: {here}; "
                     f"{bundled}. Leave the version out to price {gpu_name} with what apmw holds for it "
                     "(the calibrated path says whose tables in its source), or pick a bundled release")
+
+
+def _release(version: str) -> tuple[str, ...]:
+    """A release as engines tag and users write it alike: 'v0.24.0', 'V0.24' and '0.24.0' are one release."""
+    parts = version.strip().lower().removeprefix("v").split(".")
+    while len(parts) > 1 and parts[-1] == "0":
+        parts.pop()
+    return tuple(parts)
 
 
 @lru_cache(maxsize=None)

@@ -526,3 +526,15 @@ def test_copies_of_one_workload_pooled_size_like_that_workload(tmp_path):
     assert shared["agents_per_replica_max_at_peak"] >= 0.7 * alone
     rows = shared["slo_at_peak"]
     assert len({(r["task_latency_p95_s"], r["ttft_p95_s"]) for r in rows}) == 1     # one population, one p95
+
+
+def test_a_fleet_file_that_is_not_readable_yaml_is_not_called_a_spec(tmp_path):
+    """A fleet file with a Latin-1 byte was refused as "invalid spec" (fuzz round 5): which of the two kinds an
+    unreadable file was meant to be is not known, so the error names both."""
+    from tests.e2e.test_cli import APMW
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_bytes(b"# caf\xe9\nworkloads:\n  - name: a\n")
+    r = subprocess.run([APMW, "fleet", str(fleet)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{fleet}: invalid spec or fleet file" in r.stderr and "line 1: byte 0xe9 is not UTF-8" in r.stderr

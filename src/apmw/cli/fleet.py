@@ -352,14 +352,16 @@ MIX_CSV_COLUMNS = ("pool", "hardware", "hour", "agents_per_replica_max") + CSV_C
 
 
 def _is_fleet_file(path: Path) -> bool:
-    """Whether ``path`` is a fleet file (a spec, a missing or unreadable file: not; apmw fleet then reports
-    it as it reports a spec)."""
+    """Whether ``path`` is a fleet file (a spec, or a missing file: not; apmw fleet then reports it as it reports a
+    spec). A file that is not readable YAML is refused here as either kind: which it was meant to be is not known."""
     from apmw.spec.fleet_file import is_fleet_file
     from apmw.spec.load import load_yaml
 
     try:
-        return is_fleet_file(load_yaml(path))
-    except (SpecError, OSError):
+        return is_fleet_file(load_yaml(path, "spec or fleet file"))
+    except SpecError as exc:
+        fail(str(SpecError(exc.path, exc.problems, "spec or fleet file")))
+    except OSError:
         return False
 
 

@@ -115,3 +115,17 @@ def test_a_sweep_without_a_knee_says_so_in_words(tmp_path):
     assert r.returncode == 0, r.stderr
     said = " ".join(r.stdout.split())
     assert "knee: none (no N's mean task latency is 25% above the first N's)" in said and "None" not in said
+
+
+def test_a_sweep_row_that_misses_an_slo_names_it(tmp_path):
+    """Rows within the task p95 in the title said "meets SLO False" with no word of the TTFT SLO they missed (fuzz
+    round 5): the table and the JSON curve name the SLOs each N misses."""
+    spec = yaml.safe_load(yaml.safe_dump(BASE))
+    spec["slo"] = {"task_latency_p95_s": 1e6, "ttft_p95_s": 1e-6}
+    path = tmp_path / "ttft.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    d = json.loads(run(str(path), "--agents-sweep", "1:2:1", "--duration-s", "100", "--json").stdout)
+    assert [p["slo_failed"] for p in d["curve"]] == [["ttft_p95"], ["ttft_p95"]]
+    table = run(str(path), "--agents-sweep", "1:2:1", "--duration-s", "100")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.count("no: ttft_p95") == 2

@@ -214,9 +214,11 @@ def simulate(
     for p in d["curve"]:
         lat = p["task_latency_s"]
         mark = " <- knee" if p["agents"] == d["knee_agents"] else ""
+        # which SLO a row misses: a row within the task p95 may miss the TTFT or per-token SLO the title leaves out
+        verdict = "yes" if p["meets_slo"] else f"no: {', '.join(p['slo_failed'])}" if p["slo_failed"] else "no"
         t.add_row(f"{p['agents']}{mark}", _fmt(lat["mean"]), _fmt(lat["p95"]), _fmt(lat["p99"]),
                   _fmt(p["decode_batch_mean"]), f"{p['kv_tokens_resident_mean']:,.0f}", f"{p['preemptions']}",
-                  str(p["meets_slo"]))
+                  verdict)
     print_table(t)
     from apmw.sim.run import KNEE_INFLATION
 

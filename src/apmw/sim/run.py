@@ -263,7 +263,8 @@ class SweepResult:
                        "decode_batch_mean": p.decode_batch_mean,
                        "kv_tokens_resident_mean": p.kv_tokens_resident_mean, "preemptions": p.preemptions,
                        "prefix_hit_rate": p.prefix_hit_rate, "completed_tasks": p.completed_tasks,
-                       "meets_slo": p.meets_slo, "energy_per_task_j": p.energy_per_task_j,
+                       "meets_slo": p.meets_slo, "slo_failed": list(p.slo_failed),
+                       "energy_per_task_j": p.energy_per_task_j,
                        "warnings": p.warnings}
                       for p in self.points],
         }

@@ -362,6 +362,17 @@ def test_contrast_refuses_one_spec_given_twice():
     assert r.returncode == 1 and f"{spec} is given twice" in " ".join(r.stderr.split())
 
 
+def test_contrast_tells_apart_two_specs_of_one_file_name(tmp_path):
+    """a/coding-agent.yaml and b/coding-agent.yaml were both labelled 'coding-agent' (fuzz round 5)."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(EXAMPLES / "coding-agent.yaml", tmp_path / folder / "coding-agent.yaml")
+    r = subprocess.run([APMW, "contrast", "a/coding-agent.yaml", "b/coding-agent.yaml"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "a/coding-agent.yaml" in r.stdout and "b/coding-agent.yaml" in r.stdout
+
+
 def test_contrast_names_the_spec_no_agent_count_serves(tmp_path):
     text = (EXAMPLES / "support-chat.yaml").read_text()
     strict = tmp_path / "strict-chat.yaml"

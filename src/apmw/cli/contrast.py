@@ -54,15 +54,23 @@ def contrast(
               "analytic model's, as `apmw plan --analytic`; `apmw plan SPEC` settles it in the simulator and may "
               "answer fewer agents", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               collapse_padding=True)
-    rows = [[Path(row["name"]).stem, f"{row['agents_per_mw']:,.0f}\n({ratio['agents_per_mw']:.2f}x)",
+    rows = [[label, f"{row['agents_per_mw']:,.0f}\n({ratio['agents_per_mw']:.2f}x)",
              f"{row['output_tokens_per_s_per_mw']:,.0f}\n({ratio['output_tokens_per_s_per_mw']:.2f}x)",
              f"{row['residence_s_per_output_token']:.3f}\n({ratio['residence_s_per_output_token']:.2f}x)",
              f"{row['calls_per_task']:.1f}", f"{row['mean_prompt_tokens']:,.0f}",
              f"{row['kv_tokens_per_agent']:,.0f}", f"{row['tool_share']:.0%}", row["binding_constraint"]]
-            for row, ratio in zip(result["workloads"], result["ratios_to_first"])]
+            for label, row, ratio in zip(_labels([row["name"] for row in result["workloads"]]), result["workloads"],
+                                         result["ratios_to_first"])]
     for i, col in enumerate(("workload", "agents/MW", "tok/s/MW", "s/token", "calls", "prompt", "KV tok", "tool",
                              "binding")):
         t.add_column(col, justify="left" if i in (0, 8) else "right", overflow="fold", no_wrap=i != 0)
     for r in rows:
         plain_row(t, *r)
     print_table(t)
+
+
+def _labels(paths: list[str]) -> list[str]:
+    """Each spec's row label: its file name without the suffix, or the path as given where two specs share a name
+    (a/coding-agent.yaml and b/coding-agent.yaml), which the names alone would not tell apart."""
+    stems = [Path(p).stem for p in paths]
+    return [stem if stems.count(stem) == 1 else p for stem, p in zip(stems, paths)]

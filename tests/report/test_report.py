@@ -147,3 +147,20 @@ def test_fleet_tiles_read_in_the_units_a_budget_uses():
     assert "a month owned (capex)" not in tiles
     owned = {"cost_per_month_usd": 1_610_000.0, "gpus": 2864, "years": 4.0}
     assert dict(fleet_tiles(day | {"owned": owned}))["a month owned (capex)"] == "$1.61M (2,864 GPUs over 4 years)"
+    # a small fleet's month read "0" MWh beside the text's 0.5 (fuzz round 5)
+    assert tiles["MWh a month"] == "657"
+    assert dict(fleet_tiles(day | {"facility_mwh_per_month": 0.4978}))["MWh a month"] == "0.5"
+
+
+def test_a_week_of_demand_is_called_a_week():
+    """A spec with 168 hours of demand was reported as "A day of demand" charted "The day hour by hour"."""
+    from apmw.capacity import plan
+    from apmw.capacity.fleet_day import fleet_day
+    from apmw.report.html import _fleet_day
+    from apmw.spec import load_spec
+
+    s = load_spec(EXAMPLES / "support-chat.yaml")
+    s = s.model_copy(update={"fleet": s.fleet.model_copy(update={"tasks_per_hour": s.fleet.tasks_per_hour * 7})})
+    day = fleet_day(plan(s), compare_routing=False).to_dict()
+    html = _fleet_day(day, "<svg></svg>")
+    assert "A week of demand (apmw fleet)" in html and "The week hour by hour" in html and "A day of" not in html

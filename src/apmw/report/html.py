@@ -82,12 +82,17 @@ def _money(usd: float) -> str:
     return f"${usd:,.0f}" if abs(usd) >= 1000 else (f"${usd:,.2f}" if abs(usd) >= 1 else f"${usd:,.4f}")
 
 
+def _energy_mwh(mwh: float) -> str:
+    """MWh whole from 10 up, else to two significant figures: a small fleet's month read "0" beside "0.5 MWh"."""
+    return f"{mwh:,.0f}" if mwh >= 10 else f"{mwh:.2g}"
+
+
 def fleet_tiles(day: dict) -> list[tuple[str, str]]:
     """The day's figures a budget is signed on: GPUs at peak, MW, MWh and dollars a month, $ per task."""
     tiles = [("GPUs at peak", f"{day['peak_gpus']:,}"),
              ("MW at peak (provisioned)", f"{day['peak_facility_mw']:,.2f} ({day['peak_provisioned_mw']:,.2f})"),
              ("MW on average", f"{day['average_facility_mw']:,.2f}"),
-             ("MWh a month", f"{day['facility_mwh_per_month']:,.0f}"),
+             ("MWh a month", _energy_mwh(day["facility_mwh_per_month"])),
              ("cost a month", _money(day["cost_per_month_usd"]))]
     if day["cost_per_task_usd"] is not None:
         tiles.append(("cost per task", _money(day["cost_per_task_usd"])))
@@ -115,10 +120,11 @@ def _fleet_day(day: dict | None, chart: str | None) -> str:
         f" The hall's cap, {day['power_cap_mw']:,.2f} MW provisioned, is exceeded in hour(s) "
         f"{', '.join(hour_label(h, len(day['hours'])) for h in day['hours_over_power_cap'])}." if day["hours_over_power_cap"] else
         f" The fleet stays inside the hall's cap of {day['power_cap_mw']:,.2f} MW provisioned all day.")
-    figure = "" if chart is None else _figure(chart, "The day hour by hour: tasks started and concurrent agents; "
+    period = "day" if len(day["hours"]) == 24 else "week"      # a spec's demand is 24 hours or 168
+    figure = "" if chart is None else _figure(chart, f"The {period} hour by hour: tasks started and concurrent agents; "
                                               "replicas up (with scale-up and scale-down delays) and needed; facility "
                                               "power as modelled and as provisioned (nameplate), and the hall's cap.")
-    return ("<h3>A day of demand (apmw fleet)</h3>" + _tiles(fleet_tiles(day)) + figure +
+    return (f"<h3>A {period} of demand (apmw fleet)</h3>" + _tiles(fleet_tiles(day)) + figure +
             f"<p>{day['tasks_per_day']:,.0f} tasks a day, sized with the analytic model (N* "
             f"{day['agents_per_replica_max']:,}, the curve it uses for each hour's load). Peak at hour {day['peak_hour_label']}: "
             f"{day['peak_replicas']:,} replicas, {day['peak_gpus']:,} GPUs, {day['peak_facility_mw']:,.3f} MW facility "

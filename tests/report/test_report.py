@@ -159,7 +159,7 @@ def test_a_week_of_demand_is_called_a_week():
     from apmw.report.html import _fleet_day
     from apmw.spec import load_spec
 
-    s = load_spec(EXAMPLES / "support-chat.yaml")
+    s = load_spec(EXAMPLES / "coding-agent.yaml")
     s = s.model_copy(update={"fleet": s.fleet.model_copy(update={"tasks_per_hour": s.fleet.tasks_per_hour * 7})})
     day = fleet_day(plan(s), compare_routing=False).to_dict()
     html = _fleet_day(day, "<svg></svg>")

@@ -305,7 +305,7 @@ def test_fleet_file_rules_are_named(tmp_path):
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(_spec_dict()))
     cases = {
         "workloads: []\n": "workloads: List should have at least 1 item",
-        "workloads:\n  - {name: a, spec: a.yaml}\n  - {name: a, spec: a.yaml}\n": "workload name(s) a given twice",
+        "workloads:\n  - {name: a, spec: a.yaml}\n  - {name: a, spec: a.yaml}\n": "workload name a is given twice",
         "workloads:\n  - {name: a, spec: a.yaml}\nhardware:\n  - {gpu: H100, gpus_per_replica: 1}\n":
             "line 4: hardware.0.gpu_hour_usd: missing (required)",
         "workloads:\n  - {name: a, spec: a.yaml}\nhardware:\n  - {gpu: H1000, gpus_per_replica: 1, gpu_hour_usd: 2}\n":
@@ -538,3 +538,21 @@ def test_a_fleet_file_that_is_not_readable_yaml_is_not_called_a_spec(tmp_path):
     r = subprocess.run([APMW, "fleet", str(fleet)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"{fleet}: invalid spec or fleet file" in r.stderr and "line 1: byte 0xe9 is not UTF-8" in r.stderr
+
+
+@pytest.mark.parametrize("doubled,words", [
+    ("workloads", "line 4: workloads.1.name: workload name a is given twice (entries 1 and 2)"),
+    ("hardware", "line 8: hardware.1: hardware H200x8 is listed twice (entries 1 and 2)"),
+])
+def test_a_name_given_twice_in_a_fleet_file_is_named_at_its_line(tmp_path, doubled, words):
+    """A name given twice was reported at '(top level)', with no line (fuzz round 5)."""
+    spec = EXAMPLES / "coding-agent.yaml"
+    second = "a" if doubled == "workloads" else "b"
+    gpu = "H200" if doubled == "hardware" else "B200"
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"workloads:\n  - name: a\n    spec: {spec}\n  - name: {second}\n    spec: {spec}\nhardware:\n"
+                    f"  - {{gpu: H200, gpus_per_replica: 8, gpu_hour_usd: 2}}\n"
+                    f"  - {{gpu: {gpu}, gpus_per_replica: 8, gpu_hour_usd: 2}}\n")
+    with pytest.raises(FleetFileError) as exc:
+        load_fleet_file(path)
+    assert words in " ".join(str(exc.value).split())

@@ -34,7 +34,7 @@ from apmw.spec.load import (SpecError, _describe, config_beside, _key_lines, _li
                              without_union_noise)
 from apmw.spec.economics import MAX_GPU_HOUR_USD
 from apmw.spec.model import MAX_GPUS_PER_REPLICA, GpuOverride, Spec
-from apmw.spec.section import Section
+from apmw.spec.section import FieldError, Section
 
 # Workloads and hardware candidates a fleet file may list: every pool is planned on every candidate.
 MAX_FLEET_WORKLOADS = 16
@@ -104,13 +104,15 @@ class FleetFile(Section):
     @model_validator(mode="after")
     def _unique(self) -> "FleetFile":
         names = [w.name for w in self.workloads]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"workload name(s) {', '.join(twice)} given twice; each workload needs its own name")
+        again = next((i for i, n in enumerate(names) if n in names[:i]), None)
+        if again is not None:        # named at its second entry's line
+            raise FieldError(("workloads", again, "name"), f"workload name {names[again]} is given twice (entries "
+                             f"{names.index(names[again]) + 1} and {again + 1}); each workload needs its own name")
         labels = [h.label for h in self.hardware or []]
-        twice = sorted({n for n in labels if labels.count(n) > 1})
-        if twice:
-            raise ValueError(f"hardware {', '.join(twice)} listed twice; give each candidate its own name")
+        again = next((i for i, n in enumerate(labels) if n in labels[:i]), None)
+        if again is not None:
+            raise FieldError(("hardware", again), f"hardware {labels[again]} is listed twice (entries "
+                             f"{labels.index(labels[again]) + 1} and {again + 1}); give each candidate its own name")
         return self
 
 

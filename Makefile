@@ -15,13 +15,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/apmw plan examples/coding-agent.yaml
 
+# the suite on every core (pytest-xdist, one worker per test file), then the tests that time a real server or
+# cluster (marked serial) alone, so that nothing else loads the machine while they measure it
 test: $(STAMP)
 	scripts/ensure_browser.sh
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # the suite without the tests marked slow: a quick loop while editing (`make test` stays the full suite)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
 
 # the fuzzers at length (CI runs a few examples of each): any value in any spec field, any verb's
 # command line (5000/50 per verb), broken lines of every trace format (5000/10 per format)

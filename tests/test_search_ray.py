@@ -18,7 +18,7 @@ from tests.conftest import EXAMPLES
 from tests.e2e.test_cli import APMW
 from tests.test_search_runs import SPACE_YAML, SPEC, _cmdline, _same_table, planned_here
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 RAY = str(Path(sys.executable).parent / "ray")
 NODE = ["--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
 

@@ -19,7 +19,7 @@ from apmw.perf.measured import TERMS
 from apmw.spec import spec_from_dict
 from tests.loadgen.conftest import SLOTS, tiny_spec_dict
 
-pytestmark = pytest.mark.slow   # a real llama.cpp server per test
+pytestmark = [pytest.mark.slow, pytest.mark.serial]   # a real llama.cpp server per test
 
 APMW = [sys.executable, "-c", "from apmw.cli import main; main()"]   # the CLI, run in a child process
 

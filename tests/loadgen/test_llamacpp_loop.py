@@ -169,6 +169,7 @@ def level_text(run: dict, level: dict) -> str:
 # alone, five runs planned 12, 15, 13, 15 and 10 against a knee of 11-13, and two failed here; with the
 # warm-up's steps under load in the calibration, five runs planned 10, 10, 11, 13 and 11 and all held.
 @pytest.mark.slow     # about five and a half minutes: a warm-up run, two calibrations, two (at most four) 60 s levels
+@pytest.mark.serial   # the knee is timed on this machine: nothing else may run beside it
 def test_the_servers_knee_lies_where_the_plan_from_its_calibration_puts_it(pinned_server, tmp_path):
     run = around_the_plan(HERE / "llamacpp-knee-4slots.yaml", pinned_server, tmp_path)
     plan = run["plan"]

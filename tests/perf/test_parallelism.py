@@ -405,6 +405,15 @@ def test_predict_cli_refuses_a_layout_that_does_not_multiply_out_in_flag_names()
     assert "--ep 3 does not divide the MoE layers' --tp 2 x --dp-attention 8 = 16 GPUs" in r.stderr
 
 
+@pytest.mark.parametrize("layout", [{"moe_tp": 1}, {"moe_tp": 2}, {"ep": 2}])
+def test_predict_refuses_any_expert_setting_on_a_dense_model_alike(layout):
+    """On Llama at tp 2, `--moe-tp 2` was accepted, `--moe-tp 1` refused for its MoE arithmetic and `--ep 2` for
+    the model having no experts (fuzz round 5): each is refused as the last was."""
+    from apmw.capacity.benchmark import predict
+    with pytest.raises(ApmwError, match="layout: meta-llama/Meta-Llama-3.1-8B has no routed experts"):
+        predict("meta-llama/Meta-Llama-3.1-8B", "H100", 2, "bf16", "bf16", 1024, 256, 16, layout=layout)
+
+
 def test_routed_experts_in_their_own_dtype():
     """NVFP4 experts beside FP8 layers: the experts' bytes at 4 bits, the rest at 8, the whole checkpoint
     as apmw.arch prices it; decode at batch 1 reads fewer bytes and is faster."""

@@ -62,7 +62,9 @@ from apmw.capacity.arrival_wait import arrival_wait_s, poisson_wait_s
 from apmw.capacity.benchmark_waves import lockstep_groups, lockstep_share, wave_mean_ttft_s, whole_waves
 from apmw.capacity.search import MAX_AGENTS
 from apmw.errors import ApmwError
+from apmw.arch import load_architecture
 from apmw.perf import GpuGroup, IterationLoad, Replica, benchmark_replica
+from apmw.perf.parallelism import EXPERT_SETTINGS, refuse_expert_settings
 from apmw.perf.serving_policy import ENGINES, canonical_engine
 from apmw.spec import Parallelism, Serving
 from apmw.spec.section import named_field
@@ -207,6 +209,10 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                 "scheduler_recv_interval": scheduler_recv_interval, "speculative": speculative}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
+    if layout and any(k in layout for k in EXPERT_SETTINGS) and not load_architecture(model).moe_layers:
+        # before the sizes are checked: `--moe-tp 1` on a dense model was refused for its MoE arithmetic, `--ep 2`
+        # for the model having no experts
+        refuse_expert_settings(load_architecture(model), "layout")
     try:
         if layout:
             par = Parallelism.model_validate({**layout, "tp": tp})

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NoReturn
 
 import numpy as np
 
@@ -145,6 +146,16 @@ def prefill_layout(serving: Serving) -> Layout:
                                                 "attention_data_parallel": False}), d.prefill_gpus_per_worker)
 
 
+# A layout's settings of routed experts: none applies to a model without them.
+EXPERT_SETTINGS = ("ep", "moe_tp", "redundant_experts", "expert_imbalance", "two_batch_overlap")
+
+
+def refuse_expert_settings(arch: Architecture, field: str) -> NoReturn:
+    """Refuse :data:`EXPERT_SETTINGS` on ``arch``, a model without routed experts."""
+    raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp, redundant_experts, "
+                    "expert_imbalance and two_batch_overlap do not apply; leave them out")
+
+
 def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "serving.parallelism") -> None:
     """Refuse a layout the model or the engine cannot run, saying why and what would."""
     if engine not in LAYOUT_ENGINES and not layout.is_tensor_parallel:
@@ -159,8 +170,7 @@ def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "
     moe_split = layout.ep > 1 or layout.moe_tp != layout.tp * layout.dp or layout.redundant_experts
     if not arch.moe_layers:
         if moe_split or layout.expert_imbalance is not None or layout.two_batch_overlap:
-            raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp, redundant_experts, "
-                            "expert_imbalance and two_batch_overlap do not apply; leave them out")
+            refuse_expert_settings(arch, field)
         return
     if layout.ep == 1:
         why = {"redundant_experts": "the engines take redundant experts only with expert parallelism on",

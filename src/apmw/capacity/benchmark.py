@@ -61,8 +61,8 @@ from pydantic_core import ErrorDetails
 from apmw.capacity.arrival_wait import arrival_wait_s, poisson_wait_s
 from apmw.capacity.benchmark_waves import lockstep_groups, lockstep_share, wave_mean_ttft_s, whole_waves
 from apmw.capacity.search import MAX_AGENTS
-from apmw.errors import ApmwError
 from apmw.arch import load_architecture
+from apmw.errors import ApmwError
 from apmw.perf import GpuGroup, IterationLoad, Replica, benchmark_replica
 from apmw.perf.parallelism import EXPERT_SETTINGS, refuse_expert_settings
 from apmw.perf.serving_policy import ENGINES, canonical_engine
@@ -209,10 +209,12 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                 "scheduler_recv_interval": scheduler_recv_interval, "speculative": speculative}
     if kv_memory_fraction is not None:
         settings["kv_memory_fraction"] = kv_memory_fraction
-    if layout and any(k in layout for k in EXPERT_SETTINGS) and not load_architecture(model).moe_layers:
+    if layout and any(k in layout for k in EXPERT_SETTINGS):
         # before the sizes are checked: `--moe-tp 1` on a dense model was refused for its MoE arithmetic, `--ep 2`
         # for the model having no experts
-        refuse_expert_settings(load_architecture(model), "layout")
+        arch = load_architecture(model)
+        if not arch.moe_layers:
+            refuse_expert_settings(arch, "layout")
     try:
         if layout:
             par = Parallelism.model_validate({**layout, "tp": tp})

@@ -152,8 +152,8 @@ EXPERT_SETTINGS = ("ep", "moe_tp", "redundant_experts", "expert_imbalance", "two
 
 def refuse_expert_settings(arch: Architecture, field: str) -> NoReturn:
     """Refuse :data:`EXPERT_SETTINGS` on ``arch``, a model without routed experts."""
-    raise ApmwError(f"{field}: {arch.name} has no routed experts, so ep, moe_tp, redundant_experts, "
-                    "expert_imbalance and two_batch_overlap do not apply; leave them out")
+    named = f"{', '.join(EXPERT_SETTINGS[:-1])} and {EXPERT_SETTINGS[-1]}"
+    raise ApmwError(f"{field}: {arch.name} has no routed experts, so {named} do not apply; leave them out")
 
 
 def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "serving.parallelism") -> None:

@@ -127,8 +127,6 @@ def quoted(value: object, limit: int = 60) -> str:
     return "'" + (text if len(text) <= limit else text[:limit] + "...") + "'"
 
 
-
-
 def cell(text: str) -> float:
     """A CSV cell as a number (empty -> nan); the fast path of :func:`number` for strings."""
     if not text:

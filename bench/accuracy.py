@@ -731,10 +731,11 @@ def predict_row(row: Row) -> None:
         row.note = f"not modelled: {exc}"
 
 
-def predict_disagg_row(row: Row) -> None:
+def predict_disagg_row(row: Row, token_budget: int | None = None) -> None:
     """A disaggregated InferenceMAX point through ``apmw.capacity.disaggregated_benchmark`` with the same
     engine settings as the aggregated rows (the engine's default token budget and batch limit, InferenceMAX's
-    harness overhead; ASSUMPTION in the docstring) on both sides."""
+    harness overhead; ASSUMPTION in the docstring) on both sides; ``token_budget`` sets both sides' budget
+    instead (bench/disagg_token_budget.py)."""
     wdt, kvd = row.note.split("/")
     pre, dec = row.disagg
     try:
@@ -742,7 +743,7 @@ def predict_disagg_row(row: Row) -> None:
                                   engine=row.engine, calibrated=not PLAIN_ROOFLINE,
                                   kv_transfer_bandwidth_bytes_per_s=row.kv_link_bytes_per_s,
                                   request_overhead_s=HARNESS_OVERHEAD_S["InferenceMAX"],
-                                  token_budget=None,
+                                  token_budget=token_budget,
                                   max_batch=None,
                                   speculative=row.speculative)
     except ApmwError as exc:

@@ -4,9 +4,11 @@ Size LLM agent-serving fleets by the task-latency SLO: how many concurrent
 closed-loop agent sessions a replica sustains, how many per megawatt, and what
 one session costs. The Python API mirrors the CLI::
 
-    from apmw import load_spec, plan
-    result = plan(load_spec("examples/coding-agent.yaml"))
-    result.to_dict()["agents_per_mw"]
+    from apmw import check_plan, load_spec, plan
+    analytic = plan(load_spec("examples/coding-agent.yaml"))   # apmw plan --analytic
+    analytic.to_dict()["agents_per_mw"]
+    checked = check_plan(analytic)                             # apmw plan: N* settled in the simulator
+    checked.to_dict()["agents_per_mw"]                         # the figure apmw plan prints
 
 Names are imported on first use, so that `apmw fit` or `apmw model` do not pay for
 numpy/scipy-heavy modules they never touch.
@@ -23,6 +25,7 @@ _LAZY = {
     "InfeasibleError": "apmw.capacity",
     "Plan": "apmw.capacity",
     "plan": "apmw.capacity",
+    "check_plan": "apmw.sim.checked",
     "Spec": "apmw.spec",
     "SpecError": "apmw.spec",
     "load_spec": "apmw.spec",

@@ -87,6 +87,22 @@ def test_the_levers_line_is_what_apmw_levers_ranks_first(plans):
     assert f"attention first ({first.gain:.1f}×:" in README
 
 
+def test_the_levers_bullets_are_what_apmw_levers_gives(plans):
+    # "What leads", "What does little" and "What backfires" quote each lever's gain on the coding agent
+    results = {r.lever: r for r in evaluate_levers(load_spec(ROOT / "examples" / "coding-agent.yaml"),
+                                                   base=plans["coding-agent"])}
+    start = README.index("- **What leads.**")
+    text = " ".join(README[start:README.index("- **`--verify`**", start)].split())
+    gains = {name: f"{results[name].gain:.2f}×" for name in ("dp_attention", "summarise_history", "kv_fp8",
+                                                             "batch_limit_x2", "speculative_decoding",
+                                                             "disaggregated_prefill")}
+    policies = sorted(results[p].gain for p in ("policy_evict", "policy_offload", "policy_ttl"))
+    gains["policies"] = f"{policies[0]:.2f}–{policies[-1]:.2f}×"
+    assert re.findall(r"\d\.\d\d(?:–\d\.\d\d)?×", text) == [
+        gains[k] for k in ("dp_attention", "summarise_history", "kv_fp8", "policies", "batch_limit_x2",
+                           "speculative_decoding", "disaggregated_prefill")]
+
+
 def test_the_contrast_paragraph_is_what_apmw_contrast_computes(plans):
     # apmw contrast examples/*.yaml takes the files in name order: coding-agent is the reference
     ratios = {r["name"]: r for r in contrast({n: plans[n] for n in sorted(plans)})["ratios_to_first"]}
@@ -98,9 +114,27 @@ def test_the_contrast_paragraph_is_what_apmw_contrast_computes(plans):
                        round(research["output_tokens_per_s_per_mw"], 2), round(research["agents_per_mw"], 2)]
 
 
-def test_the_buyers_comparison_is_what_the_bench_script_prints():
+def _buyers_comparison():
     import importlib.util
     spec = importlib.util.spec_from_file_location("buyers_comparison", ROOT / "bench" / "buyers_comparison.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_buyers_comparison_is_what_the_bench_script_prints():
+    module = _buyers_comparison()
     assert module.markdown(module.rows()) in README
+
+
+def test_the_capped_rack_is_what_apmw_plan_gives():
+    # "Capping the running requests is a lever here": the GB300 rack at 60 tokens/s with MTP and max_batch 2048
+    from apmw.spec import spec_from_dict
+
+    d = _buyers_comparison().spec_for("GB300", {"dp_attention": 72, "ep": 72, "redundant_experts": 48}, 60.0,
+                                      {"draft": "mtp"})
+    d["serving"]["max_batch"] = 2048
+    p = plan(spec_from_dict(d)).to_dict()
+    said = (f"the plan gives {p['agents_per_replica']:,} agents (TTFT binding at 10 s; "
+            f"{p['agents_per_mw_provisioned']:,.0f} agents per provisioned MW")
+    assert p["binding_slo"] == ["ttft_p95"] and said in " ".join(README.split())

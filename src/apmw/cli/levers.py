@@ -54,7 +54,7 @@ def levers(
                    "elasticities": elastic})
         _exit_if_a_verified_lever_missed(results)
         return
-    t = plain_table(f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW, "
+    t = plain_table(f"levers for {spec} (now {base.to_dict()['agents_per_mw']:,.0f} agents/MW analytic, "
                     f"binding: {base.search.binding_constraint})", title_justify="left")
     for col in ("lever", "group", "relaxes", "agents/MW after", "gain", "N* after", "binding after"):
         t.add_column(col, justify="right" if col in ("agents/MW after", "gain", "N* after") else "left")

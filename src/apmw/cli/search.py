@@ -77,7 +77,9 @@ def _print_as_specified(d: dict) -> None:
 def search(
     spec: Path = typer.Argument(..., help="YAML spec: its workload and SLO are fixed, the space varies the rest"),
     space: Optional[Path] = typer.Option(None, "--space", help="YAML with axes: {spec.field: [values]} "
-                                         "(default: GPUs per replica 1-8, bf16/fp8 weights, vLLM/SGLang)"),
+                                         "(default: GPUs per replica 1/2/4/8, vLLM/SGLang/TensorRT-LLM, weight and KV "
+                                         "dtype fp8/bf16, batch cap 64-512, and for a mixture of experts attention data "
+                                         "parallel off/on; each axis also holds the spec's own value)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (front, best, pruned counts)"),
     explain: bool = typer.Option(False, "--explain", help="list every pruned point with its reason"),
     check: int = typer.Option(0, "--check", min=0, max=50, help="settle N* in the simulator for this many front "

@@ -499,3 +499,11 @@ def test_the_cli_prints_deepseek_v4s_figures():
     r = subprocess.run([APMW, "model", str(CONFIGS / "deepseek-ai--DeepSeek-V4-Flash.json")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "sequence_state_bytes" in r.stdout and "csa" in r.stdout
+
+
+def test_the_summary_prices_the_experts_as_the_checkpoint_ships_them():
+    # `apmw model` showed V4-Pro at 1,580 GB (all fp8) and never the 854.7 GB plan prices (fp4 experts)
+    v4 = summary(load_architecture("deepseek-ai/DeepSeek-V4-Pro"))
+    assert v4["weight_bytes"]["fp8"] == pytest.approx(1580.0e9, rel=1e-3)
+    assert v4["weight_bytes_with_checkpoint_experts"]["fp8"] == pytest.approx(854.7e9, rel=1e-3)
+    assert "weight_bytes_with_checkpoint_experts" not in summary(load_architecture("meta-llama/Llama-3.1-8B"))

@@ -138,3 +138,26 @@ def test_the_capped_rack_is_what_apmw_plan_gives():
     said = (f"the plan gives {p['agents_per_replica']:,} agents (TTFT binding at 10 s; "
             f"{p['agents_per_mw_provisioned']:,.0f} agents per provisioned MW")
     assert p["binding_slo"] == ["ttft_p95"] and said in " ".join(README.split())
+
+
+def _documented_fields(heading: str) -> tuple[set[str], dict[str, str]]:
+    """The field names in the first column of the README's table under ``heading``, and each row's text by name."""
+    start = README.index(heading)
+    rows = [line for line in README[start:README.index("\n## ", start + len(heading))].splitlines()
+            if line.startswith("| `")]
+    names, text = set(), {}
+    for line in rows:
+        for name in re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]):
+            names.add(name)
+            text[name] = line
+    return names, text
+
+
+@pytest.mark.slow
+def test_every_field_apmw_plan_prints_is_documented(plans, checked):
+    # the plan's JSON grew `slo`, `routing` and two serving_policy keys that no table named (session 55's audit)
+    names, text = _documented_fields("## `apmw plan --json` fields (stable)")
+    for name in EXAMPLES:
+        for d in (plans[name].to_dict(), checked[name].to_dict() | {"slo_sensitivity": []}):
+            assert set(d) <= names, sorted(set(d) - names)
+            assert [k for k in d["serving_policy"] if f"`{k}`" not in text["serving_policy"]] == []

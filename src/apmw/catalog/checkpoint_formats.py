@@ -142,8 +142,8 @@ def _kept_parts(ignore: list, where: str) -> set[str]:
         except re.error as exc:
             raise ConfigError(f"{where}: quantization_config.ignore entry {text!r} is not a valid pattern ({exc})") from None
         if text.startswith("re:") and _may_backtrack(text[3:]):
-            raise ConfigError(f"{where}: quantization_config.ignore entry {text!r} repeats a part that itself repeats "
-                              "or has alternatives (such as '(a+)+' or '(a|b)*'), or repeats more than "
+            raise ConfigError(f"{where}: quantization_config.ignore entry {text!r} repeats a part that itself repeats, "
+                              "is optional or has alternatives (such as '(a+)+', '(?:.?){40}' or '(a|b)*'), or repeats more than "
                               f"{MAX_OPEN_REPEATS} times without bound: matching it can take exponential time, so "
                               "apmw does not run it. Write it without the repeated group (e.g. '.*mlp\\.gate$')")
 
@@ -160,8 +160,8 @@ MAX_OPEN_REPEATS = 4
 
 def _may_backtrack(pattern: str) -> bool:
     """Whether a valid regular expression has a shape whose match can take exponential (or high polynomial)
-    time in Python's backtracking engine: a repeated part that itself repeats or has alternatives (``(a+)+``,
-    ``(a|aa)*``), or more than ``MAX_OPEN_REPEATS`` unbounded repeats. A module name is matched against every
+    time in Python's backtracking engine: a repeated part that itself repeats, is optional or has alternatives
+    (``(a+)+``, ``(?:.?){40}``, ``(a|aa)*``), or more than ``MAX_OPEN_REPEATS`` unbounded repeats. A module name is matched against every
     ignore entry, and a checkpoint's config.json is the user's (or a stranger's) to write."""
     from re import _constants as c, _parser   # the parser ``re`` itself compiles with (stable since 3.11)
 
@@ -178,9 +178,14 @@ def _may_backtrack(pattern: str) -> bool:
     def risky(sub, inside_repeat: bool) -> bool:
         nonlocal open_repeats
         for op, value in sub:
-            if op in repeats and value[1] > 1:
-                open_repeats += value[1] == c.MAXREPEAT
-                if inside_repeat or risky(value[2], True):
+            if op in repeats:
+                low, high, body = value
+                # inside a repeat, a part that may match a varying number of times (``a+``, ``.?``): each
+                # repetition may split the text another way, as ``(?:.?){40}`` does 2^40 ways
+                if inside_repeat and low != high:
+                    return True
+                open_repeats += high == c.MAXREPEAT
+                if risky(body, inside_repeat or high > 1):
                     return True
                 continue
             if op is c.BRANCH and inside_repeat:

@@ -215,3 +215,43 @@ def test_every_bundled_config_is_far_under_the_parameter_bound():
 
     largest = max(load_architecture(str(p)).params for p in MODELS.glob("*.json"))
     assert 1e11 < largest < MAX_PARAMS / 100
+
+
+def _edited(tmp_path: Path, model: str, edit) -> Path:
+    """A copy of a bundled config after ``edit(config)``."""
+    cfg = json.loads((MODELS / f"{model}.json").read_text())
+    edit(cfg)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+# fuzz round 6: each was read with a silently wrong count, or refused naming a field the file does not hold
+@pytest.mark.parametrize("model,edit,named", [
+    pytest.param(DEEPSEEK, lambda c: c.pop("intermediate_size"), "no 'intermediate_size', needed for the MLP of its 3 "
+                 "dense layer(s)", id="dense-layers-without-intermediate_size"),
+    pytest.param(DEEPSEEK, lambda c: c.update(intermediate_size=0), "'intermediate_size' is 0",
+                 id="dense-layers-intermediate_size-0"),
+    pytest.param("Qwen--Qwen3.5-397B-A17B", lambda c: c["text_config"].update(mamba_ssm_dtype="float4"),
+                 "'mamba_ssm_dtype' is 'float4', not a dtype apmw knows", id="unknown-ssm-dtype"),
+    pytest.param(LLAMA, lambda c: (c.pop("head_dim", None), c.update(hidden_size=16)),
+                 "no 'head_dim', and 'hidden_size' 16 over 'num_attention_heads' 32", id="implied-head_dim-0"),
+    pytest.param("openai--gpt-oss-20b", lambda c: (c.pop("num_experts_per_tok", None), c.update(experts_per_token=0)),
+                 "'experts_per_token' is 0", id="experts_per_token-0"),
+])
+def test_a_config_is_refused_by_the_field_it_holds(tmp_path, model, edit, named):
+    assert named in _refused(_edited(tmp_path, model, edit))
+
+
+def test_a_text_config_without_a_family_is_the_wrapper_s(tmp_path):
+    # Llama-4's text part without model_type was read as no family at all: no chunked attention, no shared expert
+    path = _edited(tmp_path, SCOUT, lambda c: c["text_config"].pop("model_type"))
+    arch, bundled = load_architecture(str(path)), load_architecture(str(MODELS / f"{SCOUT}.json"))
+    assert (arch.params, arch.sliding_window_layers) == (bundled.params, bundled.sliding_window_layers)
+
+
+def test_a_float64_ssm_state_is_eight_bytes(tmp_path):
+    def ssm(dtype):
+        return load_architecture(str(_edited(tmp_path, "Qwen--Qwen3.5-397B-A17B",
+                                             lambda c: c["text_config"].update(mamba_ssm_dtype=dtype))))
+    assert ssm("float64").linear_state_bytes_per_sequence > ssm("float32").linear_state_bytes_per_sequence

@@ -53,6 +53,10 @@ def _gqa_attention(c: Cfg, hidden: int, heads: int) -> _Attn:
         raise ConfigError(f"{c.name}: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}; "
                           "grouped-query attention shares each KV head among a whole number of query heads. "
                           "Fix the value in the config.json.")
+    if c.get("head_dim") is None and hidden < heads:
+        raise ConfigError(f"{c.name}: the config gives no 'head_dim', and 'hidden_size' {hidden} over "
+                          f"'num_attention_heads' {heads} (the head size it implies) is 0. Add 'head_dim', or fix "
+                          "those two in the config.json.")
     head_dim = c.positive(("head_dim",), hidden // heads)
     q_out = heads * head_dim * (2 if c.flag("attn_output_gate") else 1)
     params = hidden * q_out + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden

@@ -155,7 +155,8 @@ def text_config(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], list[st
     if not isinstance(text, dict):
         raise ConfigError(f"{name}: 'text_config' is {shown(text)}; expected an object (the language model's "
                           "config, as multimodal checkpoints nest it). Fix the value in the config.json.")
-    inherited = {k: cfg[k] for k in ("tie_word_embeddings", "torch_dtype", "dtype") if k in cfg}
+    # a text part that names no family is the wrapper's (as apmw.config_fields.refusal reads it)
+    inherited = {k: cfg[k] for k in ("model_type", "tie_word_embeddings", "torch_dtype", "dtype") if k in cfg}
     return {**inherited, **text}, notes
 
 

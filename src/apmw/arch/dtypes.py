@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apmw.errors import UnknownNameError
+from apmw.errors import ConfigError, UnknownNameError
 from apmw.spec.spellings import AUTO_DTYPE_HINT, dtype_key
 
 # Nominal bytes per element.
@@ -47,8 +47,11 @@ UNQUANTISED_GEMM_DTYPE = "bf16"
 FOUR_BIT_MOE_ATTENTION_DTYPE = "bf16"
 FOUR_BIT_DTYPES = ("fp4", "int4")
 
-_HF_DTYPE_BYTES = {"float32": 4.0, "fp32": 4.0, "float16": 2.0, "bfloat16": 2.0,
-                   "float8_e4m3fn": 1.0}
+# torch's dtype names as configs write them (torch.float64's aliases included: a config may store its SSM state
+# in any of these)
+_HF_DTYPE_BYTES = {"float64": 8.0, "double": 8.0, "float32": 4.0, "float": 4.0, "fp32": 4.0, "float16": 2.0,
+                   "half": 2.0, "fp16": 2.0, "bfloat16": 2.0, "bf16": 2.0, "float8_e4m3fn": 1.0,
+                   "float8_e5m2": 1.0, "int8": 1.0, "uint8": 1.0}
 
 
 def canonical_dtype(dtype: str, what: str) -> str:
@@ -79,7 +82,11 @@ def kv_storage_bytes(dtype: str) -> float:
     return _storage(KV_STORAGE_BYTES, dtype, "KV-cache")
 
 
-def hf_dtype_bytes(name: Any, default: float = 2.0) -> float:
-    """Bytes per element of a HuggingFace torch dtype name ("torch.bfloat16", "float32"); ``default``
-    for names not in the table."""
-    return _HF_DTYPE_BYTES.get(str(name).lower().removeprefix("torch."), default)
+def hf_dtype_bytes(name: Any, field: str, where: str) -> float:
+    """Bytes per element of a HuggingFace torch dtype name ("torch.bfloat16", "float32") that ``field`` of the
+    config ``where`` gives; a name not in the table is refused, never priced at a guess."""
+    key = str(name).lower().removeprefix("torch.")
+    if key not in _HF_DTYPE_BYTES:
+        raise ConfigError(f"{where}: '{field}' is {name!r}, not a dtype apmw knows; use one of: "
+                          f"{', '.join(_HF_DTYPE_BYTES)}. Fix the value in the config.json.")
+    return _HF_DTYPE_BYTES[key]

@@ -33,18 +33,22 @@ def _ffn_layers(c: Cfg, hidden: int, num_layers: int) -> tuple[list[_Ffn], int, 
     bias = c.flag("mlp_bias") or c.model_type == "gpt_oss"
     if not n_experts:
         return [_dense_ffn(hidden, c.req("intermediate_size", "the MLP"), bias)] * num_layers, 0, 0
-    if not top_k:
-        c.req("num_experts_per_tok", "MoE routing (experts per token)")
+    if not top_k:       # the name the config uses, where it gives one (a 0 there is refused by that name)
+        c.req(next((k for k in _TOP_K if c.get(k) is not None), _TOP_K[0]), "MoE routing (experts per token)")
     if top_k > n_experts:
         raise ConfigError(f"{c.name}: num_experts_per_tok {top_k} is more than the {n_experts} routed experts; "
                           "a token routes to that many distinct experts. Fix the value in the config.json.")
     moe = _moe_layer(c, hidden, n_experts, top_k, bias)
-    dense = _dense_ffn(hidden, dense_inter, bias)
     flags = _moe_layer_flags(c, num_layers)
     if not any(flags):
         raise ConfigError(f"{c.name}: the config declares {n_experts} routed experts, but no layer of its {num_layers} "
                           f"routes to them ({_placement(c)}); a model whose every layer is dense has no experts. Fix "
                           "the layer placement in the config.json, or remove the expert fields for a dense model.")
+    if not all(flags) and not dense_inter:
+        # the dense layers' MLP (DeepSeek's first_k_dense_replace) would be priced at width 0
+        c.req("intermediate_size_mlp" if "intermediate_size_mlp" in c.data else "intermediate_size",
+              f"the MLP of its {flags.count(False)} dense layer(s) ({_placement(c)})")
+    dense = _dense_ffn(hidden, dense_inter, bias)
     layers = [moe if is_moe else dense for is_moe in flags]
     return layers, n_experts, top_k
 

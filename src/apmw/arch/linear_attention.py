@@ -38,7 +38,9 @@ def gated_deltanet(c: Cfg, hidden: int) -> _Linear:
     conv_dim = 2 * key_dim + value_dim
     params = (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * nv  # in_proj qkvz, ba
               + conv_dim * kernel + 2 * nv + dv + value_dim * hidden)    # conv, A/dt, norm, out
-    model_bytes = hf_dtype_bytes(c.get("torch_dtype", c.get("dtype", "bfloat16")))
-    ssm_bytes = hf_dtype_bytes(c.get("mamba_ssm_dtype", "bfloat16"), model_bytes)
+    dtype_field = "torch_dtype" if c.get("torch_dtype") is not None else "dtype"
+    model_bytes = hf_dtype_bytes(c.get(dtype_field, "bfloat16"), dtype_field, c.name)
+    ssm = c.get("mamba_ssm_dtype")
+    ssm_bytes = model_bytes if ssm is None else hf_dtype_bytes(ssm, "mamba_ssm_dtype", c.name)
     state = nv * dk * dv * ssm_bytes + conv_dim * (kernel - 1) * model_bytes
     return _Linear(params=params, state_bytes=state, flops_per_token=8 * nv * dk * dv)

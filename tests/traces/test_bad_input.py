@@ -618,6 +618,17 @@ def test_a_key_given_twice_in_a_line_is_a_bad_line_not_its_last_value(tmp_path, 
         fit_trace(p, fmt, mapping=mapping, strict=True)
 
 
+def test_a_key_given_twice_inside_a_turn_is_a_bad_line(tmp_path):
+    # a multi-turn line's token counts sit inside its turns, where only the top level was looked at (fuzz round 6)
+    p = tmp_path / "trace.jsonl"
+    p.write_text('{"session_id": "x", "turns": [{"input_length": 500, "input_length": 900000, "output_length": 3}]}\n'
+                 '{"session_id": "y", "turns": [{"input_length": 500, "output_length": 90}]}\n')
+    s = fit_trace(p, "aiperf-multi-turn").summary
+    assert s["calls"] == 1 and s["skipped_lines"] == 1
+    assert list(s["skipped"]) == ["the key 'input_length' is given twice in one object: keep one (which value is "
+                                  "meant is not apmw's to guess)"]
+
+
 def test_a_key_that_only_looks_repeated_is_read():
     from apmw.traces.textio import repeated_key
 

@@ -138,6 +138,19 @@ def test_azure_has_no_sessions_and_says_so():
     assert r.workload.steps_per_task.mean == 1
 
 
+@pytest.mark.parametrize("stamp", ["9999-12-31 23:59:59.9999999", "0001-01-01 00:00:00"])
+def test_an_azure_placeholder_date_is_a_bad_row(tmp_path, stamp):
+    # '9999-12-31' stretched the day of demand to millennia (every hour near 0 tasks) and '0001-01-01' voided it
+    # (fuzz round 6): such a row is skipped with its reason, the rest fitted as before
+    text = (FIXTURES / "azure_code_head100.csv").read_text()
+    p = tmp_path / "trace.csv"
+    p.write_text(text + f"{stamp},5,10\n")
+    s, ref = fit_trace(p).summary, fit_trace(FIXTURES / "azure_code_head100.csv").summary
+    assert s["calls"] == ref["calls"] == 100 and s["skipped_lines"] == 1
+    (reason,) = s["skipped"]
+    assert "a placeholder date" in reason and s["skipped"][reason]["examples"] == [f"{p}:102"]
+
+
 def test_generic_csv_with_mapping():
     r = fit_trace(FIXTURES / "mini_swe_calls_3sessions.csv", "csv",
                   mapping="session=instance_id,order=call_index,input_tokens=prompt_tokens,"

@@ -12,7 +12,8 @@ from datetime import datetime
 from pathlib import Path
 
 from apmw.traces.csv_rows import column_index, csv_rows
-from apmw.traces.records import Call, CallStream, LineErrors, TraceError, cell, require_counts
+from apmw.traces.records import (LATEST_UNIX_S, WALL_CLOCK_FROM_S, Call, CallStream, LineErrors, TraceError, cell,
+                                 require_counts)
 
 NAME = "azure"
 DESCRIPTION = "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens; no sessions)"
@@ -38,7 +39,12 @@ def _seconds(stamp: str) -> float:
                          "ISO 8601 with a T and a Z or an offset is read too)")
     zone = m["zone"] or "Z"
     when = datetime.fromisoformat(m["base"] + ("+00:00" if zone == "Z" else zone))
-    return when.timestamp() + (float(m["frac"]) if m["frac"] else 0.0)
+    seconds = when.timestamp() + (float(m["frac"]) if m["frac"] else 0.0)
+    # a placeholder date ('9999-12-31', '0001-01-01') would stretch or void the day of demand fitted from the rest
+    if not WALL_CLOCK_FROM_S <= seconds <= LATEST_UNIX_S:
+        raise ValueError(f"TIMESTAMP {stamp.strip()[:40]!r} is before 2001-09-09 or past 2262: a placeholder date, "
+                         "not when a request was made")
+    return seconds
 
 
 def read(path: str | Path, errors: LineErrors) -> CallStream:

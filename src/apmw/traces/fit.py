@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from apmw.spec import Workload
 from apmw.spec.section import named_field
 from apmw.spec.distribution import MAX_LOG_SPREAD, Z95, Lognormal
-from apmw.traces.records import Call, TraceError
+from apmw.traces.records import WALL_CLOCK_FROM_S, Call, TraceError
 
 # Quantile points of the empirical form: dense in the tail, where task latency is decided.
 QUANTILES = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0)
@@ -313,9 +313,6 @@ def validate(d: dict, where: str) -> Workload:
                          "with a runaway token count), or too few usable calls") from None
 
 
-# Task start times at or after this (2001-09-09 UTC, 1e9 s since the epoch) are read as wall-clock
-# times; smaller ones are offsets from the trace's start, which say nothing of the hour of day.
-WALL_CLOCK_FROM_S = 1e9
 SECONDS_PER_DAY = 86400.0
 # The Unix epoch, 1970-01-01, was a Thursday: hours since the epoch plus this many fall on Monday 00:00 UTC.
 EPOCH_HOURS_AFTER_MONDAY = 3 * 24

@@ -152,6 +152,9 @@ def session_key(value: object, field: str) -> object:
 
 # The last second int64 nanoseconds reach (2262-04-11): a later time in seconds is a time in ms, us or ns read as s.
 LATEST_UNIX_S = (2**63 - 1) / 1e9
+# Task start times at or after this (2001-09-09 UTC, 1e9 s since the epoch) are read as wall-clock
+# times; smaller ones are offsets from the trace's start, which say nothing of the hour of day.
+WALL_CLOCK_FROM_S = 1e9
 # No model call lasts this long (a day): one that does has a wrong start or end time (a clock reset, a unit slip).
 MAX_CALL_S = 86400.0
 PAST_2262 = ("a time past the year 2262 as Unix seconds: a time in ms, us or ns read as seconds? (map it with its "

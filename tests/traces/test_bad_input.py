@@ -169,6 +169,15 @@ def _set(lines, index: int, column: str, value: str) -> None:
     lines[index] = ",".join(cells)
 
 
+@pytest.mark.parametrize("column", ["run", "instance_id"])
+def test_a_mini_swe_call_without_its_session_is_a_bad_line(tmp_path, column):
+    # an empty run cell made the call a one-call task of its own, a fourth session, without a word (fuzz round 6)
+    p = _mini_swe_with(tmp_path, lambda lines: _set(lines, 4, column, ""))
+    s = fit_trace(p).summary
+    assert s["sessions"] == 3 and s["skipped_lines"] == 1
+    assert list(s["skipped"]) == [f"no session: an empty {column} (a call's session is its run and instance_id)"]
+
+
 def test_a_call_with_more_cached_tokens_than_its_prompt_or_ending_before_it_starts_is_a_bad_line(tmp_path):
     def edit(lines):
         _set(lines, 3, "cached_prompt_tokens", "999999")          # file line 4

@@ -57,6 +57,10 @@ def read(path: str | Path, errors: LineErrors) -> CallStream:
             if bad:
                 errors.skip(line, bad)
                 continue
+            if not row[i_run].strip() or not row[i_inst].strip():     # a call with no session would be a task of its own
+                errors.skip(line, f"no session: an empty {'run' if not row[i_run].strip() else 'instance_id'} "
+                                  "(a call's session is its run and instance_id)")
+                continue
             index = cell(row[i_idx])
             if index != index:
                 errors.skip(line, "no call_index (the call's place in its session)")

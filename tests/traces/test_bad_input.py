@@ -507,11 +507,12 @@ def test_a_symbolic_link_to_nothing_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("kind", [{"gen_ai.operation.name": {"stringValue": "chat"}},
-                                  {"openinference.span.kind": {"stringValue": "LLM"}}])
+                                  {"openinference.span.kind": {"stringValue": "LLM"}},
+                                  {}])     # only its name, 'chat m', says it is a call (fuzz round 6)
 def test_a_model_call_span_without_usage_is_a_bad_line_not_ignored(tmp_path, kind):
     """A chat span with no token usage (a streamed call) vanished without a word and its time joined the tool wait
     around it (fuzzing, session 44); an HTTP or framework span without usage is still not a call."""
-    http = _span(3, {"http.method": {"stringValue": "POST"}})
+    http = {**_span(3, {"http.method": {"stringValue": "POST"}}), "name": "POST /v1/chat/completions"}
     s = fit_trace(_otel(tmp_path, [_span(0, USAGE), _span(1, kind), _span(2, USAGE), http])).summary
     assert s["calls"] == 2 and s["skipped_lines"] == 1
     (reason,) = s["skipped"]

@@ -244,10 +244,15 @@ class Reader:
             return None
         inp, out = _count(attrs, INPUT_KEYS), _count(attrs, OUTPUT_KEYS)
         if inp != inp and out != out:
-            if op in CALLS or kind == "LLM":      # a model call that recorded no usage (streamed calls often do not)
-                raise ValueError(f"a model call ({'gen_ai.operation.name ' + repr(op) if op in CALLS else 'LLM span'})"
-                                 " without token usage: skipped, so its time falls into the tool wait around it; "
-                                 "record usage on streamed calls (stream_options include_usage)")
+            # a model call that recorded no usage (streamed calls often do not); GenAI spans are named
+            # '{operation} {model}', so the name tells one whose operation attribute is missing too
+            name = span.get("name")
+            named = isinstance(name, str) and name.split(" ", 1)[0] in CALLS
+            if op in CALLS or kind == "LLM" or named:
+                what = (f"gen_ai.operation.name {op!r}" if op in CALLS else "LLM span" if kind == "LLM"
+                        else f"span name {name[:60]!r}")
+                raise ValueError(f"a model call ({what}) without token usage: skipped, so its time falls into the "
+                                 "tool wait around it; record usage on streamed calls (stream_options include_usage)")
             return None  # not a model call (no usage): HTTP, DB, framework spans
         unusable = require_counts(inp, out)
         if unusable:

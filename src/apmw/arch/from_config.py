@@ -3,6 +3,7 @@ family's attention, linear-attention and FFN counts put together."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from apmw.catalog.checkpoint_formats import compressed_tensors_format, quantizat
 from apmw.catalog.models import (QUANT_METHODS_READ, integer_weight_dtype, load_config, local_path, on_disk,
                                  published_format, resolve_model_name)
 from apmw.config_fields import refusal
-from apmw.errors import ConfigError
+from apmw.errors import ApmwError, ConfigError
 
 
 # A thousand times the largest published models' parameters (about 2e12): a config past it has a size mistyped
@@ -123,10 +124,15 @@ def _v4_architecture(c: Cfg, name: str, source: str, notes: list[str], hidden: i
     )
 
 
-def load_architecture(name_or_path: str) -> Architecture:
+def load_architecture(name_or_path: str | os.PathLike) -> Architecture:
     """Architecture for a bundled model name, a checkpoint directory or a path to a HuggingFace config.json;
     a published checkpoint whose module formats apmw knows (:data:`apmw.catalog.models.PUBLISHED_FORMATS`)
     carries them."""
+    if isinstance(name_or_path, os.PathLike):
+        name_or_path = os.fspath(name_or_path)
+    if not isinstance(name_or_path, str):
+        raise ApmwError(f"load_architecture takes a bundled model's name (apmw model --list) or a config.json path, "
+                        f"got {type(name_or_path).__name__} {name_or_path!r}")
     cfg, source = load_config(name_or_path)
     name = resolve_model_name(name_or_path) if not on_disk(name_or_path) else None
     try:

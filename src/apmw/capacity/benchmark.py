@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from numbers import Real
 
 import numpy as np
 from pydantic import ValidationError
@@ -257,8 +258,9 @@ def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: 
 
 def check_request_lengths(isl: int, osl: int, concurrency: int) -> None:
     for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
-        if v < 1:
-            raise PredictError(f"{name} must be at least 1 (got {v})")
+        whole = isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v == int(v)
+        if not whole or v < 1:
+            raise PredictError(f"{name} must be a whole number of at least 1 (got {v!r})")
     if concurrency > MAX_AGENTS:
         raise PredictError(f"concurrency {concurrency:,} is past the {MAX_AGENTS:,} clients apmw models on one replica "
                            "(as for agents: apmw.capacity.search.MAX_AGENTS); give fewer")

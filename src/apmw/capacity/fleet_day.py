@@ -49,6 +49,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from apmw.capacity.api_inputs import require_plan
 from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.disaggregation import PrefillStage
 from apmw.capacity.economics import J_PER_KWH, economics
@@ -208,6 +209,7 @@ def fleet_day(result: Plan, compare_routing: bool = True) -> FleetDay:
     Under a router that spreads a task's calls (``fleet.routing`` random or least_loaded) the plan is
     redone at the day's peak replica count until that settles. ``compare_routing`` adds every policy's
     figures at the peak replica count (:func:`routing_comparison`)."""
+    result = require_plan(result, "fleet_day")
     day = _day(result)
     routing = routing_of(result.spec)
     if routing.policy != "affinity":

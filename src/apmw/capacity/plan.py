@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apmw.capacity.api_inputs import require_spec
+from apmw.capacity.api_inputs import check_agents, require_spec
 from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model, unpriced_overflow
 from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.routing import routing_of
-from apmw.capacity.search import SearchResult, search
+from apmw.capacity.search import MAX_AGENTS, SearchResult, search
 from apmw.capacity.slo import slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
@@ -247,6 +247,8 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     ``guess`` starts the N* search near a neighbouring spec's N* (:func:`apmw.capacity.search.search`).
     """
     spec = require_spec(spec, "plan")
+    if agents is not None:
+        agents = check_agents(agents, MAX_AGENTS)
     if step is not None:
         replica = replica_from_spec(spec, step=step)
     else:

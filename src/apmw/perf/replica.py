@@ -75,6 +75,8 @@ def resolve_gpu(gpu: str | GpuOverride) -> GpuSpec:
     """A catalogue GPU, optionally with fields overridden, or a fully custom GPU."""
     if isinstance(gpu, str):
         return get_gpu(gpu)
+    if not isinstance(gpu, GpuOverride):
+        raise ApmwError(f"gpu {gpu!r}: give a GPU's name (apmw model --gpus lists them) or a hardware.gpu mapping")
     overrides = {f: getattr(gpu, f) for f in _GPU_FIELDS if getattr(gpu, f) is not None}
     if gpu.name is not None:
         return _overridden(get_gpu(gpu.name), overrides)

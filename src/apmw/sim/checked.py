@@ -64,6 +64,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from apmw.capacity import Plan
+from apmw.capacity.api_inputs import require_plan
 from apmw.capacity.closed_loop import closed_loop_model
 from apmw.capacity.economics import economics, fleet_size
 from apmw.capacity.search import largest_near, largest_passing
@@ -313,6 +314,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
                ) -> CheckedPlan:
     """The analytic plan's N* settled in the simulator (module docstring). ``progress(what, done)``
     is told what runs and the share of the largest possible work done."""
+    analytic = require_plan(analytic, "check_plan")
     spec, replica = analytic.spec, analytic.replica
     why = why_not_checked(analytic)
     if why:

@@ -85,6 +85,11 @@ def _alias_bomb(depth: int, width: int) -> str:
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 8  # eight\x85GPUs"), "character U+0085 (next line)"),
     (CODING.replace("gpus_per_replica: 8", "gpus_per_replica: 010"),
      "'010' has a leading zero, which YAML 1.1 reads as octal (010 is 8)"),
+    # YAML 1.1-only numbers, read as numbers where the README says YAML 1.2 (fuzz round 6)
+    (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: 0b11100001000"),
+     "'0b11100001000' is a number only in YAML 1.1"),
+    (CODING.replace("task_latency_p95_s: 1800", "task_latency_p95_s: 1_800"), "'1_800' is a number only in YAML 1.1"),
+    (CODING.replace("kv_memory_fraction: 0.9", "kv_memory_fraction: 0.9_0"), "'0.9_0' is a number only in YAML 1.1"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", "config: " + "a" * 300), "unknown model"),
     (CODING.replace("config: deepseek-ai/DeepSeek-V3", 'config: "~0"'), "unknown model '~0'"),
     (CODING.replace("target_agents: 10000", "target_agents: " + "9" * 400), "fleet.target_agents"),

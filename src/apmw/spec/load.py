@@ -220,6 +220,7 @@ class _SpecLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         self._not_base_60(node)
+        self._not_yaml_1_1(node)
         if len(str(node.value)) > MAX_INT_CHARS:
             raise _Refused(node.start_mark, f"a whole number written in {len(str(node.value)):,} characters: no field "
                            f"takes one so large (the most read is {MAX_INT_CHARS:,} characters)")
@@ -231,7 +232,17 @@ class _SpecLoader(yaml.SafeLoader):
 
     def construct_yaml_float(self, node):
         self._not_base_60(node)
+        self._not_yaml_1_1(node)
         return super().construct_yaml_float(node)
+
+    @staticmethod
+    def _not_yaml_1_1(node) -> None:
+        """YAML 1.1 reads ``1_800`` as 1800 and ``0b11`` as 3; YAML 1.2 and JSON read both as text, so the file
+        means one number to apmw and another (or none) to the next tool that reads it."""
+        text = str(node.value).lstrip("+-")
+        if "_" in text or text.startswith("0b"):
+            raise _Refused(node.start_mark, f"'{node.value}' is a number only in YAML 1.1 (digits grouped with '_', "
+                           "or binary 0b): write the number in decimal digits alone, as YAML 1.2 and JSON read it")
 
     @staticmethod
     def _not_base_60(node) -> None:

@@ -564,3 +564,19 @@ def test_a_catalogue_piped_to_a_file_prints_every_cell_whole(listing, columns):
     r = subprocess.run([APMW, "model", listing], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "…" not in r.stdout and ("scale-out GB/s" if listing == "--systems" else "BF16 TFLOPS") in r.stdout
+
+
+def test_simulate_and_bench_read_one_sweep_syntax():
+    # simulate refused 10:20 (step required) where bench took a:b[:step]; one parser now (session 55's audit)
+    from apmw.cli.common import parse_sweep
+    from apmw.errors import ApmwError
+
+    assert parse_sweep("1:7:3") == [1, 4, 7] and parse_sweep("2:4") == [2, 3, 4]
+    for bad in ("7:1", "0:4", "a:b", "1:4:0", "5", "1:2:3:4"):
+        with pytest.raises(ApmwError, match=r"give a:b\[:step\] with whole numbers"):
+            parse_sweep(bad)
+    with pytest.raises(ApmwError, match="at most 100 are simulated"):
+        parse_sweep("1:1000", most_points=100)
+    r = subprocess.run([sys.executable, "-c", "from apmw.cli import main; main()", "simulate", str(EXAMPLES / "support-chat.yaml"),
+                        "--agents-sweep", "10:11", "--duration-s", "200", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0 and [p["agents"] for p in json.loads(r.stdout)["curve"]] == [10, 11]

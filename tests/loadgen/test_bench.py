@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from apmw.loadgen import BenchError, RunConfig, parse_sweep, read_records, run_bench, slo_dict, workload_dict
+from apmw.loadgen import BenchError, RunConfig, read_records, run_bench, slo_dict, workload_dict
 from apmw.loadgen.results import summarise
 from apmw.perf.measured import TERMS
 from apmw.spec import spec_from_dict
@@ -297,12 +297,6 @@ def test_calibration_file(llama_server, tmp_path):
     assert b["sources"]["step_time"].startswith("measured on")
 
 
-def test_sweep_syntax_errors_say_how_to_fix():
-    assert parse_sweep("1:7:3") == [1, 4, 7]
-    assert parse_sweep("2:4") == [2, 3, 4]
-    for bad in ("7:1", "0:4", "a:b", "1:4:0", "5"):
-        with pytest.raises(BenchError, match="start:stop"):
-            parse_sweep(bad)
 
 
 def test_existing_results_need_resume(llama_server, tmp_path):

@@ -13,7 +13,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn, print_table
+from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn, parse_sweep, print_table
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError
@@ -97,7 +97,7 @@ def bench(
     live: bool = typer.Option(True, "--live/--no-live", help="rich live display (only on a terminal)"),
 ) -> None:
     """Run N closed-loop agents shaped like the spec's workload against a real server and measure them."""
-    from apmw.loadgen import RunConfig, config_from_file, parse_sweep, slo_dict, workload_dict
+    from apmw.loadgen import RunConfig, config_from_file, slo_dict, workload_dict
     from apmw.spec import load_spec
 
     api_key = os.environ.get(api_key_env) or None

@@ -18,6 +18,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from apmw.errors import ApmwError
+
 # Exit codes, one meaning each (README, "Exit codes"): 1 bad input (a spec, a trace, a flag: the
 # command-line parser's errors too), 2 no number of agents meets the SLO, 3 `plan --verify`'s
 # simulator misses the SLO, 70 an internal error (a bug; BSD sysexits EX_SOFTWARE), 130 interrupted.
@@ -264,6 +266,27 @@ def write_text(path: Path, text: str, flag: str) -> None:
 def emit_json(obj: object) -> None:
     """One JSON document on stdout (NaN/inf are bugs, so they raise)."""
     sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+
+
+def parse_sweep(text: str, most_agents: int | None = None, most_points: int | None = None) -> list[int]:
+    """``--agents-sweep a:b[:step]`` -> [a, a+step, ..., <= b] (step 1 left out), as simulate and bench read it;
+    a clear error otherwise, and where a verb bounds them, past ``most_agents`` or ``most_points``."""
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (2, 3) or parts[0] < 1 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] < 1):
+        raise ApmwError(f"--agents-sweep {text!r}: give a:b[:step] with whole numbers 1 <= a <= b and step >= 1 "
+                        "(1 when left out), e.g. 10:100:10")
+    a, b = parts[0], parts[1]
+    step = parts[2] if len(parts) == 3 else 1
+    if most_agents is not None and b > most_agents:
+        raise ApmwError(f"--agents-sweep {text!r}: at most {most_agents:,} agents are simulated; lower b")
+    points = (b - a) // step + 1
+    if most_points is not None and points > most_points:
+        raise ApmwError(f"--agents-sweep {text!r} has {points:,} points; at most {most_points} are simulated "
+                        f"(each is a full run): use a step of at least {-(-(b - a + 1) // most_points)}")
+    return list(range(a, b + 1, step))
 
 
 def say(message: str | Text) -> None:

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn, print_table
+from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn, parse_sweep, print_table
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -29,27 +29,6 @@ def auto_sweep(spec) -> list[int]:
         n_star = 1
     lo, hi = max(1, int(AUTO_LOW * n_star)), max(2, int(round(AUTO_HIGH * n_star)))
     return sorted(set(int(round(x)) for x in np.linspace(lo, hi, AUTO_POINTS)))
-
-
-def parse_sweep(text: str) -> list[int]:
-    """``a:b:step`` -> [a, a+step, ..., <= b]; a clear error otherwise."""
-    from apmw.sim.run import MAX_AGENTS, MAX_SWEEP_POINTS
-
-    parts = text.split(":")
-    try:
-        a, b, step = (int(p) for p in parts) if len(parts) == 3 else (None, None, None)
-    except ValueError:
-        a = None
-    if a is None or a < 1 or b < a or step < 1:
-        raise ApmwError(f"--agents-sweep {text!r}: give a:b:step with integers 1 <= a <= b and step >= 1, "
-                        "e.g. 10:100:10, or auto")
-    if b > MAX_AGENTS:
-        raise ApmwError(f"--agents-sweep {text!r}: at most {MAX_AGENTS:,} agents are simulated; lower b")
-    points = (b - a) // step + 1
-    if points > MAX_SWEEP_POINTS:
-        raise ApmwError(f"--agents-sweep {text!r} has {points:,} points; at most {MAX_SWEEP_POINTS} are simulated "
-                        f"(each is a full run): use a step of at least {-(-(b - a + 1) // MAX_SWEEP_POINTS)}")
-    return list(range(a, b + 1, step))
 
 
 def _fmt(v) -> str:
@@ -147,7 +126,7 @@ def simulate(
                                        help="random seed (default: the spec's seed)"),
     warmup_s: Optional[float] = typer.Option(None, "--warmup-s", help="discarded start (default 20% of the run)"),
     agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep",
-                                               help="a:b:step, or auto (0.5x..1.5x the plan's N*): simulate each N"),
+                                               help="a:b[:step] (step 1 left out), or auto (0.5x..1.5x the plan's N*): simulate each N"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
     timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
     reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),
@@ -160,10 +139,11 @@ def simulate(
 ) -> None:
     """Simulate one replica iteration by iteration under closed-loop agents: latency tails, KV, preemption."""
     from apmw.sim import simulate as run, sweep
+    from apmw.sim.run import MAX_AGENTS, MAX_SWEEP_POINTS
     from apmw.spec import load_spec
 
     if (agents is None) == (agents_sweep is None):
-        fail("give exactly one of --agents N or --agents-sweep a:b:step")
+        fail("give exactly one of --agents N or --agents-sweep a:b[:step]")
     if trace_format is not None and trace is None:
         fail(f"--trace-format {trace_format} applies to --trace TRACE (the trace replayed): give the trace, or leave "
              "the format out")
@@ -189,7 +169,8 @@ def simulate(
             if agents_sweep is None:
                 result = run(s, agents, duration_s, seed, progress=tick, **kw)
             else:
-                counts = auto_sweep(s) if agents_sweep == "auto" else parse_sweep(agents_sweep)
+                counts = (auto_sweep(s) if agents_sweep == "auto"
+                          else parse_sweep(agents_sweep, MAX_AGENTS, MAX_SWEEP_POINTS))
                 result = sweep(s, counts, duration_s, seed,
                                progress=lambda n, now, end: tick(now, end, n), **kw)
     except (ApmwError, SpecError) as exc:

@@ -40,18 +40,6 @@ def slo_dict(spec: Spec, task_latency_p95_s: float | None = None) -> dict:
     return slo
 
 
-def parse_sweep(text: str) -> list[int]:
-    """``a:b:step`` -> [a, a+step, ..., <= b]."""
-    try:
-        parts = [int(p) for p in text.split(":")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (2, 3) or parts[0] < 1 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] < 1):
-        raise BenchError(f"--agents-sweep {text!r}: give start:stop[:step] with 1 <= start <= stop, e.g. 1:16:3")
-    step = parts[2] if len(parts) == 3 else 1
-    return list(range(parts[0], parts[1] + 1, step))
-
-
 async def make_text(client: Client) -> TextMaker:
     counts = await client.token_counts(list(CANDIDATE_WORDS))
     if counts is None:
@@ -170,5 +158,5 @@ def config_from_file(out: Path) -> RunConfig:
     return RunConfig(**{**cfg, "agents": (cfg.get("levels") or [cfg["agents"]])[0]})
 
 
-__all__ = ["BenchOutcome", "config_from_file", "parse_sweep", "run_bench", "slo_dict",
+__all__ = ["BenchOutcome", "config_from_file", "run_bench", "slo_dict",
            "workload_dict"]

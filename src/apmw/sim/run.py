@@ -278,7 +278,7 @@ def sweep(spec: Spec, agents: list[int], duration_s: float = 3600.0, seed: int |
           progress: Callable[[int, float, float], None] | None = None, **kw) -> SweepResult:
     """Simulate each N in ``agents`` (same seed each) and find the simulated N*."""
     if not agents:
-        raise ApmwError("the agent sweep is empty; give a:b:step with a <= b")
+        raise ApmwError("the agent sweep is empty; give a:b[:step] with a <= b")
     if len(agents) > MAX_SWEEP_POINTS:
         raise ApmwError(f"the agent sweep has {len(agents):,} points; at most {MAX_SWEEP_POINTS} are simulated "
                         "(each is a full run): use a larger step")

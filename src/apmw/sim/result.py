@@ -41,6 +41,9 @@ def quantile_interval(values: list[float] | np.ndarray, q: float = 0.95,
     return float(v[lo - 1]), float(v[hi - 1])
 
 
+# The fewest samples whose p95 quantile_interval brackets at INTERVAL_CONFIDENCE (72 at 95 %).
+MIN_TASKS_FOR_P95_INTERVAL = next(n for n in range(1, 10_000) if quantile_interval(np.arange(n)) is not None)
+
 # Near the KV limit the simulated task p95 settled only over about this many tasks. The engine thrashes
 # every few hours of simulated time, so a shorter run's p95 swings with whether it caught an episode:
 # on coding-agent at 27 agents and the KV-bound deep-research spec at 22, runs of 900-1,000 tasks read
@@ -107,20 +110,26 @@ class SimResult:
     @property
     def warnings(self) -> list[str]:
         """What the reader should know before trusting the figures: a run that recorded no task measured no task
-        latency (its SLO verdict is a miss for want of a figure); a run that preempted (the KV pool ran short)
-        and recorded fewer than SETTLED_TASKS_AT_KV_LIMIT tasks has a p95 that may be far off."""
+        latency (its SLO verdict is a miss for want of a figure); one that recorded too few tasks to bound their p95
+        (:func:`quantile_interval` is None) reads it off its slowest one or two; a run that preempted (the KV pool
+        ran short) and recorded fewer than SETTLED_TASKS_AT_KV_LIMIT tasks has a p95 that may be far off."""
         if self.completed_tasks == 0 and self.mode == "closed_loop":
             return [f"no task was recorded at {self.agents:,} agent(s) in the {self.window_s:,.6g} s measurement window "
                     f"(after {self.warmup_s:,.6g} s "
                     "of warm-up): the task latency is not measured, and the SLO verdict says missed for want of it; "
                     "run longer (--duration-s of several task times)"]
-        if self.preemptions == 0 or self.completed_tasks >= SETTLED_TASKS_AT_KV_LIMIT:
-            return []
-        return [f"the KV pool ran short at {self.agents} agents ({self.preemptions:,} preemptions): there the "
-                "engine thrashes every few hours of simulated time, and runs of fewer than "
-                f"{SETTLED_TASKS_AT_KV_LIMIT:,} tasks have read the task p95 from a quarter below to half above "
-                f"what long runs settle on; this run recorded {self.completed_tasks:,} (run longer, or several "
-                "seeds; docs/simulate.md, \"The KV-bound regime\")"]
+        said = []
+        if self.task_latency_p95_interval_s is None and self.mode == "closed_loop":
+            said.append(f"only {self.completed_tasks:,} task(s) were recorded at {self.agents:,} agent(s): too few to "
+                        f"bracket their p95 at 95 % confidence (that takes {MIN_TASKS_FOR_P95_INTERVAL}), so its SLO "
+                        "verdict rests on the slowest one or two; run longer (--duration-s of more task times)")
+        if self.preemptions > 0 and self.completed_tasks < SETTLED_TASKS_AT_KV_LIMIT:
+            said.append(f"the KV pool ran short at {self.agents} agents ({self.preemptions:,} preemptions): there the "
+                        "engine thrashes every few hours of simulated time, and runs of fewer than "
+                        f"{SETTLED_TASKS_AT_KV_LIMIT:,} tasks have read the task p95 from a quarter below to half above "
+                        f"what long runs settle on; this run recorded {self.completed_tasks:,} (run longer, or several "
+                        "seeds; docs/simulate.md, \"The KV-bound regime\")")
+        return said
 
     def to_dict(self, timeseries: bool = False) -> dict:
         d = {

@@ -157,7 +157,7 @@ def test_server_stopped_mid_run_keeps_results_and_counts_faults(own_server, tiny
 
 def test_ctrl_c_stops_cleanly_and_resume_continues(llama_server, tmp_path):
     spec_path = tmp_path / "tiny.yaml"
-    spec_path.write_text(yaml.safe_dump(tiny_spec_dict(llama_server.config_path)))
+    spec_path.write_text(yaml.safe_dump({**tiny_spec_dict(llama_server.config_path), "seed": 11}))
     out = tmp_path / "run.jsonl"
     cmd = [*APMW, "bench", str(spec_path), "--endpoint", llama_server.url, "--model",
            "tiny", "--agents", "2", "--duration-s", "4", "--warmup-s", "0", "--out", str(out), "--json"]
@@ -175,6 +175,7 @@ def test_ctrl_c_stops_cleanly_and_resume_continues(llama_server, tmp_path):
     assert records[-1] == {**records[-1], "type": "end", "reason": "interrupted"}
     done_before = len(_by_type(records, "call"))
     assert done_before > 0
+    assert records[0]["config"]["seed"] == 11      # the spec's seed where --seed is not given, as simulate takes it
 
     resumed = subprocess.run([*APMW, "bench", "--resume", "--out", str(out), "--json"],
                              capture_output=True, text=True, timeout=60)

@@ -68,7 +68,9 @@ def bench(
     duration_s: float = typer.Option(60.0, "--duration-s", min=0.1, help="measured seconds per level"),
     warmup_s: float = typer.Option(10.0, "--warmup-s", min=0.0, help="seconds before measuring (tasks begun then "
                                    "are left out)"),
-    seed: int = typer.Option(0, "--seed", min=0, help="seed of task shapes, prompt text and start offsets"),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, max=2**63 - 1,
+                                       help="seed of task shapes, prompt text and start offsets (default: the "
+                                            "spec's seed, as simulate and fleet take it; 0 without a spec)"),
     results: Path = typer.Option(Path("bench-results.jsonl"), "--out", parser=file_path, help="JSONL results file (appended, flushed)"),
     resume: bool = typer.Option(False, "--resume", help="continue the run recorded in --out (its settings are used)"),
     trace: Optional[Path] = typer.Option(None, "--trace", help="replay this recorded trace (any format apmw fit "
@@ -110,7 +112,8 @@ def bench(
     try:
         if calibrate is not None:
             output_path(calibrate, "--calibrate", inputs=[spec, *files_read_by(spec), *(loop_results or [])])
-            _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, seed, as_json, loop_results)
+            _calibrate(endpoint, model, calibrate, api, api_key, timeout_s, 0 if seed is None else seed, as_json,
+                       loop_results)
             return
         output_path(results, "--out", inputs=[spec, *files_read_by(spec)])
         if slo_p95_s is not None and not (math.isfinite(slo_p95_s) and slo_p95_s > 0):
@@ -136,7 +139,8 @@ def bench(
             levels = parse_sweep(agents_sweep) if agents_sweep else [agents]
             slo = slo_dict(s, slo_p95_s) if s else {"task_latency_p95_s": slo_p95_s}
             base = RunConfig(endpoint=endpoint, model=model, agents=levels[0], duration_s=duration_s,
-                             warmup_s=warmup_s, seed=seed, workload=None if trace or s is None else workload_dict(s),
+                             warmup_s=warmup_s, seed=seed if seed is not None else s.seed if s is not None else 0,
+                             workload=None if trace or s is None else workload_dict(s),
                              slo=slo, api=api, timeout_s=timeout_s, drain_s=drain_s, history=history,
                              trace=None if trace is None else {"path": str(trace), "format": trace_format})
         outcome = asyncio.run(_run(base, levels, results, api_key, resume, live and not as_json))

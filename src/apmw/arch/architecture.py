@@ -340,8 +340,8 @@ def summary(arch: Architecture) -> dict[str, Any]:
 
 
 def _shipped_experts_summary(arch: Architecture, weight_dtypes: tuple[str, ...]) -> dict[str, Any]:
-    """Every weight at each dtype but the routed experts at the dtype the checkpoint stores them in (what
-    `plan` and `predict` price by default: DeepSeek-V4-Pro at fp8 is 854.7 GB so, 1,580 GB all fp8); empty
+    """Every weight at each dtype but the routed experts at the dtype the checkpoint stores them in, what `plan`
+    and `predict` price by default (DeepSeek-V4-Pro at fp8: 854.7 GB, where all of it in fp8 is 1,580 GB); empty
     where the checkpoint's expert dtype is not known."""
     experts = arch.expert_dtype_in_checkpoint
     if experts is None or not arch.routed_expert_params:

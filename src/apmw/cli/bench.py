@@ -13,7 +13,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, file_path, files_read_by, out, output_path, warn, parse_sweep, print_table
+from apmw.cli.common import (app, emit_json, err, fail, file_path, files_read_by, out, output_path, parse_sweep,
+                             print_table, warn)
 from apmw.errors import ApmwError
 from apmw.loadgen.results import knee_text
 from apmw.spec import SpecError

@@ -56,8 +56,8 @@ def _routing_table(d: dict) -> Table:
 
 
 def _parquet(day: dict, path: Path) -> None:
-    """The hours (24, or 168 for a week) as a Parquet table (one row an hour, the CSV's columns and types), the day's
-    totals as JSON in the file's metadata under ``apmw.fleet_day``."""
+    """The hours (24, or 168 for a week) as a Parquet table (one row an hour, the CSV's columns and types), the
+    day's totals as JSON in the file's metadata under ``apmw.fleet_day``."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -163,13 +163,15 @@ def _summary(d: dict) -> list[str]:
 
 @app.command()
 def fleet(
-    spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values: a day; or 168: a week from Monday), or a fleet file of "
-                                          "several workloads and hardware candidates (docs/fleet.md, 'Mixed fleets')"),
+    spec: Path = typer.Argument(..., help="YAML spec with fleet.tasks_per_hour (24 values: a day; or 168: a week "
+                                          "from Monday), or a fleet file of several workloads and hardware "
+                                          "candidates (docs/fleet.md, 'Mixed fleets')"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/fleet.md)"),
-    csv_out: Optional[Path] = typer.Option(None, "--csv", parser=file_path, help="also write the hours (24, or 168 for a week) to this CSV file"),
+    csv_out: Optional[Path] = typer.Option(None, "--csv", parser=file_path,
+                                           help="also write the hours (24, or 168 for a week) to this CSV file"),
     parquet_out: Optional[Path] = typer.Option(None, "--parquet", parser=file_path,
-                                               help="also write the hours (24, or 168) to this Parquet file (totals in its "
-                                                    "metadata; needs pyarrow)"),
+                                               help="also write the hours (24, or 168) to this Parquet file (totals "
+                                                    "in its metadata; needs pyarrow)"),
     simulate: bool = typer.Option(False, "--simulate", help="also simulate the day task by task (docs/fleet.md, "
                                                              "'Simulating the day') and show it beside the analytic day"),
     replicas_scale: float = typer.Option(1.0, "--replicas-scale",

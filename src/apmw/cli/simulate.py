@@ -10,7 +10,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, warn, parse_sweep, print_table
+from apmw.cli.common import (app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, parse_sweep,
+                             print_table, warn)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -126,7 +127,8 @@ def simulate(
                                        help="random seed (default: the spec's seed)"),
     warmup_s: Optional[float] = typer.Option(None, "--warmup-s", help="discarded start (default 20% of the run)"),
     agents_sweep: Optional[str] = typer.Option(None, "--agents-sweep",
-                                               help="a:b[:step] (step 1 left out), or auto (0.5x..1.5x the plan's N*): simulate each N"),
+                                               help="a:b[:step] (step 1 left out), or auto (0.5x..1.5x the plan's "
+                                                    "N*): simulate each N"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (fields in docs/simulate.md)"),
     timeseries: bool = typer.Option(False, "--timeseries", help="include decode batch and KV over time in --json"),
     reference: bool = typer.Option(False, "--reference", help="plain iteration-by-iteration loop (slow; checks)"),

@@ -156,12 +156,12 @@ def test_the_cli_verbs_report_the_same_policy_in_json(tmp_path):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(SPEC))
     runner = CliRunner()
-    p = json.loads(runner.invoke(app, ["plan", str(spec_path), "--agents", "4", "--json"]).output)
+    p = json.loads(runner.invoke(app, ["plan", str(spec_path), "--agents", "4", "--json"]).stdout)
     s = json.loads(runner.invoke(app, ["simulate", str(spec_path), "--agents", "4", "--duration-s", "60",
-                                       "--json"]).output)
+                                       "--json"]).stdout)
     b = json.loads(runner.invoke(app, ["predict", "--model", MODEL, "--gpu", "H200", "--weight-dtype", "fp8",
                                        "--kv-dtype", "fp8", "--isl", "512", "--osl", "64", "--concurrency", "4",
-                                       "--json"]).output)
+                                       "--json"]).stdout)
     assert p["serving_policy"] == s["serving_policy"] == b["serving_policy"]
     assert p["serving_policy"]["max_batch"] == 1024
 

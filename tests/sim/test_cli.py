@@ -104,11 +104,11 @@ def test_a_run_of_too_few_tasks_to_bracket_their_p95_says_so():
     # (session 55's audit); 72 tasks is the fewest whose p95 a 95 % order-statistic interval brackets
     from apmw import load_spec
     from apmw.sim import simulate
-    from apmw.sim.result import MIN_TASKS_FOR_P95_INTERVAL
+    from apmw.sim.result import min_tasks_for_p95_interval
 
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "support-chat.yaml")
     few = simulate(spec, 9, duration_s=600, seed=0)
-    assert few.completed_tasks < MIN_TASKS_FOR_P95_INTERVAL == 72
+    assert few.completed_tasks < min_tasks_for_p95_interval() == 72
     assert [w for w in few.to_dict()["warnings"] if "too few to bracket their p95" in w]
     enough = simulate(spec, 9, duration_s=20_000, seed=0)
     assert enough.completed_tasks >= 72 and enough.to_dict()["warnings"] == []

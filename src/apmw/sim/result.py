@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 from scipy.stats import binom
@@ -41,8 +42,11 @@ def quantile_interval(values: list[float] | np.ndarray, q: float = 0.95,
     return float(v[lo - 1]), float(v[hi - 1])
 
 
-# The fewest samples whose p95 quantile_interval brackets at INTERVAL_CONFIDENCE (72 at 95 %).
-MIN_TASKS_FOR_P95_INTERVAL = next(n for n in range(1, 10_000) if quantile_interval(np.arange(n)) is not None)
+@cache
+def min_tasks_for_p95_interval() -> int:
+    """The fewest samples whose p95 :func:`quantile_interval` brackets at INTERVAL_CONFIDENCE (72 at 95 %); worked out
+    when a warning first asks, not at import (some 70 binomial quantiles)."""
+    return next(n for n in range(1, 10_000) if quantile_interval(np.arange(n)) is not None)
 
 # Near the KV limit the simulated task p95 settled only over about this many tasks. The engine thrashes
 # every few hours of simulated time, so a shorter run's p95 swings with whether it caught an episode:
@@ -121,7 +125,7 @@ class SimResult:
         said = []
         if self.task_latency_p95_interval_s is None and self.mode == "closed_loop":
             said.append(f"only {self.completed_tasks:,} task(s) were recorded at {self.agents:,} agent(s): too few to "
-                        f"bracket their p95 at 95 % confidence (that takes {MIN_TASKS_FOR_P95_INTERVAL}), so its SLO "
+                        f"bracket their p95 at 95 % confidence (that takes {min_tasks_for_p95_interval()}), so its SLO "
                         "verdict rests on the slowest one or two; run longer (--duration-s of more task times)")
         if self.preemptions > 0 and self.completed_tasks < SETTLED_TASKS_AT_KV_LIMIT:
             said.append(f"the KV pool ran short at {self.agents} agents ({self.preemptions:,} preemptions): there the "

@@ -3,7 +3,7 @@
 The closed-loop solve needs means (per-call work, KV-byte-seconds per session)
 and the task-latency tail needs their spread across sessions. Both come from
 one seeded sample of ``SESSION_SAMPLES`` sessions drawn from the workload's
-distributions. Each call is a row of flat numpy arrays (no Python loop per
+distributions (:mod:`apmw.capacity.session_draw`), then priced here. Each call is a row of flat numpy arrays (no Python loop per
 call); per-session sums use ``np.add.reduceat``. Each quantity is drawn on its
 own strata (median Latin hypercube, :func:`apmw.spec.distribution.stratified_uniforms`),
 so every sample meets the top of a heavy-tailed prompt table in its share: drawn
@@ -42,14 +42,15 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
+from typing import Callable
 
 import numpy as np
 
 from apmw.capacity.routing import check_routable, routing_of, routing_sources
+from apmw.capacity.session_draw import DrawnCalls, draw_calls
 from apmw.perf import Replica
-from apmw.errors import ApmwError
-from apmw.spec import Spec
-from apmw.spec.distribution import stratified_uniforms, whole_at
+from apmw.spec import Spec, Workload
+from apmw.spec.distribution import stratified_uniforms
 
 # Sessions drawn per plan: at least SESSION_SAMPLES, and enough to hold about
 # TARGET_CALLS calls (short sessions need more of them for stable per-call means),
@@ -163,20 +164,6 @@ def _sum_by_session(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values, starts) if len(values) else np.zeros(len(starts))
 
 
-def _summarised(history: np.ndarray, room: int, summary: int) -> tuple[np.ndarray, np.ndarray]:
-    """History after summarisation, and the number of summaries written before each call.
-
-    Each time the history (beyond the system prompt) reaches ``room`` tokens it is
-    replaced by a ``summary``-token summary, so it cycles through [summary, room)
-    with period ``room - summary``. Resets are taken to happen exactly at the cap
-    (the overshoot of the call that crossed it is ignored).
-    """
-    over = history >= room
-    resets = np.where(over, np.floor((history - summary) / (room - summary)), 0.0)
-    capped = np.where(over, summary + np.mod(history - summary, room - summary), history)
-    return capped, resets
-
-
 def default_session_count(spec: Spec) -> int:
     calls = spec.workload.steps_per_task.mean * spec.workload.calls_per_step.mean
     return int(np.clip(np.ceil(TARGET_CALLS / max(calls, 1.0)), SESSION_SAMPLES, MAX_SESSION_SAMPLES))
@@ -259,6 +246,91 @@ def _sample(spec: Spec, replica: Replica, sessions: int | None, seed: int | None
     return list(_SAMPLES[key])
 
 
+@dataclass(frozen=True)
+class _Contexts:
+    """What the serving policy (and the routing) does with each call's context, per call in session order."""
+
+    kept: np.ndarray           # bool: the call finds its session's context (only its new tokens are prefilled)
+    freed: np.ndarray          # bool: its context was freed at the tool wait before it (found only as cache)
+    freed_s: np.ndarray        # for those: seconds it waited in the prefix cache
+    hold_s: np.ndarray         # seconds the context stays pinned in KV over the tool wait after the call
+    offload_s: np.ndarray      # seconds of reloading an offloaded context before the call
+    routed: _Routed | None     # where a routing spreads a task's calls over replicas
+
+
+def _contexts(spec: Spec, replica: Replica, calls: DrawnCalls, seed: int, shared: float,
+              kv: Callable[[np.ndarray], np.ndarray]) -> _Contexts:
+    """Which calls find their context under ``serving.tool_wait_kv_policy`` (and ``fleet.routing``), and how long
+    each is held in KV over its tool wait: ``retain`` pins it, ``ttl`` pins it up to its limit, ``offload`` moves
+    it to host memory and back, ``evict`` frees it to the LRU prefix cache. Without prefix caching every call is a
+    fresh request."""
+    sv, n = spec.serving, calls.calls
+    policy, after_wait = sv.tool_wait_kv_policy, calls.after_wait
+    ttl_s = sv.ttl_s if sv.ttl_s is not None else 0.0     # set whenever policy is 'ttl' (apmw.spec.Serving)
+    if not sv.prefix_caching:
+        kept = np.zeros(n, dtype=bool)
+    elif policy in ("retain", "offload"):
+        kept = ~calls.first_in_session
+    elif policy == "ttl":
+        kept = ~calls.first_in_session & (calls.wait_before <= ttl_s)
+    else:                                          # evict
+        kept = ~calls.first_in_session & ~after_wait
+    freed = (~kept & after_wait) if sv.prefix_caching else np.zeros(n, dtype=bool)
+    freed_s = (calls.wait_before - (ttl_s if policy == "ttl" else 0.0))[freed]
+    if policy == "retain" and sv.prefix_caching:
+        hold_s = calls.wait_after
+    elif policy == "ttl" and sv.prefix_caching:
+        hold_s = np.minimum(calls.wait_after, ttl_s)
+    else:
+        hold_s = np.zeros(n)
+    offload_s = np.zeros(n)
+    if policy == "offload" and sv.prefix_caching:
+        offload_s = np.where(after_wait, kv(calls.history) / sv.offload_bandwidth_bytes_per_s, 0.0)
+    routing = routing_of(spec)
+    routed = None
+    if routing.spreads and sv.prefix_caching:
+        check_routable(spec, replica.policy.slot_prompt_cache)
+        routed = _routed(calls.session_of_call, routing, seed, calls.prompt, calls.out, calls.wait_before,
+                         calls.wait_after, calls.calls_per_session, policy, ttl_s, shared)
+        kept, freed, freed_s = routed.kept, routed.freed, routed.freed_s
+    return _Contexts(kept=kept, freed=freed, freed_s=freed_s, hold_s=hold_s, offload_s=offload_s, routed=routed)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The calls priced: the drawn ones, then one summary call per history reset (each session's, at its end)."""
+
+    session: np.ndarray        # the session of each row
+    calls_per_session: np.ndarray
+    prompt: np.ndarray
+    history: np.ndarray
+    out: np.ndarray
+    hold_s: np.ndarray
+    offload_s: np.ndarray
+    summaries: int             # the rows past the drawn calls
+
+
+def _with_summary_calls(w: Workload, calls: DrawnCalls, contexts: _Contexts) -> _Rows:
+    """The rows to price: with ``workload.summarize_at_tokens``, one summary call per reset, which reads the full
+    context at the cap and one instruction token (the context retained, only that token is prefilled) and writes
+    ``summary_tokens``."""
+    rows = _Rows(session=calls.session_of_call, calls_per_session=calls.calls_per_session, prompt=calls.prompt,
+                 history=calls.history, out=calls.out, hold_s=contexts.hold_s, offload_s=contexts.offload_s,
+                 summaries=0)
+    if w.summarize_at_tokens is None:
+        return rows
+    summaries = calls.resets[calls.last_call].astype(np.int64)
+    extra = int(summaries.sum())
+    at = float(w.summarize_at_tokens)
+    return _Rows(session=np.concatenate((rows.session, np.repeat(np.arange(calls.sessions), summaries))),
+                 calls_per_session=rows.calls_per_session + summaries,
+                 prompt=np.concatenate((rows.prompt, np.full(extra, at + 1))),
+                 history=np.concatenate((rows.history, np.full(extra, at))),
+                 out=np.concatenate((rows.out, np.full(extra, float(w.summary_tokens)))),
+                 hold_s=np.concatenate((rows.hold_s, np.zeros(extra))),
+                 offload_s=np.concatenate((rows.offload_s, np.zeros(extra))), summaries=extra)
+
+
 def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
             variants: tuple[str, ...]) -> list[SessionSample]:
     """Sample sessions once and price them as each of ``variants`` says.
@@ -272,124 +344,29 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
     cache's free memory (or the KV overflow) implies.
     """
     w, sv, arch = spec.workload, spec.serving, replica.arch
-    rng = np.random.default_rng(seed)
     kv_dtype = spec.model.kv_dtype
-
-    # every quantity drawn on its own strata (stratified_uniforms): a plan's tails move far less with its seed
-    def draw(d, size: int, minimum: int = 0) -> np.ndarray:
-        return whole_at(d, stratified_uniforms(rng, size), minimum)
-
-    steps = draw(w.steps_per_task, sessions, 1)
-    total_steps = int(steps.sum())
-    calls_in_step = draw(w.calls_per_step, total_steps, 1)
-    wait_after_step = w.tool_wait_s.at(stratified_uniforms(rng, total_steps))
-    n_calls = int(calls_in_step.sum())
-    if n_calls > 5e7:
-        raise ApmwError(f"the workload averages {n_calls / sessions:,.0f} calls per task; apmw samples "
-                        f"{sessions} tasks and that is too many calls to hold -- check steps_per_task/calls_per_step")
-
-    step_of_call = np.repeat(np.arange(total_steps), calls_in_step)
-    session_of_step = np.repeat(np.arange(sessions), steps)
-    session_of_call = session_of_step[step_of_call]
-    step_start = np.concatenate(([0], np.cumsum(calls_in_step)[:-1]))
-    first_in_step = np.zeros(n_calls, dtype=bool)
-    first_in_step[step_start] = True
-    last_in_step = np.zeros(n_calls, dtype=bool)
-    last_in_step[np.cumsum(calls_in_step) - 1] = True
-    calls_per_session = np.bincount(session_of_call, minlength=sessions)
-    session_start = np.concatenate(([0], np.cumsum(calls_per_session)[:-1]))
-    last_call = np.cumsum(calls_per_session) - 1
-    first_in_session = np.zeros(n_calls, dtype=bool)
-    first_in_session[session_start] = True
-
-    new = draw(w.new_input_tokens_per_call, n_calls).astype(float)
-    if w.first_call_input_tokens is not None:
-        new[session_start] = draw(w.first_call_input_tokens, sessions)
-    out = draw(w.output_tokens_per_call, n_calls, 1).astype(float)
-
-    # prompt_i = system + new_1..new_i + out_1..out_{i-1}, cumulated within each session
-    grown = np.cumsum(new + out) - out
-    grown -= np.repeat(grown[session_start] - new[session_start], calls_per_session)
-    prompt = w.system_prompt_tokens + grown
-    history = prompt - new                         # context already written before this call
-
-    # the tool wait that precedes each call (none inside a step or before a task's first call)
-    wait_before = np.zeros(n_calls)
-    after_wait = first_in_step & ~first_in_session
-    wait_before[after_wait] = wait_after_step[step_of_call[after_wait] - 1]
-    wait_after = np.where(last_in_step, wait_after_step[step_of_call], 0.0)
-
-    # history summarisation: past the cap, an extra call writes a summary and the
-    # context restarts from system prompt + summary (resets counted per call)
-    resets = np.zeros(n_calls)
-    if w.summarize_at_tokens is not None:
-        past, resets = _summarised(history - w.system_prompt_tokens, w.summarize_at_tokens - w.system_prompt_tokens,
-                                   w.summary_tokens)
-        history = w.system_prompt_tokens + past
-        prompt = history + new
-    new_resets = np.diff(resets, prepend=0.0)
-    new_resets[session_start] = 0.0
-
+    rng = np.random.default_rng(seed)
+    calls = draw_calls(w, rng, sessions)
     shared = float(w.system_prompt_tokens) if sv.prefix_caching else 0.0
-    policy = sv.tool_wait_kv_policy
-    ttl_s = sv.ttl_s if sv.ttl_s is not None else 0.0     # set whenever policy is 'ttl' (apmw.spec.Serving)
-    if not sv.prefix_caching:
-        kept = np.zeros(n_calls, dtype=bool)       # every call is a fresh request
-    elif policy in ("retain", "offload"):
-        kept = ~first_in_session
-    elif policy == "ttl":
-        kept = ~first_in_session & (wait_before <= ttl_s)
-    else:                                          # evict
-        kept = ~first_in_session & ~after_wait
-    freed = (~kept & after_wait) if sv.prefix_caching else np.zeros(n_calls, dtype=bool)
-    # how long each freed context waits in the LRU cache before its session returns
-    freed_s = (wait_before - (ttl_s if policy == "ttl" else 0.0))[freed]
-    kept_calls = kept
-    routing = routing_of(spec)
-    routed = None
-    if routing.spreads and sv.prefix_caching:
-        check_routable(spec, replica.policy.slot_prompt_cache)
-        routed = _routed(session_of_call, routing, seed, prompt, out, wait_before,
-                         wait_after, calls_per_session, policy, ttl_s, shared)
-        kept_calls, freed, freed_s = routed.kept, routed.freed, routed.freed_s
-    # a call after a summary re-prefills the summary text in its new position
-    reprefill = new + new_resets * w.summary_tokens
-    full_prompt = prompt - shared
 
     def kv(tokens: np.ndarray) -> np.ndarray:
         """KV bytes one session holds for a context, the shared prefix counted elsewhere."""
         return arch.kv_bytes_for_context(tokens, kv_dtype) - (arch.kv_bytes_for_context(shared, kv_dtype)
                                                               if shared else 0.0)
 
-    if policy == "retain" and sv.prefix_caching:
-        hold_s = wait_after
-    elif policy == "ttl" and sv.prefix_caching:
-        hold_s = np.minimum(wait_after, ttl_s)
-    else:
-        hold_s = np.zeros(n_calls)
-    offload_s = np.zeros(n_calls)
-    if policy == "offload" and sv.prefix_caching:
-        offload_s = np.where(after_wait, kv(history) / sv.offload_bandwidth_bytes_per_s, 0.0)
+    contexts = _contexts(spec, replica, calls, seed, shared, kv)
+    routed, kept_calls, freed = contexts.routed, contexts.kept, contexts.freed
+    # a call after a summary re-prefills the summary text in its new position
+    reprefill = calls.new + calls.new_resets * w.summary_tokens
+    full_prompt = calls.prompt - shared
+    last_call = calls.last_call
+    rows = _with_summary_calls(w, calls, contexts)
+    prompt, out, extra_rows = rows.prompt, rows.out, rows.summaries
 
-    session_of_row = session_of_call
-    if w.summarize_at_tokens is not None:
-        # one summary call per reset: it reads the full context at the cap and one instruction token
-        # (the context retained, only that token is prefilled) and writes summary_tokens
-        summaries = resets[np.cumsum(calls_per_session) - 1].astype(np.int64)
-        extra = int(summaries.sum())
-        at = float(w.summarize_at_tokens)
-        session_of_row = np.concatenate((session_of_call, np.repeat(np.arange(sessions), summaries)))
-        history = np.concatenate((history, np.full(extra, at)))
-        prompt = np.concatenate((prompt, np.full(extra, at + 1)))
-        out = np.concatenate((out, np.full(extra, float(w.summary_tokens))))
-        hold_s = np.concatenate((hold_s, np.zeros(extra)))
-        offload_s = np.concatenate((offload_s, np.zeros(extra)))
-        calls_per_session = calls_per_session + summaries
-
-    extra_rows = len(prompt) - n_calls
-    kv_history = kv(history)                      # held while the call queues, where the context is found
-    freed_kv = kv(history[:n_calls][freed])
-    final_kv = kv(prompt[:n_calls][last_call] + out[:n_calls][last_call])
+    kv_history = kv(rows.history)                 # held while the call queues, where the context is found
+    hold_s = rows.hold_s
+    freed_kv = kv(calls.history[freed])
+    final_kv = kv(calls.prompt[last_call] + calls.out[last_call])
     if routed is not None:
         hold_s = routed.hold_s
         freed_kv = kv(routed.found_tokens[freed])
@@ -407,7 +384,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
                   else np.sort(rng.choice(n_rows, size=TAIL_CALLS, replace=False)))
 
     def per(values: np.ndarray) -> np.ndarray:
-        return np.bincount(session_of_row, weights=values, minlength=sessions)
+        return np.bincount(rows.session, weights=values, minlength=sessions)
 
     decode_weight = dec_iters.sum() or 1.0
     decode_kv = arch.kv_read_bytes_for_context(prompt + out / 2, kv_dtype)
@@ -436,14 +413,15 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
             call_prefill_attn_flops_sample=attn_flops[tail_calls], call_prefill_kv_bytes_sample=kv_read[tail_calls],
         )
 
+    n_calls = calls.calls
     own_prefill = (np.maximum(np.where(kept_calls, reprefill, full_prompt), 1.0) if routed is None
                    else np.maximum(prompt - np.where(kept_calls, routed.found_tokens, shared), 1.0))
     base = SessionSample(
         sessions=sessions,
-        calls=calls_per_session.astype(float),
+        calls=rows.calls_per_session.astype(float),
         decode_iters=per(dec_iters),
-        tool_s=_sum_by_session(wait_after_step, np.concatenate(([0], np.cumsum(steps)[:-1]))),
-        kv_transfer_s=per(offload_s),
+        tool_s=_sum_by_session(calls.wait_after_step, np.concatenate(([0], np.cumsum(calls.steps)[:-1]))),
+        kv_transfer_s=per(rows.offload_s),
         input_tokens=per(prompt),
         api_prefill_tokens=per(np.concatenate((np.maximum(reprefill, 1.0), np.ones(extra_rows)))),
         output_tokens=per(out),
@@ -462,7 +440,7 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         decode_tokens_per_iteration=float(spec_decode.verified_tokens) if spec_decode else 1.0,
         draft_cost_fraction=float(spec_decode.draft_cost_fraction) if spec_decode else 0.0,
         accepted_tokens_per_iteration=tokens_per_iter,
-        freed_s=freed_s,
+        freed_s=contexts.freed_s,
         freed_kv_bytes=freed_kv,
         final_kv_bytes=final_kv,
         queue_gamma=per(_unit_exponentials(rng, len(prompt))),      # a sum of one Exp(1) a call is Gamma(calls, 1)
@@ -470,11 +448,11 @@ def _priced(spec: Spec, replica: Replica, sessions: int, seed: int,
         call_decode_iters_sample=dec_iters[tail_calls],
         exposure_uniform=rng.random(sessions),
         timeline_kv_bytes=kv_decode[:n_calls], timeline_decode_iters=dec_iters[:n_calls],
-        timeline_prefill_iters=np.ceil(own_prefill / replica.chunk_tokens), timeline_wait_s=wait_after[:n_calls],
+        timeline_prefill_iters=np.ceil(own_prefill / replica.chunk_tokens), timeline_wait_s=calls.wait_after,
         **priced(kept_calls),
     )
     found = {AS_POLICY: kept_calls, FREED_FOUND: kept_calls | freed,
-             RETAINED_LOST: kept_calls & (~after_wait if routed is None else routed.no_wait)}
+             RETAINED_LOST: kept_calls & (~calls.after_wait if routed is None else routed.no_wait)}
     return [base if v == AS_POLICY else replace(base, **priced(found[v])) for v in variants]
 
 

@@ -174,19 +174,10 @@ def predict(
     if kv_dtype is None:
         kv_dtype = _checkpoint_kv_dtype(model)
     if disagg:
-        if scheduler_recv_interval not in (None, 1):
-            fail("--scheduler-recv-interval is not modelled with --disagg (the decode workers take requests from "
-                 "the prefill workers' transfers, not the tokenizer's poll); leave it out")
-        if by_rate:
-            fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
-        unread = [flag for flag, value in (("--mixed-prefill/--prefill-first", mixed_prefill),
-                                           ("--overlap-scheduling/--no-overlap-scheduling", overlap_scheduling),
-                                           ("--length-spread", length_spread),
-                                           ("--requests-per-client", requests_per_client)) if value is not None]
-        if unread:
-            fail(f"{', '.join(unread)}: not modelled with --disagg (the prefill workers run prompts alone and the "
-                 "decode workers decode alone; requests are of the given lengths, in their steady state); leave "
-                 f"{'it' if len(unread) == 1 else 'them'} out")
+        _refuse_unmodelled_with_disagg(by_rate, scheduler_recv_interval, {
+            "--mixed-prefill/--prefill-first": mixed_prefill,
+            "--overlap-scheduling/--no-overlap-scheduling": overlap_scheduling,
+            "--length-spread": length_spread, "--requests-per-client": requests_per_client})
         sides = {side: _workers(count, tp if t is None else t, _layout(
             pp if p_ is None else p_, dp_attention if d is None else d, moe_tp if m is None else m, ep if e is None else e))
             for side, count, t, p_, d, m, e in (
@@ -234,7 +225,29 @@ def predict(
         emit_json({key: levels[0], **p.to_dict()} if by_rate else p.to_dict())
         return
     load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]}"
-    table = Table(title=f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens, {load} ({engine})")
+    print_table(_prediction_table(p, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens, {load} ({engine})",
+                                  engine, max_batch is not None))
+    out.print(f"[dim]{p.source_detail}[/]")
+    _print_model_source(model)
+
+
+def _refuse_unmodelled_with_disagg(by_rate: bool, scheduler_recv_interval: int | None, unread: dict) -> None:
+    """Refuse the options a disaggregated prediction does not read (``unread``: flag -> value given or None)."""
+    if scheduler_recv_interval not in (None, 1):
+        fail("--scheduler-recv-interval is not modelled with --disagg (the decode workers take requests from "
+             "the prefill workers' transfers, not the tokenizer's poll); leave it out")
+    if by_rate:
+        fail("--disagg predicts a fixed --concurrency; --request-rate is not modelled for it")
+    given = [flag for flag, value in unread.items() if value is not None]
+    if given:
+        fail(f"{', '.join(given)}: not modelled with --disagg (the prefill workers run prompts alone and the "
+             "decode workers decode alone; requests are of the given lengths, in their steady state); leave "
+             f"{'it' if len(given) == 1 else 'them'} out")
+
+
+def _prediction_table(p, title: str, engine: str, given_max_batch: bool) -> Table:
+    """One prediction as the terminal shows it: TTFT and its parts, TPOT, throughput, what the engine does, power."""
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
@@ -246,7 +259,7 @@ def predict(
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
     if p.queued_requests:
-        table.add_row("running capped by", _cap(p, engine, max_batch is not None))
+        table.add_row("running capped by", _cap(p, engine, given_max_batch))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("next batch formed", "while the current iteration runs" if p.iterations_scheduled_ahead
@@ -259,9 +272,7 @@ def predict(
     table.add_row("replica power (GPUs + host share)", f"{p.replica_power_w:,.0f} W")
     table.add_row("output tokens per joule", f"{p.output_tokens_per_j:.2f}")
     table.add_row("source", p.source)
-    print_table(table)
-    out.print(f"[dim]{p.source_detail}[/]")
-    _print_model_source(model)
+    return table
 
 
 def _layout(pp: int, dp_attention: int, moe_tp: int | None, ep: int) -> dict | None:

@@ -183,16 +183,22 @@ def search(
         emit_json(d)
         _none_feasible(d, explain)
         return
+    _print_answer(d, spec, bool(check), explain)
+
+
+def _print_answer(d: dict, spec: Path, checked: bool, explain: bool) -> None:
+    """The answer in the terminal: the front as a table, the best point per objective, the best point's launch
+    line, where the spec itself ranks, the pruned points by reason (each with --explain)."""
     t = plain_table(f"apmw search: {spec} ({d['feasible']} of {d['evaluated']} points feasible)", title_justify="left")
     cols = ["settings", "N*", "agents/MW", "tokens/s per agent", "$/session", "task p95 s"]
-    if check:
+    if checked:
         cols += ["simulated N* (interval)", "simulated agents/MW"]
     for col in cols:
         t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
     for p in d["front"]:
         plain_row(t, settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
                   f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
-                  f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if check else ()))
+                  f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if checked else ()))
     print_table(t)
     for name, p in d["best"].items():
         out.print(f"best {name}: {settings_text(p['settings'])}", highlight=False, markup=False)

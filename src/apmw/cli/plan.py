@@ -66,6 +66,11 @@ def plan(
         note_gpu_basis(s.hardware.gpu)
         if s.serving.speculative is not None:
             note_draft_memory(s.serving.speculative.draft, s.serving.speculative.draft_model)
+        if s.serving.disaggregation is not None:
+            from apmw.capacity.disaggregated_benchmark import accuracy_caveat
+
+            note(f"prefill on workers of its own: its TTFT is priced as apmw predict --disagg prices it, and "
+                 f"{accuracy_caveat()}")
         if workload_from is not None:
             fitted = fit_trace(workload_from, trace_format)
             fit_notes = read_notes(fitted.summary)

@@ -344,8 +344,9 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
                     request_overhead_ms, token_budget, max_batch, kv_memory_fraction, as_json, moe_dtype,
                     engine_version, mxfp4_moe_activations, speculative) -> None:
     """`apmw predict --disagg`: one prediction per concurrency level on prefill and decode workers."""
-    from apmw.capacity.disaggregated_benchmark import predict_disaggregated
+    from apmw.capacity.disaggregated_benchmark import accuracy_caveat, predict_disaggregated
 
+    note(accuracy_caveat())
     pre, dec = sides["prefill"], sides["decode"]
     try:
         ps = [predict_disaggregated(model, gpu, weight_dtype, kv_dtype, isl, osl, c, pre, dec, engine=engine,

@@ -9,7 +9,7 @@ import pytest
 
 from apmw.capacity import plan
 from apmw.capacity.prefill_queue import own_prefill_s, prefill_queue, queued_work_s
-from apmw.spec import load_spec
+from apmw.spec import load_spec, spec_from_dict
 from tests.e2e.test_cli import EXAMPLES
 
 
@@ -147,3 +147,43 @@ def test_the_waits_are_drawn_only_where_a_ttft_is_read(monkeypatch):
     closed_loop._EVALUATIONS.clear()      # the evaluations the coding agent's plan made are not made again
     plan(load_spec(EXAMPLES / "support-chat.yaml"))        # its TTFT SLO binds: every count searched reads it
     assert len(draws) > 5
+
+
+def test_a_prompt_waits_behind_at_most_the_other_agents_prompts():
+    """A closed population: with N agents a prompt finds at most N - 1 others queued, so its wait is at most N - 1
+    of the longest services, and the mean is the cut geometric's; a queue past its utilisation cap (long prompts,
+    nothing else keeping the engine busy) no longer puts two agents' calls behind dozens of prompts."""
+    s = _queue_sample(calls=50_000)
+    per_token, base, budget = 1e-4, 0.0, 8192
+    svc = s.call_prefill_tokens_sample * per_token
+    rate = 0.9 / svc.mean()
+    uncut = prefill_queue(s, rate, per_token, base, budget, seed=2)
+    for ahead in (0, 1, 3, 12):
+        cut = prefill_queue(s, rate, per_token, base, budget, seed=2, most_ahead=ahead)
+        waits = cut.waits_s()
+        assert waits.max() <= ahead * svc.max() + 1e-12
+        assert cut.mean_s == pytest.approx(uncut.mean_s * (1 - uncut.utilisation ** ahead))
+        if ahead:
+            assert waits.mean() == pytest.approx(cut.mean_s, rel=0.1)
+            assert np.all(waits <= uncut.waits_s() + 1e-12)     # the same draws, cut: never longer
+    # far more agents than the law ever queues: the cut changes nothing, to the bit
+    many = prefill_queue(s, rate, per_token, base, budget, seed=2, most_ahead=1000)
+    assert many.mean_s == uncut.mean_s and np.array_equal(many.waits_s(), uncut.waits_s())
+
+
+def test_two_agents_sending_long_prompts_do_not_queue_behind_a_crowd():
+    """8,000-token prompts, one output token, no tool wait (fuzz round 7): every call is one prefill of about
+    0.2 s on one H100, so two agents' calls wait for at most the other's. The uncut queue sat at its
+    utilisation cap and put the task p95 at 24 s at two agents (the simulator: 0.4 s)."""
+    d = {"workload": {"name": "long prompts", "steps_per_task": 1, "calls_per_step": 1, "system_prompt_tokens": 0,
+                      "first_call_input_tokens": 8000, "new_input_tokens_per_call": 0, "output_tokens_per_call": 1,
+                      "tool_wait_s": 0},
+         "model": {"config": "meta-llama/Meta-Llama-3.1-8B"}, "hardware": {"gpu": "H100", "gpus_per_replica": 1},
+         "serving": {"max_batch": 64}, "slo": {"task_latency_p95_s": 1000},
+         "cost": {"gpu_hour_usd": 2, "electricity_usd_per_kwh": 0.1}}
+    s = spec_from_dict(d)
+    alone = plan(s, agents=1).at
+    two = plan(s, agents=2).at
+    assert alone.task_latency_p95_s == pytest.approx(0.2, rel=0.1)
+    assert two.task_latency_p95_s < 4.0          # was 24.4 s
+    assert two.task_latency_mean_s < 1.5         # was 8.4 s

@@ -27,6 +27,8 @@ variance.
 
 from __future__ import annotations
 
+import math
+
 import weakref
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -230,11 +232,13 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         # fewer); a lone agent's call finds it idle.
         seen = solve_at(curve, think, agents - 1) if agents > 1 else None
         seen_calls_per_s = seen.call_throughput_per_s if seen else 0.0
+        # at most the other agents' prompts are ahead of it (on a rank, those whose calls go to that rank)
         if on_ranks:
             queued = prefill_queue(s, seen_calls_per_s / ranks, 0.0, loop.full_chunk_iteration_s, rank_budget,
-                                   spec.seed)
+                                   spec.seed, most_ahead=math.ceil(agents / ranks) - 1)
         else:
-            queued = prefill_queue(s, seen_calls_per_s, per_prefill_token, t_base, policy.token_budget, spec.seed)
+            queued = prefill_queue(s, seen_calls_per_s, per_prefill_token, t_base, policy.token_budget, spec.seed,
+                                   most_ahead=agents - 1)
         prefill_wait = queued.mean_s
         # a call that finds the engine busy waits for the iteration in flight (half of one on
         # average; half of the span between the scheduler's polls where it polls less often) and,

@@ -23,6 +23,14 @@ prompts the sum is heavy-tailed too (one long prompt holds the budget for minute
 that arrives meanwhile waits behind it), which an exponential of the same mean does not carry: on
 support-chat at 4 x H100 and 75-115 agents the exponential put the TTFT p95 at 3.8-5.0 s where the
 simulator gives 5.3-9.7 s (docs/simulate.md, "Long prompts in the prefill queue").
+
+**A closed population.** ``N`` agents each have at most one call in flight, so a prompt finds at most ``N - 1``
+others ahead of it (``most_ahead``; on an attention-DP rank, the other agents whose calls go to that rank): ``K``
+is the geometric law cut there, ``P(K >= k) = rho^k`` for ``k <= N - 1`` and 0 beyond, and the mean wait is the
+Pollaczek-Khinchine mean times ``1 - rho^(N-1)``. Where prompts are long and nothing else keeps the engine busy
+(8,000-token prompts, one output token, no tool wait: every call is a prefill), ``rho`` nears 1 and the
+uncut law put a call behind dozens of prompts at two agents, 8 s where the simulator gives 0.4 s (fuzz round 7).
+The cut changes nothing where ``rho^(N-1)`` is below a float's resolution, the loads plans are read at.
 """
 
 from __future__ import annotations
@@ -118,13 +126,15 @@ class PrefillQueue:
     utilisation: float
     services_s: np.ndarray
     seed: int
+    most_ahead: int = MAX_QUEUED      # the other calls that can be queued at all (module docstring)
 
     def waits_s(self) -> np.ndarray:
         """One draw of the wait per sampled call, from its exact law."""
         svc, rho = self.services_s, self.utilisation
         if rho <= 0:
             return np.zeros(len(svc))
-        queued = np.minimum(np.floor(_log_uniforms(self.seed, len(svc)) / math.log(rho)), MAX_QUEUED).astype(np.int64)
+        queued = np.minimum(np.floor(_log_uniforms(self.seed, len(svc)) / math.log(rho)),
+                            min(MAX_QUEUED, self.most_ahead)).astype(np.int64)
         waiting = np.flatnonzero(queued)
         if not len(waiting):
             return np.zeros(len(svc))
@@ -145,17 +155,20 @@ class PrefillQueue:
 
 
 def prefill_queue(s, calls_per_s: float, per_prefill_token_s: float, base_s: float, budget_tokens: int,
-                  seed: int) -> PrefillQueue:
-    """The wait behind other prompts' prefill when calls arrive at ``calls_per_s``. The calls' services total
-    their prefill tokens at the marginal cost per token plus their share of each packed iteration's base time,
-    shared out as the work the step model prices for each (:func:`queued_work_s`)."""
+                  seed: int, most_ahead: int = MAX_QUEUED) -> PrefillQueue:
+    """The wait behind other prompts' prefill when calls arrive at ``calls_per_s``, at most ``most_ahead`` of them
+    (the other agents: module docstring). The calls' services total their prefill tokens at the marginal cost per
+    token plus their share of each packed iteration's base time, shared out as the work the step model prices for
+    each (:func:`queued_work_s`)."""
     tokens = s.call_prefill_tokens_sample
     line = tokens * (per_prefill_token_s + base_s / budget_tokens)
     svc = queued_work_s(s.call_prefill_attention_s_sample, tokens, float(line.sum()))
     rho = min(calls_per_s * float(svc.mean()), MAX_PREFILL_QUEUE_UTILISATION) if len(svc) else 0.0
-    if rho <= 0:
-        return PrefillQueue(0.0, 0.0, svc, seed)
-    return PrefillQueue(calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho)), rho, svc, seed)
+    if rho <= 0 or most_ahead < 1:
+        return PrefillQueue(0.0, 0.0, svc, seed, most_ahead)
+    mean = calls_per_s * float((svc ** 2).mean()) / (2 * (1 - rho))
+    # E[min(K, m)] = rho (1 - rho^m) / (1 - rho): the uncut mean times 1 - rho^m
+    return PrefillQueue(mean * (1.0 - rho ** most_ahead), rho, svc, seed, most_ahead)
 
 
 # The stream of the queue lengths' strata, apart from every other draw of a seed.

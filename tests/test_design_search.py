@@ -624,3 +624,27 @@ def load_spec_plan_n(settings: dict) -> int:
     from apmw.spec.load import load_yaml
 
     return plan(spec_from_dict(with_settings(load_yaml(EXAMPLES / "support-chat.yaml"), settings))).at.agents
+
+
+@pytest.mark.parametrize("engine,prefix", [("vllm", "vllm serve"), ("sglang", "--model-path"), ("trtllm", "trtllm-serve")])
+def test_a_config_file_launches_as_its_checkpoint_folder(tmp_path, engine, prefix):
+    """Engines load a checkpoint folder (or a hub id), not a config.json: a point whose model.config is the file
+    launches its folder, shell-quoted (fuzz round 7 found `vllm serve .../cfgdir/config.json`)."""
+    import shutil
+
+    import yaml
+
+    from apmw.capacity import plan
+    from apmw.design_search import launch_flags
+    from apmw.spec import spec_from_dict
+    folder = tmp_path / "my checkpoint"
+    folder.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "src" / "apmw" / "catalog" / "data" / "models"
+                / "meta-llama--Meta-Llama-3.1-8B.json", folder / "config.json")
+    d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "support-chat.yaml").read_text())
+    d["model"] = {"config": str(folder / "config.json"), "weight_dtype": "bf16", "kv_dtype": "bf16"}
+    d["hardware"]["gpus_per_replica"] = 1
+    d["serving"]["engine"] = engine
+    line = launch_flags(plan(spec_from_dict(d)))
+    assert f"{prefix} '{folder}' " in line, line
+    assert "config.json" not in line.split("#")[0]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from pathlib import PurePath
 
 from apmw.capacity import InfeasibleError, plan
 from apmw.design_search.space import with_settings
@@ -58,7 +60,7 @@ def launch_flags(result) -> str:
     layout: a frontend, the prefill workers (``--prefill-workers``, each on its own GPUs) and the decode
     worker, as AIConfigurator 0.12.0 writes them (its generator templates, backend_templates/*/run.sh.j2)."""
     spec, policy = _with_priced_drafts(result), result.replica.policy
-    model, layout = spec.model.config, result.replica.step.parallel
+    model, layout = served_model(spec.model.config), result.replica.step.parallel
     disaggregation = spec.serving.disaggregation
     if policy.engine == "llamacpp":
         return _noted(_llama_server(spec, policy), _offload_note(spec, policy.engine))
@@ -105,7 +107,8 @@ def _with_weights(line: str, spec, engine: str) -> str:
     stored = named or config_weight_dtype(model)
     said = []
     if stored is None and priced == "fp8" and engine in ("vllm", "sglang"):
-        line = line.replace(f" {model} ", f" {model} --quantization fp8 ", 1)
+        served = served_model(model)
+        line = line.replace(f" {served} ", f" {served} --quantization fp8 ", 1)
     elif stored is not None and stored != priced:
         said.append(f"priced at {priced} weights, but {model} stores {stored}")
     elif stored is None and priced not in ("bf16", "fp16"):
@@ -153,12 +156,25 @@ def _llama_server(spec, policy) -> str:
                if kv else ""))
 
 
+def served_model(config: str) -> str:
+    """What a launch line points the engine at for ``model.config``, shell-quoted: a hub id or a checkpoint folder
+    as given; for a path to a ``config.json``, its folder (the engines load a checkpoint folder, which holds the
+    config beside the weights, not the file); for another JSON file, a placeholder naming it (its folder need not
+    be the checkpoint)."""
+    path = PurePath(config)
+    if path.name == "config.json":
+        return shlex.quote(str(path.parent))
+    if path.suffix.lower() == ".json":
+        return f"<checkpoint folder of {config}>"
+    return shlex.quote(config)
+
+
 # vLLM's KV hand-off between Dynamo workers (NIXL), as AIConfigurator's templates set it.
 NIXL_KV_TRANSFER = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
 
 
 def _dynamo_worker(spec, policy, layout: Layout, role: str) -> str:
-    model = spec.model.config
+    model = served_model(spec.model.config)
     if policy.engine == "trtllm":       # Dynamo's TensorRT-LLM worker reads its engine settings from a YAML file
         return (f"python3 -m dynamo.trtllm --model-path {model} --extra-engine-args {role}.yaml "
                 f"--disaggregation-mode {role}  # {role}.yaml: {{{_trtllm_yaml(spec, policy, layout, spec.serving.speculative)}}}")

@@ -255,3 +255,25 @@ def test_a_float64_ssm_state_is_eight_bytes(tmp_path):
         return load_architecture(str(_edited(tmp_path, "Qwen--Qwen3.5-397B-A17B",
                                              lambda c: c["text_config"].update(mamba_ssm_dtype=dtype))))
     assert ssm("float64").linear_state_bytes_per_sequence > ssm("float32").linear_state_bytes_per_sequence
+
+
+def test_a_config_without_a_context_window_is_said_to_leave_prompts_unchecked(tmp_path, capsys):
+    """A config.json without max_position_embeddings reads (the window is not needed to price a step), but nothing
+    then checks prompts against the window: `apmw model` lists that among its notes and `apmw predict` says it
+    (fuzz round 7: a 500,000-token prompt on such a copy of Llama-3.1-8B was priced without a word)."""
+    from apmw.arch.config import UNKNOWN_WINDOW
+
+    cfg = json.loads((MODELS / f"{LLAMA}.json").read_text())
+    del cfg["max_position_embeddings"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    arch = load_architecture(str(path))
+    assert arch.max_context_tokens is None and UNKNOWN_WINDOW in arch.notes
+    assert UNKNOWN_WINDOW not in load_architecture(str(MODELS / f"{LLAMA}.json")).notes
+    with mock.patch.object(sys, "argv", ["apmw", "predict", "--model", str(path), "--gpu", "H200", "--tp", "8",
+                                         "--kv-dtype", "bf16", "--isl", "500000", "--osl", "100",
+                                         "--concurrency", "1", "--json"]):
+        with pytest.raises(SystemExit) as ended:
+            main()
+    assert ended.value.code in (0, None)
+    assert UNKNOWN_WINDOW in " ".join(capsys.readouterr().err.split())

@@ -233,4 +233,11 @@ def ignored_notes(c: Cfg) -> list[str]:
     if c.get("index_topk") is not None:
         notes.append(("V4" if c.model_type == "deepseek_v4" else "DSA")
                      + " indexer keys counted in the KV cache at the KV dtype")
+    if c.get("max_position_embeddings") is None:
+        notes.append(UNKNOWN_WINDOW)
     return notes
+
+
+# Said where a config gives no context window: apmw checks prompts against max_position_embeddings.
+UNKNOWN_WINDOW = ("no max_position_embeddings: the context window is unknown, so prompts longer than the model "
+                  "serves are neither refused nor warned about")

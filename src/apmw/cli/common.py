@@ -379,6 +379,20 @@ def note_speculation_loss(figures: dict | None) -> None:
              "than without it; a smaller draft, or fewer draft tokens, or none")
 
 
+def note_context_window(model: str) -> None:
+    """Say so when the model's config gives no context window, so that prompts past it go unchecked."""
+    from apmw.arch import load_architecture
+    from apmw.arch.config import UNKNOWN_WINDOW
+    from apmw.errors import ApmwError
+
+    try:
+        arch = load_architecture(model)
+    except ApmwError:
+        return          # the verb reports a config it cannot read itself
+    if arch.max_context_tokens is None:
+        note(f"'{model}': {UNKNOWN_WINDOW}")
+
+
 def note_checkpoint_dtype(model: str, weight_dtype: str, moe_dtype: str | None = None) -> None:
     """Say so when a checkpoint's name, or else its config.json, states other weights than the dtypes being
     priced ("...-FP8", or DeepSeek-R1's fp8 quantization_config, priced at bf16; DeepSeek-V4's fp4 experts beside

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_gpu_basis,
+from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis,
                               note_draft_memory, note_moe_exchange, note_speculation_loss,
                               note_tensor_parallel_scaleout, out, warn, print_table)
 from apmw.errors import ApmwError
@@ -63,6 +63,7 @@ def plan(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
+        note_context_window(s.model.config)
         note_gpu_basis(s.hardware.gpu)
         if s.serving.speculative is not None:
             note_draft_memory(s.serving.speculative.draft, s.serving.speculative.draft_model)

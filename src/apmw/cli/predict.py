@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_draft_memory, note_gpu_basis,
+from apmw.cli.common import (app, emit_json, fail, note, note_checkpoint_dtype, note_context_window, note_draft_memory, note_gpu_basis,
                              note_scaleout, note_speculation_loss, out, print_table)
 from apmw.errors import ApmwError
 
@@ -198,6 +198,7 @@ def predict(
                   kv_memory_fraction=kv_memory_fraction,
                   request_overhead_s=None if request_overhead_ms is None else request_overhead_ms / 1e3)
     note_checkpoint_dtype(model, weight_dtype, moe_dtype)
+    note_context_window(model)
     note_gpu_basis(gpu)
     try:
         if by_rate:

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype,
+from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype, note_context_window,
                              note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text, print_table)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
@@ -123,6 +123,7 @@ def search(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
+        note_context_window(s.model.config)
         if space is None:
             axes = default_space(spec_document(s), moe=load_architecture(s.model.config).num_experts > 0)
         else:

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, err, fail, note, note_checkpoint_dtype, note_gpu_basis, out, parse_sweep,
+from apmw.cli.common import (app, emit_json, err, fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis, out, parse_sweep,
                              print_table, warn)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
@@ -156,6 +156,7 @@ def simulate(
     try:
         s = load_spec(spec)
         note_checkpoint_dtype(s.model.config, s.model.weight_dtype, s.model.moe_dtype)
+        note_context_window(s.model.config)
         note_gpu_basis(s.hardware.gpu)
         kw = dict(warmup_s=warmup_s, fast=not reference, start_together=start_together)
         trace_notes = None

@@ -648,3 +648,26 @@ def test_a_config_file_launches_as_its_checkpoint_folder(tmp_path, engine, prefi
     line = launch_flags(plan(spec_from_dict(d)))
     assert f"{prefix} '{folder}' " in line, line
     assert "config.json" not in line.split("#")[0]
+
+
+def test_null_on_an_axis_leaves_the_field_out():
+    """`null` on an axis means "leave the field out" (docs/search.md), for any field: the point takes the field's
+    default, as the spec without it would (fuzz round 7: `hardware.gpus_per_replica: [null]` and
+    `serving.prefix_caching: [null]` were pruned as "Input should be a valid integer/boolean")."""
+    from apmw.capacity import plan
+    from apmw.design_search.space import check_paths
+
+    d = small_spec_dict()
+    d["hardware"]["gpus_per_replica"] = 2
+    d["serving"] = {"prefix_caching": False}
+    spec = spec_from_dict(d)
+    answer = search(spec, {"hardware.gpus_per_replica": [None], "serving.prefix_caching": [None]})
+    assert not answer.pruned, answer.pruned
+    defaults = json.loads(json.dumps(d))
+    del defaults["hardware"]["gpus_per_replica"]
+    del defaults["serving"]["prefix_caching"]
+    assert answer.points[0].figures["agents_per_replica"] == plan(spec_from_dict(defaults)).agents_per_replica
+    # a misspelt field is still refused, whatever the axis holds
+    for values in ([None], [None, 4]):
+        with pytest.raises(ApmwError, match="max_batchx: unknown field"):
+            check_paths(d, {"serving.max_batchx": values})

@@ -282,8 +282,10 @@ def check_paths(base: dict, axes: dict[str, list]) -> None:
                          f"an axis may then vary) or " if isinstance(node, str) else "")
                 raise ApmwError(f"the space's axis {path}: the spec gives {at} as {node!r}, a value with nothing under "
                                 f"it; {named}vary {at} itself")
-        try:
-            spec_from_dict(with_settings(base, {path: values[0]}), path="search space")
+        try:       # a value, not null (a null leaves the field out, where an unknown field would go unseen); an axis
+            #          of nulls alone is probed with a 0: only the unknown-field verdict is read
+            probe = next((v for v in values if v is not None), 0)
+            spec_from_dict(with_settings(base, {path: probe}), path="search space")
         except SpecError as exc:
             unknown = [line.strip() for line in str(exc).splitlines() if line.strip().startswith(f"{path}: unknown field")]
             if unknown:
@@ -291,14 +293,18 @@ def check_paths(base: dict, axes: dict[str, list]) -> None:
 
 
 def with_settings(base: dict, settings: dict) -> dict:
-    """The spec document ``base`` with each dotted path of ``settings`` set (sections created)."""
+    """The spec document ``base`` with each dotted path of ``settings`` set (sections created); a path set to None
+    is left out, so that the field takes its default (``null`` on an axis: "leave the field out")."""
     d = copy.deepcopy(base)
     for path, value in settings.items():
         node = d
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
-        node[leaf] = value
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
     return d
 
 

@@ -360,3 +360,20 @@ def test_a_per_token_slo_where_no_call_outputs_a_second_token_is_refused(slo):
             attempt()
     d["slo"] = {"task_latency_p95_s": 120}
     assert plan(spec_from_dict(d)).at.agents > 0
+
+
+def test_an_slo_below_a_lone_agent_s_task_names_the_latency_in_milliseconds():
+    """A task of a few milliseconds is said as such, and the SLO it would need to at least three digits, not
+    "0.0 s" and "at least 0 s" (fuzz round 7)."""
+    d = small_spec_dict()
+    d["workload"] = {"steps_per_task": 1, "system_prompt_tokens": 0, "new_input_tokens_per_call": 1,
+                     "output_tokens_per_call": 1, "tool_wait_s": 0}
+    d["slo"] = {"task_latency_p95_s": 0.0001}
+    with pytest.raises(InfeasibleError) as refused:
+        plan(spec_from_dict(d))
+    text = str(refused.value)
+    assert " 0.0 s" not in text and "at least 0 s" not in text
+    need = float(text.split("an SLO of at least ")[1].split(" s")[0])
+    p95 = plan(spec_from_dict({**d, "slo": {"task_latency_p95_s": 10.0}}), agents=1).at.task_latency_p95_s
+    assert p95 <= need <= 1.01 * p95
+    assert f"{p95 * 1e3:.1f} ms" in text

@@ -145,3 +145,18 @@ def test_a_sweep_row_that_misses_an_slo_names_it(tmp_path):
     table = run(str(path), "--agents-sweep", "1:2:1", "--duration-s", "100")
     assert table.returncode == 0, table.stderr
     assert table.stdout.count("no: ttft_p95") == 2
+
+
+def test_auto_is_read_in_any_case_and_a_bad_sweep_names_it(tmp_path):
+    """`--agents-sweep AUTO` is `auto`; a sweep simulate cannot read says both forms it takes (fuzz round 7: the
+    error named only a:b[:step], though the help offers auto)."""
+    from apmw.cli.common import parse_sweep
+    from apmw.errors import ApmwError
+
+    with pytest.raises(ApmwError, match=r"e\.g\. 10:100:10, or auto$"):
+        parse_sweep("AUTO!", also="auto")
+    with pytest.raises(ApmwError, match=r"e\.g\. 10:100:10$"):
+        parse_sweep("x")            # bench's sweep has no auto
+    r = run(_spec(tmp_path), "--agents-sweep", "AUTO", "--duration-s", "60", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["curve"]) > 1

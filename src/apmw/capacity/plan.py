@@ -7,6 +7,8 @@ and returns a :class:`Plan` whose :meth:`Plan.to_dict` is the stable JSON of
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from apmw.capacity.api_inputs import check_agents, require_spec
@@ -15,7 +17,7 @@ from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd,
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.routing import routing_of
 from apmw.capacity.search import MAX_AGENTS, SearchResult, search
-from apmw.capacity.slo import slo_table, warnings_for
+from apmw.capacity.slo import seconds_text, slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, Replica, StepModel, replica_from_spec
@@ -27,6 +29,20 @@ from apmw.spec import Spec
 NO_KV_ROOM = "one session's KV exceeds the replica's KV memory"
 NO_SLO = "no number of agents meets the SLO"
 
+
+
+def _seconds(value: float) -> str:
+    """A task latency in a message: to 0.1 s, or in milliseconds below a second (a 6 ms task is not "0.0 s")."""
+    return f"{value:.1f} s" if value >= 1 else seconds_text(value)
+
+
+def _at_least_s(value: float) -> str:
+    """The least SLO, in seconds, that ``value`` meets: whole seconds from one up, else three significant digits
+    rounded up (0.0061 s, not 0 s)."""
+    if value >= 1:
+        return f"{value:.0f}"
+    step = 10.0 ** (math.floor(math.log10(value)) - 2) if value > 0 else 1e-6
+    return f"{math.ceil(value / step) * step:.3g}"
 
 class InfeasibleError(ApmwError):
     """No number of agents meets the SLO on this replica, or fits its KV memory (CLI exit code 2); ``cause`` says
@@ -189,7 +205,7 @@ def _explain_infeasible(spec: Spec, replica: Replica, result: SearchResult) -> s
     parts = {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s, "tool": ev.tool_s,
              "kv_transfer": ev.kv_transfer_s}
     top = max(parts, key=lambda k: parts[k])
-    detail = ", ".join(f"{k} {v:.1f} s" for k, v in parts.items() if v > 0)
+    detail = ", ".join(f"{k} {_seconds(v)}" for k, v in parts.items() if v > 0)
     slo, missed = spec.slo, set(ev.slo.failed)
     failures = []
     if "task_latency_p95" in missed:
@@ -217,9 +233,9 @@ def _explain_infeasible(spec: Spec, replica: Replica, result: SearchResult) -> s
         else:
             need = "a faster replica (more GPUs per replica, a faster GPU, lower-byte weights)"
         failures.append(
-            f"p95 task latency {ev.task_latency_p95_s:.1f} s against task_latency_p95_s {slo.task_latency_p95_s:g} s "
-            f"(mean {ev.task_latency_mean_s:.1f} s: {detail}; {top} dominates). Needed: an SLO of at least "
-            f"{ev.task_latency_p95_s:.0f} s, or {need}")
+            f"p95 task latency {_seconds(ev.task_latency_p95_s)} against task_latency_p95_s {slo.task_latency_p95_s:g} s "
+            f"(mean {_seconds(ev.task_latency_mean_s)}: {detail}; {top} dominates). Needed: an SLO of at least "
+            f"{_at_least_s(ev.task_latency_p95_s)} s, or {need}")
     if "ttft_p95" in missed:
         failures.append(
             f"TTFT p95 {ev.ttft_p95_s:.3f} s against ttft_p95_s {slo.ttft_p95_s:g} s (prefill of the longest prompts "

@@ -268,16 +268,18 @@ def emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-def parse_sweep(text: str, most_agents: int | None = None, most_points: int | None = None) -> list[int]:
+def parse_sweep(text: str, most_agents: int | None = None, most_points: int | None = None,
+                also: str | None = None) -> list[int]:
     """``--agents-sweep a:b[:step]`` -> [a, a+step, ..., <= b] (step 1 left out), as simulate and bench read it;
-    a clear error otherwise, and where a verb bounds them, past ``most_agents`` or ``most_points``."""
+    a clear error otherwise (naming ``also``, a word the verb reads besides), and where a verb bounds them, past
+    ``most_agents`` or ``most_points``."""
     try:
         parts = [int(p) for p in text.split(":")]
     except ValueError:
         parts = []
     if len(parts) not in (2, 3) or parts[0] < 1 or parts[1] < parts[0] or (len(parts) == 3 and parts[2] < 1):
         raise ApmwError(f"--agents-sweep {text!r}: give a:b[:step] with whole numbers 1 <= a <= b and step >= 1 "
-                        "(1 when left out), e.g. 10:100:10")
+                        "(1 when left out), e.g. 10:100:10" + (f", or {also}" if also else ""))
     a, b = parts[0], parts[1]
     step = parts[2] if len(parts) == 3 else 1
     if most_agents is not None and b > most_agents:

@@ -172,8 +172,8 @@ def simulate(
             if agents_sweep is None:
                 result = run(s, agents, duration_s, seed, progress=tick, **kw)
             else:
-                counts = (auto_sweep(s) if agents_sweep == "auto"
-                          else parse_sweep(agents_sweep, MAX_AGENTS, MAX_SWEEP_POINTS))
+                counts = (auto_sweep(s) if agents_sweep.strip().lower() == "auto"
+                          else parse_sweep(agents_sweep, MAX_AGENTS, MAX_SWEEP_POINTS, also="auto"))
                 result = sweep(s, counts, duration_s, seed,
                                progress=lambda n, now, end: tick(now, end, n), **kw)
     except (ApmwError, SpecError) as exc:

@@ -70,3 +70,11 @@ def test_predict_refuses_what_the_cli_cannot_pass(change, said):
                 concurrency=8)
     with pytest.raises(apmw.ApmwError, match=said):
         apmw.predict(**{**base, **change})
+
+
+@pytest.mark.parametrize("drain", [-1.0, float("inf"), float("nan")])
+def test_simulate_refuses_a_drain_limit_that_is_not_a_duration(spec, drain):
+    """How long the tasks in flight may run on after the window: a finite number of seconds, 0 or more (fuzz
+    round 7: -1 was taken)."""
+    with pytest.raises(apmw.ApmwError, match="drain_limit_s"):
+        apmw.simulate(spec, 2, 60, drain_limit_s=drain)

@@ -176,6 +176,9 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     if not 0 <= warmup_s < duration_s:
         raise ApmwError(f"warmup_s ({warmup_s:g}) must lie in [0, duration_s={duration_s:g})")
     drain_limit_s = duration_s if drain_limit_s is None else drain_limit_s
+    if not 0 <= drain_limit_s < math.inf:
+        raise ApmwError(f"drain_limit_s ({drain_limit_s:g}) must be a finite number of seconds, at least 0 (how long "
+                        "the tasks in flight at the end may run on)")
     replica = replica_from_spec(spec) if replica is None else replica
     if tasks is None:
         sample = sample_sessions(spec, replica)

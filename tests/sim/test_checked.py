@@ -230,3 +230,14 @@ def test_tasks_longer_than_a_run_can_hold_are_not_checked_and_say_why():
     with pytest.raises(ApmwError, match="so N\\* cannot be checked"):
         check_plan(analytic)
     assert why_not_checked(plan(spec_from_dict(small_spec_dict()))) is None
+
+
+def test_a_checked_plan_that_found_no_miss_says_so_in_words():
+    """`not_found` (no simulated count missed the SLO within the counts the check runs) reads in words in the
+    plan's table; its JSON keeps the name (fuzz round 7 saw "binding: not_found")."""
+    from apmw.capacity.slo import binding_text
+
+    assert binding_text({"binding_constraint": "not_found", "binding_slo": None}) == (
+        "not found: every count simulated met the SLO")
+    assert binding_text({"binding_constraint": "kv_memory", "binding_slo": None}) == "kv_memory"
+    assert binding_text({"binding_constraint": "slo", "binding_slo": ["ttft_p95"]}) == "slo (TTFT p95)"

@@ -151,8 +151,12 @@ def slo_rows(verdict: dict) -> list[list[str]]:
     return rows
 
 
+# How a binding constraint with no short name reads in a table (the JSON keeps the name).
+BINDING_WORDS = {"not_found": "not found: every count simulated met the SLO"}
+
+
 def binding_text(p: dict) -> str:
     """The binding constraint, naming the SLO where one binds: "slo (TTFT p95)"."""
     if p.get("binding_slo"):
         return f"{p['binding_constraint']} ({', '.join(SLO_LABELS[n] for n in p['binding_slo'])})"
-    return p["binding_constraint"]
+    return BINDING_WORDS.get(p["binding_constraint"], p["binding_constraint"])

@@ -28,7 +28,6 @@ variance.
 from __future__ import annotations
 
 import math
-
 import weakref
 from dataclasses import dataclass, field
 from functools import cache, cached_property

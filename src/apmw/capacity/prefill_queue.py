@@ -30,7 +30,8 @@ is the geometric law cut there, ``P(K >= k) = rho^k`` for ``k <= N - 1`` and 0 b
 Pollaczek-Khinchine mean times ``1 - rho^(N-1)``. Where prompts are long and nothing else keeps the engine busy
 (8,000-token prompts, one output token, no tool wait: every call is a prefill), ``rho`` nears 1 and the
 uncut law put a call behind dozens of prompts at two agents, 8 s where the simulator gives 0.4 s (fuzz round 7).
-The cut changes nothing where ``rho^(N-1)`` is below a float's resolution, the loads plans are read at.
+The cut changes nothing where ``rho^(N-1)`` is below a float's resolution; where ``N`` is small and the queue
+busy it brings the plan toward the simulator (docs/simulate.md, "A closed population").
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The closed-loop solve needs means (per-call work, KV-byte-seconds per session)
 and the task-latency tail needs their spread across sessions. Both come from
 one seeded sample of ``SESSION_SAMPLES`` sessions drawn from the workload's
-distributions (:mod:`apmw.capacity.session_draw`), then priced here. Each call is a row of flat numpy arrays (no Python loop per
-call); per-session sums use ``np.add.reduceat``. Each quantity is drawn on its
+distributions (:mod:`apmw.capacity.session_draw`), then priced here. Each call
+is a row of flat numpy arrays (no Python loop per call); per-session sums use
+``np.add.reduceat``. Each quantity is drawn on its
 own strata (median Latin hypercube, :func:`apmw.spec.distribution.stratified_uniforms`),
 so every sample meets the top of a heavy-tailed prompt table in its share: drawn
 independently, support-chat's analytic N* ran from 12 to 20 agents over ten

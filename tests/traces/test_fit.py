@@ -236,3 +236,11 @@ def test_a_trace_without_sessions_gives_its_calls_per_hour_as_tasks(tmp_path):
     rates = s["tasks_per_hour"]
     assert rates == pytest.approx([8.0] * 24, rel=0.1)          # hours 0 and 1, covered twice, within a call
     assert sum(rates) / 24 == pytest.approx(8.0, rel=0.01)
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_workload_name_is_refused_not_replaced(name):
+    """`--name ""` is a slip, not a request for the file's stem (fuzz round 7: it fell back to the stem)."""
+    with pytest.raises(TraceError, match="workload name .* is empty"):
+        fit_trace(FIXTURES / "otel_genai.jsonl", name=name)
+    assert fit_trace(FIXTURES / "otel_genai.jsonl", name="support").workload.name == "support"

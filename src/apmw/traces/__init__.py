@@ -70,6 +70,8 @@ def fit_trace(path: str | Path, format: str | None = None, *, mapping: str | dic
     """
     if form not in FORMS:
         raise TraceError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
+    if name is not None and not (isinstance(name, str) and name.strip()):
+        raise TraceError(f"the workload name {name!r} is empty; give a name, or leave it out for the file's stem")
     p = formats.check_trace_file(path)
     fmt = formats.canonical(format) if format else formats.detect(p)
     errors = LineErrors(str(path), strict=strict)

@@ -157,7 +157,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
             attention_flops=decode * verify * s.call_decode_attn_flops + prefills * chunk_attn,
         )
         w = weight
-        if ranked is not None:     # over the drawn chunks (and their placements on attention-DP ranks)
+        # over the drawn chunks (and their placements on attention-DP ranks); decoders alone on one rank need none
+        if ranked is not None and (own or step.parallel.dp > 1 or np.any(drawn)):
             load = prompts_on_their_ranks(step, load, drawn, own, ranked, s, own_rank)
             w = weight[:, :, None] * ranked.weight
         t, compute_share = step.time_and_compute_share(load)
@@ -186,17 +187,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         t_prefill, share_prefill, _ = mean_time(b - others - 1, others, own=1.0)
         t_full = t_prefill
     t_decode, share_decode, decode_variance = mean_time(b - others, others)
-    # the same decoders without the other prompts' chunks: a call's own prefill rides on this (evaluate.py). It
-    # depends on the number of decoders alone, so each count is priced once and read at every (b, others)
-    t_alone = None
-    if step.parallel.dp == 1:
-        decoders = (b - others).astype(np.int64)
-        d = np.arange(int(decoders.max()) + 1, dtype=float)
-        load = IterationLoad(decode_seqs=d * verify, prefill_tokens=np.zeros_like(d),
-                             kv_read_bytes=d * s.call_decode_kv_bytes,
-                             attention_flops=d * verify * s.call_decode_attn_flops)
-        by_decoders = step.time_and_compute_share(load)[0] * (1.0 + s.draft_cost_fraction)
-        t_alone = (weight * by_decoders[decoders]).sum(axis=1)
+    # the same decoders without the other prompts' chunks: a call's own prefill rides on this (evaluate.py)
+    t_alone = None if step.parallel.dp > 1 else mean_time(b - others, np.zeros_like(others))[0]
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
     b = b[:, 0]

@@ -187,3 +187,21 @@ def test_two_agents_sending_long_prompts_do_not_queue_behind_a_crowd():
     assert alone.task_latency_p95_s == pytest.approx(0.2, rel=0.1)
     assert two.task_latency_p95_s < 4.0          # was 24.4 s
     assert two.task_latency_mean_s < 1.5         # was 8.4 s
+    # a call's own prefill rides on the decoders alone, not on the other prompts' chunks the queue already holds:
+    # at 13 agents 14 s (the simulator: 2.6 s), where the base that carried them gave 434 s
+    thirteen = plan(s, agents=13).at
+    assert thirteen.task_latency_p95_s < 30.0 and thirteen.prefill_s < 2 * alone.prefill_s
+
+
+def test_the_base_a_prefill_rides_on_leaves_the_other_prompts_out():
+    """The curve's decode iteration without the other calls' chunks: never longer than the decode iteration that
+    carries them, the same where no other call is running (one agent), and shorter once others prefill beside it."""
+    from apmw.capacity.engine_curve import engine_curve
+    from apmw.capacity.prefill_queue import priced_on
+
+    result = plan(load_spec(EXAMPLES / "support-chat.yaml"))
+    step = result.replica.step
+    curve = engine_curve(step, priced_on(step, result.sample), 64)
+    alone, carrying = curve.decode_alone_iteration_s, curve.decode_iteration_s
+    assert alone is not None and np.all(alone <= carrying + 1e-15)
+    assert alone[0] == pytest.approx(carrying[0]) and alone[-1] < carrying[-1]

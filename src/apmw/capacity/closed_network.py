@@ -65,6 +65,7 @@ class LoopState:
     batch_full_share: float          # P(b = max_batch): calls wait for a slot
     iteration_p95_s: float           # 95th percentile of the time per output token, token-weighted
     stall_variance_s2: float         # variance of a decode iteration's time with the prompts it meets
+    decode_alone_iteration_s: float  # ... of a decode iteration without the other calls' prompt chunks (EngineCurve)
 
 
 def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopState:
@@ -121,6 +122,8 @@ def solve_at(curve: EngineCurve, think_per_call_s: float, agents: int) -> LoopSt
         batch_full_share=float(batch_dist[-1]) if n >= max_batch == curve.batch_limit else 0.0,
         iteration_p95_s=iteration_p95,
         stall_variance_s2=float((flow * curve.stall_variance_s2[idx]).sum()),
+        decode_alone_iteration_s=float((flow * (curve.decode_iteration_s if curve.decode_alone_iteration_s is None
+                                                else curve.decode_alone_iteration_s)[idx]).sum()),
     )
 
 

@@ -42,6 +42,10 @@ class EngineCurve:
     #                                budget) runs in, on a rank of its own beside the others' drawn chunks; without
     #                                it, prefill_iteration_s (a call's own chunk is priced on the line through the mean)
     limit: int | None = None     # the batch limit where the rows stop short of it (None: at the last row)
+    # the decode iteration without the other calls' prompt chunks (its decoders alone): what a call's own prefill
+    # iterations are priced on, the others' prompts being the prefill queue's (evaluate.py); None where the curve
+    # does not price it apart (then the decode iteration)
+    decode_alone_iteration_s: np.ndarray | None = None
 
     @property
     def batch_limit(self) -> int:
@@ -182,6 +186,17 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
         t_prefill, share_prefill, _ = mean_time(b - others - 1, others, own=1.0)
         t_full = t_prefill
     t_decode, share_decode, decode_variance = mean_time(b - others, others)
+    # the same decoders without the other prompts' chunks: a call's own prefill rides on this (evaluate.py). It
+    # depends on the number of decoders alone, so each count is priced once and read at every (b, others)
+    t_alone = None
+    if step.parallel.dp == 1:
+        decoders = (b - others).astype(np.int64)
+        d = np.arange(int(decoders.max()) + 1, dtype=float)
+        load = IterationLoad(decode_seqs=d * verify, prefill_tokens=np.zeros_like(d),
+                             kv_read_bytes=d * s.call_decode_kv_bytes,
+                             attention_flops=d * verify * s.call_decode_attn_flops)
+        by_decoders = step.time_and_compute_share(load)[0] * (1.0 + s.draft_cost_fraction)
+        t_alone = (weight * by_decoders[decoders]).sum(axis=1)
     t = q * t_prefill + (1 - q) * t_decode
     share = (q * t_prefill * share_prefill + (1 - q) * t_decode * share_decode) / t
     b = b[:, 0]
@@ -190,7 +205,8 @@ def build_engine_curve(step: StepModel, s: SessionSample, max_batch: int, decode
     return EngineCurve(batch=b, iteration_s=t, prefill_iteration_s=t_prefill, decode_iteration_s=t_decode,
                        completion_rate=b / (iters * t), decode_share=s.call_decode_iters / iters,
                        iterations_per_call=iters, compute_share=share, decoding=decoding,
-                       stall_variance_s2=decode_variance, full_chunk_iteration_s=t_full)
+                       stall_variance_s2=decode_variance, full_chunk_iteration_s=t_full,
+                       decode_alone_iteration_s=t_alone)
 
 
 def prompts_on_their_ranks(step: StepModel, load: IterationLoad, drawn: np.ndarray, own: float,

@@ -222,9 +222,15 @@ def evaluate(spec: Spec, policy: ServingPolicy, s: SessionSample, curve: EngineC
         # (Where prefill runs alone, SGLang, the same split matches the simulated TTFT p95 on the
         # examples better than a tangent at the mean chunk: 60 vs 40 ms for 59 ms simulated on
         # coding-agent at 20 agents, 4.90 vs 4.71 s for 4.8-5.2 s on support-chat.)
+        # The base is the iteration without the other calls' prompt chunks: the work of the prompts that share the
+        # engine with it is the prefill queue's wait below, and counted in the base as well it was counted twice
+        # (every call a long prompt with no decode: two agents' calls waited 8 s where the simulator gives 0.4 s).
         chunk = s.call_prefill_tokens / s.call_prefill_iters
         per_prefill_token = max(t_pf - t_dec, 0.0) / chunk
-        t_base = t_pf - per_prefill_token * chunk
+        own_base = t_pf - per_prefill_token * chunk
+        t_base = min(own_base, loop.decode_alone_iteration_s)
+        if t_base < own_base:   # the KV a call holds while it prefills follows the same base
+            t_pf = t_base + per_prefill_token * chunk
         # ... and waits for a batch slot, then behind the prompts that arrived before it: on its own attention-DP
         # rank, whose busy queue moves a rank's budget per full-chunk iteration, with that rank's share of calls
         # A call finds the engine as the other agents leave it (the arrival theorem: the loop at one agent

@@ -241,3 +241,34 @@ def test_a_checked_plan_that_found_no_miss_says_so_in_words():
         "not found: every count simulated met the SLO")
     assert binding_text({"binding_constraint": "kv_memory", "binding_slo": None}) == "kv_memory"
     assert binding_text({"binding_constraint": "slo", "binding_slo": ["ttft_p95"]}) == "slo (TTFT p95)"
+
+
+def test_the_checked_plans_warnings_read_the_simulated_per_call_figures():
+    """The warnings of a checked plan judge the TTFT and TPOT it measured at its own N*, not the analytic model's
+    at the analytic N* (fuzz round 7: long prompts with one output token warned of a 156 s TTFT beside a
+    simulated 9.2 s, and of a time per output token the simulator never measured)."""
+    from apmw.spec import spec_from_dict
+
+    spec = spec_from_dict({
+        "workload": {"name": "long prompts", "steps_per_task": 1, "calls_per_step": 1, "system_prompt_tokens": 0,
+                     "first_call_input_tokens": 8000, "new_input_tokens_per_call": 0, "output_tokens_per_call": 1,
+                     "tool_wait_s": 0},
+        "model": {"config": "meta-llama/Meta-Llama-3.1-8B"}, "hardware": {"gpu": "H100", "gpus_per_replica": 1},
+        "serving": {"max_batch": 64}, "slo": {"task_latency_p95_s": 30},
+        "cost": {"gpu_hour_usd": 2, "electricity_usd_per_kwh": 0.1}})
+    d = check_plan(plan(spec), tasks_per_point=100).to_dict()
+    assert d["tpot_p95_s"] is None                      # one output token a call: no time per output token
+    assert d["analytic"]["tpot_p95_s"] > 0.2            # ... where the analytic model prices one past MLPerf's
+    assert d["ttft_p95_s"] > 6 and abs(d["ttft_p95_s"] / d["analytic"]["ttft_p95_s"] - 1) > 0.05
+    assert d["warnings"] == [f"TTFT p95 is {d['ttft_p95_s']:,.1f} s, past the 6 s that MLPerf's Server scenario "
+                             "allows; the spec sets no slo.ttft_p95_s, so nothing bounds it"]
+
+
+def test_the_interval_reads_like_the_counts_beside_it():
+    """N*'s interval is printed with the thousands separator of the agent counts in the same row (fuzz round 7:
+    "5,096 ... 95% interval 5096-5096")."""
+    from apmw.sim.checked import interval_text
+
+    assert interval_text([5096, 5096], [4026, 5096, 5097]) == "5,096-5,096"
+    assert interval_text([None, None], [4026, 5097]) == "<4,026->5,097"
+    assert interval_text([26, 26], [26]) == "26-26"

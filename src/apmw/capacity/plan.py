@@ -111,6 +111,16 @@ class Plan:
         t = self.tokens_per_task
         return api_cost_per_task_usd(self.spec, t["input"], float(self.sample.api_prefill_tokens.mean()), t["output"])
 
+    def warnings_at(self, ttft_p95_s: float | None, tpot_p95_s: float | None) -> list[str]:
+        """The plan's warnings, its per-call latencies judged at the TTFT and TPOT p95 given: the analytic
+        model's, or the simulator's where the checked plan measured them at its own N* (None: not measured)."""
+        one, ev = self.search.single_agent, self.at
+        return (warnings_for(self.spec.slo, ttft_p95_s, tpot_p95_s,
+                             (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s))
+                + [w for w in (unpriced_overflow(self.spec, ev),
+                               past_window_note(self.replica, self.sample, self.spec.workload.summarize_at_tokens))
+                   if w])
+
     def to_dict(self) -> dict:
         e, ev, r, one = self.economics, self.at, self.replica, self.search.single_agent
         kv_per_token = r.step.kv_bytes_per_token
@@ -124,10 +134,7 @@ class Plan:
             "slo_verdict": slo_table(self.spec.slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s),
             "binding_slo": self.binding_slo,
             "single_agent_task_latency_p95_s": one.task_latency_p95_s,
-            "warnings": warnings_for(self.spec.slo, ev.ttft_p95_s, ev.tpot_p95_s,
-                                     (one.task_latency_p95_s, one.ttft_p95_s, one.tpot_p95_s))
-            + [w for w in (unpriced_overflow(self.spec, ev), past_window_note(self.replica, self.sample,
-                                                                        self.spec.workload.summarize_at_tokens)) if w],
+            "warnings": self.warnings_at(ev.ttft_p95_s, ev.tpot_p95_s),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,

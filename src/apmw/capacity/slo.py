@@ -97,16 +97,18 @@ def slo_table(slo: Slo, task_latency_p95_s: float | None, ttft_p95_s: float | No
             for name, limit in _limits_s(slo).items()}
 
 
-def warnings_for(slo: Slo, ttft_p95_s: float, tpot_p95_s: float,
+def warnings_for(slo: Slo, ttft_p95_s: float | None, tpot_p95_s: float | None,
                  single_agent: tuple[float | None, float | None, float | None] | None) -> list[str]:
     """What a planner should hear about an operating point beyond pass and fail: per-call latencies
-    past the published interactive levels where the spec sets no per-call SLO, and any SLO so close
-    to what one agent alone gets (``single_agent``: its task, TTFT and TPOT p95s) that N* hangs on it."""
+    past the published interactive levels where the spec sets no per-call SLO (None: not measured), and
+    any SLO so close to what one agent alone gets (``single_agent``: its task, TTFT and TPOT p95s) that
+    N* hangs on it."""
     notes = []
-    if slo.ttft_p95_s is None and ttft_p95_s > INTERACTIVE_TTFT_P95_S:
+    if slo.ttft_p95_s is None and ttft_p95_s is not None and ttft_p95_s > INTERACTIVE_TTFT_P95_S:
         notes.append(f"TTFT p95 is {ttft_p95_s:,.1f} s, past the {INTERACTIVE_TTFT_P95_S:g} s that MLPerf's Server "
                      "scenario allows; the spec sets no slo.ttft_p95_s, so nothing bounds it")
-    if slo.tpot_p95_s is None and slo.output_speed_tokens_per_s is None and tpot_p95_s > INTERACTIVE_TPOT_P95_S:
+    if (slo.tpot_p95_s is None and slo.output_speed_tokens_per_s is None and tpot_p95_s is not None
+            and tpot_p95_s > INTERACTIVE_TPOT_P95_S):
         notes.append(f"time per output token p95 is {tpot_p95_s * 1e3:,.0f} ms ({1 / tpot_p95_s:.1f} tokens/s per agent), "
                      f"past MLPerf Server's {INTERACTIVE_TPOT_P95_S * 1e3:.0f} ms; the spec sets no slo.tpot_p95_s")
     if single_agent is not None:

@@ -164,7 +164,7 @@ def _source(plan: dict) -> str:
     ci = plan["task_latency_p95_interval_s"]
     ci_text = "" if ci[1] is None else f", task p95 95% interval {ci[0]:,.0f}-{ci[1]:,.0f} s"
     return (f" (settled in the simulator from {plan['completed_tasks']:,} tasks; 95% interval {span} agents"
-            f"{ci_text}; the analytic model gives {plan['analytic']['agents_per_replica']})")
+            f"{ci_text}; the analytic model gives {plan['analytic']['agents_per_replica']:,})")
 
 
 def _kv_sentence(plan: dict) -> str:

@@ -179,7 +179,7 @@ def interval_text(interval: list | tuple, counts: list[int]) -> str:
     """N*'s interval as tables print it: "28-30"; "<17-18" or "30->33" where an end lies below or above
     the agent ``counts`` simulated."""
     lo, hi = interval
-    return f"{f'<{min(counts)}' if lo is None else lo}-{f'>{max(counts)}' if hi is None else hi}"
+    return f"{f'<{min(counts):,}' if lo is None else f'{lo:,}'}-{f'>{max(counts):,}' if hi is None else f'{hi:,}'}"
 
 
 def _finite(x: float) -> float | None:
@@ -274,6 +274,7 @@ class CheckedPlan:
             "task_latency_p95_interval_s": _interval(at.p95_interval("task_latency_s")),
             "completed_tasks": at.completed_tasks,
             "ttft_p95_s": ttft, "tpot_p95_s": tpot, "time_per_output_token_s": at.mean_of("tpot_s"),
+            "warnings": self.plan.warnings_at(ttft, tpot),
             "decode_batch_mean": at.mean("decode_batch_mean"), "running_batch_mean": at.mean("running_batch_mean"),
             "engine_utilisation": at.mean("engine_utilisation"), "compute_bound_share": at.mean("compute_bound_share"),
             "kv_tokens_resident_mean": at.mean("kv_tokens_resident_mean"),

@@ -580,3 +580,13 @@ def test_simulate_and_bench_read_one_sweep_syntax():
     r = subprocess.run([sys.executable, "-c", "from apmw.cli import main; main()", "simulate", str(EXAMPLES / "support-chat.yaml"),
                         "--agents-sweep", "10:11", "--duration-s", "200", "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and [p["agents"] for p in json.loads(r.stdout)["curve"]] == [10, 11]
+
+
+def test_output_piped_to_a_file_starts_with_the_answer_not_a_progress_bars_blank_line():
+    """A progress bar is drawn only on a terminal: piped, rich ended its transient bar with a blank line, at the
+    top of `apmw plan`'s table and before simulate's `error:` (fuzz round 7)."""
+    plan = run("plan", str(EXAMPLES / "deep-research.yaml"), "--check-tasks", "100")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.startswith("apmw plan: "), plan.stdout[:80]
+    bad = run("simulate", str(EXAMPLES / "coding-agent.yaml"), "--agents", "5", "--duration-s", "-3")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: duration_s must be > 0"), bad.stderr[:80]

@@ -15,6 +15,7 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 from rich.measure import Measurement
+from rich.progress import Progress, ProgressColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -106,6 +107,13 @@ class SafeInterrupt:
             signal.signal(signal.SIGINT, self._previous)
         if kind is None:
             self.check()
+
+
+def progress_bar(*columns: str | ProgressColumn, console: Console | None, disable: bool = False) -> Progress:
+    """A progress bar that leaves nothing behind, drawn only on a terminal: output piped or redirected to a file
+    gets no bar, and no blank line where a bar was (rich ends a transient bar on a file with one)."""
+    target = console or out
+    return Progress(*columns, console=target, transient=True, disable=disable or not target.is_terminal)
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:

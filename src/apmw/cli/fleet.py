@@ -301,10 +301,10 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     """The day simulated task by task (:mod:`apmw.sim.fleet_day`), its cells on the executor of apmw search."""
     import time
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from apmw.capacity.closed_loop import ClosedLoopModel
-    from apmw.cli.common import err, say
+    from apmw.cli.common import err, progress_bar, say
     from apmw.design_search.executor import execute
     from apmw.sim.fleet_day import cells_for, replica_table, simulate_cells, simulate_day
 
@@ -332,8 +332,8 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     table = replica_table(result, ClosedLoopModel(result.spec, result.replica, result.sample))
     n_cells = cells_for(day["peak_replicas"]) if cells is None else cells
     start = time.perf_counter()
-    with Progress(TextColumn("simulating the day"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
+    with progress_bar(TextColumn("simulating the day"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
+                  TimeElapsedColumn(), console=err) as bar:
         task = bar.add_task("simulate", total=replications * n_cells)
 
         def run(base: dict, todo: list) -> list:

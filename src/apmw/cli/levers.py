@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import Progress
+
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
+from apmw.cli.common import (app, progress_bar, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
                              print_table)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
@@ -32,7 +32,7 @@ def levers(
         note_gpu_basis(s.hardware.gpu)
         base = plan(s)
         total = len(LEVERS) + (0 if no_elasticities else len(ELASTICITY_INPUTS)) + (2 if verify else 0)
-        with Progress(console=out if not as_json else None, transient=True, disable=as_json) as bar:
+        with progress_bar(console=out, disable=as_json) as bar:
             task = bar.add_task("re-planning", total=total)
             step = lambda name: bar.update(task, advance=1, description=name)  # noqa: E731
             not_applicable: dict[str, str] = {}

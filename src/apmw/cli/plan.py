@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis,
+from apmw.cli.common import (app, progress_bar, emit_json as _emit_json, fail as _fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis,
                               note_draft_memory, note_moe_exchange, note_speculation_loss,
                               note_tensor_parallel_scaleout, out, warn, print_table)
 from apmw.errors import ApmwError
@@ -41,8 +41,6 @@ def plan(
     N* comes from the analytic model and is then settled in the simulator (seeded replications
     around it; the answer carries its interval). --analytic skips the simulation; --agents N
     evaluates exactly N agents analytically."""
-    from rich.progress import Progress
-
     from apmw.capacity import InfeasibleError, plan as solve
     from apmw.capacity.benchmark import speculative_figures
     from apmw.capacity.sensitivity import slo_sensitivity
@@ -101,7 +99,7 @@ def plan(
                     note(f"settling N* ({result.agents_per_replica:,} agents, analytic) in the simulator: each run of "
                          "this many agents takes minutes, and settling takes several runs; --analytic answers at once, "
                          "--check-tasks N with a smaller N shortens the runs")
-                with Progress(console=out, transient=True, disable=as_json) as bar:
+                with progress_bar(console=out, disable=as_json) as bar:
                     task = bar.add_task("checking N* in the simulator", total=1.0)
                     settled = check_plan(result, tasks_per_point=check_tasks,
                                          progress=lambda what, done: bar.update(task, description=what,
@@ -115,7 +113,7 @@ def plan(
                          "longer and narrows it")
         checked = None
         if verify:
-            with Progress(console=out, transient=True, disable=as_json) as bar:
+            with progress_bar(console=out, disable=as_json) as bar:
                 task = bar.add_task("simulating", total=1.0)
                 checked = verify_plan(result, progress=lambda now, end: bar.update(task, completed=now / end))
         sensitivity = slo_sensitivity(result if settled is None else settled.analytic)

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from apmw.cli.common import app, err, fail, file_path, files_read_by, out, output_path, write_text
+from apmw.cli.common import app, progress_bar, err, fail, file_path, files_read_by, out, output_path, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -31,8 +31,8 @@ def report(
     if not to_stdout:
         output_path(output, "-o", inputs=[spec, *files_read_by(spec)], example="report.html")
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=err if to_stdout else out, transient=True) as bar:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=err if to_stdout else out) as bar:
             task = bar.add_task("planning", total=1.0)
             html = build_report(load_spec(spec), spec.stem,
                                 lambda what, done: bar.update(task, description=what, completed=done), simulate,

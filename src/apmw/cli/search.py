@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
 
 from apmw.design_search.space import settings_text
-from apmw.cli.common import (app, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype, note_context_window,
+from apmw.cli.common import (app, progress_bar, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype, note_context_window,
                              note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text, print_table)
 from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
@@ -147,8 +147,8 @@ def search(
         # planned in this process, a Ctrl-C waits for the point in hand to be saved (a pool's or Ray's workers are
         # stopped by it where they are, and the parent mostly waits on them)
         with SafeInterrupt(hold=procs <= 1 and ray_address is None) as ctrl_c, \
-                Progress(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                         TimeRemainingColumn(), console=err, transient=True) as bar:
+                progress_bar(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                         TimeRemainingColumn(), console=err) as bar:
             task = bar.add_task("search", total=None)
 
             def progress(done: int, total: int) -> None:
@@ -158,7 +158,7 @@ def search(
             answer = run(s, axes, progress=progress, workers=procs, ray_address=ray_address, store=store,
                          resume=resume)
         if check:
-            with Progress(TextColumn("{task.description}"), console=err, transient=True) as bar:
+            with progress_bar(TextColumn("{task.description}"), console=err) as bar:
                 task = bar.add_task("checking", total=None)
                 answer = check_front(s, answer, check, check_tasks,
                                      progress=lambda what: bar.update(task, description=what))

@@ -7,10 +7,10 @@ from typing import Optional
 
 import numpy as np
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apmw.cli.common import (app, emit_json, err, fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis, out, parse_sweep,
+from apmw.cli.common import (app, progress_bar, emit_json, err, fail, note, note_checkpoint_dtype, note_context_window, note_gpu_basis, out, parse_sweep,
                              print_table, warn)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
@@ -162,8 +162,8 @@ def simulate(
         trace_notes = None
         if trace is not None:
             s, kw["tasks"], trace_notes = _replayed(s, trace, trace_format)
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), console=err, transient=True) as bar:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), console=err) as bar:
             task = bar.add_task("simulating", total=duration_s)
 
             def tick(now: float, end: float, n: int | None = None) -> None:

@@ -63,7 +63,10 @@ def normalise_endpoint(endpoint: str) -> str:
     e = endpoint.rstrip("/")
     if not e.startswith(("http://", "https://")):
         raise BenchError(f"--endpoint {endpoint!r}: give a URL such as http://127.0.0.1:8000 (with http:// or https://)")
-    url = urlsplit(e)
+    try:
+        url = urlsplit(e)              # an unclosed or invalid bracketed IPv6 host
+    except ValueError as exc:
+        raise BenchError(f"--endpoint {endpoint!r}: {exc}; write an IPv6 host in brackets, e.g. http://[::1]:8000") from None
     try:
         port, host = url.port, url.hostname
     except ValueError as exc:          # a port that is not a number, or past 65535

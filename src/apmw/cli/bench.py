@@ -155,8 +155,10 @@ def bench(
            "compare_plan": comparison}
     if as_json:
         emit_json(doc)
+        _say_faults(outcome.summary, outcome.path)
         return
-    out.print(_level_table(outcome.summary, f"apmw bench: {outcome.path} ({outcome.reason})"))
+    print_table(_level_table(outcome.summary, f"apmw bench: {outcome.path} ({outcome.reason})"))
+    _say_faults(outcome.summary, outcome.path)
     summary = outcome.summary
     if summary["agents_per_replica"] is not None and len(summary["levels"]) > 1:
         out.print(f"measured N* (largest N meeting the SLO): {knee_text(summary)}")
@@ -171,6 +173,20 @@ def bench(
             out.print(f"N*: predicted {star['predicted']}, measured {knee_text(summary)}")
         else:
             out.print(f"N*: predicted {star['predicted']} (one level measured; --agents-sweep measures N*)")
+
+
+def _say_faults(summary: dict, path: Path) -> None:
+    """Each level's failed calls on stderr, with the first one's reason; an error (exit 1) where no call of any
+    level succeeded: the figures measure nothing but the faults."""
+    for lv in summary["levels"]:
+        if lv["errors"]:
+            kinds = ", ".join(f"{k} {n:,}" for k, n in lv["faults"].items() if n)
+            first = lv["first_fault"]
+            warn(f"{lv['errors']:,} calls failed at {lv['agents']} agents ({kinds}; {lv['calls']:,} succeeded after "
+                 f"the warm-up); the first: {first['fault']}: {first['detail'] or 'no detail'}")
+    if summary["levels"] and all(lv["calls"] == 0 and lv["errors"] for lv in summary["levels"]):
+        fail(f"no call succeeded: the server answered every one with a fault (above; each call's in {path}). Check "
+             "--endpoint, --model (GET /v1/models lists the served names) and the server's log")
 
 
 async def _run(base, levels, results, api_key, resume, live):

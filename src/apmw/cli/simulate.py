@@ -182,7 +182,7 @@ def simulate(
         d = result.to_dict(timeseries=timeseries)
         if trace_notes is not None:
             d["trace_notes"] = trace_notes
-        emit_json(d) if as_json else out.print(_table(d, f"apmw simulate {spec}"))
+        emit_json(d) if as_json else print_table(_table(d, f"apmw simulate {spec}"))
         for w in d["warnings"]:
             warn(w)
         return

@@ -212,7 +212,15 @@ def summarise_level(lvl: Level) -> dict:
                                             for seg, w in lvl.windows.items()]),
         "errors": sum(faults.values()),
         "faults": {k: faults.get(k, 0) for k in FAULT_KINDS},
+        "first_fault": _first_fault(lvl.calls),
     }
+
+
+def _first_fault(calls: list[dict]) -> dict | None:
+    """The first failed call's kind and what the server or the client said (None where none failed): the reason
+    a run of faults had, said where the counts are, not only in the results file."""
+    c = next((c for c in calls if not c["ok"]), None)
+    return None if c is None else {"fault": c["fault"], "detail": c.get("detail") or ""}
 
 
 def _interval(values: list[float]) -> list[float] | None:

@@ -297,17 +297,26 @@ def test_a_spec_pruned_as_specified_says_why():
     assert d["as_specified"]["reason"].startswith("does not fit")
 
 
-@pytest.mark.parametrize("engine,expected", [
-    ("vllm", ["--tensor-parallel-size 2", "--data-parallel-size 4", "--enable-expert-parallel", "--max-num-seqs 64",
-              "--max-num-batched-tokens 4096"]),
-    ("sglang", ["--tp 8", "--dp 4 --enable-dp-attention", "--ep-size 8", "--max-running-requests 64",
-                "--chunked-prefill-size 4096"]),
-    ("trtllm", ["--tp_size 8", "--ep_size 8", "--max_batch_size 64", "--max_num_tokens 4096",
-                "enable_attention_dp: true"]),
+TP2_DP4 = {"tp": 2, "dp_attention": 4, "ep": 8, "redundant_experts": 32, "two_batch_overlap": True}
+
+
+@pytest.mark.parametrize("engine,layout,expected", [
+    ("vllm", TP2_DP4, ["--tensor-parallel-size 2", "--data-parallel-size 4", "--enable-expert-parallel",
+                       "--max-num-seqs 64", "--max-num-batched-tokens 4096",
+                       """--enable-eplb --eplb-config '{"num_redundant_experts":32}'""", "--enable-dbo"]),
+    ("sglang", TP2_DP4, ["--tp 8", "--dp 4 --enable-dp-attention", "--ep-size 8", "--max-running-requests 64",
+                         "--chunked-prefill-size 4096", "--ep-num-redundant-experts 32", "--enable-two-batch-overlap"]),
+    # TensorRT-LLM's attention is TP or DP, not both: its DEP8 (tp 2 x dp 4 is refused, below)
+    ("trtllm", {"tp": 1, "dp_attention": 8, "ep": 8, "redundant_experts": 32},
+     ["--tp_size 8", "--ep_size 8", "--max_batch_size 64", "--max_num_tokens 4096", "enable_attention_dp: true",
+      "moe_config: {load_balancer: {num_slots: 288}}"]),
 ])
-def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, expected):
-    """tp 2 x dp_attention 4 with EP8: each engine's own flags, the batch cap and budget as the flag reads
-    them (per DP rank for vLLM and TensorRT-LLM, the server's total for SGLang)."""
+def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, layout, expected):
+    """Each engine's own flags for an expert-parallel layout, the batch cap and budget as the flag reads them (per
+    DP rank for vLLM and TensorRT-LLM, the server's total for SGLang), and what it was priced with: redundant experts
+    (vLLM's EPLB, SGLang's, TensorRT-LLM's load-balancer slots for DeepSeek-V3's 256 experts + 32) and the
+    two-batch overlap. Fuzz round 8: vLLM's line had --num-redundant-experts without --enable-eplb and no overlap,
+    and TensorRT-LLM's dropped the redundant experts."""
     import yaml
 
     from apmw.capacity import plan
@@ -315,11 +324,25 @@ def test_a_laid_out_point_launches_with_its_layout_and_per_rank_limits(engine, e
     from apmw.spec import spec_from_dict
     d = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples" / "coding-agent.yaml").read_text())
     d["hardware"].pop("gpus_per_replica")
-    d["serving"].update(engine=engine, max_batch=64, max_batched_tokens=4096,
-                        parallelism={"tp": 2, "dp_attention": 4, "ep": 8})
+    d["serving"].update(engine=engine, max_batch=64, max_batched_tokens=4096, parallelism=layout)
     line = launch_flags(plan(spec_from_dict(d)))
     for flag in expected:
         assert flag in line, (flag, line)
+
+
+@pytest.mark.parametrize("engine,layout,said", [
+    ("trtllm", {"tp": 2, "dp_attention": 4, "ep": 8}, "TensorRT-LLM runs attention either tensor parallel or data "
+     "parallel"),
+    ("trtllm", {"tp": 1, "dp_attention": 8, "ep": 8, "two_batch_overlap": True}, "TensorRT-LLM has no such setting"),
+    ("vllm", {"tp": 8, "dp_attention": 1, "ep": 8, "two_batch_overlap": True},
+     "runs only with data parallel attention and expert parallelism"),
+])
+def test_a_layout_the_engine_has_no_setting_for_is_pruned_with_the_reason(engine, layout, said):
+    """Fuzz round 8: TensorRT-LLM tp 2 x dp_attention 4 was priced (84-130 agents) and launched as tp 1 x dp 8."""
+    spec = load_spec(EXAMPLES / "coding-agent.yaml")
+    d = search(spec, {"serving.engine": [engine], "serving.parallelism": [layout]}).to_dict(explain=True)
+    assert d["feasible"] == 0 and d["pruned"] == 1
+    assert said in d["pruned_points"][0]["message"], d["pruned_points"]
 
 
 @pytest.mark.parametrize("engine,speculative,expected", [

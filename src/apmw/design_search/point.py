@@ -203,6 +203,15 @@ def _trtllm_kv_cache(spec) -> list[str]:
     return [f"dtype: {kv}"] * bool(kv) + ["enable_block_reuse: false"] * (not spec.serving.prefix_caching)
 
 
+def _trtllm_expert_slots(spec, layout: Layout) -> str:
+    """TensorRT-LLM's expert slots where the layout adds redundant experts: its MoE load balancer places the
+    routed experts and their extra copies in ``num_slots`` slots over the EP ranks."""
+    from apmw.arch import load_architecture
+
+    experts = load_architecture(spec.model.config).num_experts
+    return f"moe_config: {{load_balancer: {{num_slots: {experts + layout.redundant_experts}}}}}"
+
+
 def _trtllm_yaml(spec, policy, layout: Layout, speculative=None) -> str:
     """TensorRT-LLM's engine settings (LLM API options): its tp_size spans the attention DP ranks."""
     cache = [f"free_gpu_memory_fraction: {policy.kv_memory_fraction:g}", *_trtllm_kv_cache(spec)]
@@ -212,6 +221,7 @@ def _trtllm_yaml(spec, policy, layout: Layout, speculative=None) -> str:
     parts += [f"pipeline_parallel_size: {layout.pp}"] * (layout.pp > 1)
     parts += [f"moe_expert_parallel_size: {layout.ep}"] * (layout.ep > 1)
     parts += ["enable_attention_dp: true"] * (layout.dp > 1)
+    parts += [_trtllm_expert_slots(spec, layout)] * bool(layout.redundant_experts)
     parts += [_speculative_args(speculative, "trtllm")] * (speculative is not None)
     return ", ".join(parts)
 
@@ -252,7 +262,7 @@ def _engine_args(spec, policy, layout: Layout) -> str:
         return _layout_args(spec, policy, layout) + speculative
     cache = _trtllm_kv_cache(spec)
     options = (["enable_attention_dp: true"] * (layout.dp > 1) + [f"kv_cache_config: {{{', '.join(cache)}}}"] * bool(cache)
-               + [speculative] * bool(speculative))
+               + [_trtllm_expert_slots(spec, layout)] * bool(layout.redundant_experts) + [speculative] * bool(speculative))
     return _layout_args(spec, policy, layout) + (f"  # extra_llm_api_options: {{{', '.join(options)}}}" if options else "")
 
 
@@ -278,7 +288,9 @@ def _layout_args(spec, policy, layout: Layout) -> str:
     vllm = (f"--tensor-parallel-size {layout.tp}" + (f" --pipeline-parallel-size {layout.pp}" if layout.pp > 1 else "")
             + (f" --data-parallel-size {layout.dp}" if layout.dp > 1 else "")
             + (" --enable-expert-parallel" if layout.ep > 1 else "")
-            + (f" --num-redundant-experts {layout.redundant_experts}" if layout.redundant_experts else ""))
+            + (" --enable-eplb --eplb-config '{\"num_redundant_experts\":%d}'" % layout.redundant_experts
+               if layout.redundant_experts else "")
+            + (" --enable-dbo" if layout.two_batch_overlap else ""))
     return (vllm + f" --max-num-seqs {_per_rank(policy.max_batch, layout, 'vllm')} --max-num-batched-tokens "
             f"{_per_rank(policy.token_budget, layout, 'vllm')} --gpu-memory-utilization {policy.kv_memory_fraction:g}"
             + (f" --kv-cache-dtype {kv}" if kv else "")

@@ -161,6 +161,13 @@ def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "
     if engine not in LAYOUT_ENGINES and not layout.is_tensor_parallel:
         raise ApmwError(f"{field}: engine {engine} runs one process per model; only tensor parallelism "
                         f"(hardware.gpus_per_replica) is modelled for it")
+    # TensorRT-LLM's docs ("Parallelism in TensorRT-LLM", the attention module) name two strategies, TP or DP
+    if engine == "trtllm" and layout.tp > 1 and layout.dp > 1:
+        raise ApmwError(f"{field}: TensorRT-LLM runs attention either tensor parallel or data parallel "
+                        "(enable_attention_dp gives every GPU its own attention rank), not tensor parallel inside "
+                        f"data-parallel ranks: tp {layout.tp} x dp_attention {layout.dp} has no setting there. Use "
+                        f"tp 1 x dp_attention {layout.tp * layout.dp} or tp {layout.tp * layout.dp} x dp_attention 1, "
+                        "or SGLang or vLLM, which run it")
     if arch.num_heads % layout.tp:
         raise ApmwError(f"{field}: tp {layout.tp} does not divide {arch.name}'s {arch.num_heads} attention heads; "
                         f"engines shard heads evenly, so use a tp that divides {arch.num_heads} (and put the other "
@@ -194,6 +201,14 @@ def check_layout(layout: Layout, arch: Architecture, engine: str, field: str = "
         raise ApmwError(f"{field}: ep {layout.ep} does not divide {arch.name}'s {arch.num_experts} routed experts"
                         + (f" + {layout.redundant_experts} redundant = {slots}" if layout.redundant_experts else "")
                         + f"; use an ep that divides {slots}")
+    # vLLM's dual batch overlap "only targets DP+EP deployments" (its docs/design/dbo.md)
+    if layout.two_batch_overlap and engine == "trtllm":
+        raise ApmwError(f"{field}: two_batch_overlap is SGLang's --enable-two-batch-overlap (vLLM's --enable-dbo); "
+                        "TensorRT-LLM has no such setting, so leave it out or serve with one of those")
+    if layout.two_batch_overlap and engine == "vllm" and not (layout.dp > 1 and layout.ep > 1):
+        raise ApmwError(f"{field}: vLLM's two-batch overlap (--enable-dbo) runs only with data parallel attention "
+                        f"and expert parallelism (dp_attention > 1 and ep > 1; this layout has dp_attention "
+                        f"{layout.dp}, ep {layout.ep}); leave it out, or serve with SGLang")
 
 
 def busiest_rank_share(layout: Layout, seqs: np.ndarray) -> np.ndarray:

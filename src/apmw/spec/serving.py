@@ -81,14 +81,16 @@ class Parallelism(Section):
                     "[vLLM --enable-expert-parallel, SGLang --ep-size]")
     redundant_experts: int = Field(default=0, ge=0, le=4096,
                                    description="extra copies of hot experts spread over the EP ranks [SGLang "
-                                   "--ep-num-redundant-experts, vLLM --num-redundant-experts]: more weight memory, "
-                                   "less imbalance")
+                                   "--ep-num-redundant-experts, vLLM --enable-eplb with eplb-config's "
+                                   "num_redundant_experts, TensorRT-LLM moe_config.load_balancer.num_slots]: more "
+                                   "weight memory, less imbalance")
     expert_imbalance: float | None = Field(
         default=None, ge=1, le=64,
         description="the busiest EP rank's routed tokens over the mean (measured, e.g. from the engine's expert "
         "load logs); unset: what uniform random routing gives at each batch (apmw.perf.parallelism)")
     two_batch_overlap: bool = Field(default=False, description="split each batch in two so one half's MoE "
-                                    "all-to-all hides behind the other's compute [SGLang --enable-two-batch-overlap]")
+                                    "all-to-all hides behind the other's compute [SGLang --enable-two-batch-overlap; vLLM "
+                                    "--enable-dbo, with dp_attention > 1 and ep > 1; TensorRT-LLM has none]")
 
     @property
     def gpus(self) -> int:

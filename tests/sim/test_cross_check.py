@@ -205,3 +205,41 @@ def test_a_calls_tpot_p95_counts_the_prompts_its_own_iterations_carry():
     sim = simulate(s, 12, duration_s=1800, seed=1).to_dict()
     assert analytic["time_per_output_token_s"] == pytest.approx(sim["tpot_s"]["mean"], rel=0.05)
     assert analytic["tpot_p95_s"] == pytest.approx(sim["tpot_s"]["p95"], rel=0.15)
+
+
+def test_open_loop_prediction_waits_for_a_running_slot_near_the_batch_cap_like_the_simulator():
+    """Near the running limit (64 slots here) Poisson arrivals often find every slot taken. At 93 % of the slots'
+    capacity the simulator's mean TTFT is 3-4x what the engine alone gives (0.15-0.19 s against 0.05 s); the
+    prediction took no wait until the rate passed capacity (fuzz round 8). Requests in the replica are now a
+    birth-death chain whose departures slow as the batch fills (apmw.capacity.open_loop.slot_wait_s)."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from predict_vs_sim import benchmark_spec
+
+    from apmw.capacity.open_loop import predict_open_loop
+    from apmw.perf import replica_from_spec
+    from apmw.sim import simulate_open_loop
+
+    s = benchmark_spec(0.0, 1024, 256)
+    s = s.model_copy(update={"serving": s.serving.model_copy(update={"max_batch": 64})})
+    p = predict_open_loop(replica_from_spec(s), 1024, 256, 18.5)
+    sims = [simulate_open_loop(s, np.full(6000, 1024), np.full(6000, 256), 18.5, seed=k).to_dict()["ttft_s"]["mean"]
+            for k in (0, 1)]
+    assert p.ttft_parts_s["slot_queue"] > p.ttft_parts_s["steady_state"] and p.queued_requests >= 1
+    assert 0.67 < p.ttft_s / float(np.mean(sims)) < 1.5, (p.ttft_s, sims)
+
+
+def test_the_slot_wait_is_nothing_well_under_the_running_limit():
+    """A batch well under its limit never fills, so no one waits (MLPerf's Llama-3.1-8B rows at 2,048 slots keep
+    their TTFT); with a service time that does not change with the batch the chain is an M/M/c queue (Erlang C),
+    times the equal-lengths factor; past the full batch's turnover the wait is unbounded."""
+    from apmw.capacity.disaggregation import erlang_c_wait_s
+    from apmw.capacity.open_loop import EQUAL_LENGTHS_WAIT_FACTOR, slot_wait_s
+
+    assert slot_wait_s(2048, 10.0, lambda k: 1.0 + k / 1000) < 1e-9       # about 10 running of 2,048
+    mmc, _ = erlang_c_wait_s(64, 19.0 * 3.0, 3.0)
+    assert slot_wait_s(64, 19.0, lambda k: 3.0) == pytest.approx(EQUAL_LENGTHS_WAIT_FACTOR * mmc, rel=1e-6)
+    assert slot_wait_s(64, 22.0, lambda k: 3.0) == float("inf")             # past 64 / 3 s

@@ -433,3 +433,22 @@ def test_a_day_of_fewer_than_one_task_is_not_printed_as_zero_tasks():
 
     assert _count(4e-08) == "4e-08" and _count(0.4) == "0.4" and _count(12.5) == "12.5"
     assert _count(40_000) == "40,000" and _count(0) == "0"
+
+
+def test_a_disaggregated_fleet_comes_in_whole_deployments_of_whole_gpus():
+    """Two 8-GPU prefill workers shared by three decode workers: a replica is one decode worker and a third of the
+    prefill workers' GPUs (16 / 3), so replicas come up three at a time and every count of GPUs is whole (fuzz
+    round 8: "385 replicas, 5,133.333333333333 GPUs", hours of 53.33 GPUs paid by the GPU-hour)."""
+    import yaml
+
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    d["serving"]["disaggregation"] = {"prefill_gpus": 8, "prefill_workers": 2, "decode_workers": 3}
+    p = plan(spec_from_dict(d))
+    assert p.prefill_gpus == pytest.approx(16 / 3)
+    fleet = p.to_dict()["fleet"]
+    assert fleet["replicas"] % 3 == 0 and fleet["gpus"] == fleet["replicas"] // 3 * (3 * 8 + 2 * 8)
+    assert isinstance(fleet["gpus"], int)
+    day = fleet_day(p).to_dict()
+    assert all(h["replicas"] % 3 == 0 and h["replicas_needed"] % 3 == 0 for h in day["hours"])
+    assert all(h["gpus"] == h["replicas"] // 3 * 40 for h in day["hours"])
+    assert day["peak_gpus"] == max(h["gpus"] + h["replicas_warming"] // 3 * 40 for h in day["hours"])

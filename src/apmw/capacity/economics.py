@@ -79,17 +79,32 @@ def economics(spec: Spec, replica: Replica, agents: int, task_latency_mean_s: fl
 class FleetSize:
     agents: int
     replicas: int
-    gpus: float
+    gpus: int                       # whole: replicas come in whole deployments
     facility_power_w: float
     provisioned_power_w: float
 
 
 def fleet_size(target_agents: int, agents_per_replica: int, gpus_per_replica: float, facility_power_w: float,
-               provisioned_power_w: float) -> FleetSize:
-    replicas = math.ceil(target_agents / agents_per_replica)
-    return FleetSize(agents=target_agents, replicas=replicas, gpus=replicas * gpus_per_replica,
+               provisioned_power_w: float, replicas_per_deployment: int = 1) -> FleetSize:
+    """The replicas ``target_agents`` need, in whole deployments of ``replicas_per_deployment`` (the decode workers
+    that share a disaggregated replica's prefill workers), so the GPUs they hold are whole."""
+    replicas = whole_deployments(math.ceil(target_agents / agents_per_replica), replicas_per_deployment)
+    return FleetSize(agents=target_agents, replicas=replicas, gpus=round(replicas * gpus_per_replica),
                      facility_power_w=replicas * facility_power_w,
                      provisioned_power_w=replicas * provisioned_power_w)
+
+
+def whole_deployments(replicas: int, replicas_per_deployment: int) -> int:
+    """``replicas`` rounded up to whole deployments of ``replicas_per_deployment``."""
+    return math.ceil(replicas / replicas_per_deployment) * replicas_per_deployment
+
+
+def replicas_per_deployment(spec: Spec) -> int:
+    """The replicas deployed together: under disaggregation, the decode workers (each a replica, with its share of
+    the prefill workers' GPUs) that share the prefill workers, since half a prefill worker cannot be bought; 1
+    where prefill runs on the replica."""
+    d = spec.serving.disaggregation
+    return d.decode_workers if d is not None else 1
 
 
 def api_cost_per_task_usd(spec: Spec, input_tokens: float, prefilled_tokens: float, output_tokens: float

@@ -52,7 +52,7 @@ from typing import Callable, Sequence
 from apmw.capacity.api_inputs import require_plan
 from apmw.capacity.closed_loop import ClosedLoopModel
 from apmw.capacity.disaggregation import PrefillStage
-from apmw.capacity.economics import J_PER_KWH, economics
+from apmw.capacity.economics import J_PER_KWH, economics, replicas_per_deployment, whole_deployments
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.plan import Plan, plan
 from apmw.capacity.routing import POLICIES, Routing, routing_of, with_routing
@@ -86,7 +86,7 @@ class FleetHour:
     replicas_needed: int             # the fewest that keep the headroom under N*
     replicas: int                    # up and serving: needed, or more while scale-down waits
     replicas_warming: int            # started in this hour for the next one, up for fleet.scale_up_s
-    gpus: float
+    gpus: int
     gpu_hours: float                 # GPUs up for the hour, plus the warming ones for their share of it
     agents_per_replica: float        # n_h = N_h / replicas
     it_power_w: float
@@ -114,6 +114,7 @@ class FleetDay:
     routing_comparison: tuple[dict, ...] = ()
     capex: Capex | None = None       # cost.capex: the GPUs' purchase, for the owned fleet's month
     gpus_per_replica: float = 0.0
+    replicas_per_deployment: int = 1     # replicas come up in whole deployments of this many (disaggregated)
 
     @property
     def hours_over_power_cap(self) -> list[int]:
@@ -127,6 +128,7 @@ class FleetDay:
         if self.power_cap_mw is None:
             return None
         replicas = math.floor(self.power_cap_mw * 1e6 / self.provisioned_w_per_replica + 1e-9)
+        replicas -= replicas % self.replicas_per_deployment
         agents = replicas * self.agents_per_replica_admitted / (1 + self.headroom)
         return {"replicas": replicas, "concurrent_agents": agents,
                 "tasks_per_hour": agents / self.task_latency_at_admitted_s * 3600.0}
@@ -155,7 +157,7 @@ class FleetDay:
         capex = self.capex
         if capex is None:
             return None
-        gpus = max((h.replicas + h.replicas_warming) * self.gpus_per_replica for h in self.hours)
+        gpus = max(round((h.replicas + h.replicas_warming) * self.gpus_per_replica) for h in self.hours)
         capex_month = gpus * capex.per_gpu_usd / (capex.years * 12)
         electricity_month = sum(h.electricity_cost_usd for h in self.hours) / self.days * DAYS_PER_MONTH
         month = capex_month + electricity_month
@@ -311,7 +313,8 @@ def _day(result: Plan) -> FleetDay:
                     api_cost_per_task_usd=result.api_cost_per_session_usd, power_cap_mw=spec.fleet.power_cap_mw,
                     provisioned_w_per_replica=result.economics.provisioned_power_w,
                     task_latency_at_admitted_s=sizing.slowest_s, capex=spec.cost.capex,
-                    gpus_per_replica=result.replica.gpus + result.prefill_gpus)
+                    gpus_per_replica=result.replica.gpus + result.prefill_gpus,
+                    replicas_per_deployment=replicas_per_deployment(spec))
 
 
 def day_hours(sizings: Sequence[Sizing], rates: Sequence[float]) -> list[FleetHour]:
@@ -356,13 +359,14 @@ def _needed(sz: Sizing, tasks: float) -> int:
     rate, need = tasks / 3600.0, 1 + fleet.headroom
     replicas = max(fleet.min_replicas, math.ceil(rate * sz.fastest_s * need / n_star - 1e-9))
     upper = max(fleet.min_replicas, math.ceil(rate * slowest_s * need / n_star - 1e-9))
+    unit = replicas_per_deployment(sz.spec)
     if rate <= 0 or replicas <= 0:
-        return replicas
+        return whole_deployments(replicas, unit)
 
     def fits(r: int) -> bool:           # more replicas carry less each: true from some count on (upper fits)
         return r >= upper or _load(sz.evaluate, rate, r, n_star, slowest_s)[0] * need <= n_star + 1e-9
 
-    return smallest_fitting(fits, replicas, upper)
+    return whole_deployments(smallest_fitting(fits, replicas, upper), unit)
 
 
 def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int:
@@ -398,7 +402,7 @@ def _hour(sz: Sizing, hour: int, tasks: float, needed: int, replicas: int, warmi
     return FleetHour(
         hour=hour, tasks=tasks, concurrent_agents=n * replicas, task_latency_mean_s=latency, replicas_needed=needed,
         replicas=replicas, replicas_warming=warming,
-        gpus=replicas * gpus_per_replica, gpu_hours=(replicas + warm_share) * gpus_per_replica, agents_per_replica=n,
+        gpus=round(replicas * gpus_per_replica), gpu_hours=(replicas + warm_share) * gpus_per_replica, agents_per_replica=n,
         it_power_w=replicas * it_w + warm_share * idle_it_w, facility_power_w=facility_total,
         provisioned_power_w=(replicas + (warming if spec.fleet.scale_up_s > 0 else 0))
         * power.provisioned_power_w(gpus_per_replica),

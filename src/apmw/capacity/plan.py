@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from apmw.capacity.api_inputs import check_agents, require_spec
 from apmw.capacity.closed_loop import ClosedLoopModel, closed_loop_model, unpriced_overflow
-from apmw.capacity.economics import Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size
+from apmw.capacity.economics import (Economics, FleetSize, api_cost_per_task_usd, economics, fleet_size,
+                                     replicas_per_deployment)
 from apmw.capacity.evaluate import Evaluation
 from apmw.capacity.routing import routing_of
 from apmw.capacity.search import MAX_AGENTS, SearchResult, search
@@ -298,7 +299,7 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     fleet = None
     if spec.fleet.target_agents is not None:
         fleet = fleet_size(spec.fleet.target_agents, at.agents, replica.gpus + (stage.gpus if stage else 0),
-                           econ.facility_power_w, econ.provisioned_power_w)
+                           econ.facility_power_w, econ.provisioned_power_w, replicas_per_deployment(spec))
     return Plan(spec=spec, replica=replica, sample=sample, search=result, at=at, economics=econ, fleet=fleet)
 
 

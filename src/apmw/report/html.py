@@ -204,7 +204,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']} x {html.escape(plan['replica']['gpu'])}.</p>
+<p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']:g} x {html.escape(plan['replica']['gpu'])}.</p>
 <p class="meta">Generated {generated} by apmw {html.escape(version('apmw'))}{'' if not command else
 ' with <code>' + html.escape(command) + '</code>'}.</p>
 {_tiles(kpis)}

@@ -377,3 +377,20 @@ def test_an_slo_below_a_lone_agent_s_task_names_the_latency_in_milliseconds():
     p95 = plan(spec_from_dict({**d, "slo": {"task_latency_p95_s": 10.0}}), agents=1).at.task_latency_p95_s
     assert p95 <= need <= 1.01 * p95
     assert f"{p95 * 1e3:.1f} ms" in text
+
+
+def test_calls_of_one_output_token_have_no_time_per_output_token():
+    """Fuzz round 8: with one output token a call, `plan --analytic` printed a time per output token of 58 ms (p95
+    530 ms, past MLPerf's 200 ms, warned of) beside a decode batch of 0; the simulator measures none, and a
+    per-token SLO on such a workload is refused."""
+    from apmw.capacity import plan as solve
+    from apmw.spec import spec_from_dict
+    from tests.conftest import small_spec_dict
+
+    d = small_spec_dict()
+    d["workload"]["output_tokens_per_call"] = 1
+    out = solve(spec_from_dict(d)).to_dict()
+    assert out["tpot_p95_s"] is None and out["time_per_output_token_s"] is None
+    assert not [w for w in out["warnings"] if "time per output token" in w]
+    d["workload"]["output_tokens_per_call"] = 2
+    assert solve(spec_from_dict(d)).to_dict()["tpot_p95_s"] > 0

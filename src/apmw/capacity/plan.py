@@ -112,6 +112,12 @@ class Plan:
         t = self.tokens_per_task
         return api_cost_per_task_usd(self.spec, t["input"], float(self.sample.api_prefill_tokens.mean()), t["output"])
 
+    @property
+    def tpot_p95_s(self) -> float | None:
+        """The time per output token's p95 at the operating point; None where no call outputs a second token, so
+        none has a time per output token (as the simulator and a load test read it)."""
+        return self.at.tpot_p95_s if self.sample.call_decode_iters > 0 else None
+
     def warnings_at(self, ttft_p95_s: float | None, tpot_p95_s: float | None) -> list[str]:
         """The plan's warnings, its per-call latencies judged at the TTFT and TPOT p95 given: the analytic
         model's, or the simulator's where the checked plan measured them at its own N* (None: not measured)."""
@@ -135,7 +141,7 @@ class Plan:
             "slo_verdict": slo_table(self.spec.slo, ev.task_latency_p95_s, ev.ttft_p95_s, ev.tpot_p95_s),
             "binding_slo": self.binding_slo,
             "single_agent_task_latency_p95_s": one.task_latency_p95_s,
-            "warnings": self.warnings_at(ev.ttft_p95_s, ev.tpot_p95_s),
+            "warnings": self.warnings_at(ev.ttft_p95_s, self.tpot_p95_s),
             "fits_kv_memory": ev.fits_memory,
             "slo": {"task_latency_p95_s": self.spec.slo.task_latency_p95_s, "ttft_p95_s": self.spec.slo.ttft_p95_s,
                     "tpot_p95_s": self.spec.slo.tpot_p95_s,
@@ -145,8 +151,9 @@ class Plan:
             "residence_breakdown_s": {"queue": ev.queue_s, "prefill": ev.prefill_s, "decode": ev.decode_s,
                                       "tool": ev.tool_s, "kv_transfer": ev.kv_transfer_s},
             "ttft_p95_s": ev.ttft_p95_s,
-            "tpot_p95_s": ev.tpot_p95_s,
-            "time_per_output_token_s": ev.loop.decode_iteration_s / self.sample.accepted_tokens_per_iteration,
+            "tpot_p95_s": self.tpot_p95_s,
+            "time_per_output_token_s": (ev.loop.decode_iteration_s / self.sample.accepted_tokens_per_iteration
+                                        if self.tpot_p95_s is not None else None),
             "calls_per_session": self.sample.mean_calls,
             "decode_batch_mean": ev.loop.decode_batch_mean,
             "running_batch_mean": ev.loop.running_batch_mean,

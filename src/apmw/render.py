@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 
@@ -59,11 +61,11 @@ def plan_table(console: Console, p: dict, title: str) -> None:
     if p.get("slo_sensitivity"):
         t.add_row("N* as the SLO moves", sensitivity_text(p["slo_sensitivity"]))
     ci = p.get("task_latency_p95_interval_s")
-    t.add_row("task latency", f"mean {lat['mean']:,.0f} s, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s"
-              + ("" if not ci else (f" (95% CI {ci[0]:,.0f}-{ci[1]:,.0f}" if ci[1] is not None else
+    t.add_row("task latency", f"mean {task_s(lat['mean'])} s, p50 {task_s(lat['p50'])} s, p95 {task_s(lat['p95'])} s"
+              + ("" if not ci else (f" (95% CI {task_s(ci[0])}-{task_s(ci[1])}" if ci[1] is not None else
                                     " (too few tasks for a 95% CI")
                  + f", {p['completed_tasks']:,} simulated tasks)")
-              + f", p99 {lat['p99']:,.0f} s")
+              + f", p99 {task_s(lat['p99'])} s")
     t.add_row("residence per task" + (" (analytic)" if simulated else ""), ", ".join(f"{k} {v:,.1f} s" for k, v in br.items() if v > 0))
     t.add_row("per call", f"TTFT p95 {seconds_text(p['ttft_p95_s'])}, time per output token "
               f"{seconds_text(p['time_per_output_token_s'])} (p95 {seconds_text(p['tpot_p95_s'])})")
@@ -121,6 +123,14 @@ def _source_text(p: dict) -> str:
     return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
 
 
+def task_s(seconds: float) -> str:
+    """A task latency in seconds as the tables print it: whole seconds from 100 s, four significant digits under
+    (a 5 s SLO met at 4.998 s and missed at 5.003 s read "5" both, fuzz round 8)."""
+    if abs(seconds) >= 100 or seconds == 0:
+        return f"{seconds:,.0f}"
+    return f"{seconds:.{max(0, 3 - math.floor(math.log10(abs(seconds))))}f}"
+
+
 def _with_interval(p95_s: float | None, interval_s: list) -> str:
     """A simulated p95 and its 95 % interval in the p95's unit: "4.8 s (2.1-7.5)", "33.8 ms (18.4-49.2)";
     "(too few calls)" where none brackets it."""
@@ -142,8 +152,8 @@ def check_table(console: Console, p: dict) -> None:
     for q in c["points"]:
         lo, hi = q["task_latency_p95_interval_s"]
         p95 = q["task_latency_s"]["p95"]
-        ci = "" if p95 is None else (" (too few tasks)" if hi is None else f" ({lo:,.0f}-{hi:,.0f})")
-        t.add_row(f"{q['agents']:,}", f"{q['completed_tasks']:,}", ("n/a" if p95 is None else f"{p95:,.0f}") + ci,
+        ci = "" if p95 is None else (" (too few tasks)" if hi is None else f" ({task_s(lo)}-{task_s(hi)})")
+        t.add_row(f"{q['agents']:,}", f"{q['completed_tasks']:,}", ("n/a" if p95 is None else task_s(p95)) + ci,
                   _with_interval(q["ttft_p95_s"], q["ttft_p95_interval_s"]),
                   _with_interval(q["tpot_p95_s"], q["tpot_p95_interval_s"]), f"{q['preempted_call_share']:.1%}",
                   "met" if q["meets_slo"] else "[red]MISSED[/]")
@@ -158,10 +168,10 @@ def verify_table(console: Console, v: dict) -> None:
     a, s, r = v["task_latency_s"]["analytic"], v["task_latency_s"]["simulated"], v["simulated_over_analytic"]
     ci = v.get("simulated_task_latency_p95_interval_s")
     for k in ("mean", "p50", "p95", "p99"):
-        sim = "n/a" if s[k] is None else f"{s[k]:,.1f}"
+        sim = "n/a" if s[k] is None else task_s(s[k])
         if k == "p95" and ci:
-            sim += f" (95% CI {ci[0]:,.0f}-{ci[1]:,.0f})"
-        t.add_row(k, f"{a[k]:,.1f}", sim, "n/a" if r[k] is None else f"{r[k]:.2f}")
+            sim += f" (95% CI {task_s(ci[0])}-{task_s(ci[1])})"
+        t.add_row(k, task_s(a[k]), sim, "n/a" if r[k] is None else f"{r[k]:.2f}")
     console.print(t)
     console.print(f"decode batch {v['decode_batch_mean']['analytic']:.1f} analytic vs "
                   f"{v['decode_batch_mean']['simulated']:.1f} simulated; preemptions {v['preemptions']}; "

@@ -7,7 +7,7 @@ from typing import Callable
 
 from apmw.design_search.answer import SearchAnswer
 from apmw.design_search.executor import execute
-from apmw.design_search.space import check_paths, points, space_size, spec_point
+from apmw.design_search.space import check_paths, points, read_space, space_size, spec_point
 from apmw.design_search.store import ResultStore
 from apmw.spec import Spec
 
@@ -26,6 +26,7 @@ def search(spec: Spec, axes: dict[str, list], progress: Callable[[int, int], Non
     ``store`` the rows are saved as they arrive; with ``resume`` the rows it already holds are
     taken as they are and only the other points are planned. ``progress(done, total)`` counts points.
     """
+    axes = read_space({"axes": axes}, "search axes")   # the checks a --space file gets, for the Python API too
     base = spec_document(spec)
     check_paths(base, axes)
     rows: dict[int, dict] = {}

@@ -575,8 +575,13 @@ def _line_of(text: str, key: str) -> int:
      .replace("  weight_dtype: fp8", "  weight_dtype: fp8\n  moe_dtype: mxfp4"), "moe_dtype:",
      "has no routed experts for it to apply to"),
     (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  max_batch: 256")
-     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict").replace("kv_dtype: bf16", "kv_dtype: fp8"),
+     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict").replace("kv_dtype: bf16", "kv_dtype: fp8")
+     .replace("  weight_dtype: fp8", "  weight_dtype: int8"),
      "kv_dtype:", "kv_dtype fp8: llamacpp stores its KV cache in"),
+    # fuzz round 8: llama.cpp has no 8-bit float weights, and search generated such points
+    (CODING.replace("  max_batch: 256", "  engine: llamacpp\n  max_batch: 256")
+     .replace("tool_wait_kv_policy: retain", "tool_wait_kv_policy: evict"),
+     "weight_dtype:", "weight_dtype fp8: llama.cpp serves GGUF weights, which have no 8-bit float type"),
     (CODING.replace("  max_batch: 256", "  engine: trtllm\n  max_batch: 256").replace("gpu: H200", "gpu: MI355X"),
      "engine:", "engine trtllm (TensorRT-LLM) runs on NVIDIA GPUs only"),
     (CODING.replace("  max_batch: 256", "  engine_version: 0.1.0\n  max_batch: 256"), "engine_version:",

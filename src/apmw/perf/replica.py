@@ -142,6 +142,21 @@ def engine_refusal(gpu: GpuSpec, engine: str) -> str | None:
     return None
 
 
+def weight_dtype_refusal(weight_dtype: str, moe_dtype: str | None, engine: str) -> str | None:
+    """Why ``engine`` cannot serve weights of ``weight_dtype`` (or routed experts of ``moe_dtype``), or None where it
+    can: llama.cpp reads GGUF files, whose weight types are 16- and 32-bit floats, integer blocks (Q8_0, Q4_K, ...)
+    and MXFP4 (ggml's type list), with no 8-bit float."""
+    if engine != "llamacpp":
+        return None
+    odd = [f"{name} {dtype}" for name, dtype in (("weight_dtype", weight_dtype), ("moe_dtype", moe_dtype))
+           if dtype is not None and canonical_dtype(dtype, name) == "fp8"]
+    if not odd:
+        return None
+    return (f"{' and '.join(odd)}: llama.cpp serves GGUF weights, which have no 8-bit float type (16-bit floats, "
+            "integer blocks such as Q8_0 and Q4_K, and MXFP4). Use weight_dtype int8 (Q8_0), int4 or bf16, or "
+            "an engine that serves FP8 (vllm, sglang, trtllm)")
+
+
 def kv_dtype_refusal(gpu: GpuSpec, kv_dtype: str, engine: str) -> str | None:
     """Why ``engine`` on ``gpu`` cannot hold a KV cache of ``kv_dtype``, or None where it can: the engine stores
     only the dtypes it has a name for (:data:`apmw.perf.serving_policy.KV_CACHE_DTYPES`: no integer KV in vLLM or
@@ -194,6 +209,7 @@ def build_step_model(arch: Architecture, gpu: GpuSpec, gpus: int, weight_dtype: 
     kernel of MXFP4 routed experts (:func:`apmw.perf.serving_policy.mxfp4_moe_activations`).
     """
     for field, refused in (("model.config", context_kv_refusal(arch)), ("serving.engine", engine_refusal(gpu, engine)),
+                           ("model.weight_dtype", weight_dtype_refusal(weight_dtype, moe_dtype, engine)),
                            ("model.kv_dtype", kv_dtype_refusal(gpu, kv_dtype, engine))):
         if refused:
             raise FieldRefusal(refused, field)

@@ -452,3 +452,20 @@ def test_a_disaggregated_fleet_comes_in_whole_deployments_of_whole_gpus():
     assert all(h["replicas"] % 3 == 0 and h["replicas_needed"] % 3 == 0 for h in day["hours"])
     assert all(h["gpus"] == h["replicas"] // 3 * 40 for h in day["hours"])
     assert day["peak_gpus"] == max(h["gpus"] + h["replicas_warming"] // 3 * 40 for h in day["hours"])
+    from apmw.capacity.economics import replicas_per_deployment     # 2 prefill and 4 decode workers: 2 and one
+    d["serving"]["disaggregation"] = {"prefill_gpus": 8, "prefill_workers": 2, "decode_workers": 4}
+    assert replicas_per_deployment(spec_from_dict(d)) == 2
+
+
+def test_a_disaggregated_day_is_not_simulated_without_its_prefill_workers(tmp_path):
+    """The simulator does not model disaggregated prefill; `apmw fleet --simulate` ran such a day anyway, prefill on
+    the replicas (a wrong answer, found reviewing session 57's whole deployments)."""
+    import yaml
+
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    d["serving"]["disaggregation"] = {"prefill_gpus": 8, "prefill_workers": 2, "decode_workers": 3}
+    spec = tmp_path / "disagg.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    r = _fleet_cli(spec, "--simulate")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--simulate: the simulator does not model disaggregated prefill" in " ".join(r.stderr.split())

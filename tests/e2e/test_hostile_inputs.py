@@ -428,7 +428,7 @@ def test_a_share_past_the_window_too_small_for_two_decimals_is_not_printed_as_ze
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://127.0.0.1:99999", "--model", "m",
       "--duration-s", "1"], "give a port from 1 to 65535"),
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://[::1", "--model", "m",
-      "--duration-s", "1"], "write an IPv6 host in brackets"),
+      "--duration-s", "1"], "or an IPv6 one in brackets"),
     (["bench", str(EXAMPLES / "support-chat.yaml"), "--endpoint", "http://[zz]:80", "--model", "m",
       "--duration-s", "1"], "'zz' does not appear to be an IPv4 or IPv6 address"),
     (["fit", str(EXAMPLES.parent / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"), "--export", "aiperf",

@@ -58,7 +58,7 @@ def test_a_server_that_fails_every_call_is_an_error_with_its_reason(failing_serv
     said = " ".join(r.stderr.split())
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr
-    assert "calls failed at 1 agents (server_error" in said and "0 succeeded" in said
+    assert "calls failed at 1 agents, the warm-up's included (server_error" in said and "0 succeeded" in said
     assert "the first: server_error: HTTP 500" in said and "boom" in said
     assert "error: no call succeeded" in said and str(tmp_path / "run.jsonl") in said
     if not as_json:         # the table into a pipe is printed whole (rich cut it to 80 columns: "tas…", "fai…")

@@ -100,11 +100,12 @@ def whole_deployments(replicas: int, replicas_per_deployment: int) -> int:
 
 
 def replicas_per_deployment(spec: Spec) -> int:
-    """The replicas deployed together: under disaggregation, the decode workers (each a replica, with its share of
-    the prefill workers' GPUs) that share the prefill workers, since half a prefill worker cannot be bought; 1
-    where prefill runs on the replica."""
+    """The fewest replicas deployed together: under disaggregation each replica is a decode worker with its share
+    of the prefill workers' GPUs, and a fleet holds whole prefill workers, so the smallest whole step is
+    ``decode_workers / gcd(prefill_workers, decode_workers)`` (2 prefill and 4 decode workers: 2 replicas and one
+    prefill worker); 1 where prefill runs on the replica."""
     d = spec.serving.disaggregation
-    return d.decode_workers if d is not None else 1
+    return d.decode_workers // math.gcd(d.prefill_workers, d.decode_workers) if d is not None else 1
 
 
 def api_cost_per_task_usd(spec: Spec, input_tokens: float, prefilled_tokens: float, output_tokens: float

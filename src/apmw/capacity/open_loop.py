@@ -10,6 +10,7 @@ requests) is near, an arrival often finds every slot taken and waits for one (:f
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,8 +49,9 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     overhead_s = replica.policy.request_overhead_s
     p = predict_open_loop(replica, isl, osl, request_rate_per_s)
     # requests in the engine are Poisson with mean lambda x (engine time) when arrivals are
-    # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time)
-    busy_share = 1.0 - math.exp(-request_rate_per_s * p.e2e_latency_s)
+    # Poisson (M/G/infinity), so the engine is idle with probability exp(-lambda x time); the wait for a
+    # slot is not engine time
+    busy_share = 1.0 - math.exp(-request_rate_per_s * (p.e2e_latency_s - p.ttft_parts_s["slot_queue"]))
     p = replace(p, ttft_s=p.ttft_s + overhead_s, e2e_latency_s=p.e2e_latency_s + overhead_s,
                 ttft_parts_s={**p.ttft_parts_s, "request_overhead": overhead_s})
     return with_power(replica, p, isl, osl, busy_share)
@@ -70,13 +72,14 @@ def predict_open_loop(replica: Replica, isl: int, osl: int, arrival_rate_per_s: 
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory")
     cap = min(replica.policy.max_batch, kv_fit_requests(replica, isl, osl))
 
+    @functools.cache
     def excess(n: int) -> tuple[float, Prediction]:
         p = predict_with(replica, isl, osl, n, requests_per_client=10**9, length_spread=1.0, poisson_arrivals=True)
         return arrival_rate_per_s * p.e2e_latency_s - n, p
 
     lo, hi = 1, cap
     e_hi, p_hi = excess(hi)
-    if e_hi > 0:
+    if e_hi >= 0:           # at capacity exactly the slots never drain: the wait has no bound either
         raise PredictError(f"{arrival_rate_per_s:,.4g} requests/s exceeds the replica's capacity of "
                            f"{hi / p_hi.e2e_latency_s:,.4g} requests/s ({hi} running requests, the batch or KV "
                            f"limit): the queue would grow without bound; lower the rate or give the replica "

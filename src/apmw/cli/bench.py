@@ -182,11 +182,12 @@ def _say_faults(summary: dict, path: Path) -> None:
         if lv["errors"]:
             kinds = ", ".join(f"{k} {n:,}" for k, n in lv["faults"].items() if n)
             first = lv["first_fault"]
-            warn(f"{lv['errors']:,} calls failed at {lv['agents']} agents ({kinds}; {lv['calls']:,} succeeded after "
-                 f"the warm-up); the first: {first['fault']}: {first['detail'] or 'no detail'}")
+            warn(f"{lv['errors']:,} calls failed at {lv['agents']} agents, the warm-up's included ({kinds}; "
+                 f"{lv['calls']:,} succeeded after the warm-up); the first: {first['fault']}: "
+                 f"{first['detail'] or 'no detail'}")
     if summary["levels"] and all(lv["calls"] == 0 and lv["errors"] for lv in summary["levels"]):
-        fail(f"no call succeeded: the server answered every one with a fault (above; each call's in {path}). Check "
-             "--endpoint, --model (GET /v1/models lists the served names) and the server's log")
+        fail(f"no call succeeded after the warm-up: the server answered with faults (above; each call's in {path}). "
+             "Check --endpoint, --model (GET /v1/models lists the served names) and the server's log")
 
 
 async def _run(base, levels, results, api_key, resume, live):

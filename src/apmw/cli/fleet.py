@@ -307,7 +307,12 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     from apmw.cli.common import err, progress_bar, say
     from apmw.design_search.executor import execute
     from apmw.sim.fleet_day import cells_for, replica_table, simulate_cells, simulate_day
+    from apmw.sim.run import unsupported
 
+    gap = unsupported(result.spec)
+    if gap:         # simulated anyway, the day would drop the feature: a wrong answer
+        raise ApmwError(f"--simulate: the simulator does not model {gap}; leave --simulate out for the analytic "
+                        "day")
     if workers < 1:
         raise ApmwError(f"--workers must be at least 1, got {workers}")
     if cells is not None and cells < 1:

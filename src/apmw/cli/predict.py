@@ -259,7 +259,7 @@ def _prediction_table(p, title: str, engine: str, given_max_batch: bool) -> Tabl
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
-    if p.queued_requests:
+    if p.queued_requests and p.running_limited_by != "concurrency":
         table.add_row("running capped by", _cap(p, engine, given_max_batch))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")

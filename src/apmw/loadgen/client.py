@@ -66,7 +66,8 @@ def normalise_endpoint(endpoint: str) -> str:
     try:
         url = urlsplit(e)              # an unclosed or invalid bracketed IPv6 host
     except ValueError as exc:
-        raise BenchError(f"--endpoint {endpoint!r}: {exc}; write an IPv6 host in brackets, e.g. http://[::1]:8000") from None
+        raise BenchError(f"--endpoint {endpoint!r}: {exc}; give a host name or an IPv4 address, or an IPv6 one "
+                         "in brackets, e.g. http://[::1]:8000") from None
     try:
         port, host = url.port, url.hostname
     except ValueError as exc:          # a port that is not a number, or past 65535

@@ -109,11 +109,10 @@ class SafeInterrupt:
             self.check()
 
 
-def progress_bar(*columns: str | ProgressColumn, console: Console | None, disable: bool = False) -> Progress:
+def progress_bar(*columns: str | ProgressColumn, console: Console, disable: bool = False) -> Progress:
     """A progress bar that leaves nothing behind, drawn only on a terminal: output piped or redirected to a file
     gets no bar, and no blank line where a bar was (rich ends a transient bar on a file with one)."""
-    target = console or out
-    return Progress(*columns, console=target, transient=True, disable=disable or not target.is_terminal)
+    return Progress(*columns, console=console, transient=True, disable=disable or not console.is_terminal)
 
 
 def fail(message: str, code: int = USER_ERROR_EXIT) -> NoReturn:

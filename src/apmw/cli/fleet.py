@@ -338,7 +338,7 @@ def _simulated(result, day: dict, workers: int, ray_address: Optional[str], seed
     n_cells = cells_for(day["peak_replicas"]) if cells is None else cells
     start = time.perf_counter()
     with progress_bar(TextColumn("simulating the day"), BarColumn(), TextColumn("{task.completed}/{task.total} cells"),
-                  TimeElapsedColumn(), console=err) as bar:
+                      TimeElapsedColumn(), console=err) as bar:
         task = bar.add_task("simulate", total=replications * n_cells)
 
         def run(base: dict, todo: list) -> list:

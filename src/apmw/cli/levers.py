@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-
 from rich.table import Table
 
-from apmw.cli.common import (app, progress_bar, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
-                             print_table)
+from apmw.cli.common import (app, emit_json, fail, note_checkpoint_dtype, note_gpu_basis, out, plain_table,
+                             print_table, progress_bar)
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 

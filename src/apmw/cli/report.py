@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from apmw.cli.common import app, progress_bar, err, fail, file_path, files_read_by, out, output_path, write_text
+from apmw.cli.common import app, err, fail, file_path, files_read_by, out, output_path, progress_bar, write_text
 from apmw.errors import ApmwError
 from apmw.spec import SpecError
 
@@ -32,7 +32,7 @@ def report(
         output_path(output, "-o", inputs=[spec, *files_read_by(spec)], example="report.html")
     try:
         with progress_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                      console=err if to_stdout else out) as bar:
+                          console=err if to_stdout else out) as bar:
             task = bar.add_task("planning", total=1.0)
             html = build_report(load_spec(spec), spec.stem,
                                 lambda what, done: bar.update(task, description=what, completed=done), simulate,

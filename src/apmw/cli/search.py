@@ -148,7 +148,7 @@ def search(
         # stopped by it where they are, and the parent mostly waits on them)
         with SafeInterrupt(hold=procs <= 1 and ray_address is None) as ctrl_c, \
                 progress_bar(TextColumn("searching"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                         TimeRemainingColumn(), console=err) as bar:
+                             TimeRemainingColumn(), console=err) as bar:
             task = bar.add_task("search", total=None)
 
             def progress(done: int, total: int) -> None:

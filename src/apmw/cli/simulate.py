@@ -163,7 +163,7 @@ def simulate(
         if trace is not None:
             s, kw["tasks"], trace_notes = _replayed(s, trace, trace_format)
         with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), console=err) as bar:
+                          TimeElapsedColumn(), console=err) as bar:
             task = bar.add_task("simulating", total=duration_s)
 
             def tick(now: float, end: float, n: int | None = None) -> None:

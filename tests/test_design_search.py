@@ -708,3 +708,31 @@ def test_the_python_api_checks_a_space_as_the_cli_does(axes, said):
     """Fuzz round 8: apmw.design_search.search skipped the checks a --space file gets."""
     with pytest.raises(ApmwError, match=said):
         search(load_spec(EXAMPLES / "coding-agent.yaml"), axes)
+
+
+def test_a_workload_with_no_second_token_ranks_on_agents_per_mw_alone(tmp_path):
+    """Calls of one output token have no time per output token: each point's output speed was the analytic
+    model's TPOT inverted, a figure nothing measures, and the front ranked points by it."""
+    from apmw.design_search.answer import point_dict
+    from apmw.report.search_page import render_search
+
+    d = small_spec_dict()
+    d["workload"]["output_tokens_per_call"] = {"mean": 1, "p95": 1}
+    axes = {"hardware.gpus_per_replica": [1, 2], "serving.max_batch": [32, 256]}
+    answer = search(spec_from_dict(d), axes)
+    assert len(answer.points) == 4
+    assert all(p.figures["output_speed_tokens_per_s"] is None for p in answer.points)
+    most = max(p.figures["agents_per_mw"] for p in answer.points)
+    assert [p.figures["agents_per_mw"] for p in answer.front()] == [most]
+    best = answer.best()
+    assert "output_speed_tokens_per_s" not in best and best["agents_per_mw"] is answer.front()[0]
+    page = render_search("one token", answer.to_dict(explain=True), [point_dict(p) for p in answer.points], d, axes)
+    assert "no point has a per-agent output speed" in page and page.count("<svg") == 1
+    assert "tokens/s per agent" not in page.split("<h2>The front</h2>")[0].split("<h2>The chosen point</h2>")[1]
+    (tmp_path / "spec.yaml").write_text(json.dumps(d))
+    (tmp_path / "space.yaml").write_text(json.dumps({"axes": axes}))
+    r = subprocess.run([APMW, "search", str(tmp_path / "spec.yaml"), "--space", str(tmp_path / "space.yaml")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "gpus_per_replica=" in line and "│" in line)
+    assert [cell.strip() for cell in row.split("│")][4] == "-"

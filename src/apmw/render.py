@@ -131,6 +131,11 @@ def task_s(seconds: float) -> str:
     return f"{seconds:.{max(0, 3 - math.floor(math.log10(abs(seconds))))}f}"
 
 
+def speed_text(tokens_per_s: float | None) -> str:
+    """A per-agent output speed as the tables print it; "-" where no call outputs a second token."""
+    return "-" if tokens_per_s is None else f"{tokens_per_s:,.1f}"
+
+
 def _with_interval(p95_s: float | None, interval_s: list) -> str:
     """A simulated p95 and its 95 % interval in the p95's unit: "4.8 s (2.1-7.5)", "33.8 ms (18.4-49.2)";
     "(too few calls)" where none brackets it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 import json
 import os
 import shutil
@@ -164,3 +165,20 @@ def test_a_week_of_demand_is_called_a_week():
     day = fleet_day(plan(s), compare_routing=False).to_dict()
     html = _fleet_day(day, "<svg></svg>")
     assert "A week of demand (apmw fleet)" in html and "The week hour by hour" in html and "A day of" not in html
+
+
+def test_a_workload_with_no_second_token_has_no_time_per_output_token_to_plot():
+    """Calls of one output token have no time per output token: the report drew the analytic model's TPOT
+    anyway, a curve of a figure nothing measures, and rounded task latencies under a minute to whole seconds."""
+    from apmw.report import build_report
+    from apmw.spec import spec_from_dict
+    from tests.conftest import small_spec_dict
+
+    d = small_spec_dict()
+    d["workload"]["output_tokens_per_call"] = {"mean": 1, "p95": 1}
+    text = build_report(spec_from_dict(d), "one token", simulated=False)
+    assert "No call of this workload outputs a second token, so there is no time per output token." in text
+    assert text.count("<svg") == CHARTS - 2          # no TPOT curve, and no day of demand (no tasks_per_hour)
+    took = text.split("the task takes")[1].split("</p>")[0]
+    p95 = _attached_plan(text)["task_latency_s"]["p95"]
+    assert p95 < 100 and f"p95 {p95:.{3 - int(math.floor(math.log10(p95)))}f} s" in " ".join(took.split())

@@ -15,6 +15,7 @@ from apmw.design_search.space import settings_text
 from apmw.cli.common import (app, progress_bar, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype, note_context_window,
                              note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text, print_table)
 from apmw.errors import ApmwError
+from apmw.render import speed_text, task_s
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
 
@@ -198,8 +199,8 @@ def _print_answer(d: dict, spec: Path, checked: bool, explain: bool) -> None:
         t.add_column(col, justify="left" if col == "settings" else "right", overflow="fold")
     for p in d["front"]:
         plain_row(t, settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
-                  f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
-                  f"{p['task_latency_p95_s']:,.0f}", *(_checked_cells(p.get("checked")) if checked else ()))
+                  speed_text(p["output_speed_tokens_per_s"]), f"{p['cost_per_session_usd']:,.4f}",
+                  task_s(p["task_latency_p95_s"]), *(_checked_cells(p.get("checked")) if checked else ()))
     print_table(t)
     for name, p in d["best"].items():
         out.print(f"best {name}: {settings_text(p['settings'])}", highlight=False, markup=False)

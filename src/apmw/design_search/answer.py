@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from apmw.design_search.point import FIGURES
@@ -43,18 +44,25 @@ class SearchAnswer:
         return answer
 
     def front(self) -> list[Point]:
-        """Points no other beats on both agents per MW and per-agent output speed, best agents per MW first."""
-        front, fastest = [], -1.0
-        for p in sorted(self.points, key=lambda p: (-p.figures["agents_per_mw"],
-                                                    -p.figures["output_speed_tokens_per_s"])):
-            if p.figures["output_speed_tokens_per_s"] > fastest:
+        """Points no other beats on both agents per MW and per-agent output speed, best agents per MW first.
+        Where no call outputs a second token (no point has an output speed), the front is the most agents per MW."""
+        front: list[Point] = []
+        fastest = -math.inf
+        for p in sorted(self.points, key=lambda p: (-p.figures["agents_per_mw"], -_speed(p))):
+            if not front or _speed(p) > fastest:
                 front.append(p)
-                fastest = p.figures["output_speed_tokens_per_s"]
+                fastest = _speed(p)
         return front
 
     def best(self) -> dict[str, Point]:
-        return {name: (max if more else min)(self.points, key=lambda p: p.figures[name])
-                for name, more in OBJECTIVES.items()} if self.points else {}
+        """The best point per objective, of those the objective applies to (none has an output speed where no
+        call outputs a second token: that objective is left out)."""
+        best = {}
+        for name, more in OBJECTIVES.items():
+            having = [p for p in self.points if p.figures[name] is not None]
+            if having:
+                best[name] = (max if more else min)(having, key=lambda p: p.figures[name])
+        return best
 
     def to_dict(self, explain: bool = False) -> dict:
         reasons: dict[str, int] = {}
@@ -85,6 +93,11 @@ class SearchAnswer:
         row = next(r for r in self.rows if r["point"] == self.as_specified)
         return {"point": row["point"], "settings": json.loads(row["settings"]), "reason": row["reason"],
                 "message": row["message"]}
+
+
+def _speed(p: Point) -> float:
+    speed = p.figures["output_speed_tokens_per_s"]
+    return -math.inf if speed is None else speed
 
 
 def point_dict(p: Point) -> dict:

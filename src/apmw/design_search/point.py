@@ -50,7 +50,8 @@ def evaluate_point(base: dict, index: int, settings: dict) -> dict:
             "agents_per_mw": float(e.agents_per_mw), "agents_per_mw_provisioned": float(e.agents_per_mw_provisioned),
             "cost_per_session_usd": float(e.cost_per_session_usd),
             "agents_per_gpu": at.agents / gpus, "task_latency_p95_s": float(at.task_latency_p95_s),
-            "output_speed_tokens_per_s": 1.0 / at.tpot_p95_s,
+            # none where no call outputs a second token: such a workload has no time per output token
+            "output_speed_tokens_per_s": None if result.tpot_p95_s is None else 1.0 / result.tpot_p95_s,
             "launch": launch_flags(result)}
 
 

@@ -103,9 +103,10 @@ def build_report(spec: Spec, title: str, progress: Callable[[str, float], None] 
                                         d["agents_per_replica"], sim_points),
         "ttft": charts.per_call_curve(agents, [e.ttft_p95_s for e in evals], spec.slo.ttft_p95_s,
                                       d["agents_per_replica"], "TTFT", _simulated_per_call(d, "ttft_p95_s")),
-        "tpot": charts.per_call_curve(agents, [e.tpot_p95_s for e in evals], _tpot_limit_s(spec),
-                                      d["agents_per_replica"], "time per output token",
-                                      _simulated_per_call(d, "tpot_p95_s")),
+        # none where no call outputs a second token: such a workload has no time per output token to plot
+        "tpot": None if base.tpot_p95_s is None else charts.per_call_curve(
+            agents, [e.tpot_p95_s for e in evals], _tpot_limit_s(spec), d["agents_per_replica"],
+            "time per output token", _simulated_per_call(d, "tpot_p95_s")),
         "kv": charts.kv_curve(agents, [e.kv_bytes_resident_mean / base.replica.step.kv_bytes_per_token for e in evals],
                               [e.kv_bytes_resident_p95 / base.replica.step.kv_bytes_per_token for e in evals],
                               d["kv_tokens_capacity"], d["agents_per_replica"]),

@@ -17,6 +17,7 @@ import yaml
 from apmw.capacity.economics import energy_text
 from apmw.capacity.fleet_day import hour_label
 from apmw.capacity.slo import binding_text, slo_rows
+from apmw.render import task_s
 from apmw.sim.checked import interval_text
 
 _CSS = """
@@ -144,7 +145,7 @@ def _routing(day: dict) -> str:
     used = day["routing"]["policy"]
     body = [[r["policy"] + (" (used)" if r["policy"] == used else ""), f"{r['agents_per_replica']:,}",
              r["binding_constraint"], "-" if r["prefix_hit_rate"] is None else f"{r['prefix_hit_rate']:.1%}",
-             f"{r['prefill_tokens_per_s_per_replica']:,.0f}", f"{r['task_latency_p95_s']:,.0f}"]
+             f"{r['prefill_tokens_per_s_per_replica']:,.0f}", task_s(r["task_latency_p95_s"])]
             if r["agents_per_replica"] is not None else
             [r["policy"] + (" (used)" if r["policy"] == used else ""), "-", f"not modelled: {r['refused']}", "-", "-",
              "-"] for r in rows]
@@ -162,9 +163,16 @@ def _source(plan: dict) -> str:
         return " (analytic model)"
     span = interval_text(plan["agents_per_replica_interval"], [p["agents"] for p in plan["check"]["points"]])
     ci = plan["task_latency_p95_interval_s"]
-    ci_text = "" if ci[1] is None else f", task p95 95% interval {ci[0]:,.0f}-{ci[1]:,.0f} s"
+    ci_text = "" if ci[1] is None else f", task p95 95% interval {task_s(ci[0])}-{task_s(ci[1])} s"
     return (f" (settled in the simulator from {plan['completed_tasks']:,} tasks; 95% interval {span} agents"
             f"{ci_text}; the analytic model gives {plan['analytic']['agents_per_replica']:,})")
+
+
+def _tpot_figure(svg: str | None) -> str:
+    if svg is None:
+        return "<p>No call of this workload outputs a second token, so there is no time per output token.</p>"
+    return _figure(svg, 'Time per output token p95 per number of concurrent agents; dashed: the tighter of the '
+                   'TPOT and output-speed SLOs where the spec sets one; red: simulated.')
 
 
 def _kv_sentence(plan: dict) -> str:
@@ -175,7 +183,7 @@ def _kv_sentence(plan: dict) -> str:
             f"{plan['kv_tokens_resident_p95']:,.0f} tokens at p95 of {plan['kv_tokens_capacity']:,.0f}.")
 
 
-def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], contrast_rows: list[dict],
+def render(title: str, plan: dict, charts: dict[str, str | None], levers: list[dict], contrast_rows: list[dict],
            spec_dict: dict, notes: list[str], command: str | None = None) -> str:
     kpis = [("agents per replica", f"{plan['agents_per_replica']:,}"),
             ("binding constraint", plan["binding_constraint"]),
@@ -211,7 +219,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
 
 <h2>Task latency against concurrency</h2>
 <p>The SLO is a p95 of the whole task. At N* = {plan['agents_per_replica']}{_source(plan)} the task takes
-{lat['mean']:,.0f} s on average, p50 {lat['p50']:,.0f} s, p95 {lat['p95']:,.0f} s, p99 {lat['p99']:,.0f} s.</p>
+{task_s(lat['mean'])} s on average, p50 {task_s(lat['p50'])} s, p95 {task_s(lat['p95'])} s, p99 {task_s(lat['p99'])} s.</p>
 {_figure(charts['latency'], 'Mean and p95 task latency per number of concurrent agents; dashed: the SLO; red: p95 '
          'from the iteration-level simulator with its 95% interval, at each agent count apmw plan simulated to '
          'settle N*. Where KV memory runs short, the analytic curve does not queue calls for memory or price '
@@ -219,8 +227,7 @@ def render(title: str, plan: dict, charts: dict[str, str], levers: list[dict], c
 <h3>Per call: time to first token and time per output token</h3>
 {_figure(charts['ttft'], 'TTFT p95 per number of concurrent agents; dashed: the TTFT SLO where the spec sets one; '
          'red: the simulated p95 at each agent count apmw plan simulated.')}
-{_figure(charts['tpot'], 'Time per output token p95 per number of concurrent agents; dashed: the tighter of the '
-         'TPOT and output-speed SLOs where the spec sets one; red: simulated.')}
+{_tpot_figure(charts['tpot'])}
 <h3>SLO verdicts at N*</h3>
 <p>Binding: {html.escape(binding_text(plan))}. {_kv_sentence(plan)}</p>
 {_table(['SLO', 'limit', 'at N*', 'verdict'], slo_rows(plan['slo_verdict']))}

@@ -16,13 +16,15 @@ from importlib.metadata import version
 import yaml
 
 from apmw.design_search.space import settings_text
+from apmw.render import speed_text, task_s
 from apmw.report import charts
 from apmw.report.html import _CSS, _attachment, _figure, _inputs, _money, _table, _tiles
 
 
-OBJECTIVE_FORMATS = {"agents_per_mw": "{:,.0f}", "agents_per_mw_provisioned": "{:,.0f}",
-                     "cost_per_session_usd": "${:,.4f}", "agents_per_gpu": "{:,.1f}", "task_latency_p95_s": "{:,.0f} s",
-                     "output_speed_tokens_per_s": "{:,.1f} tokens/s"}
+OBJECTIVE_FORMATS = {"agents_per_mw": "{:,.0f}".format, "agents_per_mw_provisioned": "{:,.0f}".format,
+                     "cost_per_session_usd": "${:,.4f}".format, "agents_per_gpu": "{:,.1f}".format,
+                     "task_latency_p95_s": lambda s: f"{task_s(s)} s",
+                     "output_speed_tokens_per_s": lambda v: f"{speed_text(v)} tokens/s"}
 # Long launch lines wrap rather than scroll, so that a printed or shot page shows them whole.
 _PAGE_CSS = _CSS + "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
 # Feasible points drawn with their hover text, at most.
@@ -31,8 +33,14 @@ MAX_PLOTTED = 5000
 
 def _hover(p: dict) -> str:
     return (f"{settings_text(p['settings'])}\nN* {p['agents_per_replica']:,} ({p['binding_constraint']}), "
-            f"{p['agents_per_mw']:,.0f} agents/MW, {p['output_speed_tokens_per_s']:,.1f} tokens/s per agent, "
-            f"${p['cost_per_session_usd']:,.4f}/session, task p95 {p['task_latency_p95_s']:,.0f} s")
+            f"{p['agents_per_mw']:,.0f} agents/MW, {_speed(p)}${p['cost_per_session_usd']:,.4f}/session, "
+            f"task p95 {task_s(p['task_latency_p95_s'])} s")
+
+
+def _speed(p: dict) -> str:
+    """ "12.3 tokens/s per agent, ", or nothing where no call outputs a second token."""
+    speed = p["output_speed_tokens_per_s"]
+    return "" if speed is None else f"{speed:,.1f} tokens/s per agent, "
 
 
 def plotted(answer: dict, points: list[dict]) -> list[dict]:
@@ -47,16 +55,18 @@ def plotted(answer: dict, points: list[dict]) -> list[dict]:
     return [p for p in points if p["point"] in keep]
 
 
-def search_charts(answer: dict, points: list[dict]) -> dict[str, str]:
-    """The two planes: ``points`` are the feasible points drawn (``point`` index, ``settings`` and figures)."""
+def search_charts(answer: dict, points: list[dict]) -> dict[str, str | None]:
+    """The two planes: ``points`` are the feasible points drawn (``point`` index, ``settings`` and figures). A
+    search's points share one workload, so where no call outputs a second token none has an output speed and
+    there is no speed plane (None)."""
     where = {p["point"]: i for i, p in enumerate(points)}
     front = [where[p["point"]] for p in answer["front"]]
     chosen = where[answer["best"]["agents_per_mw"]["point"]]
     hover = [_hover(p) for p in points]
     agents_per_mw = [p["agents_per_mw"] for p in points]
-    speed = charts.search_scatter([p["output_speed_tokens_per_s"] for p in points], agents_per_mw, hover, front,
-                                  chosen, "per-agent output speed (tokens/s at the p95 time per output token)",
-                                  "agents per MW")
+    speed = None if points[0]["output_speed_tokens_per_s"] is None else charts.search_scatter(
+        [p["output_speed_tokens_per_s"] for p in points], agents_per_mw, hover, front, chosen,
+        "per-agent output speed (tokens/s at the p95 time per output token)", "agents per MW")
     cost = charts.search_scatter([p["cost_per_session_usd"] for p in points], agents_per_mw, hover,
                                  _cost_front(points), chosen, "cost per session ($)", "agents per MW")
     return {"speed": speed, "cost": cost}
@@ -70,6 +80,14 @@ def _cost_front(points: list[dict]) -> list[int]:
             front.append(i)
             cheapest = points[i]["cost_per_session_usd"]
     return front
+
+
+def _speed_plane(svg: str | None, share: str) -> str:
+    if svg is None:
+        return ("<p>No call of this workload outputs a second token, so no point has a per-agent output speed: "
+                "the front is the most agents per MW.</p>")
+    return _figure(svg, 'Every feasible point (grey; hover for its settings and figures), the Pareto front in '
+                   'blue (no point is better on both), and the point with the most agents per MW ringed.' + share)
 
 
 def _checked(p: dict) -> str:
@@ -94,24 +112,23 @@ def render_search(title: str, answer: dict, points: list[dict], spec_dict: dict,
             "even share of the rest; the Parquet or CSV output has them all.")
         best = answer["best"]["agents_per_mw"]
         front_rows = [[settings_text(p["settings"]), f"{p['agents_per_replica']:,}", f"{p['agents_per_mw']:,.0f}",
-                       f"{p['output_speed_tokens_per_s']:,.1f}", f"{p['cost_per_session_usd']:,.4f}",
-                       f"{p['task_latency_p95_s']:,.0f}", _checked(p)] for p in answer["front"]]
-        best_rows = [[name, settings_text(p["settings"]), OBJECTIVE_FORMATS[name].format(p[name])]
+                       speed_text(p["output_speed_tokens_per_s"]), f"{p['cost_per_session_usd']:,.4f}",
+                       task_s(p["task_latency_p95_s"]), _checked(p)] for p in answer["front"]]
+        best_rows = [[name, settings_text(p["settings"]), OBJECTIVE_FORMATS[name](p[name])]
                      for name, p in answer["best"].items()]
         body = f"""
 {_tiles([('best agents per MW', f"{best['agents_per_mw']:,.0f}"), ('its N*', f"{best['agents_per_replica']:,}"),
          ('its cost per session', _money(best['cost_per_session_usd'])),
          ('points on the front', f"{len(answer['front']):,}")])}
 <h2>Agents per MW against per-agent output speed</h2>
-{_figure(figures['speed'], 'Every feasible point (grey; hover for its settings and figures), the Pareto front in '
-         'blue (no point is better on both), and the point with the most agents per MW ringed.' + share)}
+{_speed_plane(figures['speed'], share)}
 <h2>Agents per MW against cost per session</h2>
 {_figure(figures['cost'], 'The same points against dollars per session; blue: the points no other beats on both.')}
 <h2>The chosen point</h2>
 <p>The most agents per MW: N* {best['agents_per_replica']:,} per replica (binding: {html.escape(best['binding_constraint'])}),
 {best['agents_per_mw']:,.0f} agents per MW ({best['agents_per_mw_provisioned']:,.0f} provisioned),
-${best['cost_per_session_usd']:,.4f} per session, task p95 {best['task_latency_p95_s']:,.0f} s,
-{best['output_speed_tokens_per_s']:,.1f} tokens/s per agent.</p>
+${best['cost_per_session_usd']:,.4f} per session, task p95 {task_s(best['task_latency_p95_s'])} s{
+'' if best['output_speed_tokens_per_s'] is None else f", {best['output_speed_tokens_per_s']:,.1f} tokens/s per agent"}.</p>
 {_table(['setting', 'value'], [[k, json.dumps(v) if isinstance(v, (dict, list)) else str(v)]
                                 for k, v in best['settings'].items()])}
 <p>Launch it with:</p><pre>{html.escape(best['launch'])}</pre>

@@ -227,7 +227,15 @@ def test_a_point_the_simulator_cannot_run_says_why_it_was_not_checked():
     found = search(spec, {"serving.disaggregation": [{"prefill_gpus": 2}], "serving.tool_wait_kv_policy": ["retain"]})
     assert found.points, found.pruned
     checked = check_front(spec, found, 1)
-    assert "disaggregated prefill" in checked.front()[0].checked["not_checked"]
+    why = checked.front()[0].checked["not_checked"]
+    assert "disaggregated prefill" in why
+    # the table and the page give the reason whole (the table cut it at 60 characters, the page at 80)
+    from apmw.cli.search import _checked_cells
+    from apmw.report.search_page import _checked
+
+    long = f"{why}; and more, past eighty characters"
+    assert _checked_cells({"not_checked": long}) == ("not checked", long)
+    assert _checked({"checked": {"not_checked": long}}) == "not checked: " + long
 
 
 @pytest.mark.parametrize("engine,worker", [("vllm", "dynamo.vllm --model"), ("sglang", "dynamo.sglang --model-path"),

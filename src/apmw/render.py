@@ -166,8 +166,8 @@ def check_table(console: Console, p: dict) -> None:
 
 
 def verify_table(console: Console, v: dict) -> None:
-    t = Table(title=f"--verify: simulated {v['simulated_s']:,.0f} s at {v['agents']} agents "
-                    f"({v['completed_tasks']} tasks)", title_justify="left")
+    t = Table(title=f"--verify: simulated {v['simulated_s']:,.0f} s at {v['agents']:,} agents "
+                    f"({v['completed_tasks']:,} tasks)", title_justify="left")
     for col in ("task latency", "analytic s", "simulated s", "ratio"):
         t.add_column(col, justify="left" if col == "task latency" else "right")
     a, s, r = v["task_latency_s"]["analytic"], v["task_latency_s"]["simulated"], v["simulated_over_analytic"]
@@ -179,7 +179,7 @@ def verify_table(console: Console, v: dict) -> None:
         t.add_row(k, task_s(a[k]), sim, "n/a" if r[k] is None else f"{r[k]:.2f}")
     console.print(t)
     console.print(f"decode batch {v['decode_batch_mean']['analytic']:.1f} analytic vs "
-                  f"{v['decode_batch_mean']['simulated']:.1f} simulated; preemptions {v['preemptions']}; "
+                  f"{v['decode_batch_mean']['simulated']:.1f} simulated; preemptions {v['preemptions']:,}; "
                   f"prefix hit rate {v['prefix_hit_rate']:.1%}; simulated SLO "
                   f"{'met' if v['simulated_meets_slo'] else '[red]missed[/]: ' + missed_slos(v['simulated_slo_verdict'])}")
 

@@ -394,3 +394,14 @@ def test_calls_of_one_output_token_have_no_time_per_output_token():
     assert not [w for w in out["warnings"] if "time per output token" in w]
     d["workload"]["output_tokens_per_call"] = 2
     assert solve(spec_from_dict(d)).to_dict()["tpot_p95_s"] > 0
+
+
+def test_an_infeasible_task_latency_reads_with_thousands_separators():
+    """"1402155.8 s" in an infeasible message (fuzz round 8): seconds past a thousand read as the tables print them."""
+    d = small_spec_dict()
+    d["workload"]["tool_wait_s"] = {"p50": 300.0, "p95": 900.0}
+    d["slo"]["task_latency_p95_s"] = 100
+    with pytest.raises(InfeasibleError) as e:
+        plan(spec_from_dict(d))
+    said = str(e.value).split("p95 task latency ")[1].split(" against")[0]
+    assert said.endswith(" s") and "," in said and float(said[:-2].replace(",", "")) > 1000, said

@@ -486,6 +486,9 @@ def test_what_fuzzing_found_in_power_and_engine_figures_is_refused(tmp_path, tex
       "--concurrency", "4", "--token-budget", "99999999999999999999"], "--token-budget: Input should be less than"),
     (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
       "--concurrency", "4", "--disagg", "--kv-transfer-gb-per-s", "1e-300"], "(--kv-transfer-gb-per-s 0.001 to 100000)"),
+    # said "got 1": the bytes per second of the 1e-9 GB/s given (fuzz round 8)
+    (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
+      "--concurrency", "4", "--disagg", "--kv-transfer-gb-per-s", "1e-9"], "got 1 bytes/s (1e-09 GB/s)"),
     (["predict", "--model", "meta-llama/Meta-Llama-3.1-8B", "--gpu", "H100", "--isl", "1000", "--osl", "100",
       "--concurrency", "1,,2"], "--concurrency: '1,,2' has an empty entry between commas"),
     # answered with a TTFT of 5.5e20 ms before (fuzzing, session 52)
@@ -802,7 +805,9 @@ def test_predict_names_the_engines_own_batch_limit_when_none_was_given():
              "--concurrency", "64", "--token-budget", "16")
     _clean(r, 0)
     out = " ".join(r.stdout.split())
-    assert "the engine's batch limit, 16 here" in out and "--max-batch sets it" in out
+    # vLLM lowers its default batch limit to the token budget: that is what caps it, not --max-batch (fuzz round 8)
+    assert "--token-budget: vllm runs no more requests than its tokens per iteration, 16 here" in out
+    assert "--max-batch sets it" not in out
 
 
 def test_an_otel_span_exported_twice_is_counted_once_and_a_usage_given_twice_is_refused(tmp_path):

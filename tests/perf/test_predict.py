@@ -540,3 +540,16 @@ def test_the_ttft_parts_add_up_and_name_where_the_time_goes():
     r = predict_rate(LLAMA8, "H200", 1, "bf16", "bf16", 1024, 1024, 5.0, request_overhead_s=0.03)
     assert r.ttft_parts_s["request_overhead"] == 0.03
     assert sum(r.ttft_parts_s.values()) == pytest.approx(r.ttft_s, rel=1e-12)
+
+
+def test_a_batch_the_token_budget_lowers_is_blamed_on_the_token_budget():
+    """vLLM lowers its default batch limit to --token-budget: the queue said --max-batch capped it (fuzz round 8)."""
+    base = ["predict", "--model", LLAMA8, "--gpu", "H100", "--isl", "1000", "--osl", "100", "--concurrency", "8"]
+    r = CliRunner().invoke(app, base + ["--engine", "vllm", "--token-budget", "4"], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.stdout.splitlines() if "running capped by" in line)
+    assert "--token-budget: vllm runs no more requests than its tokens per iteration, 4 here" in row, row
+    r = CliRunner().invoke(app, base + ["--engine", "vllm", "--token-budget", "8192", "--max-batch", "4"],
+                           terminal_width=400)
+    row = next(line for line in r.stdout.splitlines() if "running capped by" in line)
+    assert row.split("│")[2].strip() == "--max-batch", row

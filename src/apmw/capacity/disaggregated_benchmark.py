@@ -99,7 +99,8 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     if not MIN_LINK_BYTES_PER_S <= kv_transfer_bandwidth_bytes_per_s <= MAX_LINK_BYTES_PER_S:
         raise PredictError(f"kv_transfer_bandwidth_bytes_per_s must be {MIN_LINK_BYTES_PER_S:g} to "
                            f"{MAX_LINK_BYTES_PER_S:g} bytes/s (--kv-transfer-gb-per-s {MIN_LINK_BYTES_PER_S / 1e9:g} to "
-                           f"{MAX_LINK_BYTES_PER_S / 1e9:g}), got {kv_transfer_bandwidth_bytes_per_s:g}")
+                           f"{MAX_LINK_BYTES_PER_S / 1e9:g}), got {kv_transfer_bandwidth_bytes_per_s:g} bytes/s "
+                           f"({kv_transfer_bandwidth_bytes_per_s / 1e9:g} GB/s)")
     common = dict(engine=engine, calibrated=calibrated, token_budget=token_budget, max_batch=max_batch,
                   kv_memory_fraction=kv_memory_fraction, request_overhead_s=request_overhead_s, moe_dtype=moe_dtype,
                   engine_version=engine_version, mxfp4_moe_activations=mxfp4_moe_activations,

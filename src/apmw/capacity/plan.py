@@ -34,7 +34,7 @@ NO_SLO = "no number of agents meets the SLO"
 
 def _seconds(value: float) -> str:
     """A task latency in a message: to 0.1 s, or in milliseconds below a second (a 6 ms task is not "0.0 s")."""
-    return f"{value:.1f} s" if value >= 1 else seconds_text(value)
+    return f"{value:,.1f} s" if value >= 1 else seconds_text(value)
 
 
 def _at_least_s(value: float) -> str:

@@ -102,7 +102,7 @@ def check_routable(spec: Spec, slot_prompt_cache: bool) -> None:
     if slot_prompt_cache:
         missing.append("llama.cpp's prompt slots")
     if missing:
-        raise ApmwError(f"fleet.routing {spec.fleet.routing} over {spec.fleet.routing_replicas} replicas is not "
+        raise ApmwError(f"fleet.routing {spec.fleet.routing} over {spec.fleet.routing_replicas:,} replicas is not "
                         f"modelled with {'; '.join(missing)} yet; use fleet.routing: affinity")
 
 

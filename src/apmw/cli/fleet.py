@@ -142,7 +142,7 @@ def _summary(d: dict) -> list[str]:
     per_task = "-" if d["cost_per_task_usd"] is None else f"${d['cost_per_task_usd']:,.4f}"
     return [
         f"N* {d['agents_per_replica_max']} agents per replica, headroom {d['headroom']:.0%}, "
-        f"at least {d['min_replicas']} replica(s), scale-up {d['scale_up_s']:,.0f} s, "
+        f"at least {d['min_replicas']:,} replica(s), scale-up {d['scale_up_s']:,.0f} s, "
         f"scale-down delay {d['scale_down_delay_s']:,.0f} s",
         f"peak at hour {d['peak_hour_label']}: {d['peak_replicas']:,} replicas, {d['peak_gpus']:,} GPUs, "
         f"{d['peak_facility_mw']:,.3f} MW facility ({d['peak_provisioned_mw']:,.3f} MW provisioned)",

@@ -70,7 +70,7 @@ def levers(
         elif r.verified:
             v = r.verified
             out.print(f"verified {r.lever}: simulated task p95 {v['task_latency_s']['simulated']['p95']:,.0f} s vs "
-                      f"analytic {v['task_latency_s']['analytic']['p95']:,.0f} s at {v['agents']} agents; in "
+                      f"analytic {v['task_latency_s']['analytic']['p95']:,.0f} s at {v['agents']:,} agents; in "
                       f"simulation {slo_line(v['simulated_slo_verdict'])}")
     if best:
         out.print("top two: " + "; ".join(f"[bold]{r.lever}[/] ({r.gain:.2f}x, relaxes {r.relaxes})" for r in best))

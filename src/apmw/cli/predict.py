@@ -227,7 +227,7 @@ def predict(
         return
     load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]}"
     print_table(_prediction_table(p, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens, {load} ({engine})",
-                                  engine, max_batch is not None))
+                                  engine, max_batch is not None, _lowered_to(engine, token_budget, layout)))
     out.print(f"[dim]{p.source_detail}[/]")
     _print_model_source(model)
 
@@ -246,7 +246,7 @@ def _refuse_unmodelled_with_disagg(by_rate: bool, scheduler_recv_interval: int |
              f"{'it' if len(given) == 1 else 'them'} out")
 
 
-def _prediction_table(p, title: str, engine: str, given_max_batch: bool) -> Table:
+def _prediction_table(p, title: str, engine: str, given_max_batch: bool, budget_limit: int | None = None) -> Table:
     """One prediction as the terminal shows it: TTFT and its parts, TPOT, throughput, what the engine does, power."""
     table = Table(title=title)
     table.add_column("metric")
@@ -260,7 +260,7 @@ def _prediction_table(p, title: str, engine: str, given_max_batch: bool) -> Tabl
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
     table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
     if p.queued_requests and p.running_limited_by != "concurrency":
-        table.add_row("running capped by", _cap(p, engine, given_max_batch))
+        table.add_row("running capped by", _cap(p, engine, given_max_batch, budget_limit))
     table.add_row("prompts arrive", p.prompts_arrive)
     table.add_row("prefill", "mixed with decode" if p.prefill_mixed_with_decode else "alone and first")
     table.add_row("next batch formed", "while the current iteration runs" if p.iterations_scheduled_ahead
@@ -391,12 +391,26 @@ def _replica_text(tp: int, layout: dict | None, gpu: str) -> str:
     return f"{gpus} x {gpu} (tp {tp}, " + ", ".join(f"{k} {v}" for k, v in layout.items()) + ")"
 
 
-def _cap(p, engine: str, given_max_batch: bool) -> str:
-    """Why the rest queue: the batch limit (the one given, or the engine's default), or KV memory as the engine
-    counts it."""
+def _lowered_to(engine: str, token_budget: int | None, layout: dict | None) -> int | None:
+    """The batch limit ``--token-budget`` sets where the engine lowers its default batch limit to its token budget
+    (vLLM: every running sequence takes a token of an iteration's budget), over the replica's schedulers."""
+    from apmw.perf.serving_policy import BATCH_WITHIN_BUDGET_ENGINES, canonical_engine, schedulers_per_limit
+
+    if token_budget is None or canonical_engine(engine) not in BATCH_WITHIN_BUDGET_ENGINES:
+        return None
+    return token_budget * schedulers_per_limit(canonical_engine(engine), (layout or {}).get("dp_attention", 1))
+
+
+def _cap(p, engine: str, given_max_batch: bool, budget_limit: int | None = None) -> str:
+    """Why the rest queue: the batch limit (the one given, the engine's default, or the token budget the engine
+    lowers its default to), or KV memory as the engine counts it."""
     if p.running_limited_by != "kv_memory":
-        return "--max-batch" if given_max_batch else (f"the engine's batch limit, {p.running_requests:,} here "
-                                                      "(--max-batch sets it)")
+        if given_max_batch:
+            return "--max-batch"
+        if p.running_requests == budget_limit:
+            return (f"--token-budget: {engine} runs no more requests than its tokens per iteration, "
+                    f"{p.running_requests:,} here (raise --token-budget to run more)")
+        return f"the engine's batch limit, {p.running_requests:,} here (--max-batch sets it)"
     from apmw.perf.serving_policy import FULL_RESERVATION_ENGINES, canonical_engine
 
     held = f"{p.kv_tokens_per_running_request:,.0f} KV tokens each"

@@ -24,7 +24,7 @@ def _checked_cells(c: dict | None) -> tuple[str, str]:
     if c is None:
         return "-", "-"
     if "not_checked" in c:
-        return "not checked", c["not_checked"][:60]
+        return "not checked", c["not_checked"]
     span = interval_text(c["agents_per_replica_interval"], c["agents_simulated"])
     return f"{c['agents_per_replica']:,} ({span})", f"{c['agents_per_mw']:,.0f}"
 

@@ -95,7 +95,7 @@ def _checked(p: dict) -> str:
     if c is None:
         return "-"
     if "not_checked" in c:
-        return "not checked: " + c["not_checked"][:80]
+        return "not checked: " + c["not_checked"]
     return f"{c['agents_per_replica']:,} ({c['agents_per_mw']:,.0f} agents/MW)"
 
 

@@ -349,7 +349,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
         before = points[n].runs if n in points else ()
         i = len(before)
         done = min(sum(len(p.runs) for p in points.values()) / runs_total, 1.0)
-        what = f"simulating {n} agents, run {i + 1}/{replications}"
+        what = f"simulating {n:,} agents, run {i + 1}/{replications}"
         cb = None
         if progress is not None:
             told = progress
@@ -412,7 +412,7 @@ def check_plan(analytic: Plan, tasks_per_point: int = CHECK_TASKS_PER_POINT, rep
         first = ordered[0] if ordered else points[min(points)]
         raise ApmwError(
             f"the simulator misses the SLO at every agent count it checked, down to {first.agents} "
-            f"(task p95 {first.p95('task_latency_s') or math.nan:,.0f} s over {first.completed_tasks} tasks; "
+            f"(task p95 {first.p95('task_latency_s') or math.nan:,.0f} s over {first.completed_tasks:,} tasks; "
             f"the analytic N* was {analytic.agents_per_replica}): run apmw simulate at fewer agents, or "
             "use --analytic for the analytic answer")
     interval = n_star_interval(ordered, lambda p: p.slack(spec.slo, 1), lambda p: p.slack(spec.slo, 0))

@@ -128,7 +128,7 @@ class SimResult:
                         f"bracket their p95 at 95 % confidence (that takes {min_tasks_for_p95_interval()}), so its SLO "
                         "verdict rests on the slowest one or two; run longer (--duration-s of more task times)")
         if self.preemptions > 0 and self.completed_tasks < SETTLED_TASKS_AT_KV_LIMIT:
-            said.append(f"the KV pool ran short at {self.agents} agents ({self.preemptions:,} preemptions): there the "
+            said.append(f"the KV pool ran short at {self.agents:,} agents ({self.preemptions:,} preemptions): there the "
                         "engine thrashes every few hours of simulated time, and runs of fewer than "
                         f"{SETTLED_TASKS_AT_KV_LIMIT:,} tasks have read the task p95 from a quarter below to half above "
                         f"what long runs settle on; this run recorded {self.completed_tasks:,} (run longer, or several "

@@ -43,3 +43,19 @@ def test_an_open_loop_simulation_refuses_lengths_and_rates_it_would_have_bent(pr
     spec = load_spec(bundled_examples()["support-chat"])
     with pytest.raises(ApmwError, match=said):
         simulate_open_loop(spec, np.array(prompt), np.array(output), rate)
+
+
+@pytest.mark.parametrize("call,said", [
+    (lambda: load_spec(5), "load_spec takes a spec file's path (a str or pathlib.Path), got int"),
+    (lambda: __import__("apmw").architecture_summary(5), "architecture_summary takes an Architecture, got int"),
+    (lambda: __import__("apmw").predict("meta-llama/Meta-Llama-3.1-8B", "H100", "1", "bf16", "bf16", 100, 10, 4),
+     "tp must be a whole number of at least 1 (got '1')"),
+    (lambda: __import__("apmw").predict_rate("meta-llama/Meta-Llama-3.1-8B", "H100", 1.5, "bf16", "bf16", 100, 10,
+                                             1.0), "tp must be a whole number of at least 1 (got 1.5)"),
+])
+def test_an_argument_of_the_wrong_type_is_said_not_raised_from_deep_inside(call, said):
+    """A TypeError or AttributeError from deep inside (fuzz round 8): the CLI's parser checks these; the API did not."""
+    from apmw.spec import SpecError
+
+    with pytest.raises((ApmwError, SpecError), match=said.replace("(", r"\(").replace(")", r"\)")):
+        call()

@@ -13,6 +13,7 @@ from apmw.arch.compressed_attention import CompressedAttention
 from apmw.arch.dtypes import (FOUR_BIT_DTYPES, FOUR_BIT_MOE_ATTENTION_DTYPE, UNQUANTISED_BYTES,
                               UNQUANTISED_GEMM_DTYPE, kv_storage_bytes, weight_storage_bytes)
 from apmw.catalog.checkpoint_formats import CheckpointFormat
+from apmw.errors import ApmwError
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,9 @@ def _like_input(value):
 
 def summary(arch: Architecture) -> dict[str, Any]:
     """JSON-ready description: shape, counts, and bytes at common dtypes and the checkpoint's own."""
+    if not isinstance(arch, Architecture):
+        raise ApmwError(f"architecture_summary takes an Architecture, got {type(arch).__name__}; read one with "
+                        "apmw.load_architecture(name or config.json path)")
     dtypes = ("bf16", "fp8", "fp4")
     form = arch.checkpoint_format
     weight_dtypes = dtypes + ((form.weight_dtype,) if form is not None and form.weight_dtype not in dtypes else ())

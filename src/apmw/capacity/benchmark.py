@@ -167,7 +167,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
-    check_request_lengths(isl, osl, concurrency)
+    check_request_lengths(isl, osl, concurrency, tp)
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
@@ -256,8 +256,10 @@ def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: 
                    compute_bound_share=compute)
 
 
-def check_request_lengths(isl: int, osl: int, concurrency: int) -> None:
-    for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency)):
+def check_request_lengths(isl: int, osl: int, concurrency: int, tp: int = 1) -> None:
+    """Each a whole number of at least 1, or a clear error (the Python API takes them as given: a "1" or 1.5 would
+    fail deeper down, unexplained), and no more clients than apmw models."""
+    for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency), ("tp", tp)):
         whole = isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v == int(v)
         if not whole or v < 1:
             raise PredictError(f"{name} must be a whole number of at least 1 (got {v!r})")

@@ -36,7 +36,7 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
 
     The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
     """
-    check_request_lengths(isl, osl, 1)
+    check_request_lengths(isl, osl, 1, tp)
     if not request_rate_per_s > 0:
         raise PredictError(f"request_rate_per_s must be positive (got {request_rate_per_s:g} requests/s)")
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,

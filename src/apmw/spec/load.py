@@ -422,6 +422,10 @@ def load_yaml_lines(path: str | Path, what: str = "file") -> tuple[Any, dict[tup
 
 def load_spec(path: str | Path) -> Spec:
     """Load and validate a YAML spec file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecError(repr(path), [f"load_spec takes a spec file's path (a str or pathlib.Path), got "
+                                     f"{type(path).__name__}; a spec held as a dict is read with "
+                                     "apmw.spec.spec_from_dict(document)"])
     data, node = _read_yaml(path, "spec; see examples/")
     lines = _key_lines(node) if node is not None else {}
     spec = config_beside(spec_from_dict(data, str(path), lines), Path(path))

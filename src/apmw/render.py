@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Console
 from rich.table import Table
 
 from apmw.capacity.economics import energy_text
-from apmw.capacity.slo import SLO_LABELS, binding_text, seconds_text
+from apmw.capacity.plan import gpu_text
+from apmw.capacity.slo import SLO_LABELS, binding_text, seconds_text, task_s
 from apmw.sim.checked import interval_text
 
 
@@ -35,15 +34,17 @@ def slo_line(verdict: dict) -> str:
     return "; ".join(parts)
 
 
+
+
 def replica_text(rep: dict) -> str:
     """'DeepSeek-V3 on 8 x H200 (TP1 x DP8, EP8)'; under disaggregation the decode worker and its share of
     the prefill workers ('... decode, + 2 x H200 prefill: 3 prefill workers of TP4 for 2 decode workers')."""
     layout = rep.get("layout") or {}
     laid = f" ({layout['text']})" if layout and layout["text"] != f"TP{layout['gpus']}" else ""
-    text = f"{rep['model']} on {rep['decode_gpus']:g} x {rep['gpu']}{laid}"
+    text = f"{rep['model']} on {rep['decode_gpus']:g} x {gpu_text(rep)}{laid}"
     d = rep.get("disaggregation")
     if d:
-        text += (f" decode, + {rep['prefill_gpus']:g} x {rep['gpu']} prefill: {d['prefill_workers']} prefill "
+        text += (f" decode, + {rep['prefill_gpus']:g} x {gpu_text(rep)} prefill: {d['prefill_workers']} prefill "
                  f"worker{'s' if d['prefill_workers'] > 1 else ''} of {d['prefill_layout']} for "
                  f"{d['decode_workers']} decode worker{'s' if d['decode_workers'] > 1 else ''}")
     return text
@@ -123,17 +124,8 @@ def _source_text(p: dict) -> str:
     return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
 
 
-def task_s(seconds: float) -> str:
-    """A task latency in seconds as the tables print it: whole seconds from 100 s, four significant digits under
-    (a 5 s SLO met at 4.998 s and missed at 5.003 s read "5" both, fuzz round 8)."""
-    if abs(seconds) >= 100 or seconds == 0:
-        return f"{seconds:,.0f}"
-    return f"{seconds:.{max(0, 3 - math.floor(math.log10(abs(seconds))))}f}"
 
 
-def speed_text(tokens_per_s: float | None) -> str:
-    """A per-agent output speed as the tables print it; "-" where no call outputs a second token."""
-    return "-" if tokens_per_s is None else f"{tokens_per_s:,.1f}"
 
 
 def _with_interval(p95_s: float | None, interval_s: list) -> str:

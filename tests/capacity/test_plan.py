@@ -405,3 +405,19 @@ def test_an_infeasible_task_latency_reads_with_thousands_separators():
         plan(spec_from_dict(d))
     said = str(e.value).split("p95 task latency ")[1].split(" against")[0]
     assert said.endswith(" s") and "," in said and float(said[:-2].replace(",", "")) > 1000, said
+
+
+def test_a_gpu_with_figures_overridden_is_not_named_as_the_catalogue_one():
+    """hardware.gpu: {name: H100, hbm_bytes: ...} was named "H100-SXM5-80GB" in the plan and in the memory refusal,
+    whose figures then contradicted the name (fuzz round 8)."""
+    from apmw.render import replica_text
+
+    d = small_spec_dict()
+    d["hardware"]["gpu"] = {"name": "H100", "hbm_bytes": 40e9}
+    rep = plan(spec_from_dict(d)).to_dict()["replica"]
+    assert rep["gpu"] == "H100-SXM5-80GB" and rep["gpu_overridden"] == ["hbm_bytes"]
+    assert "on 1 x H100-SXM5-80GB with hbm_bytes as given" in replica_text(rep)
+    assert plan(spec_from_dict(small_spec_dict())).to_dict()["replica"]["gpu_overridden"] == []
+    d["hardware"]["gpu"] = {"name": "H100", "hbm_bytes": 10e9}
+    with pytest.raises(ApmwError, match="leave no KV memory on 1 x H100-SXM5-80GB with hbm_bytes as given"):
+        plan(spec_from_dict(d))

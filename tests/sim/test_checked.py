@@ -275,6 +275,6 @@ def test_the_interval_reads_like_the_counts_beside_it():
 
 def test_task_latencies_under_100_s_keep_four_significant_digits():
     """Fuzz round 8: a 5 s SLO met at one count and missed at the next printed "5 (5-5) met" and "5 (5-5) MISSED"."""
-    from apmw.render import task_s
+    from apmw.capacity.slo import task_s
 
     assert (task_s(4.998), task_s(5.003), task_s(12.345), task_s(1264.3)) == ("4.998", "5.003", "12.35", "1,264")

@@ -31,6 +31,11 @@ NO_KV_ROOM = "one session's KV exceeds the replica's KV memory"
 NO_SLO = "no number of agents meets the SLO"
 
 
+def gpu_text(rep: dict) -> str:
+    """A plan's GPU by name, and which of its catalogue figures the spec replaced (GpuSpec.label)."""
+    given = rep.get("gpu_overridden") or []
+    return rep["gpu"] if not given else f"{rep['gpu']} with {', '.join(given)} as given"
+
 
 def _seconds(value: float) -> str:
     """A task latency in a message: to 0.1 s, or in milliseconds below a second (a 6 ms task is not "0.0 s")."""
@@ -174,7 +179,7 @@ class Plan:
             "tokens_per_s": self.tokens_per_s,
             "sessions_per_s": ev.session_throughput_per_s,
             "replica": {"gpus": r.gpus + self.prefill_gpus, "decode_gpus": r.gpus, "prefill_gpus": self.prefill_gpus,
-                        "gpu": r.gpu.name, "model": r.arch.name, "layout": r.step.parallel.to_dict(),
+                        "gpu": r.gpu.name, "gpu_overridden": list(r.gpu.overridden), "model": r.arch.name, "layout": r.step.parallel.to_dict(),
                         "disaggregation": self._disaggregation_dict(),
                         "power_w": e.replica_power_w, "facility_power_w": e.facility_power_w,
                         "provisioned_power_w": e.provisioned_power_w},

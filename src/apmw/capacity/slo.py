@@ -8,6 +8,7 @@ output token) cannot show that its SLO holds, so it fails, and the verdict says 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,19 @@ def seconds_text(value: float | None, interval: tuple[float, float] | None = Non
         return text
     lo, hi = interval
     return f"{text} ({lo * scale:,.{digits}f}-{hi * scale:,.{digits}f})"
+
+
+def task_s(seconds: float) -> str:
+    """A task latency in seconds as the tables print it: whole seconds from 100 s, four significant digits under
+    (a 5 s SLO met at 4.998 s and missed at 5.003 s read "5" both, fuzz round 8)."""
+    if abs(seconds) >= 100 or seconds == 0:
+        return f"{seconds:,.0f}"
+    return f"{seconds:.{max(0, 3 - math.floor(math.log10(abs(seconds))))}f}"
+
+
+def speed_text(tokens_per_s: float | None) -> str:
+    """A per-agent output speed as the tables print it; "-" where no call outputs a second token."""
+    return "-" if tokens_per_s is None else f"{tokens_per_s:,.1f}"
 
 
 def slo_rows(verdict: dict) -> list[list[str]]:

@@ -107,6 +107,13 @@ class GpuSpec:
     scaleup_bw_bytes_per_s: float  # per direction per GPU
     source: str
     power_source: str
+    overridden: tuple[str, ...] = ()    # the catalogue figures a spec replaced (hardware.gpu: {name, ...})
+
+    @property
+    def label(self) -> str:
+        """The GPU as messages name it: a catalogue GPU whose figures a spec replaced says which, since its name
+        alone would claim the catalogue's ("H100-SXM5-80GB with hbm_bytes as given")."""
+        return self.name if not self.overridden else f"{self.name} with {', '.join(self.overridden)} as given"
 
     def flops_for(self, dtype: str) -> float:
         """Best dense rate usable for weights stored as ``dtype``.

@@ -47,7 +47,7 @@ def _overridden(base: GpuSpec, overrides: dict) -> GpuSpec:
         overrides = {**overrides, "busy_power_w": base.busy_power_w * overrides["tdp_w"] / base.tdp_w}
         power_note = (f"{base.power_source}; busy power scaled to the overridden tdp_w "
                       f"({base.busy_power_w:.0f} W x {overrides['tdp_w']:.0f} / {base.tdp_w:.0f} W)")
-    return _checked_power(replace(base, **overrides, power_source=power_note,
+    return _checked_power(replace(base, **overrides, power_source=power_note, overridden=tuple(sorted(given)),
                                   source=f"{base.source}; overridden: {', '.join(sorted(overrides)) or 'nothing'}"),
                           given=given)
 
@@ -322,7 +322,7 @@ def _check_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget, gpus_
                 f"{dtype_field}, or a larger GPU.")
     raise DoesNotFitError(
         f"{step.arch.name} does not fit{_as_laid_out(step)}: weights {held / 1e9:.1f} GB{_with_draft(mem)} + workspace "
-        f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.name} ({mem.usable_bytes / 1e9:.1f} GB "
+        f"{ws / 2**30:.1f} GiB per GPU leave no KV memory on {g} x {gpu.label} ({mem.usable_bytes / 1e9:.1f} GB "
         f"usable, {need / 1e9:.1f} GB needed). {what}")
 
 

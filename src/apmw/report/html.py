@@ -16,8 +16,8 @@ import yaml
 
 from apmw.capacity.economics import energy_text
 from apmw.capacity.fleet_day import hour_label
-from apmw.capacity.slo import binding_text, slo_rows
-from apmw.render import task_s
+from apmw.capacity.slo import binding_text, slo_rows, task_s
+from apmw.capacity.plan import gpu_text
 from apmw.sim.checked import interval_text
 
 _CSS = """
@@ -212,7 +212,7 @@ def render(title: str, plan: dict, charts: dict[str, str | None], levers: list[d
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']:g} x {html.escape(plan['replica']['gpu'])}.</p>
+<p>{html.escape(plan['replica']['model'])} on {plan['replica']['gpus']:g} x {html.escape(gpu_text(plan['replica']))}.</p>
 <p class="meta">Generated {generated} by apmw {html.escape(version('apmw'))}{'' if not command else
 ' with <code>' + html.escape(command) + '</code>'}.</p>
 {_tiles(kpis)}

@@ -16,7 +16,7 @@ from importlib.metadata import version
 import yaml
 
 from apmw.design_search.space import settings_text
-from apmw.render import speed_text, task_s
+from apmw.capacity.slo import speed_text, task_s
 from apmw.report import charts
 from apmw.report.html import _CSS, _attachment, _figure, _inputs, _money, _table, _tiles
 

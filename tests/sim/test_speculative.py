@@ -36,7 +36,7 @@ def test_a_call_keeps_the_expected_tokens_per_iteration(computed, acceptance):
 
 @pytest.mark.parametrize("computed, acceptance", [(2, 0.8), (4, 0.7), (2, 0.5), (3, 0.0), (6, 0.9)])
 def test_the_fast_path_knows_where_the_plain_step_goes(computed, acceptance):
-    """Engine._speculative_segment puts a call at cut(m + j - 1) after j iterations; the plain step gets
+    """apmw.sim.fast_forward._speculative_segment puts a call at cut(m + j - 1) after j iterations; the plain step gets
     there by kept_tokens one iteration at a time, from any start. (y = 1.8 makes j y whole every fifth
     iteration, where two roundings of y used to part them.)"""
     from apmw.sim.drafts import cut, next_cut, tokens_per_iteration

@@ -53,22 +53,11 @@ computes its pending token and ``k`` draft tokens (``k + 1`` of the budget and o
 time is the step model's times ``1 + draft_cost_fraction``, and the sequence keeps as many tokens as the
 drafts accepted plus one, deterministically (:mod:`apmw.sim.drafts`: every call keeps the expected tokens
 an iteration). The KV of rejected drafts is freed at once. The fast
-path below has its own form for it (:meth:`Engine._speculative_segment`).
+path has its own form for it (:mod:`apmw.sim.fast_forward`).
 
-**Fast path.** Between scheduling events the batch is fixed: every running
-sequence decodes one token per iteration, so its context, and hence the KV bytes
-and attention FLOPs of iteration ``j``, grow linearly in ``j``. When every running
-sequence is decoding and nobody can be admitted, :meth:`Engine._fast_forward`
-finds how many iterations ``k`` pass before the next event (a sequence finishes,
-the KV pool would run out, an arrival that could be admitted, a TTL expiry, a
-measurement boundary), prices the iterations up to it and applies them at once. Past
-the model's windows such an iteration's time depends only on the batch size and the sum
-of its contexts, so the times come from the tables of :class:`apmw.sim.pricing.Pricer`
-(priced a piece at a time, 32 iterations and then four times as many as so far, until the
-pieces reach the next event). The result equals the plain loop (``fast=False``) up to floating-point
-rounding; ``tests/sim/test_fast_path.py`` checks it.
-
-The fast path runs a replica with one scheduler; ranks take the plain loop.
+**Fast path** (:mod:`apmw.sim.fast_forward`): where every running sequence decodes and nobody can be
+admitted, many iterations are priced and applied at once, up to the next event; a replica with one
+scheduler only.
 
 The engine owns the clock and the arrivals; each scheduler its queue and batch. Where the KV blocks go (shared prefix, held
 contexts, pins and their spills) is :class:`apmw.sim.kv_ledger.KvLedger`'s account, what an
@@ -87,9 +76,8 @@ import numpy as np
 from apmw.errors import ApmwError
 from apmw.perf import IterationLoad, Replica
 from apmw.perf.parallelism import at_busiest_rank
-from apmw.perf.serving_policy import SGLANG_MIN_NEW_TOKEN_RATIO
 from apmw.sim.batch import Batch, Seq
-from apmw.sim.drafts import cut, next_cut, tokens_per_iteration
+from apmw.sim.fast_forward import fast_forward
 from apmw.sim.kv_ledger import BLOCK_TOKENS, KvLedger
 from apmw.sim.pricing import pricer_for
 from apmw.sim.scheduler import Scheduler, tokens_at_end
@@ -97,20 +85,13 @@ from apmw.sim.slots import SlotPromptCache
 from apmw.sim.stats import Meter
 from apmw.spec import Serving
 
-__all__ = ["BLOCK_TOKENS", "MAX_SEGMENT_ITERATIONS", "Batch", "Engine", "Seq"]
+__all__ = ["BLOCK_TOKENS", "Batch", "Engine", "Seq"]
 
-# Longest fast-forward in one numpy call (bounds the arrays' size; a segment simply resumes).
-MAX_SEGMENT_ITERATIONS = 1 << 16
 # Calls rejected one after another with none finishing between them: the agents' calls do not fit the KV pool
 # at all (each rejected task is followed at once by the agent's next, whose call does not fit either, so the
 # simulated clock stands still). A workload where only some calls are too large passes this many in a row
 # with a chance of (their share) ** 1000.
 MAX_REJECTIONS_IN_A_ROW = 1000
-# Sequence-iterations a speculative-decoding segment works out at once (bounds its positions' matrix).
-MAX_SPECULATIVE_CELLS = 1 << 20
-# Iterations of a decode segment priced first; each next piece is four times what is priced so far,
-# until the segment's end (an arrival, a finish, a stop) is inside what was priced.
-FIRST_PIECE = 32
 
 
 class Engine:
@@ -373,181 +354,6 @@ class Engine:
         for seq in sched.running.remove(done):
             self.driver.on_done(seq, self.now)
 
-    def _stop_times(self) -> tuple[float, float]:
-        """When the plain loop would next do something other than decode: (the first iteration
-        ending at or after this time is the last of the segment, an arrival that may join: the
-        segment ends with the iteration whose batch takes it)."""
-        sched = self.ranks[0]
-        t = min(self.driver.stop_time_s, sched.ledger.next_expiry_s(), self.meter.next_due_s(self.now))
-        joins = np.inf
-        if self.arrivals and not sched.waiting and len(sched.running.seqs) < sched.max_batch:
-            joins = self.arrivals[0][0]
-        return t, joins
-
-    def _segment_length(self, ends: np.ndarray, stops: tuple[float, float] | None = None) -> int:
-        """How many of the iterations ending at ``ends`` the plain loop runs before its next event
-        (``stops``: :meth:`_stop_times`, if already known). More than ``len(ends)`` when none of them
-        reaches it."""
-        stop, joins = self._stop_times() if stops is None else stops
-        k = int(ends.searchsorted(stop)) + 1
-        if np.isfinite(joins):
-            # the arrival is queued after the first iteration ending at or after it; scheduling ahead,
-            # after the first one *starting* at or after it (_arrival_cutoff_s), one iteration later
-            if not self.ahead:
-                k = min(k, int(ends.searchsorted(joins)) + 1)
-            else:
-                k = min(k, 1 if joins <= self.now else int(ends.searchsorted(joins)) + 2)
-        if self.recv_interval > 1:
-            # a scheduler that polls for new calls less often than every iteration polls at the end of
-            # the segment at the latest: what arrives before a poll is taken in there
-            k = min(k, self.recv_interval - self._decodes_since_poll)
-        return k
-
-    def _fast_forward(self) -> bool:
-        """Advance many all-decode iterations in one step; False when the plain step must run (always under
-        attention data parallelism, whose ranks' iterations the plain step prices together)."""
-        if len(self.ranks) > 1:
-            return False
-        sched = self.ranks[0]
-        r = sched.running
-        b = len(r.seqs)
-        v = self.verify
-        if b == 0 or b * v > sched.max_tokens or np.count_nonzero(r.pre):
-            return False
-        if sched.adaptive_share and sched.waiting and sched.reserved_share > SGLANG_MIN_NEW_TOKEN_RATIO:
-            return False    # the share falls every iteration, so the queue head may fit at any one
-        budget = sched.max_tokens if self.prefill_first else sched.max_tokens - b * v
-        if sched.waiting and b < sched.max_batch and budget > 0 and (
-                sched.admission(sched.waiting[0], budget) or sched.ledger.spillable(sched.waiting)):
-            return False
-        if v > 1:
-            return self._speculative_segment()
-        kv = r.kv
-        k = min(int((r.out - r.gen).min()), MAX_SEGMENT_ITERATIONS)
-        ledger = sched.ledger
-        pool = ledger.pool
-        if pool.capacity - pool.used < b * (k // BLOCK_TOKENS + 1):    # else every block k tokens need is free
-            k = ledger.decode_room(kv, k)
-            if k == 0:
-                return False
-        pricer = self.pricer
-        if self.linear_from and int(kv.min()) < self.linear_from:
-            # sliding window / top-k: evaluate exactly, up to the linear part
-            k = min(k, self.linear_from - int(kv.min()))
-            j = np.arange(k, dtype=float)
-            ctx = kv.astype(float)[None, :] + j[:, None]
-            arch = self.arch
-            load = IterationLoad(float(b), 0.0, arch.kv_read_bytes_for_context(ctx, self.kv_dtype).sum(axis=1),
-                                 arch.attention_flops_per_token(ctx).sum(axis=1))
-            t = pricer._times(load, j.shape)
-            ends = np.cumsum(np.concatenate(([self.now], t)))[1:]
-            k = min(k, self._segment_length(ends))
-            total = None
-        else:
-            # linear in the context from here: the batch's sum is b times the figure at its mean context,
-            # a function of the contexts' sum (apmw.sim.pricing's tables); priced piece by piece up to the
-            # segment's end
-            total, j, load = int(kv.sum()), None, None
-            stops = self._stop_times()
-            m = min(FIRST_PIECE, k)
-            t = pricer.decode(b, total, m)
-            ends = np.cumsum(np.concatenate(((self.now,), t)))[1:]
-            while m < k and self._segment_length(ends, stops) > m:
-                more = min(4 * m, k - m)
-                tp = pricer.decode(b, total + b * m, more)
-                t = np.concatenate((t, tp))
-                ends = np.concatenate((ends, np.cumsum(np.concatenate(((ends[-1],), tp)))[1:]))
-                m += more
-            k = min(m, self._segment_length(ends, stops))
-        t = t[:k]
-        self.meter.sample(self.now, [r], ledger.kv_tokens)
-        kv = kv + k
-        own = ledger.blocks_for(kv)
-        pool.take(int(own.sum()) - int(r.own.sum()))
-        self.meter.segment(self.now, t, j, load, b, ledger.kv_tokens, pool.used, total)
-        sched.decay_share(k)
-        self._decodes_since_poll += k
-        self.now = float(ends[k - 1])
-        self._last_start_s = self.now - float(t[k - 1])
-        ledger.computed(b * k)
-        r.kv = kv
-        r.total = r.total + k
-        r.gen = r.gen + k
-        r.own = own
-        done = r.gen == r.out
-        if np.count_nonzero(done):
-            self._finish(sched, done)
-        return True
-
-    def _speculative_segment(self) -> bool:
-        """The fast path under speculative decoding: many all-decode iterations, each sequence keeping
-        :func:`~apmw.sim.drafts.kept_tokens` an iteration, priced in one call; False when the plain step must run. Where a
-        sequence stands after ``j`` iterations is known in advance: from its next cut ``m`` (:func:`next_cut`)
-        at ``g`` generated, ``cut(m + j - 1)`` (what :func:`~apmw.sim.drafts.kept_tokens` gives step by step). The segment
-        ends at the first finish, before the first iteration whose drafts' blocks the pool cannot supply,
-        or at the plain loop's next event (:meth:`_segment_length`). Contexts must be past the model's
-        non-linear part (a sliding window, a top-k), where an iteration's load is affine in their sum."""
-        sched = self.ranks[0]
-        r, ledger, pricer = sched.running, sched.ledger, self.pricer
-        pool = ledger.pool
-        b, v = len(r.seqs), self.verify
-        if pricer.lines is None or (self.linear_from and int(r.kv.min()) < self.linear_from):
-            return False
-        y = tokens_per_iteration(self.acceptance, np.full(b, v))
-        first = next_cut(r.gen, y)                         # each sequence's next cut
-        # iterations until the first sequence finishes (its cut reaches its output), capped so that the
-        # positions' matrix stays small
-        k = int(min((np.ceil(r.out / y) - first).min() + 2, MAX_SPECULATIVE_CELLS // b, MAX_SEGMENT_ITERATIONS))
-        if k < 1:
-            return False
-        pos = cut(first[None, :] + np.arange(k, dtype=float)[:, None], y[None, :])
-        np.minimum(pos, r.out[None, :], out=pos)           # generated after iteration j (row j)
-        finished = (pos >= r.out[None, :]).any(axis=1)
-        if finished.any():
-            k = int(np.argmax(finished)) + 1
-        gen = np.vstack((r.gen[None, :], pos[:k - 1]))      # generated at the start of iteration j
-        kv = r.kv[None, :] + (gen - r.gen[None, :])
-        # blocks held with the drafts' lookahead during iteration j, against what the pool can supply
-        peak = ledger.blocks_for(kv + v).sum(axis=1)
-        room = pool.capacity - pool.used + int(r.own.sum())
-        short = peak > room
-        if short.any():
-            k = int(np.argmax(short))
-            if k == 0:
-                return False
-        total = kv[:k].sum(axis=1).astype(float)
-        (a1, a0), (b1, b0) = pricer.lines
-        load = IterationLoad(float(b * v), 0.0, a1 * total + a0 * b, v * (b1 * total + b0 * b))
-        t = pricer._times(load, total.shape) * self.draft_factor
-        ends = np.cumsum(np.concatenate(((self.now,), t)))[1:]
-        k = min(k, self._segment_length(ends))
-        t, load = t[:k], IterationLoad(load.decode_seqs, 0.0, load.kv_read_bytes[:k], load.attention_flops[:k])
-        self.meter.sample(self.now, [r], ledger.kv_tokens)
-        grown = (total[:k] - total[0])
-        kept = pos[k - 1] - r.gen
-        used_peak = pool.used - int(r.own.sum()) + int(peak[:k].max())
-        self.meter.segment(self.now, t, None, load, b, ledger.kv_tokens, used_peak, grown=grown,
-                           kept=int(kept.sum()))
-        sched.decay_share(k)
-        self._decodes_since_poll += k
-        self.now = float(ends[k - 1])
-        self._last_start_s = self.now - float(t[k - 1])
-        ledger.computed(int(kept.sum()))
-        r.kv = r.kv + kept
-        r.gen = r.gen + kept
-        r.total = r.total + kept
-        # the drafts' blocks at the segment's peak are taken (evicting cached prefixes as the plain loop's
-        # iterations do, in the same LRU order) and all but what the kept tokens hold given back
-        peak_blocks = int(peak[:k].max())
-        own = ledger.blocks_for(r.kv)
-        pool.take(peak_blocks - int(r.own.sum()))
-        ledger.give_back(peak_blocks - int(own.sum()))
-        r.own = own
-        done = r.gen == r.out
-        if np.count_nonzero(done):
-            self._finish(sched, done)
-        return True
-
     def _break_deadlock(self, sched: Scheduler) -> None:
         """Nothing runs on ``sched`` and its queue head cannot be admitted even with every pin spilled
         (:meth:`Scheduler.break_deadlock`); a call that cannot fit even in an empty pool is rejected and its
@@ -596,7 +402,7 @@ class Engine:
             if len(ranks) == 1:
                 sched = ranks[0]
                 if sched.running.seqs:
-                    if not (self.fast and self._fast_forward()):
+                    if not (self.fast and fast_forward(self)):
                         self.step_once()
                     continue
                 if sched.waiting:

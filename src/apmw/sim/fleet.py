@@ -45,6 +45,7 @@ from apmw.perf.parallelism import layout_of
 from apmw.sim.agents import ClosedLoopAgents
 from apmw.sim.batch import Seq
 from apmw.sim.engine import Engine
+from apmw.sim.fast_forward import fast_forward
 from apmw.sim.result import percentiles
 from apmw.sim.run import DEFAULT_WARMUP_SHARE, MAX_AGENTS, unsupported
 from apmw.spec import Spec
@@ -265,7 +266,7 @@ def _run(fleet: _FleetAgents, engines: list[Engine], check: bool) -> None:
         if check:
             e.check_invariants()
         if len(e.running):
-            if not (e.fast and e._fast_forward()):
+            if not (e.fast and fast_forward(e)):
                 e.step_once()
         elif e.waiting and not e.step_once():
             e._break_deadlock()

@@ -8,7 +8,7 @@ without changing what is priced:
 * **Decode-only iterations come from tables.** Once every context is past the model's
   non-linear part (a sliding window, a top-k), the KV bytes one decode step reads and its
   attention FLOPs are the batch size times the per-sequence figure at the batch's mean context
-  (:meth:`apmw.sim.engine.Engine._fast_forward`). An all-decode iteration of ``b`` sequences
+  (:func:`apmw.sim.fast_forward.fast_forward`). An all-decode iteration of ``b`` sequences
   whose contexts sum to ``S`` tokens is then a function of ``(b, S)`` alone, and a segment
   of them is that function at ``S, S + b, S + 2b, ...``. :class:`Pricer` evaluates the step
   model on a whole chunk of :data:`CHUNK` values of ``S`` at once, the second time a segment

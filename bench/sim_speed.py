@@ -10,7 +10,7 @@
    N* of about 28: the engine thrashes, every iteration carries a prefill chunk), and one hour of 28
    agents (decode-bound, where skipping iterations pays off), with and without speculative decoding
    (3 draft tokens at 70 % acceptance, whose fast path works out each sequence's kept tokens in advance:
-   ``apmw.sim.engine.Engine._speculative_segment``).
+   ``apmw.sim.fast_forward._speculative_segment``).
 
 Each is also run with the plain iteration-by-iteration loop (``fast=False``) on a shorter slice in
 the same process, and the script prints ratios (fast vs plain, and vs 105 req/s), not assertions.

@@ -52,6 +52,19 @@ def test_an_open_loop_simulation_refuses_lengths_and_rates_it_would_have_bent(pr
      "tp must be a whole number of at least 1 (got '1')"),
     (lambda: __import__("apmw").predict_rate("meta-llama/Meta-Llama-3.1-8B", "H100", 1.5, "bf16", "bf16", 100, 10,
                                              1.0), "tp must be a whole number of at least 1 (got 1.5)"),
+    # fuzz round 9
+    (lambda: simulate(load_spec(bundled_examples()["support-chat"]), 2.5, 60),
+     "agents must be a whole number between 1 and 200,000"),
+    (lambda: plan(load_spec(bundled_examples()["support-chat"]), guess=2.5), "guess 2.5: give a whole number"),
+    (lambda: __import__("apmw").predict("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", "bf16", 100, 10, 4,
+                                        layout="x"), "layout must be a mapping of parallel sizes"),
+    (lambda: __import__("apmw").predict("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", "bf16", 100, 10, 4,
+                                        layout={"tp": 2}), "layout gives tp 2 and the tp argument 1"),
+    (lambda: __import__("apmw").predict("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", "bf16", 100, 10, 4,
+                                        request_overhead_s=float("inf")),
+     "request_overhead_s must be a finite non-negative number of seconds (got inf)"),
+    (lambda: __import__("apmw").predict_rate("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", "bf16", 100, 10,
+                                             "1"), "request_rate_per_s must be a positive number (got '1'"),
 ])
 def test_an_argument_of_the_wrong_type_is_said_not_raised_from_deep_inside(call, said):
     """A TypeError or AttributeError from deep inside (fuzz round 8): the CLI's parser checks these; the API did not."""

@@ -556,3 +556,29 @@ def test_a_name_given_twice_in_a_fleet_file_is_named_at_its_line(tmp_path, doubl
     with pytest.raises(FleetFileError) as exc:
         load_fleet_file(path)
     assert words in " ".join(str(exc.value).split())
+
+
+def test_one_hardware_priced_two_ways_by_its_workloads_is_refused(tmp_path):
+    """Two workloads on H200x8 at $10 and $2.50 a GPU-hour: their shared pools were keyed by the name H200x8, so
+    both shared rows were priced at $10, the $2.50 candidate never, and "cheapest" named the wrong placement
+    (fuzz round 9)."""
+    d = yaml.safe_load((EXAMPLES / "coding-agent.yaml").read_text())
+    path = _fleet(tmp_path, [{"name": "a", "spec": "ca.yaml", "overrides": {"cost": {"gpu_hour_usd": 10}}},
+                             {"name": "b", "spec": "ca.yaml"}], {"ca": d})
+    with pytest.raises(FleetFileError) as err:
+        fleet_mix(load_fleet_file(path))
+    assert (f"its replica hardware, H200x8, is priced at cost.gpu_hour_usd {d['cost']['gpu_hour_usd']:g} where "
+            "workloads.0 (a) pays 10") in str(err.value)
+
+
+def test_one_model_in_other_dtypes_is_refused_a_shared_pool_for_its_dtypes():
+    """"a (deepseek-ai/DeepSeek-V3, fp8) and b (deepseek-ai/DeepSeek-V3, fp8) use different models": the KV dtype
+    that differed was not named (fuzz round 9)."""
+    from apmw.capacity.fleet_mix import share_refusal
+    from apmw.spec import load_spec
+
+    a = load_spec(EXAMPLES / "coding-agent.yaml")
+    b = a.model_copy(update={"model": a.model.model_copy(update={"kv_dtype": "fp8"})})
+    assert a.model.kv_dtype != "fp8"
+    said = share_refusal([a, b], ["a", "b"])
+    assert said is not None and f"differ in model.kv_dtype ({a.model.kv_dtype} and fp8)" in said

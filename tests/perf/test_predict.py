@@ -553,3 +553,13 @@ def test_a_batch_the_token_budget_lowers_is_blamed_on_the_token_budget():
                            terminal_width=400)
     row = next(line for line in r.stdout.splitlines() if "running capped by" in line)
     assert row.split("│")[2].strip() == "--max-batch", row
+
+
+def test_a_long_queue_reads_with_thousands_separators():
+    """"TTFT, mean 14057381.5 ms" and "concurrency 20000" in one prediction's table (fuzz round 9)."""
+    r = CliRunner().invoke(app, ["predict", "--model", LLAMA8, "--gpu", "H100", "--isl", "8000", "--osl", "1024",
+                                 "--concurrency", "20000"], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    assert "8,000/1,024 tokens, concurrency 20,000" in r.stdout
+    ttft = next(line for line in r.stdout.splitlines() if "TTFT, mean" in line).split("│")[2].strip()
+    assert ttft.endswith(" ms") and ttft.count(",") >= 2, ttft

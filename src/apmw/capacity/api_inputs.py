@@ -42,8 +42,10 @@ def require_plan(result: object, verb: str) -> Plan:
     raise ApmwError(f"{verb} takes a Plan, got {type(result).__name__}; {hint}")
 
 
-def check_agents(agents: object, most: int) -> int:
-    """``agents`` where it is a whole number from 1 to ``most`` (``apmw plan --agents``' range); else an error."""
+def check_agents(agents: object, most: int, name: str = "agents") -> int:
+    """``agents`` where it is a whole number from 1 to ``most`` (``apmw plan --agents``' range); else an error
+    naming the argument ``name``."""
     if isinstance(agents, bool) or not isinstance(agents, Integral) or not 1 <= int(agents) <= most:
-        raise ApmwError(f"agents {agents!r}: give a whole number from 1 to {most:,} (apmw plan --agents)")
+        flag = " (apmw plan --agents)" if name == "agents" else ""
+        raise ApmwError(f"{name} {agents!r}: give a whole number from 1 to {most:,}{flag}")
     return int(agents)

@@ -202,8 +202,14 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
     if kv_memory_fraction is not None and not 0 < kv_memory_fraction <= 1:
         raise PredictError(f"kv_memory_fraction must be in (0, 1] (got {kv_memory_fraction:g}); it is the "
                            f"engine's memory share, e.g. vLLM --gpu-memory-utilization 0.9")
-    if request_overhead_s is not None and not request_overhead_s >= 0:
-        raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
+    if request_overhead_s is not None:
+        check_overhead_s(request_overhead_s)
+    if layout is not None and not isinstance(layout, dict):
+        raise PredictError(f"layout must be a mapping of parallel sizes such as {{'dp_attention': 8, 'ep': 8}} "
+                           f"(got {type(layout).__name__} {layout!r})")
+    if layout and "tp" in layout and layout["tp"] != tp:
+        raise PredictError(f"layout gives tp {layout['tp']!r} and the tp argument {tp!r}: give tensor parallelism "
+                           "once, as tp")
     settings: dict[str, object] = {"engine": engine, "max_batched_tokens": token_budget, "max_batch": max_batch,
                 "mixed_prefill": mixed_prefill, "overlap_scheduling": overlap_scheduling,
                 "engine_version": engine_version, "mxfp4_moe_activations": mxfp4_moe_activations,
@@ -254,6 +260,13 @@ def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: 
     throughput = p.output_tokens_per_s_per_gpu * replica.gpus
     return replace(p, replica_power_w=power_w, output_tokens_per_j=throughput / power_w, engine_busy_share=busy_share,
                    compute_bound_share=compute)
+
+
+def check_overhead_s(request_overhead_s: float) -> None:
+    """A request's overhead outside the engine: finite seconds, at least 0 (an infinite one gave a NaN TTFT)."""
+    if not (isinstance(request_overhead_s, Real) and 0 <= request_overhead_s < math.inf):
+        raise PredictError(f"request_overhead_s must be a finite non-negative number of seconds "
+                           f"(got {request_overhead_s!r})")
 
 
 def check_request_lengths(isl: int, osl: int, concurrency: int, tp: int = 1) -> None:
@@ -308,8 +321,7 @@ def predict_with(replica: Replica, isl: int, osl: int, concurrency: int,
     if not 0.0 <= length_spread <= 2.0:
         raise PredictError(f"length_spread must be between 0 and 2 (got {length_spread}); 0 means "
                            f"every request has the same lengths")
-    if not request_overhead_s >= 0:
-        raise PredictError(f"request_overhead_s must be a non-negative number of seconds (got {request_overhead_s})")
+    check_overhead_s(request_overhead_s)
     step, policy = replica.step, replica.policy
     if kv_fit_requests(replica, isl, osl, full_length=True) < 1:
         raise PredictError(f"one request of {isl}+{osl} tokens does not fit in the KV memory of "

@@ -104,6 +104,12 @@ def share_refusal(specs: list[Spec], names: list[str]) -> str | None:
     a = specs[0]
     for s, name in zip(specs[1:], names[1:]):
         if model_key(s.model) != model_key(a.model):
+            mine, theirs = json.loads(model_key(a.model)), json.loads(model_key(s.model))
+            if mine[0] == theirs[0]:        # one checkpoint, served in other dtypes
+                fields = [f"model.{f} ({x} and {y})" for f, x, y in
+                          zip(("weight_dtype", "kv_dtype", "moe_dtype"), mine[1:], theirs[1:]) if x != y]
+                return (f"{names[0]} and {name} serve {a.model.config} but differ in {', '.join(fields)}; a replica "
+                        "serves one model in one set of dtypes: give them the same (overrides) to share")
             return (f"{names[0]} ({a.model.config}, {a.model.weight_dtype}) and {name} ({s.model.config}, "
                     f"{s.model.weight_dtype}) use different models; a replica serves one model")
         for section in ("serving", "power"):
@@ -484,8 +490,29 @@ def _check_names(loaded: LoadedFleet) -> None:
                 resolve_gpu(spec.hardware.gpu)
         except ApmwError as exc:
             problems.append(f"workloads.{i} ({path}): hardware.gpu: {exc}")
+    if not loaded.fleet.hardware and not problems:
+        problems += _own_hardware_clashes(loaded)
     if problems:
         raise FleetFileError(loaded.path, problems)
+
+
+def _own_hardware_clashes(loaded: LoadedFleet) -> list[str]:
+    """Workloads whose own hardware goes by one name (``H200x8``) but is priced or described apart: the pools
+    they share are keyed by that name, so one of them would be priced as the other."""
+    problems: list[str] = []
+    first: dict[str, tuple[int, str]] = {}
+    for i, (spec, path) in enumerate(zip(loaded.specs, loaded.spec_paths)):
+        hw = own_hardware(spec)
+        j, key = first.setdefault(hw.label, (i, hardware_key(hw)))
+        if key != hardware_key(hw):
+            other = own_hardware(loaded.specs[j])
+            what = (f"is priced at cost.gpu_hour_usd {hw.gpu_hour_usd:g} where workloads.{j} ({loaded.names[j]}) "
+                    f"pays {other.gpu_hour_usd:g}" if other.gpu_hour_usd != hw.gpu_hour_usd else
+                    f"has other GPU figures than workloads.{j}'s ({loaded.names[j]})")
+            problems.append(f"workloads.{i} ({path}): its replica hardware, {hw.label}, {what}; a pool on "
+                            f"{hw.label} is one GPU at one price: give them the same, or list each as a fleet-file "
+                            "hardware entry with a name of its own")
+    return problems
 
 
 def _cheapest(pools: list[Pool]) -> Pool | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from numbers import Real
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -37,8 +38,8 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
     The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
     """
     check_request_lengths(isl, osl, 1, tp)
-    if not request_rate_per_s > 0:
-        raise PredictError(f"request_rate_per_s must be positive (got {request_rate_per_s:g} requests/s)")
+    if not (isinstance(request_rate_per_s, Real) and request_rate_per_s > 0):
+        raise PredictError(f"request_rate_per_s must be a positive number (got {request_rate_per_s!r} requests/s)")
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,

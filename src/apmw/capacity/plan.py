@@ -46,7 +46,7 @@ def _at_least_s(value: float) -> str:
     """The least SLO, in seconds, that ``value`` meets: whole seconds from one up, else three significant digits
     rounded up (0.0061 s, not 0 s)."""
     if value >= 1:
-        return f"{value:.0f}"
+        return f"{value:,.0f}"
     step = 10.0 ** (math.floor(math.log10(value)) - 2) if value > 0 else 1e-6
     return f"{math.ceil(value / step) * step:.3g}"
 
@@ -285,6 +285,8 @@ def plan(spec: Spec, agents: int | None = None, efficiency: Efficiency | None = 
     spec = require_spec(spec, "plan")
     if agents is not None:
         agents = check_agents(agents, MAX_AGENTS)
+    if guess is not None:
+        guess = check_agents(guess, MAX_AGENTS, "guess")
     if step is not None:
         replica = replica_from_spec(spec, step=step)
     else:

@@ -217,7 +217,7 @@ def predict(
     note_speculation_loss(next((p.speculative for p in ps if not isinstance(p, str)), None))
     key = "request_rate_per_s" if by_rate else "concurrency"
     if len(levels) > 1:
-        _sweep(ps, levels, key, as_json, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens ({engine})")
+        _sweep(ps, levels, key, as_json, f"{model} on {_replica_text(tp, layout, gpu)}, {isl:,}/{osl:,} tokens ({engine})")
         if not as_json:
             _print_model_source(model)
         return
@@ -225,8 +225,8 @@ def predict(
     if as_json:
         emit_json({key: levels[0], **p.to_dict()} if by_rate else p.to_dict())
         return
-    load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]}"
-    print_table(_prediction_table(p, f"{model} on {_replica_text(tp, layout, gpu)}, {isl}/{osl} tokens, {load} ({engine})",
+    load = f"{levels[0]:g} requests/s (Poisson)" if by_rate else f"concurrency {levels[0]:,}"
+    print_table(_prediction_table(p, f"{model} on {_replica_text(tp, layout, gpu)}, {isl:,}/{osl:,} tokens, {load} ({engine})",
                                   engine, max_batch is not None, _lowered_to(engine, token_budget, layout)))
     out.print(f"[dim]{p.source_detail}[/]")
     _print_model_source(model)
@@ -251,10 +251,10 @@ def _prediction_table(p, title: str, engine: str, given_max_batch: bool, budget_
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:.1f} ms")
+    table.add_row("TTFT, mean", f"{p.ttft_s * 1e3:,.1f} ms")
     parts = {"engine": "steady_state", "first wave": "first_wave", "overhead": "request_overhead",
              "slot queue": "slot_queue", "KV hand-off": "kv_handoff"}
-    table.add_row("  made of", ", ".join(f"{name} {p.ttft_parts_s[key] * 1e3:.1f}" for name, key in parts.items()
+    table.add_row("  made of", ", ".join(f"{name} {p.ttft_parts_s[key] * 1e3:,.1f}" for name, key in parts.items()
                                          if p.ttft_parts_s[key] >= 5e-5 or key == "steady_state") + " ms")
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
@@ -371,7 +371,7 @@ def _predict_disagg(model, gpu, weight_dtype, kv_dtype, isl, osl, levels, sides,
         emit_json(rows if len(rows) > 1 else rows[0])
         return
     title = (f"{model}: {pre.count} prefill x {_replica_text(pre.tp, pre.layout, gpu)} + {dec.count} decode x "
-             f"{_replica_text(dec.tp, dec.layout, gpu)}, {isl}/{osl} tokens ({engine})")
+             f"{_replica_text(dec.tp, dec.layout, gpu)}, {isl:,}/{osl:,} tokens ({engine})")
     _sweep(ps, levels, "concurrency", False, title)
 
 

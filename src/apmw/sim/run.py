@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Callable, Sequence
 
 import numpy as np
@@ -161,9 +162,9 @@ def simulate(spec: Spec, agents: int, duration_s: float = 3600.0, seed: int | No
     (:func:`apmw.capacity.plan.refuse_past_window`): the engine would refuse every such call and record no task.
     """
     spec = require_spec(spec, "simulate")
-    if not 1 <= agents <= MAX_AGENTS:
-        raise ApmwError(f"agents must be between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 sequences "
-                        f"at once; more agents only queue), got {agents:,}")
+    if isinstance(agents, bool) or not isinstance(agents, Integral) or not 1 <= agents <= MAX_AGENTS:
+        raise ApmwError(f"agents must be a whole number between 1 and {MAX_AGENTS:,} (a replica runs at most 65,536 "
+                        f"sequences at once; more agents only queue), got {agents!r}")
     gap = unsupported_on_one_replica(spec)
     if gap:
         raise ApmwError(f"the simulator does not model {gap} yet; remove it from the spec to simulate, "

@@ -744,3 +744,10 @@ def test_a_workload_with_no_second_token_ranks_on_agents_per_mw_alone(tmp_path):
     assert r.returncode == 0, r.stderr
     row = next(line for line in r.stdout.splitlines() if "gpus_per_replica=" in line and "│" in line)
     assert [cell.strip() for cell in row.split("│")][4] == "-"
+    # its results file resumes: a feasible row without an output speed is one the search wrote
+    saved = [APMW, "search", str(tmp_path / "spec.yaml"), "--space", str(tmp_path / "space.yaml"), "--json",
+             "--parquet", str(tmp_path / "out.parquet")]
+    assert subprocess.run(saved, capture_output=True, text=True, timeout=300).returncode == 0
+    r = subprocess.run(saved + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["resumed_points"] == 4

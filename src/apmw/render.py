@@ -34,8 +34,6 @@ def slo_line(verdict: dict) -> str:
     return "; ".join(parts)
 
 
-
-
 def replica_text(rep: dict) -> str:
     """'DeepSeek-V3 on 8 x H200 (TP1 x DP8, EP8)'; under disaggregation the decode worker and its share of
     the prefill workers ('... decode, + 2 x H200 prefill: 3 prefill workers of TP4 for 2 decode workers')."""
@@ -122,10 +120,6 @@ def _source_text(p: dict) -> str:
         return ""
     span = interval_text(p["agents_per_replica_interval"], [q["agents"] for q in p["check"]["points"]])
     return f"; simulated, 95% interval {span}; analytic {p['analytic']['agents_per_replica']:,}"
-
-
-
-
 
 
 def _with_interval(p95_s: float | None, interval_s: list) -> str:

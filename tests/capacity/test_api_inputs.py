@@ -64,7 +64,7 @@ def test_an_open_loop_simulation_refuses_lengths_and_rates_it_would_have_bent(pr
                                         request_overhead_s=float("inf")),
      "request_overhead_s must be a finite non-negative number of seconds (got inf)"),
     (lambda: __import__("apmw").predict_rate("meta-llama/Meta-Llama-3.1-8B", "H100", 1, "bf16", "bf16", 100, 10,
-                                             "1"), "request_rate_per_s must be a positive number (got '1'"),
+                                             "1"), "request_rate_per_s must be a finite positive number (got '1'"),
 ])
 def test_an_argument_of_the_wrong_type_is_said_not_raised_from_deep_inside(call, said):
     """A TypeError or AttributeError from deep inside (fuzz round 8): the CLI's parser checks these; the API did not."""

@@ -569,6 +569,13 @@ def test_one_hardware_priced_two_ways_by_its_workloads_is_refused(tmp_path):
         fleet_mix(load_fleet_file(path))
     assert (f"its replica hardware, H200x8, is priced at cost.gpu_hour_usd {d['cost']['gpu_hour_usd']:g} where "
             "workloads.0 (a) pays 10") in str(err.value)
+    # one GPU spelt two ways at one price is one hardware, not a clash
+    from apmw.capacity.fleet_mix import _own_hardware_clashes
+
+    path = _fleet(tmp_path, [{"name": "a", "spec": "ca.yaml",
+                              "overrides": {"hardware": {"gpu": {"name": d["hardware"]["gpu"]}}}},
+                             {"name": "b", "spec": "ca.yaml"}], {"ca": d})
+    assert _own_hardware_clashes(load_fleet_file(path)) == []
 
 
 def test_one_model_in_other_dtypes_is_refused_a_shared_pool_for_its_dtypes():

@@ -52,6 +52,7 @@ read at the mean context of a decoding request (``isl + osl/2``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 
@@ -167,7 +168,7 @@ def predict(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str, isl
     """
     if requests_per_client < 1:
         raise PredictError(f"requests_per_client must be at least 1 (got {requests_per_client})")
-    check_request_lengths(isl, osl, concurrency, tp)
+    check_benchmark_counts(isl, osl, concurrency, tp)
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,
@@ -204,7 +205,7 @@ def replica_for_benchmark(model: str, gpu: str, tp: int, weight_dtype: str, kv_d
                            f"engine's memory share, e.g. vLLM --gpu-memory-utilization 0.9")
     if request_overhead_s is not None:
         check_overhead_s(request_overhead_s)
-    if layout is not None and not isinstance(layout, dict):
+    if layout is not None and not isinstance(layout, Mapping):
         raise PredictError(f"layout must be a mapping of parallel sizes such as {{'dp_attention': 8, 'ep': 8}} "
                            f"(got {type(layout).__name__} {layout!r})")
     if layout and "tp" in layout and layout["tp"] != tp:
@@ -263,15 +264,18 @@ def with_power(replica: Replica, p: Prediction, isl: int, osl: int, busy_share: 
 
 
 def check_overhead_s(request_overhead_s: float) -> None:
-    """A request's overhead outside the engine: finite seconds, at least 0 (an infinite one gave a NaN TTFT)."""
-    if not (isinstance(request_overhead_s, Real) and 0 <= request_overhead_s < math.inf):
+    """A request's overhead outside the engine: finite seconds, at least 0 (an infinite one leaves no first token
+    to time)."""
+    if isinstance(request_overhead_s, bool) or not (isinstance(request_overhead_s, Real)
+                                                    and 0 <= request_overhead_s < math.inf):
         raise PredictError(f"request_overhead_s must be a finite non-negative number of seconds "
                            f"(got {request_overhead_s!r})")
 
 
-def check_request_lengths(isl: int, osl: int, concurrency: int, tp: int = 1) -> None:
-    """Each a whole number of at least 1, or a clear error (the Python API takes them as given: a "1" or 1.5 would
-    fail deeper down, unexplained), and no more clients than apmw models."""
+def check_benchmark_counts(isl: int, osl: int, concurrency: int, tp: int = 1) -> None:
+    """A benchmark's request lengths, clients and tensor-parallel size: each a whole number of at least 1, or a
+    clear error (the Python API takes them as given: a "1" or 1.5 would fail deeper down, unexplained), and no
+    more clients than apmw models."""
     for name, v in (("isl", isl), ("osl", osl), ("concurrency", concurrency), ("tp", tp)):
         whole = isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) and v == int(v)
         if not whole or v < 1:

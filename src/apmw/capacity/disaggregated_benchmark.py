@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apmw.capacity.benchmark import (PredictError, Prediction, check_request_lengths,
+from apmw.capacity.benchmark import (PredictError, Prediction, check_benchmark_counts,
                                      decode_load, draft_factor, kv_fit_requests, replica_for_benchmark,
                                      speculative_figures)
 from apmw.capacity.disaggregation import batched_prefill_wait_s
@@ -88,7 +88,7 @@ def predict_disaggregated(model: str, gpu: str, weight_dtype: str, kv_dtype: str
     (:class:`apmw.spec.Speculative`'s fields) drafts on both sides: the decode workers verify ``k + 1``
     tokens per sequence, and the draft's share of an iteration is added on the prefill workers too, as
     the aggregated benchmark adds it to every iteration."""
-    check_request_lengths(isl, osl, concurrency)
+    check_benchmark_counts(isl, osl, concurrency)
     for side, w in (("prefill", prefill), ("decode", decode)):
         if w.count < 1:
             raise PredictError(f"a disaggregated replica needs at least one {side} worker (--{side}-workers): "

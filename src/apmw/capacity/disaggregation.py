@@ -121,7 +121,7 @@ def prefill_stage(spec: Spec, replica: Replica, s: SessionSample) -> PrefillStag
     mem = replica_memory(step, replica.policy, replica.speculative)     # the draft runs here too
     if not mem.fits:
         raise ApmwError(f"serving.disaggregation.prefill_gpus: {replica.arch.name} does not fit on "
-                        f"{g} x {replica.gpu.name}: weights {mem.weight_bytes / 1e9:,.1f} GB against "
+                        f"{g} x {replica.gpu.label}: weights {mem.weight_bytes / 1e9:,.1f} GB against "
                         f"{mem.usable_bytes / 1e9:,.1f} GB usable; give each prefill worker more GPUs")
     chunk = max(s.call_prefill_tokens / s.call_prefill_iters, 1.0)
     attn = s.call_prefill_attn_flops / s.call_prefill_iters

@@ -15,7 +15,9 @@ on replicas of one hardware; its day is sized hour by hour as ``apmw fleet`` siz
 
 Without a ``hardware`` list the candidates are the workloads' own: ``split:own`` puts each workload on
 its spec as written (so it equals ``apmw fleet`` on each spec), and a shared pool is tried on each
-distinct hardware of its workloads, at the GPU-hour price of the first workload that names it.
+distinct hardware of its workloads. Two workloads whose hardware goes by one name (``H200x8``) at two
+GPU-hour prices, or as two GPUs, are refused: a pool on it is one GPU at one price (list the hardware,
+each entry named, to compare both).
 
 **A pool of one workload** is ``apmw plan`` and ``apmw fleet`` on its spec with the candidate's
 hardware and price.
@@ -46,7 +48,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -500,11 +502,14 @@ def _own_hardware_clashes(loaded: LoadedFleet) -> list[str]:
     """Workloads whose own hardware goes by one name (``H200x8``) but is priced or described apart: the pools
     they share are keyed by that name, so one of them would be priced as the other."""
     problems: list[str] = []
-    first: dict[str, tuple[int, str]] = {}
+    first: dict[str, tuple[int, tuple]] = {}
     for i, (spec, path) in enumerate(zip(loaded.specs, loaded.spec_paths)):
         hw = own_hardware(spec)
-        j, key = first.setdefault(hw.label, (i, hardware_key(hw)))
-        if key != hardware_key(hw):
+        # the GPU's figures however it is spelt (a catalogue name or {name: ...}), not where they were read
+        gpu = replace(resolve_gpu(hw.gpu), source="", power_source="", overridden=())
+        figures = (gpu, hw.gpus_per_replica, hw.gpu_hour_usd)
+        j, seen = first.setdefault(hw.label, (i, figures))
+        if seen != figures:
             other = own_hardware(loaded.specs[j])
             what = (f"is priced at cost.gpu_hour_usd {hw.gpu_hour_usd:g} where workloads.{j} ({loaded.names[j]}) "
                     f"pays {other.gpu_hour_usd:g}" if other.gpu_hour_usd != hw.gpu_hour_usd else

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import math
-from numbers import Real
 from collections.abc import Callable
 from dataclasses import replace
+from numbers import Real
 
 import numpy as np
 
-from apmw.capacity.benchmark import (PredictError, Prediction, check_request_lengths, kv_fit_requests, predict_with,
+from apmw.capacity.benchmark import (PredictError, Prediction, check_benchmark_counts, kv_fit_requests, predict_with,
                                      replica_for_benchmark, with_power)
 from apmw.perf import Replica
 
@@ -37,9 +37,11 @@ def predict_rate(model: str, gpu: str, tp: int, weight_dtype: str, kv_dtype: str
 
     The request overhead adds to TTFT and end-to-end latency only: it is spent outside the engine.
     """
-    check_request_lengths(isl, osl, 1, tp)
-    if not (isinstance(request_rate_per_s, Real) and request_rate_per_s > 0):
-        raise PredictError(f"request_rate_per_s must be a positive number (got {request_rate_per_s!r} requests/s)")
+    check_benchmark_counts(isl, osl, 1, tp)
+    if isinstance(request_rate_per_s, bool) or not (isinstance(request_rate_per_s, Real)
+                                                    and 0 < request_rate_per_s < math.inf):
+        raise PredictError(f"request_rate_per_s must be a finite positive number (got {request_rate_per_s!r} "
+                           "requests/s)")
     replica = replica_for_benchmark(model, gpu, tp, weight_dtype, kv_dtype, isl, osl, engine, calibrated,
                                     token_budget=token_budget, max_batch=max_batch, mixed_prefill=mixed_prefill,
                                     overlap_scheduling=overlap_scheduling, kv_memory_fraction=kv_memory_fraction,

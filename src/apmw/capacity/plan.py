@@ -20,6 +20,7 @@ from apmw.capacity.routing import routing_of
 from apmw.capacity.search import MAX_AGENTS, SearchResult, search
 from apmw.capacity.slo import seconds_text, slo_table, warnings_for
 from apmw.capacity.sessions import SessionSample
+from apmw.catalog.gpus import gpu_label
 from apmw.errors import ApmwError
 from apmw.perf import Efficiency, Replica, StepModel, replica_from_spec
 from apmw.perf.parallelism import prefill_layout
@@ -32,9 +33,8 @@ NO_SLO = "no number of agents meets the SLO"
 
 
 def gpu_text(rep: dict) -> str:
-    """A plan's GPU by name, and which of its catalogue figures the spec replaced (GpuSpec.label)."""
-    given = rep.get("gpu_overridden") or []
-    return rep["gpu"] if not given else f"{rep['gpu']} with {', '.join(given)} as given"
+    """A plan's GPU (its JSON ``replica``) as messages name it (:attr:`apmw.catalog.gpus.GpuSpec.label`)."""
+    return gpu_label(rep["gpu"], rep.get("gpu_overridden") or ())
 
 
 def _seconds(value: float) -> str:
@@ -179,7 +179,8 @@ class Plan:
             "tokens_per_s": self.tokens_per_s,
             "sessions_per_s": ev.session_throughput_per_s,
             "replica": {"gpus": r.gpus + self.prefill_gpus, "decode_gpus": r.gpus, "prefill_gpus": self.prefill_gpus,
-                        "gpu": r.gpu.name, "gpu_overridden": list(r.gpu.overridden), "model": r.arch.name, "layout": r.step.parallel.to_dict(),
+                        "gpu": r.gpu.name, "gpu_overridden": list(r.gpu.overridden), "model": r.arch.name,
+                        "layout": r.step.parallel.to_dict(),
                         "disaggregation": self._disaggregation_dict(),
                         "power_w": e.replica_power_w, "facility_power_w": e.facility_power_w,
                         "provisioned_power_w": e.provisioned_power_w},

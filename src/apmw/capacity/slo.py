@@ -143,7 +143,7 @@ def seconds_text(value: float | None, interval: tuple[float, float] | None = Non
 
 def task_s(seconds: float) -> str:
     """A task latency in seconds as the tables print it: whole seconds from 100 s, four significant digits under
-    (a 5 s SLO met at 4.998 s and missed at 5.003 s read "5" both, fuzz round 8)."""
+    (so that a 5 s SLO met at 4.998 s and one missed at 5.003 s do not both read "5")."""
     if abs(seconds) >= 100 or seconds == 0:
         return f"{seconds:,.0f}"
     return f"{seconds:.{max(0, 3 - math.floor(math.log10(abs(seconds))))}f}"

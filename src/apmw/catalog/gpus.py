@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -85,6 +86,11 @@ _RATE_CHAIN = {
 }
 
 
+def gpu_label(name: str, overridden: Sequence[str]) -> str:
+    """A GPU's name, and the catalogue figures a spec replaced where it replaced some."""
+    return name if not overridden else f"{name} with {', '.join(overridden)} as given"
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator. Rates are dense (no 2:4 sparsity), per GPU.
@@ -113,7 +119,7 @@ class GpuSpec:
     def label(self) -> str:
         """The GPU as messages name it: a catalogue GPU whose figures a spec replaced says which, since its name
         alone would claim the catalogue's ("H100-SXM5-80GB with hbm_bytes as given")."""
-        return self.name if not self.overridden else f"{self.name} with {', '.join(self.overridden)} as given"
+        return gpu_label(self.name, self.overridden)
 
     def flops_for(self, dtype: str) -> float:
         """Best dense rate usable for weights stored as ``dtype``.

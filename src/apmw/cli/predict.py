@@ -258,7 +258,7 @@ def _prediction_table(p, title: str, engine: str, given_max_batch: bool, budget_
                                          if p.ttft_parts_s[key] >= 5e-5 or key == "steady_state") + " ms")
     table.add_row("TPOT, mean", f"{p.tpot_s * 1e3:.2f} ms")
     table.add_row("output tokens/s per GPU", f"{p.output_tokens_per_s_per_gpu:,.0f}")
-    table.add_row("running / queued requests", f"{p.running_requests} / {p.queued_requests}")
+    table.add_row("running / queued requests", f"{_count(p.running_requests)} / {_count(p.queued_requests)}")
     if p.queued_requests and p.running_limited_by != "concurrency":
         table.add_row("running capped by", _cap(p, engine, given_max_batch, budget_limit))
     table.add_row("prompts arrive", p.prompts_arrive)
@@ -401,6 +401,11 @@ def _lowered_to(engine: str, token_budget: int | None, layout: dict | None) -> i
     return token_budget * schedulers_per_limit(canonical_engine(engine), (layout or {}).get("dp_attention", 1))
 
 
+def _count(x: float) -> str:
+    """A count, a level or a mean as the tables print it: "19,744", "0.5", "12.3"."""
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:,.4g}"
+
+
 def _cap(p, engine: str, given_max_batch: bool, budget_limit: int | None = None) -> str:
     """Why the rest queue: the batch limit (the one given, the engine's default, or the token budget the engine
     lowers its default to), or KV memory as the engine counts it."""
@@ -496,10 +501,10 @@ def _sweep(ps, levels: list, key: str, as_json: bool, title: str) -> None:
         table.add_column(name, justify="right")
     for c, p in zip(levels, ps):
         if isinstance(p, str):
-            table.add_row(f"{c:g}", "past capacity", "-", "-", "-", "-", "-")
+            table.add_row(_count(c), "past capacity", "-", "-", "-", "-", "-")
             continue
-        table.add_row(f"{c:g}", f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
-                      f"{p.running_requests}", p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
+        table.add_row(_count(c), f"{p.ttft_s * 1e3:,.1f}", f"{p.tpot_s * 1e3:.2f}", f"{p.output_tokens_per_s_per_gpu:,.0f}",
+                      _count(p.running_requests), p.prompts_arrive, f"{p.output_tokens_per_j:.2f}")
     print_table(table)
     answered = [p for p in ps if not isinstance(p, str)]
     for p in ps:

@@ -14,8 +14,8 @@ from rich.progress import BarColumn, TextColumn, TimeRemainingColumn
 from apmw.design_search.space import settings_text
 from apmw.cli.common import (app, progress_bar, distinct_outputs, emit_json, err, fail, file_path, files_read_by, note, note_checkpoint_dtype, note_context_window,
                              note_gpu_basis, out, output_path, plain_row, plain_table, SafeInterrupt, write_text, print_table)
-from apmw.errors import ApmwError
 from apmw.capacity.slo import speed_text, task_s
+from apmw.errors import ApmwError
 from apmw.sim.checked import CHECK_TASKS_PER_POINT, interval_text
 from apmw.spec import SpecError
 

@@ -48,10 +48,10 @@ class SearchAnswer:
         Where no call outputs a second token (no point has an output speed), the front is the most agents per MW."""
         front: list[Point] = []
         fastest = -math.inf
-        for p in sorted(self.points, key=lambda p: (-p.figures["agents_per_mw"], -_speed(p))):
-            if not front or _speed(p) > fastest:
+        for p in sorted(self.points, key=lambda p: (-p.figures["agents_per_mw"], -_speed_sort_key(p))):
+            if not front or _speed_sort_key(p) > fastest:
                 front.append(p)
-                fastest = _speed(p)
+                fastest = _speed_sort_key(p)
         return front
 
     def best(self) -> dict[str, Point]:
@@ -95,7 +95,7 @@ class SearchAnswer:
                 "message": row["message"]}
 
 
-def _speed(p: Point) -> float:
+def _speed_sort_key(p: Point) -> float:
     speed = p.figures["output_speed_tokens_per_s"]
     return -math.inf if speed is None else speed
 

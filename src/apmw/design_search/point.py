@@ -21,6 +21,8 @@ from apmw.spec import SpecError, spec_from_dict
 # The figures of a feasible point; a pruned point has none of them.
 FIGURES = ("agents_per_replica", "binding_constraint", "agents_per_mw", "agents_per_mw_provisioned",
            "cost_per_session_usd", "agents_per_gpu", "task_latency_p95_s", "output_speed_tokens_per_s")
+# Figures a feasible point may lack: no call of the workload outputs a second token, so it has no output speed.
+OPTIONAL_FIGURES = ("output_speed_tokens_per_s",)
 
 
 def evaluate_batch(base: dict, batch: list[tuple[int, dict]]) -> list[dict]:

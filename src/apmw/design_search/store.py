@@ -180,7 +180,7 @@ def check_saved_row(f: Path, k: int, row: dict, settings: dict[int, dict]) -> No
     """Row ``k`` of the results file ``f`` is one the search of that space writes: a point of it (``settings``, by
     index), with that point's settings, a status, and for a feasible point finite figures (the others' reason).
     A file changed since (or written by hand) is refused with the row, rather than read into the answer."""
-    from apmw.design_search.point import FIGURES
+    from apmw.design_search.point import FIGURES, OPTIONAL_FIGURES
 
     point = row.get("point")
     where = f"{f}: row {k + 1}" + (f" (point {point})" if isinstance(point, int) else "")
@@ -203,6 +203,8 @@ def check_saved_row(f: Path, k: int, row: dict, settings: dict[int, dict]) -> No
         raise ApmwError(f"{where}: status {status!r} is neither 'feasible' nor 'pruned'{fix}")
     for name in FIGURES:
         v = row.get(name)
+        if v is None and name in OPTIONAL_FIGURES:
+            continue
         ok = (isinstance(v, str) and v) if name == "binding_constraint" else (
             _non_negative_number(v))
         if not ok:

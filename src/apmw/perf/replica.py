@@ -344,7 +344,7 @@ def _check_draft_fits(step: StepModel, policy: ServingPolicy, mem: MemoryBudget,
     largest = (mem.hbm_bytes - mem.draft_weight_bytes + (mem.weight_bytes + mem.workspace_bytes) * r) / (
         mem.hbm_bytes * (1 + r))
     raise DoesNotFitError(
-        f"{step.arch.name}'s draft does not fit on {step.gpus} x {step.gpu.name}: {policy.engine} holds its "
+        f"{step.arch.name}'s draft does not fit on {step.gpus} x {step.gpu.label}: {policy.engine} holds its "
         f"{mem.draft_weight_bytes / 1e9:.1f} GB of weights and {mem.draft_kv_bytes / 1e9:.1f} GB of KV outside its "
         f"memory share, where {outside / 1e9:.1f} GB are left ({1 - policy.kv_memory_fraction:.0%} of the memory). "
         f"Lower {fraction_field} to at most {largest:.3f}, or use more GPUs per replica.")

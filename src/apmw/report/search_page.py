@@ -15,8 +15,8 @@ from importlib.metadata import version
 
 import yaml
 
-from apmw.design_search.space import settings_text
 from apmw.capacity.slo import speed_text, task_s
+from apmw.design_search.space import settings_text
 from apmw.report import charts
 from apmw.report.html import _CSS, _attachment, _figure, _inputs, _money, _table, _tiles
 
@@ -64,7 +64,7 @@ def search_charts(answer: dict, points: list[dict]) -> dict[str, str | None]:
     chosen = where[answer["best"]["agents_per_mw"]["point"]]
     hover = [_hover(p) for p in points]
     agents_per_mw = [p["agents_per_mw"] for p in points]
-    speed = None if points[0]["output_speed_tokens_per_s"] is None else charts.search_scatter(
+    speed = None if all(p["output_speed_tokens_per_s"] is None for p in points) else charts.search_scatter(
         [p["output_speed_tokens_per_s"] for p in points], agents_per_mw, hover, front, chosen,
         "per-agent output speed (tokens/s at the p95 time per output token)", "agents per MW")
     cost = charts.search_scatter([p["cost_per_session_usd"] for p in points], agents_per_mw, hover,
@@ -85,7 +85,7 @@ def _cost_front(points: list[dict]) -> list[int]:
 def _speed_plane(svg: str | None, share: str) -> str:
     if svg is None:
         return ("<p>No call of this workload outputs a second token, so no point has a per-agent output speed: "
-                "the front is the most agents per MW.</p>")
+                f"the front is the most agents per MW.{share}</p>")
     return _figure(svg, 'Every feasible point (grey; hover for its settings and figures), the Pareto front in '
                    'blue (no point is better on both), and the point with the most agents per MW ringed.' + share)
 
